@@ -1,0 +1,91 @@
+import { createHmac, timingSafeEqual } from 'node:crypto';
+import type { Db } from '../store/db.js';
+import { hostRepository } from '../store/repositories/hosts.js';
+import { sandboxRepository } from '../store/repositories/sandboxes.js';
+import { NestboxError } from '../errors.js';
+import type { HostClient, HostClientFactory, HostSandboxRuntime } from '../host-client.js';
+import type { HostRecord } from '../types.js';
+
+/**
+ * Per-host secrets are derived from one master secret (HMAC of the host id), so the control
+ * plane stores no host credential at all and any replica can authenticate any host.
+ */
+export function deriveHostSecret(masterSecret: string, hostId: string): string {
+  return createHmac('sha256', masterSecret).update(`nestbox-host:${hostId}`).digest('base64url');
+}
+
+export function hostSecretMatches(masterSecret: string, hostId: string, presented: string): boolean {
+  const expected = Buffer.from(deriveHostSecret(masterSecret, hostId));
+  const given = Buffer.from(presented);
+  return expected.length === given.length && timingSafeEqual(expected, given);
+}
+
+export interface HeartbeatInput {
+  hostId: string;
+  url: string;
+  driver: string;
+  capabilities: Record<string, unknown>;
+  sandboxes: HostSandboxRuntime[];
+}
+
+export class HostService {
+  private readonly clients = new Map<string, { url: string; client: HostClient }>();
+
+  constructor(
+    private readonly db: Db,
+    private readonly clientFactory: HostClientFactory,
+    /** A host that has not heartbeated for this long is not offered new sandboxes. */
+    private readonly hostTimeoutMs: number,
+  ) {}
+
+  async heartbeat(input: HeartbeatInput): Promise<HostRecord> {
+    const host = await hostRepository(this.db).upsertHeartbeat({ id: input.hostId, url: input.url, driver: input.driver, capabilities: input.capabilities }, new Date());
+    await this.noticeVanishedSandboxes(input.hostId, input.sandboxes);
+    return host;
+  }
+
+  /**
+   * A sandbox the database calls running but the host no longer runs (its processes died, or
+   * the host agent restarted and could not adopt it) becomes `error` with the reason, so users
+   * see the truth and can resume it from its disk.
+   */
+  private async noticeVanishedSandboxes(hostId: string, reported: HostSandboxRuntime[]): Promise<void> {
+    const running = new Set(reported.filter((s) => s.status === 'running').map((s) => s.id));
+    const repo = sandboxRepository(this.db);
+    for (const sandbox of await repo.findByHost(hostId, ['running'])) {
+      if (running.has(sandbox.id)) continue;
+      await repo.transition(sandbox.id, ['running'], {
+        state: 'error',
+        errorMessage: 'the sandbox stopped running on its host unexpectedly; resume it to start again from its disk',
+        expiresAt: null,
+        stoppedAt: new Date(),
+      });
+    }
+  }
+
+  async countAlive(): Promise<number> {
+    return (await hostRepository(this.db).listAlive(new Date(Date.now() - this.hostTimeoutMs))).length;
+  }
+
+  /** Least-loaded live host. */
+  async pickHost(): Promise<HostRecord> {
+    const alive = await hostRepository(this.db).listAlive(new Date(Date.now() - this.hostTimeoutMs));
+    if (alive.length === 0) throw new NestboxError('host_unavailable', 'no sandbox host is available right now; try again shortly');
+    const load = await sandboxRepository(this.db).countActiveByHost();
+    return alive.reduce((best, h) => ((load.get(h.id) ?? 0) < (load.get(best.id) ?? 0) ? h : best));
+  }
+
+  async clientFor(hostId: string): Promise<HostClient> {
+    const host = await hostRepository(this.db).findById(hostId);
+    if (!host) throw new NestboxError('host_unavailable', `host ${hostId} is not registered`);
+    return this.clientForRecord(host);
+  }
+
+  clientForRecord(host: HostRecord): HostClient {
+    const cached = this.clients.get(host.id);
+    if (cached && cached.url === host.url) return cached.client;
+    const client = this.clientFactory(host);
+    this.clients.set(host.id, { url: host.url, client });
+    return client;
+  }
+}

@@ -1,0 +1,267 @@
+import type { DbOrTx } from '../db.js';
+import type { Sandbox } from '../../types.js';
+import type { SandboxState } from '../../state-machine.js';
+
+interface SandboxRow {
+  id: string;
+  organization_id: string;
+  host_id: string | null;
+  state: string;
+  image: string;
+  cpu: number;
+  memory_mib: number;
+  env: Record<string, string>;
+  labels: Record<string, string>;
+  timeout_seconds: number;
+  expires_at: Date | string | null;
+  operation: string | null;
+  operation_id: string | null;
+  operation_owner: string | null;
+  operation_started_at: Date | string | null;
+  error_message: string | null;
+  memory_restored: boolean | null;
+  resume_reason: string | null;
+  created_at: Date | string;
+  updated_at: Date | string;
+  started_at: Date | string | null;
+  stopped_at: Date | string | null;
+  deleted_at: Date | string | null;
+}
+
+const date = (v: Date | string | null): Date | null => (v === null ? null : v instanceof Date ? v : new Date(v));
+// PGlite returns jsonb already parsed; pg too. A string means a driver returned raw text.
+const json = <T>(v: unknown): T => (typeof v === 'string' ? (JSON.parse(v) as T) : (v as T));
+
+function fromRow(r: SandboxRow): Sandbox {
+  return {
+    id: r.id,
+    organizationId: r.organization_id,
+    hostId: r.host_id,
+    state: r.state as SandboxState,
+    image: r.image,
+    cpu: r.cpu,
+    memoryMiB: r.memory_mib,
+    env: json(r.env),
+    labels: json(r.labels),
+    timeoutSeconds: r.timeout_seconds,
+    expiresAt: date(r.expires_at),
+    operation: r.operation,
+    operationId: r.operation_id,
+    operationOwner: r.operation_owner,
+    operationStartedAt: date(r.operation_started_at),
+    errorMessage: r.error_message,
+    memoryRestored: r.memory_restored,
+    resumeReason: r.resume_reason,
+    createdAt: date(r.created_at)!,
+    updatedAt: date(r.updated_at)!,
+    startedAt: date(r.started_at),
+    stoppedAt: date(r.stopped_at),
+    deletedAt: date(r.deleted_at),
+  };
+}
+
+export type SandboxPatch = Partial<{
+  hostId: string | null;
+  state: SandboxState;
+  labels: Record<string, string>;
+  timeoutSeconds: number;
+  expiresAt: Date | null;
+  operation: string | null;
+  operationId: string | null;
+  operationOwner: string | null;
+  operationStartedAt: Date | null;
+  errorMessage: string | null;
+  memoryRestored: boolean | null;
+  resumeReason: string | null;
+  startedAt: Date | null;
+  stoppedAt: Date | null;
+  deletedAt: Date | null;
+}>;
+
+const COLUMN: Record<keyof SandboxPatch, string> = {
+  hostId: 'host_id',
+  state: 'state',
+  labels: 'labels',
+  timeoutSeconds: 'timeout_seconds',
+  expiresAt: 'expires_at',
+  operation: 'operation',
+  operationId: 'operation_id',
+  operationOwner: 'operation_owner',
+  operationStartedAt: 'operation_started_at',
+  errorMessage: 'error_message',
+  memoryRestored: 'memory_restored',
+  resumeReason: 'resume_reason',
+  startedAt: 'started_at',
+  stoppedAt: 'stopped_at',
+  deletedAt: 'deleted_at',
+};
+
+function toColumns(patch: SandboxPatch): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(patch)) {
+    const column = COLUMN[key as keyof SandboxPatch];
+    out[column] = key === 'labels' ? JSON.stringify(value) : value;
+  }
+  return out;
+}
+
+export interface NewSandbox {
+  id: string;
+  organizationId: string;
+  hostId: string;
+  image: string;
+  cpu: number;
+  memoryMiB: number;
+  env: Record<string, string>;
+  labels: Record<string, string>;
+  timeoutSeconds: number;
+  operationId: string;
+  operationOwner: string;
+}
+
+export interface ListFilter {
+  organizationId: string;
+  labels?: Record<string, string>;
+  states?: SandboxState[];
+  ids?: string[];
+  limit: number;
+  /** Exclusive position from the previous page: items older than this (created_at desc, id desc). */
+  after?: { createdAt: Date; id: string };
+}
+
+export function sandboxRepository(db: DbOrTx) {
+  return {
+    async insertCreating(s: NewSandbox): Promise<Sandbox> {
+      const [row] = await db<SandboxRow>('sandboxes')
+        .insert({
+          id: s.id,
+          organization_id: s.organizationId,
+          host_id: s.hostId,
+          state: 'creating',
+          image: s.image,
+          cpu: s.cpu,
+          memory_mib: s.memoryMiB,
+          env: JSON.stringify(s.env) as unknown as Record<string, string>,
+          labels: JSON.stringify(s.labels) as unknown as Record<string, string>,
+          timeout_seconds: s.timeoutSeconds,
+          operation: 'create',
+          operation_id: s.operationId,
+          operation_owner: s.operationOwner,
+          operation_started_at: new Date(),
+        })
+        .returning('*');
+      return fromRow(row as SandboxRow);
+    },
+
+    /** Visible sandboxes only: deleted rows are kept for the record but never returned here. */
+    async findVisible(id: string, organizationId: string): Promise<Sandbox | undefined> {
+      const row = await db<SandboxRow>('sandboxes')
+        .where({ id, organization_id: organizationId })
+        .whereNot({ state: 'deleted' })
+        .first();
+      return row ? fromRow(row as SandboxRow) : undefined;
+    },
+
+    async findById(id: string): Promise<Sandbox | undefined> {
+      const row = await db<SandboxRow>('sandboxes').where({ id }).first();
+      return row ? fromRow(row as SandboxRow) : undefined;
+    },
+
+    async list(filter: ListFilter): Promise<Sandbox[]> {
+      const q = db<SandboxRow>('sandboxes')
+        .where({ organization_id: filter.organizationId })
+        .whereNot({ state: 'deleted' })
+        .orderBy([
+          { column: 'created_at', order: 'desc' },
+          { column: 'id', order: 'desc' },
+        ])
+        .limit(filter.limit);
+      if (filter.labels && Object.keys(filter.labels).length > 0) {
+        q.whereRaw('labels @> ?::jsonb', [JSON.stringify(filter.labels)]);
+      }
+      if (filter.states?.length) q.whereIn('state', filter.states);
+      if (filter.ids) q.whereIn('id', filter.ids);
+      if (filter.after) {
+        const { createdAt, id } = filter.after;
+        q.where((w) => w.where('created_at', '<', createdAt).orWhere((w2) => w2.where('created_at', '=', createdAt).andWhere('id', '<', id)));
+      }
+      return ((await q) as SandboxRow[]).map(fromRow);
+    },
+
+    /**
+     * Compare-and-set: apply `patch` only if the row is still in one of `fromStates` (and, when
+     * given, still carries `operationId`). Returns the updated row, or undefined when another
+     * request won the race; callers then re-read and report the real state.
+     */
+    async transition(id: string, fromStates: readonly SandboxState[], patch: SandboxPatch, operationId?: string): Promise<Sandbox | undefined> {
+      const q = db<SandboxRow>('sandboxes')
+        .where({ id })
+        .whereIn('state', fromStates as SandboxState[])
+        .update({ ...toColumns(patch), updated_at: new Date() } as Partial<SandboxRow>)
+        .returning('*');
+      if (operationId) q.andWhere({ operation_id: operationId });
+      const [row] = await q;
+      return row ? fromRow(row as SandboxRow) : undefined;
+    },
+
+    async update(id: string, patch: SandboxPatch): Promise<Sandbox | undefined> {
+      const [row] = await db<SandboxRow>('sandboxes')
+        .where({ id })
+        .update({ ...toColumns(patch), updated_at: new Date() } as Partial<SandboxRow>)
+        .returning('*');
+      return row ? fromRow(row as SandboxRow) : undefined;
+    },
+
+    /**
+     * Claim up to `limit` running sandboxes whose deadline passed, moving them to `stopping` in
+     * the same statement. SKIP LOCKED lets several control-plane replicas sweep at once without
+     * two of them claiming the same sandbox.
+     */
+    async claimExpired(now: Date, limit: number, patch: (id: string) => SandboxPatch): Promise<Sandbox[]> {
+      return (db as import('knex').Knex).transaction(async (tx) => {
+        const ids = (await tx('sandboxes')
+          .select('id')
+          .where({ state: 'running' })
+          .whereNotNull('expires_at')
+          .where('expires_at', '<=', now)
+          .orderBy('expires_at')
+          .limit(limit)
+          .forUpdate()
+          .skipLocked()) as { id: string }[];
+        const claimed: Sandbox[] = [];
+        for (const { id } of ids) {
+          const [row] = await tx('sandboxes')
+            .where({ id, state: 'running' })
+            .update({ ...toColumns({ state: 'stopping', ...patch(id) }), updated_at: new Date() })
+            .returning('*');
+          if (row) claimed.push(fromRow(row as SandboxRow));
+        }
+        return claimed;
+      });
+    },
+
+    /** Rows left in a transitional state by an owner that is no longer alive. */
+    async findOrphanedOperations(transitional: readonly SandboxState[], liveOwners: string[], limit: number): Promise<Sandbox[]> {
+      const q = db<SandboxRow>('sandboxes').whereIn('state', transitional as SandboxState[]).limit(limit);
+      if (liveOwners.length) q.where((w) => w.whereNull('operation_owner').orWhereNotIn('operation_owner', liveOwners));
+      return ((await q) as SandboxRow[]).map(fromRow);
+    },
+
+    async findByHost(hostId: string, states: readonly SandboxState[]): Promise<Sandbox[]> {
+      const rows = await db<SandboxRow>('sandboxes').where({ host_id: hostId }).whereIn('state', states as SandboxState[]);
+      return (rows as SandboxRow[]).map(fromRow);
+    },
+
+    async countActiveByHost(): Promise<Map<string, number>> {
+      const rows = (await db('sandboxes')
+        .select('host_id')
+        .count<{ host_id: string; count: string | number }[]>('* as count')
+        .whereNotIn('state', ['deleted', 'stopped', 'error'])
+        .whereNotNull('host_id')
+        .groupBy('host_id')) as { host_id: string; count: string | number }[];
+      return new Map(rows.map((r) => [r.host_id, Number(r.count)]));
+    },
+  };
+}
+
+export type SandboxRepository = ReturnType<typeof sandboxRepository>;

@@ -1,0 +1,95 @@
+// The same migrations and repositories against real PostgreSQL and against PGlite.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { migrateToLatest, openDatabase, rollbackAll, type Db } from './db.js';
+import { sandboxRepository } from './repositories/sandboxes.js';
+import { organizationRepository } from './repositories/organizations.js';
+import { hostRepository } from './repositories/hosts.js';
+import { createTestDatabase } from '../../test/harness.js';
+import { encodeCursor } from '../services/sandboxes.js';
+
+const backends: [string, () => Promise<{ db: Db; cleanup: () => Promise<void> }>][] = [
+  [
+    'postgres',
+    async () => {
+      const t = await createTestDatabase();
+      const db = openDatabase({ kind: 'postgres', url: t.url });
+      return { db, cleanup: async () => { await db.destroy(); await t.drop(); } };
+    },
+  ],
+  [
+    'pglite',
+    async () => {
+      const dir = mkdtempSync('/tmp/nbx-pglite-');
+      const db = openDatabase({ kind: 'pglite', directory: dir });
+      return { db, cleanup: async () => { await db.destroy(); rmSync(dir, { recursive: true, force: true }); } };
+    },
+  ],
+];
+
+describe.each(backends)('store on %s', (_name, open) => {
+  let db: Db;
+  let cleanup: () => Promise<void>;
+  beforeAll(async () => {
+    ({ db, cleanup } = await open());
+    await migrateToLatest(db);
+    await organizationRepository(db).insert({ id: 'orga', name: 'a' });
+    await organizationRepository(db).insert({ id: 'orgb', name: 'b' });
+    await hostRepository(db).upsertHeartbeat({ id: 'h1', url: 'http://127.0.0.1:1', driver: 'local', capabilities: {} }, new Date());
+  });
+  afterAll(async () => cleanup());
+
+  const make = (id: string, org = 'orga', labels: Record<string, string> = {}) =>
+    sandboxRepository(db).insertCreating({ id, organizationId: org, hostId: 'h1', image: 'default', cpu: 1, memoryMiB: 256, env: { A: '1' }, labels, timeoutSeconds: 60, operationId: `op${id}`, operationOwner: 'cp1' });
+
+  it('migrates down and up again unchanged', async () => {
+    await rollbackAll(db);
+    expect(await db.schema.hasTable('sandboxes')).toBe(false);
+    await migrateToLatest(db);
+    expect(await db.schema.hasTable('sandboxes')).toBe(true);
+    await organizationRepository(db).insert({ id: 'orga', name: 'a' });
+    await organizationRepository(db).insert({ id: 'orgb', name: 'b' });
+    await hostRepository(db).upsertHeartbeat({ id: 'h1', url: 'http://127.0.0.1:1', driver: 'local', capabilities: {} }, new Date());
+  });
+
+  it('round-trips a sandbox with its json columns', async () => {
+    const s = await make('s1', 'orga', { team: 'x' });
+    expect(s).toMatchObject({ id: 's1', state: 'creating', env: { A: '1' }, labels: { team: 'x' }, operation: 'create' });
+    expect(await sandboxRepository(db).findVisible('s1', 'orgb')).toBeUndefined();
+    expect((await sandboxRepository(db).findVisible('s1', 'orga'))?.labels).toEqual({ team: 'x' });
+  });
+
+  it('transitions only from the expected state and operation (compare-and-set)', async () => {
+    const repo = sandboxRepository(db);
+    expect(await repo.transition('s1', ['running'], { state: 'stopping' })).toBeUndefined();
+    expect(await repo.transition('s1', ['creating'], { state: 'running' }, 'wrong-op')).toBeUndefined();
+    const ran = await repo.transition('s1', ['creating'], { state: 'running', operation: null, operationId: null }, 'ops1');
+    expect(ran?.state).toBe('running');
+    // Two racers: exactly one wins.
+    const results = await Promise.all([repo.transition('s1', ['running'], { state: 'stopping' }), repo.transition('s1', ['running'], { state: 'stopping' })]);
+    expect(results.filter(Boolean)).toHaveLength(1);
+  });
+
+  it('pages with a cursor, filters by labels and hides other organisations', async () => {
+    const repo = sandboxRepository(db);
+    for (let i = 0; i < 5; i++) await make(`p${i}`, 'orga', { batch: 'p', n: String(i) });
+    await make('other', 'orgb', { batch: 'p' });
+    const first = await repo.list({ organizationId: 'orga', labels: { batch: 'p' }, limit: 3 });
+    expect(first.map((s) => s.id)).toEqual(['p4', 'p3', 'p2']);
+    const last = first[first.length - 1];
+    const second = await repo.list({ organizationId: 'orga', labels: { batch: 'p' }, limit: 3, after: { createdAt: last.createdAt, id: last.id } });
+    expect(second.map((s) => s.id)).toEqual(['p1', 'p0']);
+    expect(encodeCursor(last)).toMatch(/^[A-Za-z0-9_-]+$/);
+    expect((await repo.list({ organizationId: 'orga', labels: { n: '3' }, limit: 10 })).map((s) => s.id)).toEqual(['p3']);
+  });
+
+  it('claims expired sandboxes once, even with concurrent sweepers', async () => {
+    const repo = sandboxRepository(db);
+    await make('e1');
+    await repo.transition('e1', ['creating'], { state: 'running', expiresAt: new Date(Date.now() - 1000) });
+    const claims = await Promise.all([0, 1, 2].map(() => repo.claimExpired(new Date(), 10, () => ({ operation: 'stop' }))));
+    const claimedIds = claims.flat().map((s) => s.id);
+    expect(claimedIds.filter((id) => id === 'e1')).toHaveLength(1);
+    expect((await repo.findById('e1'))?.state).toBe('stopping');
+  });
+});

@@ -1,0 +1,77 @@
+import type { SandboxState } from './state-machine.js';
+
+export interface Organization {
+  id: string;
+  name: string;
+  createdAt: Date;
+}
+
+export interface Sandbox {
+  id: string;
+  organizationId: string;
+  hostId: string | null;
+  state: SandboxState;
+  image: string;
+  cpu: number;
+  memoryMiB: number;
+  env: Record<string, string>;
+  labels: Record<string, string>;
+  /** 0 = never stopped by the server on its own. */
+  timeoutSeconds: number;
+  expiresAt: Date | null;
+  operation: string | null;
+  operationId: string | null;
+  operationOwner: string | null;
+  operationStartedAt: Date | null;
+  errorMessage: string | null;
+  memoryRestored: boolean | null;
+  resumeReason: string | null;
+  createdAt: Date;
+  updatedAt: Date;
+  startedAt: Date | null;
+  stoppedAt: Date | null;
+  deletedAt: Date | null;
+}
+
+export const SCOPES = [
+  'sandboxes:read',
+  'sandboxes:create',
+  'sandboxes:operate',
+  'sandboxes:delete',
+  'sandboxes:exec',
+  'files:read',
+  'files:write',
+  'keys:manage',
+] as const;
+export type Scope = (typeof SCOPES)[number];
+
+export interface ApiKeyRecord {
+  id: string;
+  organizationId: string;
+  name: string;
+  keyPrefix: string;
+  preset: string;
+  scopes: Scope[];
+  /** When set, the key acts only on these sandboxes (and cannot create new ones). */
+  sandboxIds: string[] | null;
+  createdAt: Date;
+  lastUsedAt: Date | null;
+  revokedAt: Date | null;
+}
+
+/** Who is calling: resolved once per request by the auth service. */
+export interface Principal {
+  organizationId: string;
+  keyId: string;
+  scopes: ReadonlySet<Scope>;
+  sandboxIds: ReadonlySet<string> | null;
+}
+
+export interface HostRecord {
+  id: string;
+  url: string;
+  driver: string;
+  capabilities: Record<string, unknown>;
+  registeredAt: Date;
+  lastHeartbeatAt: Date;
+}

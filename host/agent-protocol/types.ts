@@ -1,0 +1,74 @@
+// The guest-agent wire protocol: HTTP/1.1 over a stream transport (a Unix socket in the local
+// driver today; Cloud Hypervisor hybrid vsock later). The host agent speaks it to the guest
+// agent; nothing above the host agent does. Keep this file free of Node-only imports other
+// than types so the guest-agent bundle stays small.
+//
+// Routes (all JSON unless noted; errors are `{ error: { code, message } }` with the codes of
+// core's catalogue, so the host agent can pass them through unchanged):
+//
+//   GET  /health                      → HealthResponse
+//   POST /exec          ExecRequest   → ExecResponse (foreground: answers when the process ends)
+//   GET  /files/content?path=         → raw bytes, streamed (Content-Length set from stat)
+//   PUT  /files/content?path=&mode=   raw body, streamed to a temp file then renamed; parents
+//                                       created → FileInfo of the written file
+//   GET  /files/list?path=            → { entries: FileInfo[] }
+//   GET  /files/stat?path=            → FileInfo
+//
+// Relative paths resolve against the sandbox user's home directory. All paths are resolved by
+// the guest agent inside the sandbox's own root, so symlinks can never reach the host.
+import { z } from 'zod';
+
+export const GUEST_AGENT_PROTOCOL_VERSION = 1;
+
+export const HealthResponse = z.object({
+  status: z.literal('ok'),
+  protocolVersion: z.number().int(),
+  pid: z.number().int(),
+  uptimeMs: z.number(),
+});
+export type HealthResponse = z.infer<typeof HealthResponse>;
+
+export const ExecRequest = z
+  .object({
+    // Exactly one of argv or cmd. `cmd` runs as `bash -lc <cmd>`.
+    argv: z.array(z.string()).min(1).optional(),
+    cmd: z.string().optional(),
+    cwd: z.string().optional(),
+    env: z.record(z.string(), z.string()).optional(),
+    // 0 or absent = no timeout. On timeout the whole process group gets SIGKILL.
+    timeoutMs: z.number().int().min(0).optional(),
+    // Bytes for stdin, base64; absent = stdin closed at once.
+    stdinBase64: z.string().optional(),
+  })
+  .strict();
+export type ExecRequest = z.infer<typeof ExecRequest>;
+
+export const ExecResponse = z.object({
+  exitCode: z.number().int().nullable(), // null when killed by a signal
+  signal: z.string().nullable(),
+  stdout: z.string(), // UTF-8 (invalid sequences replaced)
+  stderr: z.string(),
+  durationMs: z.number(),
+  timedOut: z.boolean(),
+  // True when a stream exceeded the agent's per-stream output cap; the tail was dropped.
+  truncated: z.boolean(),
+});
+export type ExecResponse = z.infer<typeof ExecResponse>;
+
+export const FileType = z.enum(['file', 'dir', 'symlink', 'other']);
+export const FileInfo = z.object({
+  name: z.string(),
+  path: z.string(), // absolute, inside the sandbox
+  type: FileType,
+  size: z.number(),
+  mode: z.number().int(), // permission bits, e.g. 0o644 = 420
+  mtime: z.string(), // ISO 8601
+  symlinkTarget: z.string().optional(),
+});
+export type FileInfo = z.infer<typeof FileInfo>;
+
+export const ListResponse = z.object({ entries: z.array(FileInfo) });
+export type ListResponse = z.infer<typeof ListResponse>;
+
+export const AgentError = z.object({ error: z.object({ code: z.string(), message: z.string() }) });
+export type AgentError = z.infer<typeof AgentError>;

@@ -1,0 +1,252 @@
+// The host agent's HTTP server: lifecycle calls from the control plane onto the driver, and a
+// streaming pass-through from the control plane to each sandbox's guest agent. The control
+// plane never learns how a sandbox is run; it only speaks this API.
+import http from 'node:http';
+import { timingSafeEqual } from 'node:crypto';
+import type { Socket } from 'node:net';
+import { pipeline } from 'node:stream/promises';
+import { WebSocketServer, WebSocket } from 'ws';
+import type { ZodType } from 'zod';
+import type { Driver, SandboxSpec } from '../drivers/types.js';
+import { AgentClient, AgentRequestError } from '../agent-protocol/client.js';
+import { HostSandboxSpec, SandboxIdParam } from '../protocol/schemas.js';
+
+export interface HostAgentServerOptions {
+  hostId: string;
+  secret: string;
+  driver: Driver;
+  log: (message: string) => void;
+}
+
+class HttpError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+const MAX_JSON_BODY = 1024 * 1024;
+
+async function readJson<T>(req: http.IncomingMessage, schema: ZodType<T>): Promise<T> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req) {
+    size += (chunk as Buffer).length;
+    if (size > MAX_JSON_BODY) throw new HttpError(413, 'payload_too_large', 'body: larger than 1 MiB');
+    chunks.push(chunk as Buffer);
+  }
+  let value: unknown;
+  try {
+    value = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+  } catch {
+    throw new HttpError(400, 'validation_failed', 'body: not valid JSON');
+  }
+  const parsed = schema.safeParse(value);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    throw new HttpError(400, 'validation_failed', `${issue.path.join('.') || 'body'}: ${issue.message}`);
+  }
+  return parsed.data;
+}
+
+function sendJson(res: http.ServerResponse, status: number, body: unknown): void {
+  const text = JSON.stringify(body);
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
+  res.end(text);
+}
+
+function sendError(res: http.ServerResponse, err: unknown): void {
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  if (err instanceof HttpError) return sendJson(res, err.status, { error: { code: err.code, message: err.message } });
+  if (err instanceof AgentRequestError) return sendJson(res, err.status, { error: { code: err.code, message: err.message } });
+  const message = err instanceof Error ? err.message : String(err);
+  sendJson(res, 500, { error: { code: 'internal', message } });
+}
+
+export class HostAgentServer {
+  readonly server: http.Server;
+  private readonly wss = new WebSocketServer({ noServer: true });
+  /** One lifecycle operation per sandbox at a time; later calls wait for earlier ones. */
+  private readonly locks = new Map<string, Promise<unknown>>();
+
+  constructor(private readonly opts: HostAgentServerOptions) {
+    this.server = http.createServer((req, res) => {
+      this.handle(req, res).catch((err) => sendError(res, err));
+    });
+    this.server.on('upgrade', (req, socket, head) => this.handleUpgrade(req, socket as Socket, head));
+  }
+
+  private authorized(req: http.IncomingMessage): boolean {
+    const header = req.headers.authorization ?? '';
+    const given = Buffer.from(header.startsWith('Bearer ') ? header.slice(7) : '');
+    const expected = Buffer.from(this.opts.secret);
+    return given.length === expected.length && timingSafeEqual(given, expected);
+  }
+
+  private withLock<T>(id: string, fn: () => Promise<T>): Promise<T> {
+    const previous = this.locks.get(id) ?? Promise.resolve();
+    const next = previous.catch(() => undefined).then(fn);
+    this.locks.set(id, next);
+    void next.finally(() => {
+      if (this.locks.get(id) === next) this.locks.delete(id);
+    }).catch(() => undefined);
+    return next;
+  }
+
+  private async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    if (!this.authorized(req)) throw new HttpError(401, 'unauthorized', 'missing or invalid host secret');
+    const url = new URL(req.url ?? '/', 'http://host-agent');
+    const parts = url.pathname.split('/').filter(Boolean);
+    if (parts[0] !== 'v1') throw new HttpError(404, 'not_found', `no route ${url.pathname}`);
+    const driver = this.opts.driver;
+
+    if (parts.length === 2 && parts[1] === 'info' && req.method === 'GET') {
+      return sendJson(res, 200, { hostId: this.opts.hostId, driver: driver.name, capabilities: driver.capabilities() });
+    }
+    if (parts[1] !== 'sandboxes') throw new HttpError(404, 'not_found', `no route ${url.pathname}`);
+
+    if (parts.length === 2) {
+      if (req.method === 'GET') return sendJson(res, 200, { sandboxes: await this.runtimes() });
+      if (req.method === 'POST') {
+        const spec = await readJson(req, HostSandboxSpec);
+        const runtime = await this.withLock(spec.id, () => driver.create(spec as SandboxSpec, (line) => this.opts.log(`[${spec.id}] ${line}`)));
+        return sendJson(res, 201, { id: runtime.id, status: runtime.status });
+      }
+      throw new HttpError(405, 'method_not_allowed', `${req.method} not allowed on ${url.pathname}`);
+    }
+
+    const id = SandboxIdParam.safeParse(parts[2]);
+    if (!id.success) throw new HttpError(400, 'validation_failed', `sandbox id: ${id.error.issues[0].message}`);
+    const sandboxId = id.data;
+
+    if (parts.length === 3) {
+      if (req.method === 'GET') {
+        const runtime = await driver.get(sandboxId);
+        if (!runtime) throw new HttpError(404, 'not_found', `sandbox ${sandboxId} not found on host ${this.opts.hostId}`);
+        return sendJson(res, 200, { id: runtime.id, status: runtime.status });
+      }
+      if (req.method === 'DELETE') {
+        await this.withLock(sandboxId, () => driver.destroy(sandboxId));
+        res.writeHead(204).end();
+        return;
+      }
+      throw new HttpError(405, 'method_not_allowed', `${req.method} not allowed on ${url.pathname}`);
+    }
+
+    const action = parts[3];
+    if (parts.length === 4 && action === 'stop' && req.method === 'POST') {
+      const result = await this.withLock(sandboxId, () => driver.stop(sandboxId));
+      return sendJson(res, 200, result);
+    }
+    if (parts.length === 4 && action === 'start' && req.method === 'POST') {
+      const spec = await readJson(req, HostSandboxSpec);
+      if (spec.id !== sandboxId) throw new HttpError(400, 'validation_failed', 'id: does not match the sandbox in the path');
+      const result = await this.withLock(sandboxId, () => driver.start(spec as SandboxSpec));
+      return sendJson(res, 200, { id: result.id, status: result.status, memoryRestored: result.memoryRestored, resumeReason: result.resumeReason });
+    }
+    if (action === 'agent') {
+      const agentPath = '/' + parts.slice(4).join('/') + url.search;
+      return this.proxyToAgent(sandboxId, agentPath, req, res);
+    }
+    throw new HttpError(404, 'not_found', `no route ${url.pathname}`);
+  }
+
+  private async runtimes() {
+    return (await this.opts.driver.list()).map((r) => ({ id: r.id, status: r.status }));
+  }
+
+  private async agentFor(sandboxId: string): Promise<AgentClient> {
+    const runtime = await this.opts.driver.get(sandboxId);
+    if (!runtime) throw new HttpError(404, 'not_found', `sandbox ${sandboxId} not found on host ${this.opts.hostId}`);
+    if (runtime.status !== 'running' || !runtime.agentSocket) {
+      throw new HttpError(409, 'invalid_state', `sandbox ${sandboxId} is ${runtime.status} on host ${this.opts.hostId}`);
+    }
+    return new AgentClient(runtime.agentSocket);
+  }
+
+  /** Streams both ways: neither the request nor the response body is held in memory. */
+  private async proxyToAgent(sandboxId: string, agentPath: string, req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    const agent = await this.agentFor(sandboxId);
+    const headers: Record<string, string> = {};
+    for (const name of ['content-type', 'content-length', 'range']) {
+      const value = req.headers[name];
+      if (typeof value === 'string') headers[name] = value;
+    }
+    const hasBody = req.method !== 'GET' && req.method !== 'HEAD';
+    const upstream = await agent.request({ method: req.method ?? 'GET', path: agentPath, headers, body: hasBody ? req : undefined });
+    // If our caller goes away (a client cancelled exec), drop the upstream request too, so the
+    // guest agent sees the disconnect and kills the command.
+    res.on('close', () => {
+      if (!res.writableFinished) upstream.destroy();
+    });
+    const passHeaders: Record<string, string> = {};
+    for (const name of ['content-type', 'content-length', 'content-range', 'accept-ranges']) {
+      const value = upstream.headers[name];
+      if (typeof value === 'string') passHeaders[name] = value;
+    }
+    res.writeHead(upstream.statusCode ?? 502, passHeaders);
+    await pipeline(upstream, res);
+  }
+
+  /** WebSocket pass-through to the guest agent (used by streaming features: process streams, PTY). */
+  private handleUpgrade(req: http.IncomingMessage, socket: Socket, head: Buffer): void {
+    const reject = (status: number, message: string) => {
+      socket.end(`HTTP/1.1 ${status} ${http.STATUS_CODES[status]}\r\ncontent-type: text/plain\r\ncontent-length: ${Buffer.byteLength(message)}\r\n\r\n${message}`);
+    };
+    if (!this.authorized(req)) return reject(401, 'missing or invalid host secret');
+    const parts = new URL(req.url ?? '/', 'http://host-agent').pathname.split('/').filter(Boolean);
+    const id = SandboxIdParam.safeParse(parts[2]);
+    if (parts[0] !== 'v1' || parts[1] !== 'sandboxes' || !id.success || parts[3] !== 'agent') return reject(404, 'no such WebSocket route');
+    this.agentFor(id.data)
+      .then((agent) => {
+        const url = new URL(req.url ?? '/', 'http://host-agent');
+        const target = `ws+unix://${agent.socketPath}:/${parts.slice(4).join('/')}${url.search}`;
+        const upstream = new WebSocket(target);
+        upstream.on('error', () => reject(502, 'guest agent refused the WebSocket'));
+        upstream.on('open', () => {
+          this.wss.handleUpgrade(req, socket, head, (client) => relayWebSockets(client, upstream));
+        });
+      })
+      .catch((err: unknown) => reject(err instanceof HttpError ? err.status : 502, err instanceof Error ? err.message : String(err)));
+  }
+
+  listen(port: number, host: string): Promise<number> {
+    return new Promise((resolve, reject) => {
+      this.server.once('error', reject);
+      this.server.listen(port, host, () => {
+        this.server.off('error', reject);
+        resolve((this.server.address() as { port: number }).port);
+      });
+    });
+  }
+
+  async close(): Promise<void> {
+    this.wss.close();
+    this.server.closeAllConnections();
+    await new Promise<void>((resolve) => this.server.close(() => resolve()));
+  }
+}
+
+/** Message-by-message relay, so text/binary framing and close codes survive the hop. */
+function relayWebSockets(a: WebSocket, b: WebSocket): void {
+  const forward = (from: WebSocket, to: WebSocket) => {
+    from.on('message', (data, isBinary) => {
+      if (to.readyState === WebSocket.OPEN) to.send(data, { binary: isBinary });
+    });
+    from.on('close', (code, reason) => {
+      if (to.readyState === WebSocket.OPEN || to.readyState === WebSocket.CONNECTING) {
+        // 1005/1006 cannot be sent on the wire; map them to a normal closure.
+        to.close(code === 1005 || code === 1006 ? 1000 : code, reason);
+      }
+    });
+    from.on('error', () => to.terminate());
+  };
+  forward(a, b);
+  forward(b, a);
+}

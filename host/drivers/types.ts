@@ -1,0 +1,72 @@
+// The Driver interface: the only thing the host agent knows about how a sandbox is run.
+// Two implementations are planned: `local` (namespaces + overlayfs + cgroups + netns, for hosts
+// without KVM) and `cloud-hypervisor` (microVMs). Everything a driver does must survive a
+// kill -9 of the host agent: a driver keeps its own per-sandbox record on disk and `init()`
+// adopts what is still running and reports what is not.
+
+export interface DriverCapabilities {
+  /** Stop can keep memory (resume continues running processes). */
+  memorySnapshot: boolean;
+  /** Copy-on-write fork of a sandbox. */
+  fork: boolean;
+  /** Pause/unpause without releasing memory (freezer / vm.pause). */
+  pause: boolean;
+  /** The sandbox sees a usable /dev/kvm. */
+  nestedVirt: boolean;
+  hotResize: boolean;
+  maxVcpus: number;
+  /** Human-readable facts found by probes (cgroup version, reflink, …), for diagnostics. */
+  probes: Record<string, string | number | boolean>;
+}
+
+export interface SandboxSpec {
+  /** Sandbox id: lowercase letters and digits only, at most 32 chars. */
+  id: string;
+  /** Image name known to the host (`default` = the Debian base image). */
+  image: string;
+  /** vCPUs; the local driver turns this into a CFS quota. */
+  cpu: number;
+  memoryMiB: number;
+  /** Environment every process in the sandbox starts with. */
+  env: Record<string, string>;
+}
+
+export type RuntimeStatus = 'running' | 'stopped';
+
+export interface SandboxRuntime {
+  id: string;
+  status: RuntimeStatus;
+  /** Host pid of the sandbox's outermost process while running. */
+  pid?: number;
+  /** Path of the Unix socket on which the guest agent listens (host side), while running. */
+  agentSocket?: string;
+  /** Network addresses of the sandbox's slot, while running. */
+  network?: { hostAddress: string; sandboxAddress: string; netns: string };
+}
+
+export interface StartResult extends SandboxRuntime {
+  /** Whether processes and memory survived the stop (false on a cold start). */
+  memoryRestored: boolean;
+  /** Why memory was not restored, when it was not (e.g. `driver_has_no_memory_snapshot`). */
+  resumeReason?: string;
+}
+
+export interface Driver {
+  readonly name: 'local' | 'cloud-hypervisor';
+  /** Probe the machine, reclaim leftovers of crashed runs, adopt sandboxes that still run. */
+  init(): Promise<void>;
+  capabilities(): DriverCapabilities;
+  /** Build the root filesystem, network, cgroups; start the guest agent; resolve once it answers /health. */
+  create(spec: SandboxSpec, onProgress?: (line: string) => void): Promise<SandboxRuntime>;
+  /** Stop every process; keep the sandbox's disk. Idempotent. */
+  stop(id: string): Promise<{ memorySaved: boolean }>;
+  /** Start a stopped sandbox from its kept disk; resolves once the guest agent answers. */
+  start(spec: SandboxSpec): Promise<StartResult>;
+  /** Remove everything the sandbox owns (processes, mounts, netns, veth, cgroups, files). Idempotent, also for half-created sandboxes. */
+  destroy(id: string): Promise<void>;
+  /** What the driver knows right now (after init: adopted, stopped or absent). */
+  get(id: string): Promise<SandboxRuntime | undefined>;
+  list(): Promise<SandboxRuntime[]>;
+  /** Release in-memory resources (timers); sandboxes keep running. */
+  close(): Promise<void>;
+}

@@ -1,0 +1,173 @@
+// The control plane's client of a host agent (implements core's HostClient over HTTP).
+// JSON calls are small; file bodies are streamed straight through without buffering.
+import http from 'node:http';
+import type { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import { NestboxError, isErrorCode } from '../../core/errors.js';
+import type {
+  ExecInput,
+  ExecResult,
+  FileDownload,
+  FileEntry,
+  HostClient,
+  HostSandboxRuntime,
+  HostSandboxSpec,
+  HostStartResult,
+} from '../../core/host-client.js';
+
+export interface HttpHostClientOptions {
+  hostId: string;
+  baseUrl: string;
+  secret: string;
+  /** Lifecycle calls can take a while (cold start of a sandbox); exec has its own timeout. */
+  lifecycleTimeoutMs?: number;
+}
+
+interface RequestOptions {
+  method: string;
+  path: string;
+  json?: unknown;
+  body?: Readable;
+  headers?: Record<string, string>;
+  timeoutMs?: number;
+  signal?: AbortSignal;
+}
+
+async function readAll(res: http.IncomingMessage): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of res) chunks.push(chunk as Buffer);
+  return Buffer.concat(chunks);
+}
+
+/** Rebuild the host's (or guest agent's) error as a NestboxError with the same code and status. */
+async function errorFrom(res: http.IncomingMessage): Promise<NestboxError> {
+  const text = (await readAll(res)).toString('utf8');
+  try {
+    const parsed = JSON.parse(text) as { error?: { code?: string; message?: string } };
+    const code = parsed.error?.code ?? '';
+    const message = parsed.error?.message ?? text;
+    if (isErrorCode(code)) return new NestboxError(code, message);
+    return new NestboxError(res.statusCode && res.statusCode < 500 ? 'validation_failed' : 'internal', message);
+  } catch {
+    return new NestboxError('internal', `host agent answered ${res.statusCode}: ${text.slice(0, 200)}`);
+  }
+}
+
+export class HttpHostClient implements HostClient {
+  readonly hostId: string;
+  private readonly base: URL;
+  private readonly agent = new http.Agent({ keepAlive: true, maxSockets: 64 });
+  private readonly lifecycleTimeoutMs: number;
+
+  constructor(private readonly opts: HttpHostClientOptions) {
+    this.hostId = opts.hostId;
+    this.base = new URL(opts.baseUrl);
+    this.lifecycleTimeoutMs = opts.lifecycleTimeoutMs ?? 180_000;
+  }
+
+  private request(o: RequestOptions): Promise<http.IncomingMessage> {
+    return new Promise((resolve, reject) => {
+      const headers: Record<string, string> = { authorization: `Bearer ${this.opts.secret}`, ...o.headers };
+      let payload: Buffer | undefined;
+      if (o.json !== undefined) {
+        payload = Buffer.from(JSON.stringify(o.json));
+        headers['content-type'] = 'application/json';
+        headers['content-length'] = String(payload.length);
+      }
+      const req = http.request(
+        { host: this.base.hostname, port: this.base.port, method: o.method, path: o.path, headers, agent: this.agent, signal: o.signal },
+        resolve,
+      );
+      if (o.timeoutMs) {
+        req.setTimeout(o.timeoutMs, () => req.destroy(new NestboxError('timeout', `host ${this.hostId} did not answer ${o.method} ${o.path} within ${o.timeoutMs} ms`)));
+      }
+      req.on('error', (err) => {
+        if (err instanceof NestboxError) return reject(err);
+        if ((err as NodeJS.ErrnoException).name === 'AbortError') return reject(new NestboxError('timeout', 'the request was cancelled'));
+        reject(new NestboxError('host_unavailable', `host ${this.hostId} is not reachable: ${err.message}`));
+      });
+      if (o.body) {
+        pipeline(o.body, req).catch((err) => req.destroy(err));
+      } else {
+        req.end(payload);
+      }
+    });
+  }
+
+  private async json<T>(o: RequestOptions): Promise<T> {
+    const res = await this.request({ timeoutMs: this.lifecycleTimeoutMs, ...o });
+    if ((res.statusCode ?? 500) >= 400) throw await errorFrom(res);
+    const body = await readAll(res);
+    return (body.length ? JSON.parse(body.toString('utf8')) : undefined) as T;
+  }
+
+  private sandboxPath(id: string, suffix = ''): string {
+    return `/v1/sandboxes/${encodeURIComponent(id)}${suffix}`;
+  }
+
+  createSandbox(spec: HostSandboxSpec): Promise<HostSandboxRuntime> {
+    return this.json({ method: 'POST', path: '/v1/sandboxes', json: spec });
+  }
+
+  stopSandbox(id: string): Promise<{ memorySaved: boolean }> {
+    return this.json({ method: 'POST', path: this.sandboxPath(id, '/stop') });
+  }
+
+  startSandbox(spec: HostSandboxSpec): Promise<HostStartResult> {
+    return this.json({ method: 'POST', path: this.sandboxPath(spec.id, '/start'), json: spec });
+  }
+
+  async destroySandbox(id: string): Promise<void> {
+    await this.json({ method: 'DELETE', path: this.sandboxPath(id) });
+  }
+
+  async getSandbox(id: string): Promise<HostSandboxRuntime | undefined> {
+    try {
+      return await this.json<HostSandboxRuntime>({ method: 'GET', path: this.sandboxPath(id), timeoutMs: 10_000 });
+    } catch (err) {
+      if (err instanceof NestboxError && err.code === 'not_found') return undefined;
+      throw err;
+    }
+  }
+
+  exec(id: string, input: ExecInput, signal?: AbortSignal): Promise<ExecResult> {
+    // No HTTP timeout here: the command's own timeoutMs bounds it, and 0 means "none".
+    return this.json({ method: 'POST', path: this.sandboxPath(id, '/agent/exec'), json: input, timeoutMs: 0, signal });
+  }
+
+  async readFile(id: string, path: string, range?: string): Promise<FileDownload> {
+    const res = await this.request({
+      method: 'GET',
+      path: this.sandboxPath(id, `/agent/files/content?path=${encodeURIComponent(path)}`),
+      headers: range ? { range } : undefined,
+    });
+    if ((res.statusCode ?? 500) >= 400) throw await errorFrom(res);
+    const headers: Record<string, string> = {};
+    for (const name of ['content-length', 'content-range', 'content-type', 'accept-ranges']) {
+      const v = res.headers[name];
+      if (typeof v === 'string') headers[name] = v;
+    }
+    return { body: res, status: res.statusCode ?? 200, headers };
+  }
+
+  async writeFile(id: string, path: string, body: Readable, mode?: string): Promise<FileEntry> {
+    const query = `path=${encodeURIComponent(path)}${mode ? `&mode=${encodeURIComponent(mode)}` : ''}`;
+    const res = await this.request({
+      method: 'PUT',
+      path: this.sandboxPath(id, `/agent/files/content?${query}`),
+      body,
+      headers: { 'content-type': 'application/octet-stream' },
+    });
+    if ((res.statusCode ?? 500) >= 400) throw await errorFrom(res);
+    return JSON.parse((await readAll(res)).toString('utf8')) as FileEntry;
+  }
+
+  async listFiles(id: string, path: string): Promise<FileEntry[]> {
+    const result = await this.json<{ entries: FileEntry[] }>({
+      method: 'GET',
+      path: this.sandboxPath(id, `/agent/files/list?path=${encodeURIComponent(path)}`),
+      timeoutMs: 60_000,
+    });
+    return result.entries;
+  }
+}

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# System packages Nestbox needs on Debian/Ubuntu, as root. With --with-postgres, also starts a
+# local PostgreSQL with a `nestbox` role for the integration tests.
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+
+packages=(debootstrap nftables tini iproute2 util-linux procps psmisc ca-certificates)
+with_postgres=false
+[[ "${1:-}" == "--with-postgres" ]] && with_postgres=true && packages+=(postgresql)
+
+missing=()
+for p in "${packages[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p"); done
+if ((${#missing[@]})); then
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if $with_postgres; then
+  cluster=$(pg_lsclusters --no-header | awk 'NR==1 {print $1" "$2}')
+  if [[ -z "$cluster" ]]; then pg_createcluster 15 main >/dev/null; cluster="15 main"; fi
+  pg_ctlcluster $cluster start 2>/dev/null || true
+  for _ in $(seq 1 30); do pg_isready -q -h 127.0.0.1 && break; sleep 0.5; done
+  su postgres -c "psql -qtAc \"SELECT 1 FROM pg_roles WHERE rolname='nestbox'\"" | grep -q 1 ||
+    su postgres -c "psql -qc \"CREATE ROLE nestbox LOGIN SUPERUSER PASSWORD 'nestbox'\""
+fi

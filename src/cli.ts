@@ -1,0 +1,62 @@
+#!/usr/bin/env node
+// Entry point: `nestbox server` (default), `nestbox host-agent`, `nestbox image build`.
+import { ConfigError, loadConfig } from './config.js';
+
+const usage = `usage: nestbox <command>
+
+  server        control plane + local host agent (+ PGlite unless NESTBOX_DATABASE_URL is set)
+  host-agent    run a host agent alone (needs NESTBOX_CONTROL_PLANE_URL, NESTBOX_HOST_AGENT_SECRET)
+  host-secret <hostId>
+                print the secret a remote host agent with this id must use
+  image build   build (or reuse) the default base image under the images dir`;
+
+async function main(argv: string[]): Promise<void> {
+  const [command = 'server', ...rest] = argv;
+  const config = loadConfig();
+  const stopOn = (close: () => Promise<void>) => {
+    for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+      process.once(signal, () => {
+        void close().then(() => process.exit(0));
+      });
+    }
+  };
+  switch (command) {
+    case 'server': {
+      const { startServer } = await import('./server.js');
+      const server = await startServer(config);
+      stopOn(server.close);
+      return;
+    }
+    case 'host-agent': {
+      const { startHostAgent } = await import('./host-agent.js');
+      const agent = await startHostAgent(config);
+      stopOn(agent.close);
+      return;
+    }
+    case 'host-secret': {
+      const hostId = rest[0];
+      if (!hostId || !config.hostSecret) throw new ConfigError('host-secret needs a host id argument and NESTBOX_HOST_SECRET set');
+      const { deriveHostSecret } = await import('../core/services/hosts.js');
+      console.log(deriveHostSecret(config.hostSecret, hostId));
+      return;
+    }
+    case 'image': {
+      if (rest[0] !== 'build') break;
+      const { ensureBaseImage } = await import('../host/images/base-image.js');
+      const image = await ensureBaseImage({ imagesDir: config.imagesDir, name: 'default', onProgress: (l) => console.log(l) });
+      console.log(`image ready: ${image.rootfs}`);
+      return;
+    }
+    case 'help':
+    case '--help':
+      console.log(usage);
+      return;
+  }
+  console.error(usage);
+  process.exit(2);
+}
+
+main(process.argv.slice(2)).catch((err: unknown) => {
+  console.error(err instanceof ConfigError ? err.message : err instanceof Error ? (err.stack ?? err.message) : String(err));
+  process.exit(1);
+});

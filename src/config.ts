@@ -1,0 +1,142 @@
+// The one place that reads process.env. Everything else receives a parsed Config.
+import { resolve } from 'node:path';
+import { z } from 'zod';
+
+const port = z.coerce.number().int().min(0).max(65535);
+const positiveInt = z.coerce.number().int().positive();
+const nonNegativeInt = z.coerce.number().int().min(0);
+
+const ConfigSchema = z.object({
+  NESTBOX_PORT: port.default(7070),
+  NESTBOX_HOST: z.string().min(1).default('127.0.0.1'),
+  NESTBOX_DATA_DIR: z.string().min(1).default('./.nestbox'),
+  NESTBOX_DATABASE_URL: z
+    .string()
+    .refine((v) => /^postgres(ql)?:\/\//.test(v), 'must be a postgres:// or postgresql:// URL')
+    .optional(),
+  NESTBOX_BOOTSTRAP_API_KEY: z
+    .string()
+    .regex(/^nbx_[A-Za-z0-9]{40}$/, 'must be "nbx_" followed by 40 letters or digits')
+    .optional(),
+  // Master secret from which every host agent's secret is derived. Unset: generated once and
+  // kept in the data dir (fine for one machine; set it explicitly when host agents are remote).
+  NESTBOX_HOST_SECRET: z.string().min(32, 'must be at least 32 characters').optional(),
+  // Where images are cached; several data dirs (tests) can share one.
+  NESTBOX_IMAGES_DIR: z.string().min(1).optional(),
+  // false = the server does not start a local host agent (host agents run elsewhere).
+  NESTBOX_LOCAL_HOST_AGENT: z.enum(['true', 'false']).default('true'),
+
+  // Host agent (nestbox host-agent).
+  NESTBOX_HOST_ID: z.string().regex(/^[a-z0-9][a-z0-9-]{0,62}$/, 'must be lowercase letters, digits and dashes').default('local'),
+  NESTBOX_HOST_AGENT_HOST: z.string().min(1).default('127.0.0.1'),
+  NESTBOX_HOST_AGENT_PORT: port.default(0),
+  // URL the control plane uses to reach this host agent; default http://<host>:<bound port>.
+  NESTBOX_HOST_AGENT_URL: z.string().url().optional(),
+  NESTBOX_CONTROL_PLANE_URL: z.string().url().optional(),
+  // The host agent's own secret (derived from NESTBOX_HOST_SECRET for its host id).
+  NESTBOX_HOST_AGENT_SECRET: z.string().min(16).optional(),
+  NESTBOX_HEARTBEAT_INTERVAL_MS: positiveInt.default(2000),
+  // Exit when the parent process goes away (set for the server's own child host agent).
+  NESTBOX_EXIT_WITH_PARENT: z.enum(['true', 'false']).default('false'),
+  NESTBOX_SANDBOX_SUBNET: z.string().regex(/^10\.\d{1,3}\.0\.0\/16$/, 'must be a 10.x.0.0/16 network').default('10.200.0.0/16'),
+
+  // Limits and defaults for sandboxes.
+  NESTBOX_DEFAULT_TIMEOUT_SECONDS: nonNegativeInt.default(900),
+  NESTBOX_MAX_TIMEOUT_SECONDS: positiveInt.default(86_400),
+  NESTBOX_DEFAULT_CPU: positiveInt.default(1),
+  NESTBOX_MAX_CPU: positiveInt.default(4),
+  NESTBOX_DEFAULT_MEMORY_MIB: positiveInt.default(1024),
+  NESTBOX_MAX_MEMORY_MIB: positiveInt.default(8192),
+  NESTBOX_MAX_UPLOAD_BYTES: positiveInt.default(10 * 1024 ** 3),
+  NESTBOX_BACKGROUND_INTERVAL_MS: positiveInt.default(2000),
+  NESTBOX_LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error']).default('info'),
+})
+  // A misspelt NESTBOX_ variable is an error rather than a silently ignored setting.
+  .strict();
+
+export interface Config {
+  port: number;
+  host: string;
+  dataDir: string;
+  imagesDir: string;
+  database: { kind: 'postgres'; url: string } | { kind: 'pglite'; directory: string };
+  bootstrapApiKey?: string;
+  hostSecret?: string;
+  localHostAgent: boolean;
+  hostAgent: {
+    hostId: string;
+    listenHost: string;
+    listenPort: number;
+    advertisedUrl?: string;
+    controlPlaneUrl?: string;
+    secret?: string;
+    heartbeatIntervalMs: number;
+    exitWithParent: boolean;
+    subnet: string;
+  };
+  limits: {
+    defaultTimeoutSeconds: number;
+    maxTimeoutSeconds: number;
+    defaultCpu: number;
+    maxCpu: number;
+    defaultMemoryMiB: number;
+    maxMemoryMiB: number;
+    maxUploadBytes: number;
+  };
+  backgroundIntervalMs: number;
+  logLevel: 'debug' | 'info' | 'warn' | 'error';
+}
+
+export class ConfigError extends Error {}
+
+/** Parse once at start-up; an invalid value stops the start with a message naming the variable. */
+export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
+  // NESTBOX_TEST_* belong to the test suite, not to the program.
+  const relevant = Object.fromEntries(
+    Object.entries(env).filter(([k, v]) => k.startsWith('NESTBOX_') && !k.startsWith('NESTBOX_TEST_') && v !== ''),
+  );
+  const parsed = ConfigSchema.safeParse(relevant);
+  if (!parsed.success) {
+    const lines = parsed.error.issues.map((i) =>
+      i.code === 'unrecognized_keys' ? `${i.keys.join(', ')}: unknown setting` : `${i.path.join('.')}: ${i.message}`,
+    );
+    throw new ConfigError(`invalid configuration:\n  ${lines.join('\n  ')}`);
+  }
+  const e = parsed.data;
+  if (e.NESTBOX_DEFAULT_TIMEOUT_SECONDS > e.NESTBOX_MAX_TIMEOUT_SECONDS) {
+    throw new ConfigError('invalid configuration:\n  NESTBOX_DEFAULT_TIMEOUT_SECONDS: must not exceed NESTBOX_MAX_TIMEOUT_SECONDS');
+  }
+  const dataDir = resolve(e.NESTBOX_DATA_DIR);
+  return {
+    port: e.NESTBOX_PORT,
+    host: e.NESTBOX_HOST,
+    dataDir,
+    imagesDir: resolve(e.NESTBOX_IMAGES_DIR ?? `${dataDir}/images`),
+    database: e.NESTBOX_DATABASE_URL ? { kind: 'postgres', url: e.NESTBOX_DATABASE_URL } : { kind: 'pglite', directory: `${dataDir}/pglite` },
+    bootstrapApiKey: e.NESTBOX_BOOTSTRAP_API_KEY,
+    hostSecret: e.NESTBOX_HOST_SECRET,
+    localHostAgent: e.NESTBOX_LOCAL_HOST_AGENT === 'true',
+    hostAgent: {
+      hostId: e.NESTBOX_HOST_ID,
+      listenHost: e.NESTBOX_HOST_AGENT_HOST,
+      listenPort: e.NESTBOX_HOST_AGENT_PORT,
+      advertisedUrl: e.NESTBOX_HOST_AGENT_URL,
+      controlPlaneUrl: e.NESTBOX_CONTROL_PLANE_URL,
+      secret: e.NESTBOX_HOST_AGENT_SECRET,
+      heartbeatIntervalMs: e.NESTBOX_HEARTBEAT_INTERVAL_MS,
+      exitWithParent: e.NESTBOX_EXIT_WITH_PARENT === 'true',
+      subnet: e.NESTBOX_SANDBOX_SUBNET,
+    },
+    limits: {
+      defaultTimeoutSeconds: e.NESTBOX_DEFAULT_TIMEOUT_SECONDS,
+      maxTimeoutSeconds: e.NESTBOX_MAX_TIMEOUT_SECONDS,
+      defaultCpu: e.NESTBOX_DEFAULT_CPU,
+      maxCpu: e.NESTBOX_MAX_CPU,
+      defaultMemoryMiB: e.NESTBOX_DEFAULT_MEMORY_MIB,
+      maxMemoryMiB: e.NESTBOX_MAX_MEMORY_MIB,
+      maxUploadBytes: e.NESTBOX_MAX_UPLOAD_BYTES,
+    },
+    backgroundIntervalMs: e.NESTBOX_BACKGROUND_INTERVAL_MS,
+    logLevel: e.NESTBOX_LOG_LEVEL,
+  };
+}

@@ -1,0 +1,95 @@
+// `nestbox host-agent`: owns this machine's sandboxes, serves the control plane, heartbeats.
+import { createHash } from 'node:crypto';
+import { mkdirSync } from 'node:fs';
+import type { Config } from './config.js';
+import { ConfigError } from './config.js';
+import { HostAgentServer } from '../host/agent/server.js';
+import { LocalDriver } from '../host/drivers/local/driver.js';
+import { ensureBaseImage } from '../host/images/base-image.js';
+import { HEARTBEAT_PATH, type Heartbeat } from '../host/protocol/schemas.js';
+import { GUEST_AGENT_BUNDLE } from './paths.js';
+
+export interface RunningHostAgent {
+  url: string;
+  close(): Promise<void>;
+}
+
+export async function startHostAgent(config: Config, log: (m: string) => void = (m) => console.log(m)): Promise<RunningHostAgent> {
+  const ha = config.hostAgent;
+  if (!ha.secret) throw new ConfigError('invalid configuration:\n  NESTBOX_HOST_AGENT_SECRET: required for a host agent');
+  if (!ha.controlPlaneUrl) throw new ConfigError('invalid configuration:\n  NESTBOX_CONTROL_PLANE_URL: required for a host agent');
+  mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
+
+  // Build (or reuse) the base image before registering, so the first create is not the one
+  // that waits for debootstrap.
+  await ensureBaseImage({ imagesDir: config.imagesDir, name: 'default', onProgress: (line) => log(`image: ${line}`) });
+
+  const driver = new LocalDriver({
+    dataDir: config.dataDir,
+    imagesDir: config.imagesDir,
+    guestAgentBundle: GUEST_AGENT_BUNDLE(),
+    subnet: ha.subnet,
+    // Several host agents can share a machine (tests do); each reclaims only what it owns.
+    ownerId: `${ha.hostId}-${createHash('sha256').update(config.dataDir).digest('hex').slice(0, 12)}`,
+    log,
+  });
+  await driver.init();
+
+  const server = new HostAgentServer({ hostId: ha.hostId, secret: ha.secret, driver, log });
+  const port = await server.listen(ha.listenPort, ha.listenHost);
+  const url = ha.advertisedUrl ?? `http://${ha.listenHost}:${port}`;
+  log(`host agent ${ha.hostId} (${driver.name} driver) listening on ${url}`);
+
+  let stopped = false;
+  const heartbeat = async () => {
+    const body: Heartbeat = {
+      hostId: ha.hostId,
+      url,
+      driver: driver.name,
+      capabilities: { ...driver.capabilities() },
+      sandboxes: (await driver.list()).map((s) => ({ id: s.id, status: s.status })),
+    };
+    const res = await fetch(new URL(HEARTBEAT_PATH, ha.controlPlaneUrl), {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${ha.secret}` },
+      body: JSON.stringify(body),
+      signal: AbortSignal.timeout(10_000),
+    });
+    if (!res.ok) throw new Error(`control plane answered ${res.status}: ${await res.text()}`);
+  };
+  let lastFailure = '';
+  const beat = async () => {
+    try {
+      await heartbeat();
+      if (lastFailure) log('heartbeat: control plane reachable again');
+      lastFailure = '';
+    } catch (err) {
+      const message = err instanceof Error ? err.message : String(err);
+      if (message !== lastFailure) log(`heartbeat failed: ${message}`);
+      lastFailure = message;
+    }
+  };
+  await beat();
+  const timer = setInterval(() => void beat(), ha.heartbeatIntervalMs);
+
+  const close = async () => {
+    if (stopped) return;
+    stopped = true;
+    clearInterval(timer);
+    clearInterval(parentWatch);
+    await server.close();
+    // Sandboxes keep running: the next host agent adopts them.
+    await driver.close();
+  };
+
+  // A child host agent goes away with its server (the server may die by kill -9 and cannot
+  // tell us). Sandboxes survive; the restarted server's host agent adopts them.
+  const parentPid = process.ppid;
+  const parentWatch = setInterval(() => {
+    if (ha.exitWithParent && process.ppid !== parentPid) {
+      log('parent process is gone; host agent exiting (sandboxes keep running)');
+      void close().then(() => process.exit(0));
+    }
+  }, 500);
+  return { url, close };
+}

@@ -1,0 +1,37 @@
+import type { ApiKeyRecord, Sandbox } from '../../../core/types.js';
+
+const iso = (d: Date | null): string | null => (d ? d.toISOString() : null);
+
+/** The public shape of a sandbox. Env values are not echoed: they often hold secrets. */
+export function renderSandbox(s: Sandbox) {
+  return {
+    id: s.id,
+    state: s.state,
+    image: s.image,
+    cpu: s.cpu,
+    memoryMiB: s.memoryMiB,
+    labels: s.labels,
+    timeoutSeconds: s.timeoutSeconds,
+    expiresAt: iso(s.expiresAt),
+    createdAt: s.createdAt.toISOString(),
+    updatedAt: s.updatedAt.toISOString(),
+    startedAt: iso(s.startedAt),
+    stoppedAt: iso(s.stoppedAt),
+    memoryRestored: s.memoryRestored,
+    resumeReason: s.resumeReason,
+    errorMessage: s.errorMessage,
+  };
+}
+
+export function renderApiKey(k: ApiKeyRecord) {
+  return {
+    id: k.id,
+    name: k.name,
+    preset: k.preset,
+    scopes: k.scopes,
+    keyPrefix: k.keyPrefix,
+    sandboxIds: k.sandboxIds,
+    createdAt: k.createdAt.toISOString(),
+    lastUsedAt: iso(k.lastUsedAt),
+  };
+}

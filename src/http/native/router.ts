@@ -1,0 +1,134 @@
+// The native API: openapi/native.yaml is the source of truth for routes and validation;
+// openapi-backend routes each request to the handler of its operationId.
+import express, { type Request, type Response, type Router } from 'express';
+import { OpenAPIBackend, type Context, type Document } from 'openapi-backend';
+import { load as loadYaml } from 'js-yaml';
+import { NestboxError, toNestboxError } from '../../../core/errors.js';
+import { requireScope } from '../../../core/services/auth.js';
+import { SCOPES, type Principal, type Scope } from '../../../core/types.js';
+import type { Services } from '../../services.js';
+import { nativeHandlers } from './handlers/index.js';
+import type { NativeHandler } from './context.js';
+
+export function renderNativeError(res: Response, err: unknown, log?: (m: string) => void): void {
+  const e = toNestboxError(err);
+  if (e.status >= 500 && log) log(`native API ${e.code}: ${e.message}`);
+  if (res.headersSent) {
+    // The body was already streaming: the only honest signal left is to cut the connection.
+    res.destroy();
+    return;
+  }
+  res.status(e.status).json({ error: e.toJSON() });
+}
+
+interface AjvError {
+  instancePath?: string;
+  keyword: string;
+  message?: string;
+  params: Record<string, unknown>;
+}
+
+/** Turn openapi-backend's ajv errors into one message that names the field. */
+export function describeValidationErrors(errors: AjvError[] | null | undefined): NestboxError {
+  const first = errors?.[0];
+  if (!first) return new NestboxError('validation_failed', 'request: invalid');
+  // instancePath looks like /requestBody/env/FOO or /query/limit or /path/sandboxId.
+  const segments = (first.instancePath ?? '').split('/').filter(Boolean);
+  const [where, ...rest] = segments;
+  let field = rest.join('.');
+  let problem = first.message ?? 'is invalid';
+  if (first.keyword === 'additionalProperties') {
+    const extra = String(first.params.additionalProperty);
+    field = field ? `${field}.${extra}` : extra;
+    problem = 'is not a known field';
+  } else if (first.keyword === 'required') {
+    const missing = String(first.params.missingProperty);
+    if (missing === 'requestBody') {
+      field = 'body';
+      problem = 'is required (a JSON object)';
+    } else {
+      field = field ? `${field}.${missing}` : missing;
+      problem = 'is required';
+    }
+  } else if (first.keyword === 'pattern' && /path$/.test(field)) {
+    problem = 'must not contain NUL bytes';
+  }
+  if (!field) field = where === 'requestBody' ? 'body' : (where ?? 'request');
+  return new NestboxError('validation_failed', `${field}: ${problem}`, { field, location: where ?? 'request' });
+}
+
+export function loadNativeSpec(text: string): Document {
+  return loadYaml(text) as Document;
+}
+
+export function createNativeRouter(services: Services): Router {
+  const spec = loadNativeSpec(services.nativeSpecText);
+  const api = new OpenAPIBackend({ definition: spec, quick: false, validate: true, strict: true });
+
+  const wrap = (handler: NativeHandler) => async (c: Context, req: Request, res: Response) => {
+    const principal = await authenticate(c, req);
+    await handler({ api: c, req, res, principal, services });
+  };
+
+  const authenticate = async (c: Context, req: Request): Promise<Principal | undefined> => {
+    const operation = c.operation as { security?: unknown[]; 'x-nestbox-scope'?: string };
+    if (Array.isArray(operation.security) && operation.security.length === 0) return undefined;
+    const header = req.headers.authorization;
+    const token = header?.startsWith('Bearer ') ? header.slice(7).trim() : undefined;
+    const principal = await services.auth.authenticate(token);
+    const scope = operation['x-nestbox-scope'];
+    if (!scope || !SCOPES.includes(scope as Scope)) throw new NestboxError('internal', `operation ${c.operation.operationId} declares no valid x-nestbox-scope`);
+    requireScope(principal, scope as Scope);
+    return principal;
+  };
+
+  const handlers: Record<string, (c: Context, req: Request, res: Response) => Promise<void>> = {};
+  for (const [operationId, handler] of Object.entries(nativeHandlers)) handlers[operationId] = wrap(handler);
+  api.register({
+    ...handlers,
+    validationFail: async (c: Context) => {
+      throw describeValidationErrors(c.validation.errors as AjvError[]);
+    },
+    notFound: async (c: Context) => {
+      throw new NestboxError('not_found', `no route ${c.request.method.toUpperCase()} ${c.request.path}`);
+    },
+    methodNotAllowed: async (c: Context) => {
+      throw new NestboxError('method_not_allowed', `${c.request.method.toUpperCase()} is not allowed on ${c.request.path}`);
+    },
+    notImplemented: async (c: Context) => {
+      throw new NestboxError('not_supported', `operation ${c.operation?.operationId} is not implemented`);
+    },
+  });
+  api.init();
+
+  const router = express.Router();
+  // Only JSON bodies are parsed; file uploads stay a stream for the handler.
+  router.use(express.json({ limit: '2mb', type: ['application/json', 'application/*+json'] }));
+  router.use(async (req: Request, res: Response) => {
+    try {
+      const isJson = req.is(['application/json', 'application/*+json']);
+      await api.handleRequest(
+        {
+          method: req.method,
+          path: req.path,
+          query: req.query as Record<string, string | string[]>,
+          headers: req.headers as Record<string, string | string[]>,
+          // Absent JSON body = undefined, so "required" is reported as a missing body.
+          body: isJson ? req.body : undefined,
+        },
+        req,
+        res,
+      );
+    } catch (err) {
+      renderNativeError(res, err, services.log);
+    }
+  });
+  // express.json parse failures (invalid JSON, too large) arrive here.
+  router.use((err: unknown, _req: Request, res: Response, _next: unknown) => {
+    const e = err as { type?: string; status?: number; message?: string };
+    if (e.type === 'entity.parse.failed') return renderNativeError(res, new NestboxError('validation_failed', 'body: is not valid JSON', { field: 'body' }));
+    if (e.type === 'entity.too.large') return renderNativeError(res, new NestboxError('payload_too_large', 'body: JSON body larger than 2 MiB'));
+    renderNativeError(res, err, services.log);
+  });
+  return router;
+}

@@ -1,0 +1,45 @@
+import { readFileSync, readdirSync } from 'node:fs';
+import { describe, expect, it } from 'vitest';
+import { loadNativeSpec, describeValidationErrors } from './router.js';
+import { nativeHandlers } from './handlers/index.js';
+import { projectPath } from '../../paths.js';
+import { SCOPES } from '../../../core/types.js';
+
+const spec = loadNativeSpec(readFileSync(projectPath('openapi/native.yaml'), 'utf8'));
+const operations = Object.values(spec.paths ?? {}).flatMap((item) =>
+  Object.entries(item as Record<string, unknown>)
+    .filter(([method]) => ['get', 'put', 'post', 'patch', 'delete'].includes(method))
+    .map(([, op]) => op as { operationId: string; security?: unknown[]; 'x-nestbox-scope'?: string }),
+);
+
+describe('openapi/native.yaml', () => {
+  it('has a handler for every operationId and no handler without an operation', () => {
+    const ids = operations.map((o) => o.operationId).sort();
+    expect(ids.length).toBeGreaterThan(10);
+    expect(Object.keys(nativeHandlers).sort()).toEqual(ids);
+  });
+
+  it('keeps one handler file per operationId, named after it', () => {
+    const files = readdirSync(projectPath('src/http/native/handlers'))
+      .filter((f) => f.endsWith('.ts') && f !== 'index.ts' && !f.endsWith('.test.ts'))
+      .map((f) => f.replace(/\.ts$/, ''))
+      .sort();
+    expect(files).toEqual(operations.map((o) => o.operationId).sort());
+  });
+
+  it('declares a known scope on every authenticated operation', () => {
+    for (const op of operations) {
+      if (Array.isArray(op.security) && op.security.length === 0) continue;
+      expect(SCOPES, op.operationId).toContain(op['x-nestbox-scope']);
+    }
+  });
+});
+
+describe('validation messages', () => {
+  it('name the field for unknown, missing and mistyped fields', () => {
+    expect(describeValidationErrors([{ instancePath: '/requestBody', keyword: 'additionalProperties', params: { additionalProperty: 'cpus' } }]).message).toBe('cpus: is not a known field');
+    expect(describeValidationErrors([{ instancePath: '/requestBody/memoryMiB', keyword: 'type', message: 'must be integer', params: {} }]).message).toBe('memoryMiB: must be integer');
+    expect(describeValidationErrors([{ instancePath: '', keyword: 'required', params: { missingProperty: 'requestBody' } }]).message).toBe('body: is required (a JSON object)');
+    expect(describeValidationErrors([{ instancePath: '/query/path', keyword: 'pattern', message: 'must match', params: {} }]).message).toBe('path: must not contain NUL bytes');
+  });
+});

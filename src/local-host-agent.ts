@@ -1,0 +1,68 @@
+// The server's own host agent, run as a child process: a real process boundary and the same
+// HTTP protocol as a remote host, so single-machine mode exercises the production path.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createInterface } from 'node:readline';
+import { join } from 'node:path';
+import type { Config } from './config.js';
+import { CLI_ENTRY } from './paths.js';
+
+export interface SupervisorOptions {
+  config: Config;
+  controlPlaneUrl: string;
+  secret: string;
+  log: (m: string) => void;
+}
+
+export class LocalHostAgentSupervisor {
+  private child: ChildProcess | undefined;
+  private stopping = false;
+  private restarts = 0;
+  private restartTimer: NodeJS.Timeout | undefined;
+
+  constructor(private readonly opts: SupervisorOptions) {}
+
+  start(): void {
+    const { config } = this.opts;
+    // Only the settings a host agent reads are passed; the rest of the environment is not.
+    const env: NodeJS.ProcessEnv = {
+      PATH: process.env.PATH,
+      HOME: process.env.HOME,
+      NESTBOX_DATA_DIR: join(config.dataDir, 'host'),
+      NESTBOX_IMAGES_DIR: config.imagesDir,
+      NESTBOX_HOST_ID: config.hostAgent.hostId,
+      NESTBOX_HOST_AGENT_HOST: '127.0.0.1',
+      NESTBOX_HOST_AGENT_PORT: '0',
+      NESTBOX_CONTROL_PLANE_URL: this.opts.controlPlaneUrl,
+      NESTBOX_HOST_AGENT_SECRET: this.opts.secret,
+      NESTBOX_HEARTBEAT_INTERVAL_MS: String(config.hostAgent.heartbeatIntervalMs),
+      NESTBOX_SANDBOX_SUBNET: config.hostAgent.subnet,
+      NESTBOX_EXIT_WITH_PARENT: 'true',
+      NESTBOX_LOG_LEVEL: config.logLevel,
+    };
+    const child = spawn(process.execPath, [CLI_ENTRY(), 'host-agent'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    this.child = child;
+    for (const stream of [child.stdout!, child.stderr!]) {
+      createInterface({ input: stream }).on('line', (line) => this.opts.log(`[host-agent] ${line}`));
+    }
+    child.on('exit', (code, signal) => {
+      this.child = undefined;
+      if (this.stopping) return;
+      // Back off so a host agent that cannot start (e.g. missing tools) does not spin.
+      const delay = Math.min(30_000, 1000 * 2 ** Math.min(this.restarts++, 5));
+      this.opts.log(`[host-agent] exited (${signal ?? code}); restarting in ${delay} ms`);
+      this.restartTimer = setTimeout(() => this.start(), delay);
+    });
+  }
+
+  async stop(): Promise<void> {
+    this.stopping = true;
+    if (this.restartTimer) clearTimeout(this.restartTimer);
+    const child = this.child;
+    if (!child) return;
+    const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+    child.kill('SIGTERM');
+    const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
+    await exited;
+    clearTimeout(timer);
+  }
+}

@@ -1,0 +1,105 @@
+// Shared test plumbing: a real server (control plane + local host agent child process) on a
+// fresh database, real PostgreSQL by default, PGlite on request.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import knexFactory from 'knex';
+import supertest from 'supertest';
+import { loadConfig } from '../src/config.js';
+import { startServer, type RunningServer } from '../src/server.js';
+import { generateApiKey } from '../core/services/auth.js';
+
+export const TEST_IMAGES_DIR = process.env.NESTBOX_TEST_IMAGES_DIR ?? '/var/tmp/nestbox-test-images';
+export const TEST_DATABASE_URL = process.env.NESTBOX_TEST_DATABASE_URL ?? 'postgres://nestbox:nestbox@127.0.0.1:5432/postgres';
+
+/** A brand-new PostgreSQL database for one test file; dropped by the returned function. */
+export async function createTestDatabase(): Promise<{ url: string; drop: () => Promise<void> }> {
+  const name = `nbx_test_${randomBytes(6).toString('hex')}`;
+  const admin = knexFactory({ client: 'pg', connection: TEST_DATABASE_URL, pool: { min: 0, max: 1 } });
+  await admin.raw(`CREATE DATABASE ${name}`);
+  await admin.destroy();
+  const url = new URL(TEST_DATABASE_URL);
+  url.pathname = `/${name}`;
+  return {
+    url: url.toString(),
+    drop: async () => {
+      const a = knexFactory({ client: 'pg', connection: TEST_DATABASE_URL, pool: { min: 0, max: 1 } });
+      await a.raw(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+      await a.destroy();
+    },
+  };
+}
+
+export interface TestServer {
+  server: RunningServer;
+  url: string;
+  apiKey: string;
+  dataDir: string;
+  databaseUrl?: string;
+  logs: string[];
+  http: ReturnType<typeof supertest>;
+  auth: { Authorization: string };
+  close(): Promise<void>;
+}
+
+export function testEnv(dataDir: string, extra: Record<string, string> = {}): Record<string, string> {
+  return {
+    NESTBOX_PORT: '0',
+    NESTBOX_DATA_DIR: dataDir,
+    NESTBOX_IMAGES_DIR: TEST_IMAGES_DIR,
+    NESTBOX_HEARTBEAT_INTERVAL_MS: '500',
+    NESTBOX_BACKGROUND_INTERVAL_MS: '500',
+    ...extra,
+  };
+}
+
+export async function waitFor<T>(what: string, fn: () => Promise<T | undefined | false>, timeoutMs = 60_000, intervalMs = 200): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let last: unknown;
+  while (Date.now() < deadline) {
+    try {
+      const v = await fn();
+      if (v !== undefined && v !== false) return v as T;
+    } catch (err) {
+      last = err;
+    }
+    await new Promise((r) => setTimeout(r, intervalMs));
+  }
+  throw new Error(`timed out waiting for ${what}${last ? `: ${String(last)}` : ''}`);
+}
+
+export async function startTestServer(opts: { database?: 'postgres' | 'pglite'; env?: Record<string, string> } = {}): Promise<TestServer> {
+  const dataDir = mkdtempSync('/tmp/nbx-it-');
+  const db = opts.database === 'pglite' ? undefined : await createTestDatabase();
+  const apiKey = generateApiKey();
+  const logs: string[] = [];
+  const config = loadConfig(
+    testEnv(dataDir, {
+      NESTBOX_BOOTSTRAP_API_KEY: apiKey,
+      ...(db ? { NESTBOX_DATABASE_URL: db.url } : {}),
+      ...opts.env,
+    }),
+  );
+  const server = await startServer(config, (m) => logs.push(m));
+  const http = supertest(server.url);
+  await waitFor('a registered host agent', async () => {
+    const res = await http.get('/api/v1/health');
+    return res.body.hostsAvailable >= 1 ? true : undefined;
+  }, 120_000).catch((err) => {
+    throw new Error(`${(err as Error).message}\nserver log:\n${logs.slice(-40).join('\n')}`);
+  });
+  return {
+    server,
+    url: server.url,
+    apiKey,
+    dataDir,
+    databaseUrl: db?.url,
+    logs,
+    http,
+    auth: { Authorization: `Bearer ${apiKey}` },
+    async close() {
+      await server.close();
+      await db?.drop();
+      rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
