@@ -43,3 +43,11 @@ describe('validation messages', () => {
     expect(describeValidationErrors([{ instancePath: '/query/path', keyword: 'pattern', message: 'must match', params: {} }]).message).toBe('path: must not contain NUL bytes');
   });
 });
+
+describe('openapi document validity', () => {
+  it('passes openapi-backend strict validation', async () => {
+    const { OpenAPIBackend } = await import('openapi-backend');
+    const api = new OpenAPIBackend({ definition: spec, strict: true, validate: true });
+    expect(() => api.init()).not.toThrow();
+  });
+});

@@ -1,0 +1,193 @@
+// Network slots: one network namespace per running sandbox, wired to the host by a veth pair
+// with a /31 carved from the sandbox subnet (host-runtime.md §6). Slot indices are allocated
+// machine-wide with O_EXCL files under /run/nestbox/slots/, so host agents running side by side
+// never hand out the same namespace or addresses; each file names its owner and sandbox.
+import { execFile } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { mkdir, open, readFile, readdir, rm, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+
+export const SLOTS_DIR = '/run/nestbox/slots';
+export const NETNS_PREFIX = 'nbx-';
+export const VETH_PREFIX = 'nbxv';
+
+export interface Slot {
+  index: number;
+  /** Network namespace name (`/run/netns/<netns>`). */
+  netns: string;
+  /** Host end of the veth pair. */
+  hostInterface: string;
+  hostAddress: string;
+  sandboxAddress: string;
+}
+
+export interface SlotClaim {
+  index: number;
+  owner: string;
+  sandboxId: string;
+  createdAt: string;
+}
+
+// ---- addresses ------------------------------------------------------------------------------
+
+export function parseIpv4Cidr(cidr: string): { base: number; prefix: number } {
+  const match = /^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})\/(\d{1,2})$/.exec(cidr);
+  if (!match) throw new Error(`invalid IPv4 CIDR: ${cidr}`);
+  const octets = match.slice(1, 5).map(Number);
+  const prefix = Number(match[5]);
+  if (octets.some((octet) => octet > 255) || prefix > 32) throw new Error(`invalid IPv4 CIDR: ${cidr}`);
+  const address = octets.reduce((acc, octet) => acc * 256 + octet, 0);
+  const size = 2 ** (32 - prefix);
+  return { base: address - (address % size), prefix };
+}
+
+function formatIpv4(value: number): string {
+  return [24, 16, 8, 0].map((shift) => Math.floor(value / 2 ** shift) % 256).join('.');
+}
+
+/** How many /31 slots fit in the subnet. */
+export function slotCapacity(subnet: string): number {
+  return 2 ** (32 - parseIpv4Cidr(subnet).prefix) / 2;
+}
+
+/** Slot i owns the i-th /31: `.0`-side for the sandbox, `.1`-side for the host. */
+export function slotFor(subnet: string, index: number): Slot {
+  if (!Number.isInteger(index) || index < 0 || index >= slotCapacity(subnet)) throw new Error(`slot ${index} is outside ${subnet}`);
+  const { base } = parseIpv4Cidr(subnet);
+  return {
+    index,
+    netns: `${NETNS_PREFIX}${index}`,
+    hostInterface: `${VETH_PREFIX}${index}`,
+    sandboxAddress: formatIpv4(base + 2 * index),
+    hostAddress: formatIpv4(base + 2 * index + 1),
+  };
+}
+
+// ---- allocation -----------------------------------------------------------------------------
+
+export class SlotAllocator {
+  constructor(
+    private readonly subnet: string,
+    private readonly slotsDir = SLOTS_DIR,
+  ) {}
+
+  /** Claims the lowest free index with an O_EXCL file; a racing agent simply gets EEXIST. */
+  async claim(owner: string, sandboxId: string): Promise<Slot> {
+    await mkdir(this.slotsDir, { recursive: true, mode: 0o755 });
+    const taken = new Set((await this.claims()).map((claim) => claim.index));
+    const capacity = slotCapacity(this.subnet);
+    for (let index = 0; index < capacity; index++) {
+      if (taken.has(index)) continue;
+      const claim: SlotClaim = { index, owner, sandboxId, createdAt: new Date().toISOString() };
+      try {
+        const handle = await open(this.claimPath(index), 'wx', 0o644);
+        await handle.writeFile(`${JSON.stringify(claim)}\n`);
+        await handle.close();
+        return slotFor(this.subnet, index);
+      } catch (error) {
+        if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+      }
+    }
+    throw new Error(`no free network slot in ${this.subnet} (${capacity} slots, see ${this.slotsDir})`);
+  }
+
+  async claims(): Promise<SlotClaim[]> {
+    const names = await readdir(this.slotsDir).catch(() => [] as string[]);
+    const claims: SlotClaim[] = [];
+    for (const name of names) {
+      if (!/^\d+$/.test(name)) continue;
+      try {
+        claims.push({ ...(JSON.parse(await readFile(join(this.slotsDir, name), 'utf8')) as SlotClaim), index: Number(name) });
+      } catch {
+        // A claim being written right now (or torn by a crash): count it as taken, owner unknown.
+        claims.push({ index: Number(name), owner: '', sandboxId: '', createdAt: '' });
+      }
+    }
+    return claims;
+  }
+
+  async release(index: number): Promise<void> {
+    await rm(this.claimPath(index), { force: true });
+  }
+
+  slot(index: number): Slot {
+    return slotFor(this.subnet, index);
+  }
+
+  private claimPath(index: number): string {
+    return join(this.slotsDir, String(index));
+  }
+}
+
+// ---- wiring ---------------------------------------------------------------------------------
+
+function run(file: string, args: string[], input?: string): Promise<{ stdout: string; stderr: string }> {
+  return new Promise((resolve, reject) => {
+    const child = execFile(file, args, { timeout: 15_000 }, (error, stdout, stderr) => {
+      if (error) reject(Object.assign(new Error(`${file} ${args.join(' ')} failed: ${stderr.trim() || error.message}`), { stderr }));
+      else resolve({ stdout, stderr });
+    });
+    if (input !== undefined) child.stdin?.end(input);
+  });
+}
+
+export function slotExists(slot: Slot): { netns: boolean; veth: boolean } {
+  return {
+    netns: existsSync(`/run/netns/${slot.netns}`),
+    veth: existsSync(`/sys/class/net/${slot.hostInterface}`),
+  };
+}
+
+/**
+ * Creates the namespace and veth pair with two `ip -batch` calls (the `-n` form is refused
+ * inside a batch file, hence one batch per namespace).
+ */
+export async function buildSlot(slot: Slot): Promise<void> {
+  const leftovers = slotExists(slot);
+  // Our claim file is fresh, so anything still wired to this index is a crash leftover.
+  if (leftovers.netns || leftovers.veth) await teardownSlot(slot);
+  await run('ip', ['-batch', '-'], [
+    `netns add ${slot.netns}`,
+    `link add ${slot.hostInterface} type veth peer name eth0 netns ${slot.netns}`,
+    `addr add ${slot.hostAddress}/31 dev ${slot.hostInterface}`,
+    `link set ${slot.hostInterface} up`,
+    '',
+  ].join('\n'));
+  await run('ip', ['-n', slot.netns, '-batch', '-'], [
+    'link set lo up',
+    `addr add ${slot.sandboxAddress}/31 dev eth0`,
+    'link set eth0 up',
+    `route add default via ${slot.hostAddress}`,
+    '',
+  ].join('\n'));
+}
+
+/**
+ * Removes the veth pair and the namespace. The host end is deleted explicitly because a
+ * namespace still pinned by a process would otherwise keep the pair alive.
+ */
+export async function teardownSlot(slot: Slot): Promise<void> {
+  const present = slotExists(slot);
+  const commands: string[] = [];
+  if (present.veth) commands.push(`link del ${slot.hostInterface}`);
+  if (present.netns) commands.push(`netns del ${slot.netns}`);
+  if (commands.length) await run('ip', ['-force', '-batch', '-'], `${commands.join('\n')}\n`).catch(() => {});
+  const after = slotExists(slot);
+  if (after.netns || after.veth) throw new Error(`could not remove network slot ${slot.index} (netns ${after.netns}, veth ${after.veth})`);
+  // A later sandbox on this slot must not inherit NAT/established state of this one.
+  await run('conntrack', ['-D', '-s', slot.sandboxAddress]).catch(() => {});
+}
+
+export async function enableIpForwarding(): Promise<void> {
+  const path = '/proc/sys/net/ipv4/ip_forward';
+  if ((await readFile(path, 'utf8')).trim() !== '1') await writeFile(path, '1');
+}
+
+/** IPv4 resolvers from the host's resolv.conf that a sandbox can use (not loopback). */
+export async function hostDnsServers(resolvConf = '/etc/resolv.conf'): Promise<string[]> {
+  const text = await readFile(resolvConf, 'utf8').catch(() => '');
+  return text
+    .split('\n')
+    .map((line) => /^\s*nameserver\s+(\d+\.\d+\.\d+\.\d+)\s*$/.exec(line)?.[1])
+    .filter((address): address is string => !!address && !address.startsWith('127.'));
+}

@@ -1,0 +1,61 @@
+// The per-sandbox record on disk (`<dataDir>/sandboxes/<id>/record.json`): everything a later
+// host agent needs to adopt a running sandbox or clean up after a crash. Written atomically
+// (temp file + rename) so a kill -9 leaves either the old or the new record, never half of one.
+import { randomBytes } from 'node:crypto';
+import { readFile, readdir, rename, rm, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { SandboxSpec } from '../types.js';
+
+export const RECORD_FILE = 'record.json';
+const RECORD_VERSION = 1;
+
+/**
+ * `creating`/`starting` mark a launch in progress: finding one at init means the host agent died
+ * mid-way, so the runtime is cleaned up (and a never-started create is removed entirely).
+ */
+export type RecordStatus = 'creating' | 'starting' | 'running' | 'stopped';
+
+export interface SandboxRecord {
+  version: number;
+  id: string;
+  owner: string;
+  spec: SandboxSpec;
+  status: RecordStatus;
+  /** The network slot while the sandbox runs. */
+  slot?: { index: number; netns: string; hostInterface: string; hostAddress: string; sandboxAddress: string };
+  cgroup?: { version: 1 | 2; paths: string[] };
+  /** Host pid of the outermost launcher process (unshare), plus its start time to detect pid reuse. */
+  pid?: number;
+  pidStartTime?: string;
+  agentSocket: string;
+  createdAt: string;
+  updatedAt: string;
+}
+
+export function newRecord(spec: SandboxSpec, owner: string, agentSocket: string, status: RecordStatus): SandboxRecord {
+  const now = new Date().toISOString();
+  return { version: RECORD_VERSION, id: spec.id, owner, spec, status, agentSocket, createdAt: now, updatedAt: now };
+}
+
+export async function writeRecord(sandboxDir: string, record: SandboxRecord): Promise<void> {
+  const path = join(sandboxDir, RECORD_FILE);
+  const temp = `${path}.tmp-${process.pid}-${randomBytes(4).toString('hex')}`;
+  record.updatedAt = new Date().toISOString();
+  await writeFile(temp, `${JSON.stringify(record, null, 2)}\n`, { mode: 0o600 });
+  await rename(temp, path);
+}
+
+export async function readRecord(sandboxDir: string): Promise<SandboxRecord | undefined> {
+  try {
+    const record = JSON.parse(await readFile(join(sandboxDir, RECORD_FILE), 'utf8')) as SandboxRecord;
+    return record.version === RECORD_VERSION ? record : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Temp files of record writes interrupted by a crash. */
+export async function removeRecordTempFiles(sandboxDir: string): Promise<void> {
+  const entries = await readdir(sandboxDir).catch(() => [] as string[]);
+  for (const entry of entries) if (entry.startsWith(`${RECORD_FILE}.tmp-`)) await rm(join(sandboxDir, entry), { force: true });
+}

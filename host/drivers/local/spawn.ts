@@ -1,0 +1,262 @@
+// Launching a sandbox: a detached process chain that joins the sandbox's cgroups and network
+// namespace, creates its own mount/pid/uts/ipc namespaces, assembles the root filesystem
+// (overlayfs + /proc + /dev + /sys + /.nestbox) inside the new mount namespace, switches root,
+// drops capabilities and execs tini → guest agent.
+//
+//   /bin/sh (stage 1, host)      joins the cgroups by writing its own pid, then
+//   nsenter --net → unshare      new mount/pid/uts/ipc namespaces; unshare stays as the parent
+//   /bin/sh (stage 2, PID 1)     builds the root under <sandbox>/rootfs with host binaries
+//   perl (stage 3, PID 1)        pivot_root, detach the old root, hostname, drop capabilities
+//   tini-static → node agent     the sandbox proper
+//
+// Why perl for stage 3: after pivot_root every path lookup resolves inside the sandbox's root,
+// whose upper layer the sandbox itself can write. Executing any dynamically linked program
+// there while we still hold full capabilities (setpriv, umount, hostname…) would run the
+// sandbox's own ld.so/libc/ld.so.preload as real root — a full escape on the next start. perl
+// (from perl-base, Essential in Debian) is loaded from the host *before* the switch and does the
+// remaining steps with its builtin syscall(); the only thing executed inside the new root is the
+// statically linked tini, already capability-reduced. setpriv cannot do this: it would have to
+// run before pivot_root, which itself needs CAP_SYS_ADMIN.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { closeSync, openSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+
+export const IN_SANDBOX_NODE = '/.nestbox/bin/node';
+export const IN_SANDBOX_TINI = '/.nestbox/bin/tini';
+export const IN_SANDBOX_AGENT = '/.nestbox/lib/guest-agent.mjs';
+export const IN_SANDBOX_SOCKET = '/.nestbox/run/agent.sock';
+export const SANDBOX_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
+
+/** Capabilities the sandbox keeps (Docker's default set minus CAP_MKNOD: we run no devices cgroup). */
+export const KEPT_CAPABILITIES: Record<string, number> = {
+  chown: 0,
+  dac_override: 1,
+  fowner: 3,
+  fsetid: 4,
+  kill: 5,
+  setgid: 6,
+  setuid: 7,
+  setpcap: 8,
+  net_bind_service: 10,
+  net_raw: 13,
+  sys_chroot: 18,
+  audit_write: 29,
+  setfcap: 31,
+};
+
+interface SyscallNumbers {
+  pivotRoot: number;
+  umount2: number;
+  prctl: number;
+  sethostname: number;
+}
+
+const SYSCALLS: Partial<Record<NodeJS.Architecture, SyscallNumbers>> = {
+  x64: { pivotRoot: 155, umount2: 166, prctl: 157, sethostname: 170 },
+  arm64: { pivotRoot: 41, umount2: 39, prctl: 167, sethostname: 161 },
+};
+
+export function syscallNumbers(arch: NodeJS.Architecture = process.arch): SyscallNumbers {
+  const numbers = SYSCALLS[arch];
+  if (!numbers) throw new Error(`the local driver does not know the syscall numbers for ${arch}`);
+  return numbers;
+}
+
+export async function lastCapability(): Promise<number> {
+  return Number((await readFile('/proc/sys/kernel/cap_last_cap', 'utf8')).trim());
+}
+
+// Stage 1: runs on the host as the spawned process. Args: netns path, cgroup.procs files, "--",
+// then everything for stage 2.
+const STAGE1 = `set -eu
+netns=$1; shift
+while [ "$1" != "--" ]; do echo $$ > "$1"; shift; done
+shift
+# The scripts travel in the environment (eval) so the long-lived unshare's argv stays short.
+exec nsenter --net="$netns" -- unshare --mount --pid --uts --ipc --fork --kill-child --propagation private -- /bin/sh -c 'eval "$NESTBOX_STAGE2"' nestbox-stage2 "$@"
+`;
+
+// Stage 2: PID 1 of the new PID namespace, still in the host's root (so only host binaries run),
+// in a private copy of the host's mount namespace: nothing mounted here is visible outside and
+// everything vanishes with the namespace.
+const STAGE2 = `set -eu
+lower=$1 upper=$2 work=$3 root=$4 run=$5 node=$6 tini=$7 agent=$8
+shift 8
+# The host rules only know IPv4; the slot gets no IPv6 at all.
+echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6 2>/dev/null || true
+echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6 2>/dev/null || true
+mount -t overlay overlay -o "lowerdir=$lower,upperdir=$upper,workdir=$work" "$root"
+# The sandbox owns its upper layer: a symlink here would point our mounts at host paths.
+for dir in proc sys dev .nestbox; do
+  if [ -L "$root/$dir" ]; then echo "nestbox launcher: /$dir is a symlink in the sandbox; refusing to start" >&2; exit 1; fi
+  mkdir -p "$root/$dir"
+done
+mount -t proc -o nosuid,nodev,noexec proc "$root/proc"
+# Kernel-global knobs (core_pattern, sysrq…) stay read-only; a few info leaks are masked.
+for entry in sys sysrq-trigger irq bus fs; do
+  if [ -e "$root/proc/$entry" ]; then
+    mount --bind "$root/proc/$entry" "$root/proc/$entry"
+    mount -o remount,bind,ro,nosuid,nodev,noexec "$root/proc/$entry"
+  fi
+done
+for entry in kcore keys timer_list sched_debug; do
+  if [ -f "$root/proc/$entry" ]; then mount --bind /dev/null "$root/proc/$entry"; fi
+done
+mount -t sysfs -o ro,nosuid,nodev,noexec sysfs "$root/sys"
+mount -t tmpfs -o nosuid,noexec,mode=755,size=1m dev "$root/dev"
+mknod -m 666 "$root/dev/null" c 1 3
+mknod -m 666 "$root/dev/zero" c 1 5
+mknod -m 666 "$root/dev/full" c 1 7
+mknod -m 666 "$root/dev/random" c 1 8
+mknod -m 666 "$root/dev/urandom" c 1 9
+mknod -m 666 "$root/dev/tty" c 5 0
+mkdir "$root/dev/pts" "$root/dev/shm"
+mount -t devpts -o newinstance,ptmxmode=0666,mode=0620,gid=5,nosuid,noexec devpts "$root/dev/pts"
+ln -s pts/ptmx "$root/dev/ptmx"
+mount -t tmpfs -o nosuid,nodev,mode=1777 shm "$root/dev/shm"
+ln -s /proc/self/fd "$root/dev/fd"
+ln -s /proc/self/fd/0 "$root/dev/stdin"
+ln -s /proc/self/fd/1 "$root/dev/stdout"
+ln -s /proc/self/fd/2 "$root/dev/stderr"
+mount -t tmpfs -o nosuid,nodev,mode=755,size=64k nestbox "$root/.nestbox"
+mkdir "$root/.nestbox/bin" "$root/.nestbox/lib" "$root/.nestbox/run"
+touch "$root/.nestbox/bin/node" "$root/.nestbox/bin/tini" "$root/.nestbox/lib/guest-agent.mjs"
+mount --bind -o ro,nosuid,nodev "$node" "$root/.nestbox/bin/node"
+mount --bind -o ro,nosuid,nodev "$tini" "$root/.nestbox/bin/tini"
+mount --bind -o ro,nosuid,nodev "$agent" "$root/.nestbox/lib/guest-agent.mjs"
+mount --bind -o nosuid,nodev,noexec "$run" "$root/.nestbox/run"
+mount -o remount,ro,nosuid,nodev nestbox "$root/.nestbox"
+exec perl -e 'eval $ENV{NESTBOX_STAGE3}; die $@ if $@;' -- "$root" "$@"
+`;
+
+// Stage 3: see the header comment. Args: root, hostname, last capability, kept capabilities,
+// syscall numbers, command…; the sandbox's environment comes as NESTBOX_ENV_<name> variables
+// (never argv: /proc/<pid>/cmdline is world-readable, environ is not).
+const STAGE3 = `use strict;
+my ($root, $hostname, $lastCap, $keptCaps, $nrPivot, $nrUmount2, $nrPrctl, $nrSethostname) = splice(@ARGV, 0, 8);
+my %kept = map { ($_ => 1) } split(/,/, $keptCaps);
+my %env = map { /^NESTBOX_ENV_(.+)$/ ? ($1 => $ENV{$_}) : () } keys %ENV;
+my @command = @ARGV;
+sub fail { my $what = shift; print STDERR "nestbox launcher: $what: $!\\n"; exit 1; }
+chdir($root) or fail("chdir $root");
+my $dot = '.';
+syscall($nrPivot + 0, $dot, $dot) == 0 or fail('pivot_root');
+syscall($nrUmount2 + 0, $dot, 2) == 0 or fail('detach the old root');
+chdir('/') or fail('chdir /');
+syscall($nrSethostname + 0, $hostname, length($hostname)) == 0 or fail('sethostname');
+for my $cap (0 .. $lastCap) {
+  next if $kept{$cap};
+  syscall($nrPrctl + 0, 24, $cap, 0, 0, 0) == 0 or fail("drop capability $cap");
+}
+%ENV = %env;
+exec { $command[0] } @command;
+fail("exec $command[0]");
+`;
+
+export interface LaunchPlan {
+  netnsPath: string;
+  cgroupProcsFiles: string[];
+  lowerDir: string;
+  upperDir: string;
+  workDir: string;
+  rootDir: string;
+  runDir: string;
+  nodeBinary: string;
+  tiniBinary: string;
+  guestAgentBundle: string;
+  hostname: string;
+  /** The guest agent's complete environment. */
+  env: Record<string, string>;
+  logFile: string;
+  lastCapability: number;
+}
+
+/** Paths end up in mount option strings and shell words; refuse anything that would be reparsed. */
+export function assertSafeHostPath(label: string, path: string): void {
+  if (!path.startsWith('/') || /[,:\\\n\r\t\0]/.test(path)) {
+    throw new Error(`${label} path "${path}" must be absolute and free of commas, colons, backslashes and control characters`);
+  }
+}
+
+export function assertValidEnv(env: Record<string, string>): void {
+  for (const [name, value] of Object.entries(env)) {
+    if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(name)) throw new Error(`invalid environment variable name "${name}"`);
+    if (typeof value !== 'string' || value.includes('\0')) throw new Error(`environment variable ${name} must be a string without NUL bytes`);
+  }
+}
+
+function prefixedEnv(env: Record<string, string>): Record<string, string> {
+  return Object.fromEntries(Object.entries(env).map(([name, value]) => [`NESTBOX_ENV_${name}`, value]));
+}
+
+export function buildLaunchArgs(plan: LaunchPlan): string[] {
+  const numbers = syscallNumbers();
+  const kept = Object.values(KEPT_CAPABILITIES).join(',');
+  return [
+    '-c',
+    STAGE1,
+    'nestbox-stage1',
+    plan.netnsPath,
+    ...plan.cgroupProcsFiles,
+    '--',
+    plan.lowerDir,
+    plan.upperDir,
+    plan.workDir,
+    plan.rootDir,
+    plan.runDir,
+    plan.nodeBinary,
+    plan.tiniBinary,
+    plan.guestAgentBundle,
+    plan.hostname,
+    String(plan.lastCapability),
+    kept,
+    String(numbers.pivotRoot),
+    String(numbers.umount2),
+    String(numbers.prctl),
+    String(numbers.sethostname),
+    IN_SANDBOX_TINI,
+    '-s',
+    '--',
+    IN_SANDBOX_NODE,
+    IN_SANDBOX_AGENT,
+    '--socket',
+    IN_SANDBOX_SOCKET,
+  ];
+}
+
+/**
+ * Starts the chain detached (own session, stdio to the sandbox log, unref'd) so the sandbox
+ * outlives the host agent. The returned child's pid is the launcher (unshare) for the whole
+ * sandbox lifetime: sh and nsenter exec into it.
+ */
+export function launchSandbox(plan: LaunchPlan): ChildProcess {
+  for (const [label, path] of Object.entries({
+    lower: plan.lowerDir,
+    upper: plan.upperDir,
+    work: plan.workDir,
+    root: plan.rootDir,
+    run: plan.runDir,
+    node: plan.nodeBinary,
+    tini: plan.tiniBinary,
+    agent: plan.guestAgentBundle,
+  })) {
+    assertSafeHostPath(label, path);
+  }
+  assertValidEnv(plan.env);
+  const logFd = openSync(plan.logFile, 'a', 0o600);
+  try {
+    const child = spawn('/bin/sh', buildLaunchArgs(plan), {
+      detached: true,
+      stdio: ['ignore', logFd, logFd],
+      cwd: '/',
+      // Only what the stages need: the sandbox's own env is applied by stage 3, after the root
+      // switch, so nothing in it (LD_PRELOAD…) can reach a privileged host binary.
+      // NESTBOX_ENV_LD_PRELOAD is inert until stage 3 renames it.
+      env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', LC_ALL: 'C', NESTBOX_STAGE2: STAGE2, NESTBOX_STAGE3: STAGE3, ...prefixedEnv(plan.env) },
+    });
+    child.unref();
+    return child;
+  } finally {
+    closeSync(logFd);
+  }
+}

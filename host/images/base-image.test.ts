@@ -1,0 +1,80 @@
+// ensureBaseImage's caching, locking and crash cleanup, with a fake debootstrap so the test
+// takes seconds; the real build is exercised by the test suite's global setup.
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { DEFAULT_IMAGE_PACKAGES, ensureBaseImage, readCompleteImage } from './base-image.js';
+
+// Arguments: --variant=… --include=… <suite> <target> <mirror>. Counts its runs in $COUNTER.
+const FAKE_DEBOOTSTRAP = `#!/bin/sh
+set -e
+target=$4
+echo "I: fake debootstrap into $target"
+echo run >> "$(dirname "$(dirname "$target")")/../counter"
+sleep 0.5
+mkdir -p "$target/usr/bin" "$target/etc"
+echo "I: Base system installed successfully."
+`;
+
+describe('ensureBaseImage', () => {
+  let dir: string;
+  afterEach(() => rmSync(dir, { recursive: true, force: true }));
+
+  function setup(): { imagesDir: string; fake: string; runs: () => number } {
+    dir = mkdtempSync('/tmp/nbx-img-');
+    const imagesDir = join(dir, 'images');
+    const fake = join(dir, 'fake-debootstrap');
+    writeFileSync(fake, FAKE_DEBOOTSTRAP, { mode: 0o755 });
+    const counter = join(imagesDir, 'counter');
+    return { imagesDir, fake, runs: () => (existsSync(counter) ? readFileSync(counter, 'utf8').trim().split('\n').length : 0) };
+  }
+
+  it('builds once when two callers race, and both get the finished image', async () => {
+    const { imagesDir, fake, runs } = setup();
+    const lines: string[] = [];
+    const [a, b] = await Promise.all([
+      ensureBaseImage({ imagesDir, debootstrapBinary: fake, onProgress: (line) => lines.push(line) }),
+      // Either caller may win the lock, so both collect progress.
+      ensureBaseImage({ imagesDir, debootstrapBinary: fake, onProgress: (line) => lines.push(line) }),
+    ]);
+    expect(runs()).toBe(1);
+    expect(a.rootfs).toBe(join(imagesDir, 'default', 'rootfs'));
+    expect(b.rootfs).toBe(a.rootfs);
+    expect(a.manifest.packages).toEqual([...DEFAULT_IMAGE_PACKAGES]);
+    expect(a.manifest.suite).toBe('bookworm');
+    expect(existsSync(join(a.rootfs, '.nestbox'))).toBe(true);
+    expect(lines.some((line) => line.includes('fake debootstrap'))).toBe(true);
+    expect(existsSync(join(imagesDir, 'default', '.lock'))).toBe(false);
+
+    await ensureBaseImage({ imagesDir, debootstrapBinary: fake });
+    expect(runs()).toBe(1); // cached
+  });
+
+  it('takes over a dead builder’s lock and removes its temp dir', async () => {
+    const { imagesDir, fake, runs } = setup();
+    const imageDir = join(imagesDir, 'default');
+    mkdirSync(join(imageDir, '.build-999999-dead', 'rootfs', 'usr'), { recursive: true });
+    // A lock held by a pid that is not running.
+    writeFileSync(join(imageDir, '.lock'), JSON.stringify({ pid: 2 ** 22 + 1, startTime: '1' }));
+    // A rootfs without a manifest: a build that crashed after its rename.
+    mkdirSync(join(imageDir, 'rootfs', 'half'), { recursive: true });
+    expect(await readCompleteImage(imageDir)).toBeUndefined();
+
+    const image = await ensureBaseImage({ imagesDir, debootstrapBinary: fake, lockWaitMs: 10_000 });
+    expect(runs()).toBe(1);
+    expect(existsSync(join(imageDir, '.build-999999-dead'))).toBe(false);
+    expect(existsSync(join(image.rootfs, 'half'))).toBe(false);
+    expect(existsSync(join(image.rootfs, 'usr', 'bin'))).toBe(true);
+  });
+
+  it('reports a failing debootstrap and leaves no temp dir', async () => {
+    const { imagesDir } = setup();
+    const failing = join(dir, 'failing');
+    writeFileSync(failing, '#!/bin/sh\necho "E: no network" >&2\nexit 1\n', { mode: 0o755 });
+    await expect(ensureBaseImage({ imagesDir, debootstrapBinary: failing })).rejects.toThrow('E: no network');
+    const leftovers = readFileSync('/proc/self/mountinfo', 'utf8').includes(imagesDir);
+    expect(leftovers).toBe(false);
+    expect(existsSync(join(imagesDir, 'default', 'rootfs'))).toBe(false);
+    expect(existsSync(join(imagesDir, 'default', '.lock'))).toBe(false);
+  });
+});
