@@ -4,6 +4,14 @@
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 
+if [[ $(id -u) -ne 0 ]]; then echo "run as root: sandboxes need namespaces, cgroups and nftables" >&2; exit 1; fi
+node_major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
+if ((node_major < 20)); then
+  echo "Nestbox needs Node.js 20 or newer with npm (found: $(node --version 2>/dev/null || echo none))." >&2
+  echo "Install it from your distribution or https://nodejs.org, then run this again." >&2
+  exit 1
+fi
+
 packages=(debootstrap nftables tini iproute2 util-linux procps psmisc ca-certificates)
 with_postgres=false
 [[ "${1:-}" == "--with-postgres" ]] && with_postgres=true && packages+=(postgresql)

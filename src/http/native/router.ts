@@ -3,6 +3,7 @@
 import express, { type Request, type Response, type Router } from 'express';
 import { OpenAPIBackend, type Context, type Document } from 'openapi-backend';
 import { load as loadYaml } from 'js-yaml';
+import addFormats from 'ajv-formats';
 import { NestboxError, toNestboxError } from '../../../core/errors.js';
 import { requireScope } from '../../../core/services/auth.js';
 import { SCOPES, type Principal, type Scope } from '../../../core/types.js';
@@ -63,7 +64,17 @@ export function loadNativeSpec(text: string): Document {
 
 export function createNativeRouter(services: Services): Router {
   const spec = loadNativeSpec(services.nativeSpecText);
-  const api = new OpenAPIBackend({ definition: spec, quick: false, validate: true, strict: true });
+  const api = new OpenAPIBackend({
+    definition: spec,
+    quick: false,
+    validate: true,
+    strict: true,
+    // Formats such as date-time are part of the contract; teach ajv to check them.
+    customizeAjv: (ajv) => {
+      (addFormats as unknown as (a: typeof ajv) => void)(ajv);
+      return ajv;
+    },
+  });
 
   const wrap = (handler: NativeHandler) => async (c: Context, req: Request, res: Response) => {
     const principal = await authenticate(c, req);
