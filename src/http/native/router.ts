@@ -62,9 +62,9 @@ export function loadNativeSpec(text: string): Document {
   return loadYaml(text) as Document;
 }
 
-export function createNativeRouter(services: Services): Router {
-  const spec = loadNativeSpec(services.nativeSpecText);
-  const api = new OpenAPIBackend({
+/** The openapi-backend instance for the native spec (handlers are registered by the caller). */
+export function createNativeBackend(spec: Document): OpenAPIBackend {
+  return new OpenAPIBackend({
     definition: spec,
     quick: false,
     validate: true,
@@ -75,6 +75,10 @@ export function createNativeRouter(services: Services): Router {
       return ajv;
     },
   });
+}
+
+export function createNativeRouter(services: Services): Router {
+  const api = createNativeBackend(loadNativeSpec(services.nativeSpecText));
 
   const wrap = (handler: NativeHandler) => async (c: Context, req: Request, res: Response) => {
     const principal = await authenticate(c, req);
