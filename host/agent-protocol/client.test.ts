@@ -10,6 +10,7 @@ import { pipeline } from 'node:stream/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createAgentServer } from '../guest-agent/server.js';
 import { startTestAgent, type TestAgent } from '../guest-agent/testing.js';
 import { AgentClient, AgentRequestError } from './client.js';
 
@@ -155,21 +156,19 @@ describe('AgentClient when the agent is not there', () => {
   });
 
   it('waitReady resolves once an agent starts listening', async () => {
-    const late = await startTestAgent();
-    await late.stop();
     const socketPath = join(dir, 'late.sock');
     const client = new AgentClient(socketPath);
     const ready = client.waitReady({ timeoutMs: 5_000, intervalMs: 20 });
+    // The agent appears only after several polls have failed, like a booting sandbox.
     await sleep(200);
-    const agent = await startTestAgent({ log: () => {} });
-    // Move the listener onto the polled path by listening there with a second server.
-    agent.server.close();
-    await new Promise<void>((resolveListen) => agent.server.listen(socketPath, resolveListen));
+    const server = createAgentServer({ home: dir, log: () => {} });
+    await new Promise<void>((listening) => server.listen(socketPath, listening));
     try {
       expect((await ready).status).toBe('ok');
     } finally {
       client.close();
-      await agent.stop();
+      server.closeAllConnections();
+      await new Promise((closed) => server.close(closed));
     }
   });
 });
@@ -220,7 +219,7 @@ describe('the bundled guest agent as a separate process', () => {
       for (let index = 0; index < 50; index++) {
         const chunk = randomBytes(MiB);
         sourceHash.update(chunk);
-        if (!out.write(chunk)) await new Promise((drain) => out.once('drain', drain));
+        if (!out.write(chunk)) await new Promise<void>((drain) => out.once('drain', () => drain()));
       }
       await new Promise<void>((done, fail) => out.end((error?: Error | null) => (error ? fail(error) : done())));
       const expectedDigest = sourceHash.digest('hex');

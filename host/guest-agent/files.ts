@@ -9,10 +9,14 @@ import { Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { FileInfo, ListResponse } from '../agent-protocol/types.js';
 import { AgentHttpError, rethrowFsError, validationFailed } from './errors.js';
+import { createScavengeNudge } from './memory.js';
 import { baseName } from './paths.js';
 import { parseRangeHeader } from './range.js';
 
 const DEFAULT_NEW_FILE_MODE = 0o644;
+
+/** Shared by all transfers: what matters is the agent's total garbage, not one stream's. */
+const noteStreamedBytes = createScavengeNudge(4 * 1024 * 1024);
 
 function fileType(info: Stats): FileInfo['type'] {
   if (info.isFile()) return 'file';
@@ -111,7 +115,9 @@ export async function sendFile(req: IncomingMessage, res: ServerResponse, absolu
     return;
   }
   // The stream owns and closes the handle; pipeline destroys it if the client goes away.
-  await pipeline(handle.createReadStream({ start, end }), res);
+  const fileStream = handle.createReadStream({ start, end });
+  fileStream.on('data', (chunk: string | Buffer) => noteStreamedBytes(chunk.length));
+  await pipeline(fileStream, res);
 }
 
 /** Where a write really lands: through a symlink that resolves, onto the path itself otherwise. */
@@ -144,6 +150,7 @@ function handleWriter(handle: FileHandle): Writable {
   };
   return new Writable({
     write(chunk: Buffer, _encoding, callback) {
+      noteStreamedBytes(chunk.length);
       writeFully(chunk).then(() => callback(), callback);
     },
   });
