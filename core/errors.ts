@@ -12,11 +12,13 @@ export const ERROR_CATALOGUE = {
   conflict: { status: 409, title: 'Conflict' },
   payload_too_large: { status: 413, title: 'The request body is too large' },
   unsupported_media_type: { status: 415, title: 'Unsupported content type' },
+  range_not_satisfiable: { status: 416, title: 'The requested byte range is outside the file' },
   limit_reached: { status: 429, title: 'A limit was reached' },
   rate_limited: { status: 429, title: 'Too many requests' },
   internal: { status: 500, title: 'Internal error' },
   not_supported: { status: 501, title: 'Not supported' },
   host_unavailable: { status: 503, title: 'The sandbox host is not reachable' },
+  insufficient_storage: { status: 507, title: "The sandbox's disk is full" },
   timeout: { status: 504, title: 'The operation timed out' },
 } as const;
 

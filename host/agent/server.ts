@@ -74,6 +74,8 @@ export class HostAgentServer {
   private readonly wss = new WebSocketServer({ noServer: true });
   /** One lifecycle operation per sandbox at a time; later calls wait for earlier ones. */
   private readonly locks = new Map<string, Promise<unknown>>();
+  /** One keep-alive client per running sandbox, dropped when its socket changes or it stops. */
+  private readonly agents = new Map<string, AgentClient>();
 
   constructor(private readonly opts: HostAgentServerOptions) {
     this.server = http.createServer((req, res) => {
@@ -115,6 +117,7 @@ export class HostAgentServer {
       if (req.method === 'GET') return sendJson(res, 200, { sandboxes: await this.runtimes() });
       if (req.method === 'POST') {
         const spec = await readJson(req, HostSandboxSpec);
+        if (await driver.get(spec.id)) throw new HttpError(409, 'conflict', `sandbox ${spec.id} already exists on host ${this.opts.hostId}`);
         const runtime = await this.withLock(spec.id, () => driver.create(spec as SandboxSpec, (line) => this.opts.log(`[${spec.id}] ${line}`)));
         return sendJson(res, 201, { id: runtime.id, status: runtime.status });
       }
@@ -132,6 +135,7 @@ export class HostAgentServer {
         return sendJson(res, 200, { id: runtime.id, status: runtime.status });
       }
       if (req.method === 'DELETE') {
+        this.dropAgent(sandboxId);
         await this.withLock(sandboxId, () => driver.destroy(sandboxId));
         res.writeHead(204).end();
         return;
@@ -140,7 +144,11 @@ export class HostAgentServer {
     }
 
     const action = parts[3];
+    if (parts.length === 4 && (action === 'stop' || action === 'start') && !(await driver.get(sandboxId))) {
+      throw new HttpError(404, 'not_found', `sandbox ${sandboxId} not found on host ${this.opts.hostId}`);
+    }
     if (parts.length === 4 && action === 'stop' && req.method === 'POST') {
+      this.dropAgent(sandboxId);
       const result = await this.withLock(sandboxId, () => driver.stop(sandboxId));
       return sendJson(res, 200, result);
     }
@@ -165,9 +173,20 @@ export class HostAgentServer {
     const runtime = await this.opts.driver.get(sandboxId);
     if (!runtime) throw new HttpError(404, 'not_found', `sandbox ${sandboxId} not found on host ${this.opts.hostId}`);
     if (runtime.status !== 'running' || !runtime.agentSocket) {
+      this.dropAgent(sandboxId);
       throw new HttpError(409, 'invalid_state', `sandbox ${sandboxId} is ${runtime.status} on host ${this.opts.hostId}`);
     }
-    return new AgentClient(runtime.agentSocket);
+    const cached = this.agents.get(sandboxId);
+    if (cached?.socketPath === runtime.agentSocket) return cached;
+    cached?.close();
+    const client = new AgentClient(runtime.agentSocket);
+    this.agents.set(sandboxId, client);
+    return client;
+  }
+
+  private dropAgent(sandboxId: string): void {
+    this.agents.get(sandboxId)?.close();
+    this.agents.delete(sandboxId);
   }
 
   /** Streams both ways: neither the request nor the response body is held in memory. */
@@ -227,6 +246,7 @@ export class HostAgentServer {
   }
 
   async close(): Promise<void> {
+    for (const id of [...this.agents.keys()]) this.dropAgent(id);
     this.wss.close();
     this.server.closeAllConnections();
     await new Promise<void>((resolve) => this.server.close(() => resolve()));

@@ -34,7 +34,7 @@ export async function readBodyBuffer(req: IncomingMessage, limitBytes: number): 
     const buffer = chunk as Buffer;
     total += buffer.length;
     if (total > limitBytes) {
-      throw new AgentHttpError(413, 'validation_failed', `body: larger than the limit of ${limitBytes} bytes`);
+      throw new AgentHttpError(413, 'payload_too_large', `body: larger than the limit of ${limitBytes} bytes`);
     }
     chunks.push(buffer);
   }

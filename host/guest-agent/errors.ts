@@ -73,7 +73,7 @@ export function fsErrorToHttp(error: unknown, path: string): AgentHttpError | un
       return validationFailed('path', `a parent of the path exists and is not a directory: ${path}`);
     case 'ENOSPC':
     case 'EDQUOT':
-      return new AgentHttpError(507, 'limit_reached', `no space left on the sandbox's disk writing ${path}`);
+      return new AgentHttpError(507, 'insufficient_storage', `no space left on the sandbox's disk writing ${path}`);
     default:
       return undefined;
   }

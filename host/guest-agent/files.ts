@@ -97,7 +97,7 @@ export async function sendFile(req: IncomingMessage, res: ServerResponse, absolu
   const range = parseRangeHeader(req.headers.range, size);
   if (range.kind === 'unsatisfiable') {
     await handle.close().catch(() => {});
-    throw new AgentHttpError(416, 'validation_failed', `range: ${req.headers.range} cannot be satisfied for a file of ${size} bytes`, {
+    throw new AgentHttpError(416, 'range_not_satisfiable', `range: ${req.headers.range} cannot be satisfied for a file of ${size} bytes`, {
       'Content-Range': `bytes */${size}`,
     });
   }

@@ -1,6 +1,9 @@
 // Entry point of the guest agent inside a sandbox:
-//   node guest-agent.mjs --socket /.nestbox/run/agent.sock
-// It runs under tini as PID 1, which reaps orphans, so nothing here deals with zombies.
+//   node guest-agent.mjs --listen-fd <n>     serve a listening socket inherited from the launcher
+//   node guest-agent.mjs --socket <path>     bind a Unix socket itself (tests, other transports)
+// The local driver uses --listen-fd: the socket is bound on the host side, in a directory the
+// sandbox cannot see, so the sandbox cannot replace it. It runs under tini as PID 1, which
+// reaps orphans, so nothing here deals with zombies.
 import { lstat, mkdir, unlink } from 'node:fs/promises';
 import type { Server } from 'node:http';
 import { dirname } from 'node:path';
@@ -13,13 +16,15 @@ function log(message: string): void {
   process.stderr.write(`nestbox guest agent: ${message}\n`);
 }
 
-function socketPathFromArgs(): string {
-  const { values } = parseArgs({ options: { socket: { type: 'string' } }, strict: true });
-  if (!values.socket) {
-    log('usage: guest-agent --socket <path>');
-    process.exit(2);
-  }
-  return values.socket;
+type ListenTarget = { socket: string } | { fd: number };
+
+function listenTargetFromArgs(): ListenTarget {
+  const { values } = parseArgs({ options: { socket: { type: 'string' }, 'listen-fd': { type: 'string' } }, strict: true });
+  const fd = values['listen-fd'];
+  if (fd !== undefined && /^\d+$/.test(fd) && values.socket === undefined) return { fd: Number(fd) };
+  if (values.socket && fd === undefined) return { socket: values.socket };
+  log('usage: guest-agent --socket <path> | --listen-fd <n>');
+  process.exit(2);
 }
 
 /** A socket file left by a previous agent would make listen fail with EADDRINUSE. */
@@ -28,10 +33,10 @@ async function removeStaleSocket(socketPath: string): Promise<void> {
   if (existing?.isSocket()) await unlink(socketPath);
 }
 
-function listen(server: Server, socketPath: string): Promise<void> {
+function listen(server: Server, target: string | { fd: number }): Promise<void> {
   return new Promise((resolve, reject) => {
     server.once('error', reject);
-    server.listen(socketPath, () => {
+    server.listen(target, () => {
       server.off('error', reject);
       resolve();
     });
@@ -58,16 +63,20 @@ function installCrashGuards(): void {
 
 async function main(): Promise<void> {
   installCrashGuards();
-  const socketPath = socketPathFromArgs();
+  const target = listenTargetFromArgs();
   const home = process.env.HOME || '/root';
   const server = createAgentServer({ home, env: process.env });
-  await mkdir(dirname(socketPath), { recursive: true });
-  await removeStaleSocket(socketPath);
-  // No chmod of the socket: the agent can only reach what the sandbox can reach anyway, and the
-  // host side may be running under a mapped uid that a tighter mode would lock out.
-  await listen(server, socketPath);
+  if ('fd' in target) {
+    await listen(server, { fd: target.fd });
+  } else {
+    await mkdir(dirname(target.socket), { recursive: true });
+    await removeStaleSocket(target.socket);
+    // No chmod of the socket: the agent can only reach what the sandbox can reach anyway, and
+    // the host side may be running under a mapped uid that a tighter mode would lock out.
+    await listen(server, target.socket);
+  }
   installShutdown(server);
-  log(`listening on ${socketPath} (pid ${process.pid}, home ${home})`);
+  log(`listening on ${'fd' in target ? `inherited fd ${target.fd}` : target.socket} (pid ${process.pid}, home ${home})`);
 }
 
 main().catch((error: unknown) => {

@@ -3,7 +3,7 @@
 // global setup or by the first create); each test file gets its own short dataDir and owner id.
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, lstatSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { connect, createServer, type Server } from 'node:net';
 import { networkInterfaces } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -173,6 +173,12 @@ describe.skipIf(!isRoot)('LocalDriver (real kernel)', () => {
     expect(hostname).toBe(id);
     expect(initName).toBe('tini');
     expect(agentParent).toBe('1');
+
+    // The agent's socket is bound on the host side and only inherited: the sandbox cannot see
+    // the directory it lives in, so it cannot swap it for a symlink to a host socket.
+    const socketView = await sh(socket, 'ls -A /.nestbox; find / -xdev -type s -name agent.sock 2>/dev/null; touch /.nestbox/run 2>/dev/null || echo READONLY');
+    expect(socketView.stdout.trim().split('\n')).toEqual(['bin', 'lib', 'READONLY']);
+    expect(lstatSync(socket).isSocket()).toBe(true);
 
     const mount = await sh(socket, 'mount -t tmpfs none /mnt');
     expect(mount.exitCode).not.toBe(0);

@@ -303,7 +303,8 @@ export class LocalDriver implements Driver {
   private async makeSandboxDirs(dir: string): Promise<void> {
     await mkdir(dir, { recursive: true, mode: 0o700 });
     for (const sub of ['upper', 'work', 'rootfs']) await mkdir(join(dir, sub), { recursive: true, mode: 0o755 });
-    // The agent socket lives here; only root on the host may connect.
+    // The launcher binds the agent socket here; only root on the host may connect, and the
+    // sandbox never sees this directory.
     await mkdir(join(dir, 'run'), { recursive: true, mode: 0o700 });
   }
 
@@ -523,9 +524,10 @@ export class LocalDriver implements Driver {
 // ---- free functions -----------------------------------------------------------------------------
 
 /**
- * The run/ directory is writable from inside the sandbox, so the "socket" could be swapped for a
- * symlink to some host socket that the host agent would then talk to as root. Callers that
- * connect must check this right before connecting (a residual race remains; see the report).
+ * Defence in depth: the launcher binds the agent socket in run/, a host directory the sandbox
+ * never sees (the agent inherits only the descriptor), so nothing inside can replace it. Should
+ * that ever change, a symlink planted there would point the host agent, as root, at some other
+ * host socket; refuse anything that is not a socket.
  */
 export async function assertAgentSocket(path: string): Promise<void> {
   const info = await lstat(path);

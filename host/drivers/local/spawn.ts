@@ -6,8 +6,14 @@
 //   /bin/sh (stage 1, host)      joins the cgroups by writing its own pid, then
 //   nsenter --net → unshare      new mount/pid/uts/ipc namespaces; unshare stays as the parent
 //   /bin/sh (stage 2, PID 1)     builds the root under <sandbox>/rootfs with host binaries
-//   perl (stage 3, PID 1)        pivot_root, detach the old root, hostname, drop capabilities
-//   tini-static → node agent     the sandbox proper
+//   perl (stage 3, PID 1)        binds the agent's listening socket on the host side, then
+//                                pivot_root, detach the old root, hostname, drop capabilities
+//   tini-static → node agent     the sandbox proper; the agent serves the inherited socket
+//
+// Why the socket is made here and inherited: if the agent bound it inside a directory the
+// sandbox can write, the sandbox could swap the socket for a symlink to any host socket and
+// the host agent would connect there as root. Bound before the root switch, the socket lives
+// in a host directory the sandbox never sees; the agent only gets the file descriptor.
 //
 // Why perl for stage 3: after pivot_root every path lookup resolves inside the sandbox's root,
 // whose upper layer the sandbox itself can write. Executing any dynamically linked program
@@ -24,7 +30,8 @@ import { readFile } from 'node:fs/promises';
 export const IN_SANDBOX_NODE = '/.nestbox/bin/node';
 export const IN_SANDBOX_TINI = '/.nestbox/bin/tini';
 export const IN_SANDBOX_AGENT = '/.nestbox/lib/guest-agent.mjs';
-export const IN_SANDBOX_SOCKET = '/.nestbox/run/agent.sock';
+/** Placeholder in the agent's argv that stage 3 replaces with the inherited socket's fd number. */
+export const LISTEN_FD_PLACEHOLDER = '@LISTEN_FD@';
 export const SANDBOX_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 
 /** Capabilities the sandbox keeps (Docker's default set minus CAP_MKNOD: we run no devices cgroup). */
@@ -119,25 +126,35 @@ ln -s /proc/self/fd/0 "$root/dev/stdin"
 ln -s /proc/self/fd/1 "$root/dev/stdout"
 ln -s /proc/self/fd/2 "$root/dev/stderr"
 mount -t tmpfs -o nosuid,nodev,mode=755,size=64k nestbox "$root/.nestbox"
-mkdir "$root/.nestbox/bin" "$root/.nestbox/lib" "$root/.nestbox/run"
+mkdir "$root/.nestbox/bin" "$root/.nestbox/lib"
 touch "$root/.nestbox/bin/node" "$root/.nestbox/bin/tini" "$root/.nestbox/lib/guest-agent.mjs"
 mount --bind -o ro,nosuid,nodev "$node" "$root/.nestbox/bin/node"
 mount --bind -o ro,nosuid,nodev "$tini" "$root/.nestbox/bin/tini"
 mount --bind -o ro,nosuid,nodev "$agent" "$root/.nestbox/lib/guest-agent.mjs"
-mount --bind -o nosuid,nodev,noexec "$run" "$root/.nestbox/run"
 mount -o remount,ro,nosuid,nodev nestbox "$root/.nestbox"
-exec perl -e 'eval $ENV{NESTBOX_STAGE3}; die $@ if $@;' -- "$root" "$@"
+exec perl -e 'eval $ENV{NESTBOX_STAGE3}; die $@ if $@;' -- "$root" "$run/agent.sock" "$@"
 `;
 
-// Stage 3: see the header comment. Args: root, hostname, last capability, kept capabilities,
-// syscall numbers, command…; the sandbox's environment comes as NESTBOX_ENV_<name> variables
+// Stage 3: see the header comment. Args: root, agent socket path (host side), hostname, last
+// capability, kept capabilities, syscall numbers, command…; the sandbox's environment comes as NESTBOX_ENV_<name> variables
 // (never argv: /proc/<pid>/cmdline is world-readable, environ is not).
 const STAGE3 = `use strict;
-my ($root, $hostname, $lastCap, $keptCaps, $nrPivot, $nrUmount2, $nrPrctl, $nrSethostname) = splice(@ARGV, 0, 8);
+use Socket qw(PF_UNIX SOCK_STREAM pack_sockaddr_un);
+use Fcntl qw(F_GETFD F_SETFD FD_CLOEXEC);
+my ($root, $socketPath, $hostname, $lastCap, $keptCaps, $nrPivot, $nrUmount2, $nrPrctl, $nrSethostname) = splice(@ARGV, 0, 9);
 my %kept = map { ($_ => 1) } split(/,/, $keptCaps);
 my %env = map { /^NESTBOX_ENV_(.+)$/ ? ($1 => $ENV{$_}) : () } keys %ENV;
 my @command = @ARGV;
 sub fail { my $what = shift; print STDERR "nestbox launcher: $what: $!\\n"; exit 1; }
+unlink($socketPath);
+socket(my $listener, PF_UNIX, SOCK_STREAM, 0) or fail('socket');
+bind($listener, pack_sockaddr_un($socketPath)) or fail("bind $socketPath");
+chmod(0600, $socketPath) or fail("chmod $socketPath");
+listen($listener, 128) or fail('listen');
+my $fdFlags = fcntl($listener, F_GETFD, 0) or fail('fcntl F_GETFD');
+fcntl($listener, F_SETFD, $fdFlags & ~FD_CLOEXEC) or fail('fcntl F_SETFD');
+my $listenFd = fileno($listener);
+@command = map { $_ eq '${LISTEN_FD_PLACEHOLDER}' ? $listenFd : $_ } @command;
 chdir($root) or fail("chdir $root");
 my $dot = '.';
 syscall($nrPivot + 0, $dot, $dot) == 0 or fail('pivot_root');
@@ -219,8 +236,8 @@ export function buildLaunchArgs(plan: LaunchPlan): string[] {
     '--',
     IN_SANDBOX_NODE,
     IN_SANDBOX_AGENT,
-    '--socket',
-    IN_SANDBOX_SOCKET,
+    '--listen-fd',
+    LISTEN_FD_PLACEHOLDER,
   ];
 }
 
