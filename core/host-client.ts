@@ -58,6 +58,22 @@ export interface FileDownload {
   headers: Record<string, string>;
 }
 
+/** A request for the sandbox's guest agent, relayed unchanged by the host agent. */
+export interface AgentRequest {
+  method: string;
+  /** Guest-agent path including the query string, e.g. `/processes/p1/output?offset=0`. */
+  path: string;
+  headers?: Record<string, string>;
+  body?: Readable | Buffer;
+  signal?: AbortSignal;
+}
+
+/** Where to open a WebSocket to the sandbox's guest agent (through its host agent). */
+export interface AgentWebSocketTarget {
+  url: string;
+  headers: Record<string, string>;
+}
+
 export interface HostClient {
   readonly hostId: string;
   createSandbox(spec: HostSandboxSpec): Promise<HostSandboxRuntime>;
@@ -68,7 +84,9 @@ export interface HostClient {
   exec(id: string, input: ExecInput, signal?: AbortSignal): Promise<ExecResult>;
   readFile(id: string, path: string, range?: string): Promise<FileDownload>;
   writeFile(id: string, path: string, body: Readable, mode?: string): Promise<FileEntry>;
-  listFiles(id: string, path: string): Promise<FileEntry[]>;
+  /** Any guest-agent route, streamed both ways; the caller reads status and body. */
+  agentRequest(id: string, request: AgentRequest): Promise<import('node:http').IncomingMessage>;
+  agentWebSocket(id: string, path: string): AgentWebSocketTarget;
 }
 
 /** Builds a client for a registered host (its URL and credentials come from the host record). */

@@ -11,6 +11,7 @@ import { SandboxService } from '../core/services/sandboxes.js';
 import { BackgroundJobs } from '../core/services/background.js';
 import { HttpHostClient } from '../host/protocol/client.js';
 import { createApp } from './http/app.js';
+import { attachNativeWebSockets } from './http/native/websocket.js';
 import { LocalHostAgentSupervisor } from './local-host-agent.js';
 import { projectPath } from './paths.js';
 import type { Services } from './services.js';
@@ -83,6 +84,7 @@ export async function startServer(config: Config, log: (m: string) => void = (m)
     log,
   };
   const server = http.createServer(createApp(services));
+  attachNativeWebSockets(server, services);
   // Long foreground commands and big uploads must not be cut by Node's default timeouts.
   server.requestTimeout = 0;
   server.headersTimeout = 60_000;

@@ -4,8 +4,9 @@ import { sandboxRepository, type SandboxPatch } from '../store/repositories/sand
 import { errors, toNestboxError } from '../errors.js';
 import { newOperationId, newSandboxId } from '../ids.js';
 import { assertCanBegin, assertRunning, OPERATIONS, type Operation, type SandboxState } from '../state-machine.js';
-import type { ExecInput, ExecResult, FileDownload, FileEntry, HostClient, HostSandboxSpec } from '../host-client.js';
-import type { Principal, Sandbox } from '../types.js';
+import type { IncomingMessage } from 'node:http';
+import type { AgentRequest, AgentWebSocketTarget, ExecInput, ExecResult, FileDownload, FileEntry, HostClient, HostSandboxSpec } from '../host-client.js';
+import type { Principal, Sandbox, Scope } from '../types.js';
 import { canSeeSandbox, requireScope } from './auth.js';
 import type { HostService } from './hosts.js';
 
@@ -321,10 +322,21 @@ export class SandboxService {
     return client.writeFile(id, path, body, mode);
   }
 
-  async listFiles(principal: Principal, id: string, path: string): Promise<FileEntry[]> {
-    requireScope(principal, 'files:read');
-    const { client } = await this.runningSandbox(principal, id, 'list files of');
-    return client.listFiles(id, path);
+
+  /**
+   * The sandbox's toolbox channel: any guest-agent route (processes, sessions, files, watch),
+   * after the same checks as every other call — scope, visibility, running state. Front doors
+   * (native handlers, compat translators) build the guest path; core owns who may use it.
+   */
+  async agentRequest(principal: Principal, id: string, scope: Scope, operation: string, request: AgentRequest): Promise<IncomingMessage> {
+    requireScope(principal, scope);
+    const { client } = await this.runningSandbox(principal, id, operation);
+    return client.agentRequest(id, request);
+  }
+
+  async agentWebSocket(principal: Principal, id: string, scope: Scope, operation: string, path: string): Promise<AgentWebSocketTarget> {
+    requireScope(principal, scope);
+    const { client } = await this.runningSandbox(principal, id, operation);
+    return client.agentWebSocket(id, path);
   }
 }
-

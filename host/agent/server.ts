@@ -10,6 +10,7 @@ import type { ZodType } from 'zod';
 import type { Driver, SandboxSpec } from '../drivers/types.js';
 import { AgentClient, AgentRequestError } from '../agent-protocol/client.js';
 import { HostSandboxSpec, SandboxIdParam } from '../protocol/schemas.js';
+import { relayWebSockets } from '../protocol/ws-relay.js';
 
 export interface HostAgentServerOptions {
   hostId: string;
@@ -253,20 +254,3 @@ export class HostAgentServer {
   }
 }
 
-/** Message-by-message relay, so text/binary framing and close codes survive the hop. */
-function relayWebSockets(a: WebSocket, b: WebSocket): void {
-  const forward = (from: WebSocket, to: WebSocket) => {
-    from.on('message', (data, isBinary) => {
-      if (to.readyState === WebSocket.OPEN) to.send(data, { binary: isBinary });
-    });
-    from.on('close', (code, reason) => {
-      if (to.readyState === WebSocket.OPEN || to.readyState === WebSocket.CONNECTING) {
-        // 1005/1006 cannot be sent on the wire; map them to a normal closure.
-        to.close(code === 1005 || code === 1006 ? 1000 : code, reason);
-      }
-    });
-    from.on('error', () => to.terminate());
-  };
-  forward(a, b);
-  forward(b, a);
-}

@@ -5,6 +5,8 @@ import type { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { NestboxError, isErrorCode } from '../../core/errors.js';
 import type {
+  AgentRequest,
+  AgentWebSocketTarget,
   ExecInput,
   ExecResult,
   FileDownload,
@@ -28,6 +30,8 @@ interface RequestOptions {
   path: string;
   json?: unknown;
   body?: Readable;
+  /** A small body already in memory (sent with its length). */
+  buffer?: Buffer;
   headers?: Record<string, string>;
   timeoutMs?: number;
   signal?: AbortSignal;
@@ -65,10 +69,30 @@ export class HttpHostClient implements HostClient {
     this.lifecycleTimeoutMs = opts.lifecycleTimeoutMs ?? 180_000;
   }
 
+  agentRequest(id: string, request: AgentRequest): Promise<http.IncomingMessage> {
+    const body = Buffer.isBuffer(request.body) ? undefined : request.body;
+    const headers = { ...request.headers };
+    if (Buffer.isBuffer(request.body)) headers['content-length'] = String(request.body.length);
+    return this.request({
+      method: request.method,
+      path: this.sandboxPath(id, `/agent${request.path}`),
+      headers,
+      body,
+      buffer: Buffer.isBuffer(request.body) ? request.body : undefined,
+      signal: request.signal,
+    });
+  }
+
+  agentWebSocket(id: string, path: string): AgentWebSocketTarget {
+    const url = new URL(this.sandboxPath(id, `/agent${path}`), this.base);
+    url.protocol = this.base.protocol === 'https:' ? 'wss:' : 'ws:';
+    return { url: url.toString(), headers: { authorization: `Bearer ${this.opts.secret}` } };
+  }
+
   private request(o: RequestOptions): Promise<http.IncomingMessage> {
     return new Promise((resolve, reject) => {
       const headers: Record<string, string> = { authorization: `Bearer ${this.opts.secret}`, ...o.headers };
-      let payload: Buffer | undefined;
+      let payload: Buffer | undefined = o.buffer;
       if (o.json !== undefined) {
         payload = Buffer.from(JSON.stringify(o.json));
         headers['content-type'] = 'application/json';
@@ -162,12 +186,4 @@ export class HttpHostClient implements HostClient {
     return JSON.parse((await readAll(res)).toString('utf8')) as FileEntry;
   }
 
-  async listFiles(id: string, path: string): Promise<FileEntry[]> {
-    const result = await this.json<{ entries: FileEntry[] }>({
-      method: 'GET',
-      path: this.sandboxPath(id, `/agent/files/list?path=${encodeURIComponent(path)}`),
-      timeoutMs: 60_000,
-    });
-    return result.entries;
-  }
 }

@@ -1,37 +1,99 @@
 // operationId → handler. A test checks this table against openapi/native.yaml both ways.
 import type { NativeHandler } from '../context.js';
+import { changeFileMode } from './changeFileMode.js';
+import { changeFileOwner } from './changeFileOwner.js';
+import { closeCommandStdin } from './closeCommandStdin.js';
 import { createApiKey } from './createApiKey.js';
+import { createFileWatcher } from './createFileWatcher.js';
 import { createSandbox } from './createSandbox.js';
+import { createSession } from './createSession.js';
+import { createTerminal } from './createTerminal.js';
 import { deleteApiKey } from './deleteApiKey.js';
+import { deleteFile } from './deleteFile.js';
+import { deleteFileWatcher } from './deleteFileWatcher.js';
 import { deleteSandbox } from './deleteSandbox.js';
+import { deleteSession } from './deleteSession.js';
 import { downloadFile } from './downloadFile.js';
+import { downloadFiles } from './downloadFiles.js';
+import { findFiles } from './findFiles.js';
+import { getCommand } from './getCommand.js';
+import { getCommandLogs } from './getCommandLogs.js';
+import { getFileWatcherEvents } from './getFileWatcherEvents.js';
 import { getHealth } from './getHealth.js';
 import { getOpenApiDocument } from './getOpenApiDocument.js';
 import { getSandbox } from './getSandbox.js';
+import { getSession } from './getSession.js';
+import { getSessionCommand } from './getSessionCommand.js';
+import { killCommand } from './killCommand.js';
 import { listApiKeys } from './listApiKeys.js';
+import { listCommands } from './listCommands.js';
 import { listFiles } from './listFiles.js';
 import { listSandboxes } from './listSandboxes.js';
+import { listSessions } from './listSessions.js';
+import { makeDirectory } from './makeDirectory.js';
+import { moveFile } from './moveFile.js';
+import { replaceInFiles } from './replaceInFiles.js';
+import { resizeCommandTerminal } from './resizeCommandTerminal.js';
 import { resumeSandbox } from './resumeSandbox.js';
 import { runCommand } from './runCommand.js';
+import { runSessionCommand } from './runSessionCommand.js';
+import { searchFiles } from './searchFiles.js';
+import { signalCommand } from './signalCommand.js';
+import { statFile } from './statFile.js';
 import { stopSandbox } from './stopSandbox.js';
+import { streamCommand } from './streamCommand.js';
 import { updateSandbox } from './updateSandbox.js';
 import { uploadFile } from './uploadFile.js';
+import { uploadFiles } from './uploadFiles.js';
+import { watchFiles } from './watchFiles.js';
+import { writeCommandStdin } from './writeCommandStdin.js';
 
 export const nativeHandlers: Record<string, NativeHandler> = {
+  changeFileMode,
+  changeFileOwner,
+  closeCommandStdin,
   createApiKey,
+  createFileWatcher,
   createSandbox,
+  createSession,
+  createTerminal,
   deleteApiKey,
+  deleteFile,
+  deleteFileWatcher,
   deleteSandbox,
+  deleteSession,
   downloadFile,
+  downloadFiles,
+  findFiles,
+  getCommand,
+  getCommandLogs,
+  getFileWatcherEvents,
   getHealth,
   getOpenApiDocument,
   getSandbox,
+  getSession,
+  getSessionCommand,
+  killCommand,
   listApiKeys,
+  listCommands,
   listFiles,
   listSandboxes,
+  listSessions,
+  makeDirectory,
+  moveFile,
+  replaceInFiles,
+  resizeCommandTerminal,
   resumeSandbox,
   runCommand,
+  runSessionCommand,
+  searchFiles,
+  signalCommand,
+  statFile,
   stopSandbox,
+  streamCommand,
   updateSandbox,
   uploadFile,
+  uploadFiles,
+  watchFiles,
+  writeCommandStdin,
 };

@@ -1,7 +1,10 @@
 import type { NativeHandler } from '../context.js';
-import { principalOf, queryString, sandboxIdOf } from '../context.js';
+import { forwardToAgent } from '../agent-forward.js';
 
-export const listFiles: NativeHandler = async (ctx) => {
-  const entries = await ctx.services.sandboxes.listFiles(principalOf(ctx), sandboxIdOf(ctx), queryString(ctx, 'path')!);
-  ctx.res.status(200).json({ entries });
-};
+export const listFiles: NativeHandler = (ctx) =>
+  forwardToAgent(ctx, {
+    method: 'GET',
+    path: '/files/list',
+    operation: 'list files of',
+    query: ['path', 'depth'],
+  });
