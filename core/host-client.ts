@@ -10,11 +10,38 @@ export interface HostSandboxSpec {
   cpu: number;
   memoryMiB: number;
   env: Record<string, string>;
+  /** Create from this named snapshot (it must exist on the host; 404 not_found otherwise). */
+  snapshot?: string;
 }
 
 export interface HostSandboxRuntime {
   id: string;
-  status: 'running' | 'stopped';
+  /** `paused`: frozen with its memory kept; its agent cannot answer until unpaused. */
+  status: 'running' | 'paused' | 'stopped';
+}
+
+export interface HostForkResult {
+  /** The children, running, in the order given. */
+  children: HostSandboxRuntime[];
+  /** Whether processes and memory came along (false on the local driver). */
+  memoryCopied: boolean;
+  /** `reflink`: copy-on-write, cost independent of size; `copy`: a full copy of the disk. */
+  diskCopy: 'reflink' | 'copy';
+}
+
+export interface HostSnapshotResult {
+  snapshotId: string;
+  /** Bytes in the snapshot's own layer. */
+  sizeBytes: number;
+  diskCopy: 'reflink' | 'copy';
+  /** The chain a sandbox created from it mounts, topmost first (this snapshot, then its parents). */
+  layers: string[];
+}
+
+export interface HostSnapshotInfo extends HostSnapshotResult {
+  sourceId: string;
+  image: string;
+  createdAt: string;
 }
 
 export interface HostStartResult extends HostSandboxRuntime {
@@ -87,6 +114,19 @@ export interface HostClient {
   /** Any guest-agent route, streamed both ways; the caller reads status and body. */
   agentRequest(id: string, request: AgentRequest): Promise<import('node:http').IncomingMessage>;
   agentWebSocket(id: string, path: string): AgentWebSocketTarget;
+  /** Freeze a running sandbox (idempotent). */
+  pauseSandbox(id: string): Promise<HostSandboxRuntime>;
+  /** Thaw a paused sandbox (idempotent). */
+  unpauseSandbox(id: string): Promise<HostSandboxRuntime>;
+  /** New running sandboxes with copies of the source's disk; all or nothing. */
+  forkSandbox(sourceId: string, children: HostSandboxSpec[]): Promise<HostForkResult>;
+  /** Save the sandbox's disk as a named snapshot on its host (idempotent for the same sandbox). */
+  snapshotSandbox(id: string, snapshotId: string): Promise<HostSnapshotResult>;
+  /** Idempotent; `conflict` while a sandbox or another snapshot on the host uses it. */
+  deleteSnapshot(snapshotId: string): Promise<void>;
+  listSnapshots(): Promise<HostSnapshotInfo[]>;
+  /** A guest-agent route served read-only from a STOPPED sandbox's disk (`invalid_state` if it runs). */
+  fileViewRequest(id: string, request: AgentRequest): Promise<import('node:http').IncomingMessage>;
 }
 
 /** Builds a client for a registered host (its URL and credentials come from the host record). */

@@ -62,6 +62,8 @@ export const OPERATIONS = {
   stop: { name: 'stop', from: ['running', 'paused'], via: 'stopping', to: 'stopped', onFailure: 'error' },
   start: { name: 'resume', from: ['stopped', 'error'], via: 'starting', to: 'running', onFailure: 'stopped' },
   delete: { name: 'delete', from: ['running', 'stopped', 'paused', 'error', 'creating'], via: 'deleting', to: 'deleted', onFailure: 'error' },
+  pause: { name: 'pause', from: ['running'], via: 'pausing', to: 'paused', onFailure: 'running' },
+  unpause: { name: 'unpause', from: ['paused'], via: 'resuming', to: 'running', onFailure: 'paused' },
 } as const satisfies Record<string, Operation>;
 
 /** Throws the typed state conflict (409 carrying current and wanted states) when `op` cannot start. */

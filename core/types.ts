@@ -31,6 +31,33 @@ export interface Sandbox {
   startedAt: Date | null;
   stoppedAt: Date | null;
   deletedAt: Date | null;
+  /** Why it was last stopped: user, timeout, idle, auto-delete… (idle stops are woken by use). */
+  stopReason: string | null;
+  /** Why it is paused: user or idle. */
+  pauseReason: string | null;
+  pausedAt: Date | null;
+  lastActivityAt: Date | null;
+  /** 0 = never; otherwise pause (or stop) after this long without activity. */
+  idleTimeoutSeconds: number;
+  idleAction: 'pause' | 'stop';
+  /** null = never; delete this long after a stop. */
+  autoDeleteSeconds: number | null;
+  sourceSnapshotId: string | null;
+  forkedFrom: string | null;
+}
+
+export interface Snapshot {
+  id: string;
+  organizationId: string;
+  name: string;
+  hostId: string;
+  sourceSandboxId: string | null;
+  parentSnapshotId: string | null;
+  state: 'creating' | 'ready' | 'deleting' | 'error';
+  sizeBytes: number | null;
+  errorMessage: string | null;
+  createdAt: Date;
+  deletedAt: Date | null;
 }
 
 export const SCOPES = [
@@ -41,6 +68,8 @@ export const SCOPES = [
   'sandboxes:exec',
   'files:read',
   'files:write',
+  'snapshots:read',
+  'snapshots:write',
   'keys:manage',
 ] as const;
 export type Scope = (typeof SCOPES)[number];

@@ -3,7 +3,9 @@
 // The sandbox has no node_modules, so nothing may stay external except Node's built-ins.
 //
 // Usage: node scripts/bundle-guest-agent.mjs [--outfile <path>]   (default dist/guest-agent.mjs)
+// Also builds the PTY helper next to the bundle (dist/nestbox-pty); needs cc and libc6-dev.
 import { build } from 'esbuild';
+import { execFileSync } from 'node:child_process';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
@@ -29,3 +31,15 @@ await build({
   },
 });
 console.log(`guest agent bundled to ${outfile}`);
+
+// The PTY helper (host/guest-agent/pty-helper/nestbox-pty.c): static, so it runs in any sandbox
+// image; bind-mounted read-only at /.nestbox/bin/nestbox-pty by the local driver.
+const ptyHelper = resolve(dirname(outfile), 'nestbox-pty');
+execFileSync('cc', ['-static', '-O2', '-Wall', '-Wextra', '-o', ptyHelper, resolve(repoRoot, 'host/guest-agent/pty-helper/nestbox-pty.c')], { stdio: 'inherit' });
+console.log(`pty helper built to ${ptyHelper}`);
+
+// nestbox-enter (host/guest-agent/pty-helper/nestbox-enter.c): puts each workload process in the
+// sandbox's workload cgroup before it runs; mounted at /.nestbox/bin/nestbox-enter.
+const enterHelper = resolve(dirname(outfile), 'nestbox-enter');
+execFileSync('cc', ['-static', '-O2', '-Wall', '-Wextra', '-o', enterHelper, resolve(repoRoot, 'host/guest-agent/pty-helper/nestbox-enter.c')], { stdio: 'inherit' });
+console.log(`workload launcher built to ${enterHelper}`);

@@ -48,6 +48,11 @@ const ConfigSchema = z.object({
   NESTBOX_DEFAULT_MEMORY_MIB: positiveInt.default(1024),
   NESTBOX_MAX_MEMORY_MIB: positiveInt.default(8192),
   NESTBOX_MAX_UPLOAD_BYTES: positiveInt.default(10 * 1024 ** 3),
+  NESTBOX_MAX_FORK_COUNT: positiveInt.default(10),
+  // Host agent: where sandbox disks live. "auto" = use the data dir when it supports reflink,
+  // otherwise create a loop-mounted XFS image of NESTBOX_REFLINK_STORE_GIB there; "off" = plain copies.
+  NESTBOX_REFLINK_STORE: z.enum(['auto', 'off']).default('off'),
+  NESTBOX_REFLINK_STORE_GIB: positiveInt.default(64),
   NESTBOX_BACKGROUND_INTERVAL_MS: positiveInt.default(2000),
   NESTBOX_LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error']).default('info'),
 })
@@ -73,6 +78,8 @@ export interface Config {
     heartbeatIntervalMs: number;
     exitWithParent: boolean;
     subnet: string;
+    reflinkStore: 'auto' | 'off';
+    reflinkStoreGiB: number;
   };
   limits: {
     defaultTimeoutSeconds: number;
@@ -82,6 +89,7 @@ export interface Config {
     defaultMemoryMiB: number;
     maxMemoryMiB: number;
     maxUploadBytes: number;
+    maxForkCount: number;
   };
   backgroundIntervalMs: number;
   logLevel: 'debug' | 'info' | 'warn' | 'error';
@@ -126,6 +134,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       heartbeatIntervalMs: e.NESTBOX_HEARTBEAT_INTERVAL_MS,
       exitWithParent: e.NESTBOX_EXIT_WITH_PARENT === 'true',
       subnet: e.NESTBOX_SANDBOX_SUBNET,
+      reflinkStore: e.NESTBOX_REFLINK_STORE,
+      reflinkStoreGiB: e.NESTBOX_REFLINK_STORE_GIB,
     },
     limits: {
       defaultTimeoutSeconds: e.NESTBOX_DEFAULT_TIMEOUT_SECONDS,
@@ -135,6 +145,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       defaultMemoryMiB: e.NESTBOX_DEFAULT_MEMORY_MIB,
       maxMemoryMiB: e.NESTBOX_MAX_MEMORY_MIB,
       maxUploadBytes: e.NESTBOX_MAX_UPLOAD_BYTES,
+      maxForkCount: e.NESTBOX_MAX_FORK_COUNT,
     },
     backgroundIntervalMs: e.NESTBOX_BACKGROUND_INTERVAL_MS,
     logLevel: e.NESTBOX_LOG_LEVEL,

@@ -31,6 +31,9 @@ export async function startHostAgent(config: Config, log: (m: string) => void = 
     subnet: ha.subnet,
     // Several host agents can share a machine (tests do); each reclaims only what it owns.
     ownerId: `${ha.hostId}-${createHash('sha256').update(config.dataDir).digest('hex').slice(0, 12)}`,
+    // Copy-on-write forks and snapshots: a loop-mounted XFS in the data dir when asked for and
+    // the data dir itself cannot reflink (the driver probes first).
+    reflinkStore: ha.reflinkStore === 'auto' ? { imagePath: `${config.dataDir}/store.xfs`, sizeBytes: ha.reflinkStoreGiB * 1024 ** 3 } : 'off',
     log,
   });
   await driver.init();

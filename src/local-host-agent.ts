@@ -36,6 +36,8 @@ export class LocalHostAgentSupervisor {
       NESTBOX_HOST_AGENT_SECRET: this.opts.secret,
       NESTBOX_HEARTBEAT_INTERVAL_MS: String(config.hostAgent.heartbeatIntervalMs),
       NESTBOX_SANDBOX_SUBNET: config.hostAgent.subnet,
+      NESTBOX_REFLINK_STORE: config.hostAgent.reflinkStore,
+      NESTBOX_REFLINK_STORE_GIB: String(config.hostAgent.reflinkStoreGiB),
       NESTBOX_EXIT_WITH_PARENT: 'true',
       NESTBOX_LOG_LEVEL: config.logLevel,
     };

@@ -9,6 +9,8 @@ import { AuthService } from '../core/services/auth.js';
 import { HostService, deriveHostSecret } from '../core/services/hosts.js';
 import { SandboxService } from '../core/services/sandboxes.js';
 import { BackgroundJobs } from '../core/services/background.js';
+import { SnapshotService } from '../core/services/snapshots.js';
+import { IdempotencyService } from '../core/services/idempotency.js';
 import { HttpHostClient } from '../host/protocol/client.js';
 import { createApp } from './http/app.js';
 import { attachNativeWebSockets } from './http/native/websocket.js';
@@ -62,9 +64,13 @@ export async function startServer(config: Config, log: (m: string) => void = (m)
       defaultTimeoutSeconds: config.limits.defaultTimeoutSeconds,
       maxTimeoutSeconds: config.limits.maxTimeoutSeconds,
       maxListLimit: 1000,
+      maxForkCount: config.limits.maxForkCount,
     },
     instanceId,
   );
+
+  const snapshots = new SnapshotService(db, hosts, sandboxes);
+  const idempotency = new IdempotencyService(db);
 
   const bootstrap = await auth.ensureBootstrapKey(config.bootstrapApiKey);
   if (bootstrap.generatedKey) {
@@ -79,6 +85,8 @@ export async function startServer(config: Config, log: (m: string) => void = (m)
     auth,
     hosts,
     sandboxes,
+    snapshots,
+    idempotency,
     hostSecret,
     nativeSpecText: readFileSync(projectPath('openapi/native.yaml'), 'utf8'),
     log,
@@ -97,7 +105,7 @@ export async function startServer(config: Config, log: (m: string) => void = (m)
 
   // An operation whose owner died is taken over only after the owner's heartbeat is stale;
   // with PGlite no other replica can exist, so a restart takes over at once.
-  const background = new BackgroundJobs(db, hosts, sandboxes, {
+  const background = new BackgroundJobs(db, hosts, sandboxes, idempotency, {
     instanceId,
     intervalMs: config.backgroundIntervalMs,
     instanceTimeoutMs: config.database.kind === 'pglite' ? 0 : Math.max(15_000, config.backgroundIntervalMs * 5),

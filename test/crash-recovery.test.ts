@@ -88,13 +88,16 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
+  // Whatever a failed test left running: delete it through the (still running) server.
+  if (server && server.child.exitCode === null && apiKey) {
+    const left = (await db('sandboxes').whereNot({ state: 'deleted' }).select('id')) as { id: string }[];
+    for (const { id } of left) await api().delete(`/api/v1/sandboxes/${id}`).set(auth()).catch(() => undefined);
+  }
   if (server && server.child.exitCode === null) {
     const exited = new Promise((r) => server!.child.once('exit', r));
     server.child.kill('SIGTERM');
     await exited;
   }
-  // Whatever is left in the data dir: delete through a fresh server would be ideal; the
-  // sandboxes were deleted by the tests, so only files remain.
   await db.destroy();
   await database.drop();
   rmSync(dataDir, { recursive: true, force: true });

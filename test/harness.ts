@@ -67,6 +67,20 @@ export async function waitFor<T>(what: string, fn: () => Promise<T | undefined |
   throw new Error(`timed out waiting for ${what}${last ? `: ${String(last)}` : ''}`);
 }
 
+/**
+ * Sandboxes outlive their server and host agent by design (a restart adopts them), so a test
+ * server must remove its sandboxes itself before it goes, or they keep running on the machine.
+ */
+export async function destroyAllSandboxes(server: RunningServer): Promise<void> {
+  const rows = (await server.db('sandboxes').whereNot({ state: 'deleted' }).select('id', 'host_id')) as { id: string; host_id: string | null }[];
+  for (const row of rows) {
+    if (!row.host_id) continue;
+    const client = await server.services.hosts.clientFor(row.host_id);
+    await client.destroySandbox(row.id).catch((err) => console.error(`cleanup of sandbox ${row.id} failed: ${String(err)}`));
+    await server.db('sandboxes').where({ id: row.id }).update({ state: 'deleted', deleted_at: new Date() });
+  }
+}
+
 export async function startTestServer(opts: { database?: 'postgres' | 'pglite'; env?: Record<string, string> } = {}): Promise<TestServer> {
   const dataDir = mkdtempSync('/tmp/nbx-it-');
   const db = opts.database === 'pglite' ? undefined : await createTestDatabase();
@@ -97,9 +111,60 @@ export async function startTestServer(opts: { database?: 'postgres' | 'pglite'; 
     http,
     auth: { Authorization: `Bearer ${apiKey}` },
     async close() {
+      await destroyAllSandboxes(server);
       await server.close();
       await db?.drop();
       rmSync(dataDir, { recursive: true, force: true });
     },
   };
+}
+
+/** Server-sent events from a native stream route, parsed as JSON, until `until` says stop (or the stream ends). */
+export async function readEvents<T = Record<string, unknown>>(
+  url: string,
+  headers: Record<string, string>,
+  until: (event: T, all: T[]) => boolean,
+  timeoutMs = 30_000,
+): Promise<T[]> {
+  const abort = new AbortController();
+  const timer = setTimeout(() => abort.abort(), timeoutMs);
+  const events: T[] = [];
+  try {
+    const res = await fetch(url, { headers: { ...headers, accept: 'text/event-stream' }, signal: abort.signal });
+    if (!res.ok) throw new Error(`stream answered ${res.status}: ${await res.text()}`);
+    const decoder = new TextDecoder();
+    let buffer = '';
+    for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+      buffer += decoder.decode(chunk, { stream: true });
+      let at: number;
+      while ((at = buffer.indexOf('\n\n')) !== -1) {
+        const block = buffer.slice(0, at);
+        buffer = buffer.slice(at + 2);
+        const data = block
+          .split('\n')
+          .filter((l) => l.startsWith('data:'))
+          .map((l) => l.slice(5).trimStart())
+          .join('\n');
+        if (!data) continue;
+        const event = JSON.parse(data) as T;
+        events.push(event);
+        if (until(event, events)) return events;
+      }
+    }
+    return events;
+  } catch (err) {
+    if (abort.signal.aborted) throw new Error(`no end of stream within ${timeoutMs} ms; got ${JSON.stringify(events).slice(0, 500)}`);
+    throw err;
+  } finally {
+    clearTimeout(timer);
+    abort.abort();
+  }
+}
+
+/** Decode stdout/stderr chunks of a process event stream. */
+export function outputOf(events: { type?: unknown; data?: unknown }[], stream: 'stdout' | 'stderr'): string {
+  return events
+    .filter((e) => e.type === stream)
+    .map((e) => Buffer.from(String(e.data), 'base64').toString('utf8'))
+    .join('');
 }

@@ -16,10 +16,10 @@ const API_KEY_PATTERN = /^nbx_[a-zA-Z0-9]{40}$/;
  * adds key management.
  */
 export const KEY_PRESETS = {
-  'read-only': ['sandboxes:read', 'files:read'],
-  sandbox: ['sandboxes:read', 'sandboxes:operate', 'sandboxes:exec', 'files:read', 'files:write'],
-  ci: ['sandboxes:read', 'sandboxes:create', 'sandboxes:operate', 'sandboxes:delete', 'sandboxes:exec', 'files:read', 'files:write'],
-  admin: ['sandboxes:read', 'sandboxes:create', 'sandboxes:operate', 'sandboxes:delete', 'sandboxes:exec', 'files:read', 'files:write', 'keys:manage'],
+  'read-only': ['sandboxes:read', 'files:read', 'snapshots:read'],
+  sandbox: ['sandboxes:read', 'sandboxes:operate', 'sandboxes:exec', 'files:read', 'files:write', 'snapshots:read'],
+  ci: ['sandboxes:read', 'sandboxes:create', 'sandboxes:operate', 'sandboxes:delete', 'sandboxes:exec', 'files:read', 'files:write', 'snapshots:read', 'snapshots:write'],
+  admin: ['sandboxes:read', 'sandboxes:create', 'sandboxes:operate', 'sandboxes:delete', 'sandboxes:exec', 'files:read', 'files:write', 'snapshots:read', 'snapshots:write', 'keys:manage'],
 } as const satisfies Record<string, readonly Scope[]>;
 export type KeyPreset = keyof typeof KEY_PRESETS;
 
@@ -89,10 +89,13 @@ export class AuthService {
     const record = await apiKeyRepository(this.db).findActiveByHash(hashApiKey(token));
     if (!record) throw errors.unauthorized();
     void apiKeyRepository(this.db).touch(record.id, new Date()).catch(() => undefined);
+    // Scopes follow the preset as it is defined now, so a preset that gains a scope (a new
+    // feature) extends existing keys too; the stored list is the fallback for unknown presets.
+    const scopes = KEY_PRESETS[record.preset as KeyPreset] ?? record.scopes;
     return {
       organizationId: record.organizationId,
       keyId: record.id,
-      scopes: new Set(record.scopes),
+      scopes: new Set(scopes),
       sandboxIds: record.sandboxIds ? new Set(record.sandboxIds) : null,
     };
   }

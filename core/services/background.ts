@@ -5,6 +5,8 @@ import { toNestboxError } from '../errors.js';
 import { newOperationId } from '../ids.js';
 import { TRANSITIONAL_STATES } from '../state-machine.js';
 import type { Sandbox } from '../types.js';
+import type { Knex } from 'knex';
+import type { IdempotencyService } from './idempotency.js';
 import type { HostService } from './hosts.js';
 import type { SandboxService } from './sandboxes.js';
 
@@ -32,6 +34,7 @@ export class BackgroundJobs {
     private readonly db: Db,
     private readonly hosts: HostService,
     private readonly sandboxes: SandboxService,
+    private readonly idempotency: IdempotencyService,
     private readonly opts: BackgroundOptions,
   ) {}
 
@@ -55,6 +58,9 @@ export class BackgroundJobs {
         await controlPlaneInstanceRepository(this.db).heartbeat(this.opts.instanceId, new Date());
         await this.reconcileOrphans();
         await this.stopExpired();
+        await this.applyIdlePolicy();
+        await this.deleteAfterStop();
+        await this.idempotency.removeExpired();
       } catch (err) {
         this.opts.log(`background pass failed: ${toNestboxError(err).message}`);
       } finally {
@@ -73,9 +79,53 @@ export class BackgroundJobs {
     }));
     for (const sandbox of claimed) {
       this.opts.log(`sandbox ${sandbox.id} reached its timeout; stopping it`);
-      await this.sandboxes.finishStop(sandbox, sandbox.operationId!).catch((err) => {
+      await this.sandboxes.finishStop(sandbox, sandbox.operationId!, 'timeout').catch((err) => {
         this.opts.log(`timeout stop of ${sandbox.id} failed: ${toNestboxError(err).message}`);
       });
+    }
+    return claimed.length;
+  }
+
+  private claimPatch(operation: string, state: SandboxPatch['state']): () => SandboxPatch {
+    return () => ({ state, operation, operationId: newOperationId(), operationOwner: this.opts.instanceId, operationStartedAt: new Date() });
+  }
+
+  /** Running sandboxes without activity for their idle timeout are paused (or stopped). */
+  async applyIdlePolicy(): Promise<number> {
+    const now = Date.now();
+    const repo = sandboxRepository(this.db);
+    // The idle timeout is per sandbox, so the cut-off is computed in SQL.
+    const idle = (action: 'pause' | 'stop') => ({
+      state: 'running' as const,
+      where: (q: Knex.QueryBuilder) =>
+        q.where('idle_timeout_seconds', '>', 0).where({ idle_action: action }).whereRaw(`last_activity_at + make_interval(secs => idle_timeout_seconds) <= ?`, [new Date(now)]),
+    });
+    const toPause = await repo.claim(idle('pause'), 20, this.claimPatch('pause', 'pausing'));
+    for (const sandbox of toPause) {
+      this.opts.log(`sandbox ${sandbox.id} idle for ${sandbox.idleTimeoutSeconds} s; pausing it`);
+      await this.sandboxes.finishPause(sandbox, sandbox.operationId!, 'idle').catch((err) => this.opts.log(`idle pause of ${sandbox.id} failed: ${toNestboxError(err).message}`));
+    }
+    const toStop = await repo.claim(idle('stop'), 20, this.claimPatch('stop', 'stopping'));
+    for (const sandbox of toStop) {
+      this.opts.log(`sandbox ${sandbox.id} idle for ${sandbox.idleTimeoutSeconds} s; stopping it`);
+      await this.sandboxes.finishStop(sandbox, sandbox.operationId!, 'idle').catch((err) => this.opts.log(`idle stop of ${sandbox.id} failed: ${toNestboxError(err).message}`));
+    }
+    return toPause.length + toStop.length;
+  }
+
+  /** Stopped sandboxes with an auto-delete delay that has passed are deleted. */
+  async deleteAfterStop(): Promise<number> {
+    const claimed = await sandboxRepository(this.db).claim(
+      {
+        state: 'stopped',
+        where: (q) => q.whereNotNull('auto_delete_seconds').whereNotNull('stopped_at').whereRaw(`stopped_at + make_interval(secs => auto_delete_seconds) <= ?`, [new Date()]),
+      },
+      20,
+      this.claimPatch('delete', 'deleting'),
+    );
+    for (const sandbox of claimed) {
+      this.opts.log(`sandbox ${sandbox.id} stopped ${sandbox.autoDeleteSeconds} s ago; deleting it (auto-delete)`);
+      await this.sandboxes.finishDelete(sandbox, sandbox.operationId!).catch((err) => this.opts.log(`auto-delete of ${sandbox.id} failed: ${toNestboxError(err).message}`));
     }
     return claimed.length;
   }
@@ -100,7 +150,7 @@ export class BackgroundJobs {
     if (!sandbox) return;
     this.opts.log(`taking over interrupted ${sandbox.operation ?? sandbox.state} of sandbox ${sandbox.id}`);
     if (sandbox.state === 'stopping') {
-      await this.sandboxes.finishStop(sandbox, operationId);
+      await this.sandboxes.finishStop(sandbox, operationId, 'user');
       return;
     }
     if (sandbox.state === 'deleting') {
@@ -113,6 +163,10 @@ export class BackgroundJobs {
       runtime = sandbox.hostId ? await (await this.hosts.clientFor(sandbox.hostId)).getSandbox(sandbox.id) : undefined;
     } catch (err) {
       await repo.transition(sandbox.id, [sandbox.state], { state: 'error', ...CLEARED, errorMessage: `interrupted ${sandbox.state} and the host is unreachable: ${toNestboxError(err).message}` }, operationId);
+      return;
+    }
+    if (runtime?.status === 'paused') {
+      await repo.transition(sandbox.id, [sandbox.state], { state: 'paused', ...CLEARED, pausedAt: new Date(), pauseReason: sandbox.pauseReason ?? 'user' }, operationId);
       return;
     }
     if (runtime?.status === 'running') {

@@ -50,11 +50,11 @@ export class HostService {
    * see the truth and can resume it from its disk.
    */
   private async noticeVanishedSandboxes(hostId: string, reported: HostSandboxRuntime[]): Promise<void> {
-    const running = new Set(reported.filter((s) => s.status === 'running').map((s) => s.id));
+    const live = new Set(reported.filter((s) => s.status !== 'stopped').map((s) => s.id));
     const repo = sandboxRepository(this.db);
-    for (const sandbox of await repo.findByHost(hostId, ['running'])) {
-      if (running.has(sandbox.id)) continue;
-      await repo.transition(sandbox.id, ['running'], {
+    for (const sandbox of await repo.findByHost(hostId, ['running', 'paused'])) {
+      if (live.has(sandbox.id)) continue;
+      await repo.transition(sandbox.id, [sandbox.state], {
         state: 'error',
         errorMessage: 'the sandbox stopped running on its host unexpectedly; resume it to start again from its disk',
         expiresAt: null,
@@ -73,6 +73,15 @@ export class HostService {
     if (alive.length === 0) throw new NestboxError('host_unavailable', 'no sandbox host is available right now; try again shortly');
     const load = await sandboxRepository(this.db).countActiveByHost();
     return alive.reduce((best, h) => ((load.get(h.id) ?? 0) < (load.get(best.id) ?? 0) ? h : best));
+  }
+
+  /** A specific host (where a snapshot lives), if it is alive. */
+  async aliveHost(hostId: string): Promise<HostRecord> {
+    const host = await hostRepository(this.db).findById(hostId);
+    if (!host || host.lastHeartbeatAt.getTime() < Date.now() - this.hostTimeoutMs) {
+      throw new NestboxError('host_unavailable', `host ${hostId}, which holds the snapshot, is not available right now`);
+    }
+    return host;
   }
 
   async clientFor(hostId: string): Promise<HostClient> {

@@ -1,12 +1,13 @@
 import type { Readable } from 'node:stream';
 import type { Db } from '../store/db.js';
 import { sandboxRepository, type SandboxPatch } from '../store/repositories/sandboxes.js';
-import { errors, toNestboxError } from '../errors.js';
+import { errors, NestboxError, toNestboxError } from '../errors.js';
 import { newOperationId, newSandboxId } from '../ids.js';
-import { assertCanBegin, assertRunning, OPERATIONS, type Operation, type SandboxState } from '../state-machine.js';
+import { assertCanBegin, assertRunning, isTransitional, OPERATIONS, type Operation, type SandboxState } from '../state-machine.js';
+import { snapshotRepository } from '../store/repositories/snapshots.js';
 import type { IncomingMessage } from 'node:http';
-import type { AgentRequest, AgentWebSocketTarget, ExecInput, ExecResult, FileDownload, FileEntry, HostClient, HostSandboxSpec } from '../host-client.js';
-import type { Principal, Sandbox, Scope } from '../types.js';
+import type { AgentRequest, AgentWebSocketTarget, ExecInput, ExecResult, FileEntry, HostClient, HostSandboxSpec } from '../host-client.js';
+import type { Principal, Sandbox, Scope, Snapshot } from '../types.js';
 import { canSeeSandbox, requireScope } from './auth.js';
 import type { HostService } from './hosts.js';
 
@@ -20,10 +21,21 @@ export interface SandboxLimits {
   defaultTimeoutSeconds: number;
   maxTimeoutSeconds: number;
   maxListLimit: number;
+  maxForkCount: number;
 }
 
-export interface CreateSandboxInput {
+export interface LifecyclePolicy {
+  /** 0 = never; otherwise pause (or stop) after this long without activity. */
+  idleTimeoutSeconds?: number;
+  idleAction?: 'pause' | 'stop';
+  /** null = never; delete this long after the sandbox stops. */
+  autoDeleteSeconds?: number | null;
+}
+
+export interface CreateSandboxInput extends LifecyclePolicy {
   image?: string;
+  /** Name of a snapshot of this organisation to start from (its disk, not its processes). */
+  snapshot?: string;
   cpu?: number;
   memoryMiB?: number;
   env?: Record<string, string>;
@@ -31,10 +43,27 @@ export interface CreateSandboxInput {
   timeoutSeconds?: number;
 }
 
-export interface UpdateSandboxInput {
+export interface UpdateSandboxInput extends LifecyclePolicy {
   labels?: Record<string, string>;
   timeoutSeconds?: number;
 }
+
+export interface ForkInput {
+  count?: number;
+  labels?: Record<string, string>;
+  timeoutSeconds?: number;
+}
+
+export interface ForkResult {
+  sandboxes: Sandbox[];
+  memoryCopied: boolean;
+  diskCopy: string;
+}
+
+/** Activity is recorded at most this often per sandbox (idle timeouts are counted in seconds). */
+const ACTIVITY_GRANULARITY_MS = 5_000;
+/** How long a call waits for a sandbox another call is already waking. */
+const WAKE_WAIT_MS = 60_000;
 
 export interface ListSandboxesInput {
   labels?: Record<string, string>;
@@ -46,6 +75,11 @@ export interface ListSandboxesInput {
 const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
 /** Cursor = opaque base64url of the last item's position; stable under inserts. */
+/** Paused sandboxes and idle-stopped ones are woken by the next call that needs them. */
+export function isWakeable(s: Sandbox): boolean {
+  return s.state === 'paused' || (s.state === 'stopped' && s.stopReason === 'idle');
+}
+
 export function encodeCursor(s: Pick<Sandbox, 'createdAt' | 'id'>): string {
   return Buffer.from(`${s.createdAt.toISOString()}|${s.id}`).toString('base64url');
 }
@@ -80,19 +114,26 @@ export class SandboxService {
     requireScope(principal, 'sandboxes:create');
     if (principal.sandboxIds !== null) throw errors.forbidden('this API key is limited to given sandboxes and cannot create new ones');
     const spec = this.validateCreate(input);
-    const host = await this.hosts.pickHost();
+    const policy = this.validatePolicy(input);
+    const snapshot = input.snapshot === undefined ? undefined : await this.readySnapshot(principal.organizationId, input.snapshot);
+    // A snapshot's disk lives on the host that took it, so its sandboxes are placed there.
+    const host = snapshot ? await this.hosts.aliveHost(snapshot.hostId) : await this.hosts.pickHost();
     const operationId = newOperationId();
     const created = await this.repo().insertCreating({
       id: newSandboxId(),
       organizationId: principal.organizationId,
       hostId: host.id,
       ...spec,
+      idleTimeoutSeconds: policy.idleTimeoutSeconds ?? 0,
+      idleAction: policy.idleAction ?? 'pause',
+      autoDeleteSeconds: policy.autoDeleteSeconds ?? null,
+      sourceSnapshotId: snapshot?.id ?? null,
       operationId,
       operationOwner: this.instanceId,
     });
     const client = this.hosts.clientForRecord(host);
     try {
-      await client.createSandbox(this.hostSpec(created));
+      await client.createSandbox({ ...this.hostSpec(created), ...(snapshot ? { snapshot: snapshot.id } : {}) });
     } catch (err) {
       await this.rollBackCreate(created, client, operationId, err);
       throw toNestboxError(err);
@@ -140,6 +181,25 @@ export class SandboxService {
     const image = input.image ?? l.defaultImage;
     if (image !== l.defaultImage) throw errors.validation('image', `unknown image "${image}" (available: ${l.defaultImage})`);
     return { image, cpu, memoryMiB, env, labels: input.labels ?? {}, timeoutSeconds };
+  }
+
+  private validatePolicy(input: LifecyclePolicy): LifecyclePolicy {
+    const max = this.limits.maxTimeoutSeconds;
+    if (input.idleTimeoutSeconds !== undefined && (!Number.isInteger(input.idleTimeoutSeconds) || input.idleTimeoutSeconds < 0 || input.idleTimeoutSeconds > max)) {
+      throw errors.validation('idleTimeoutSeconds', `must be an integer from 0 (never) to ${max}`);
+    }
+    if (input.idleAction !== undefined && input.idleAction !== 'pause' && input.idleAction !== 'stop') throw errors.validation('idleAction', 'must be "pause" or "stop"');
+    if (input.autoDeleteSeconds !== undefined && input.autoDeleteSeconds !== null && (!Number.isInteger(input.autoDeleteSeconds) || input.autoDeleteSeconds < 0 || input.autoDeleteSeconds > max)) {
+      throw errors.validation('autoDeleteSeconds', `must be null (never) or an integer from 0 to ${max}`);
+    }
+    return input;
+  }
+
+  private async readySnapshot(organizationId: string, name: string): Promise<Snapshot> {
+    const snapshot = await snapshotRepository(this.db).findLiveByName(organizationId, name);
+    if (!snapshot) throw errors.validation('snapshot', `no snapshot named "${name}"`);
+    if (snapshot.state !== 'ready') throw errors.invalidState('snapshot', name, snapshot.state, ['ready'], 'create a sandbox from');
+    return snapshot;
   }
 
   private validateTimeout(timeoutSeconds: number): number {
@@ -197,6 +257,10 @@ export class SandboxService {
     const sandbox = await this.load(principal, id);
     const patch: SandboxPatch = {};
     if (input.labels !== undefined) patch.labels = input.labels;
+    this.validatePolicy(input);
+    if (input.idleTimeoutSeconds !== undefined) patch.idleTimeoutSeconds = input.idleTimeoutSeconds;
+    if (input.idleAction !== undefined) patch.idleAction = input.idleAction;
+    if (input.autoDeleteSeconds !== undefined) patch.autoDeleteSeconds = input.autoDeleteSeconds;
     if (input.timeoutSeconds !== undefined) {
       patch.timeoutSeconds = this.validateTimeout(input.timeoutSeconds);
       // A new timeout counts from now for a running sandbox: this is the keep-alive call.
@@ -229,11 +293,11 @@ export class SandboxService {
     const sandbox = await this.load(principal, id);
     if (sandbox.state === 'stopped') return sandbox; // retry-safe
     const { operationId } = await this.begin(sandbox, OPERATIONS.stop);
-    return this.finishStop(sandbox, operationId);
+    return this.finishStop(sandbox, operationId, 'user');
   }
 
-  /** Used by the API, the timeout sweeper and the reconciler alike. */
-  async finishStop(sandbox: Sandbox, operationId: string): Promise<Sandbox> {
+  /** Used by the API, the timeout and idle sweepers and the reconciler alike. */
+  async finishStop(sandbox: Sandbox, operationId: string, reason: string): Promise<Sandbox> {
     try {
       const client = await this.hosts.clientFor(sandbox.hostId!);
       await client.stopSandbox(sandbox.id);
@@ -247,6 +311,9 @@ export class SandboxService {
       ...this.clearOperation(),
       expiresAt: null,
       stoppedAt: new Date(),
+      stopReason: reason,
+      pauseReason: null,
+      pausedAt: null,
       errorMessage: null,
     }, operationId);
     return stopped ?? (await this.repo().findById(sandbox.id))!;
@@ -256,7 +323,12 @@ export class SandboxService {
     requireScope(principal, 'sandboxes:operate');
     const sandbox = await this.load(principal, id);
     if (sandbox.state === 'running') return sandbox; // retry-safe
+    if (sandbox.state === 'paused') return this.unpause(principal, id);
     const { operationId } = await this.begin(sandbox, OPERATIONS.start);
+    return this.finishResume(sandbox, operationId);
+  }
+
+  private async finishResume(sandbox: Sandbox, operationId: string): Promise<Sandbox> {
     let result;
     try {
       const client = await this.hosts.clientFor(sandbox.hostId!);
@@ -275,6 +347,8 @@ export class SandboxService {
       memoryRestored: result.memoryRestored,
       resumeReason: result.memoryRestored ? null : (result.resumeReason ?? 'unknown'),
       errorMessage: null,
+      stopReason: null,
+      lastActivityAt: now,
     }, operationId);
     return running ?? (await this.repo().findById(sandbox.id))!;
   }
@@ -297,11 +371,175 @@ export class SandboxService {
     await this.repo().transition(sandbox.id, ['deleting'], { state: 'deleted', ...this.clearOperation(), expiresAt: null, deletedAt: new Date() }, operationId);
   }
 
-  /** Resolve a sandbox that must be running for `operation`, plus its host client. */
+  /**
+   * Resolve a sandbox that must be running for `operation`, plus its host client. A paused
+   * sandbox, or one the idle policy stopped, is woken first, so the caller never notices; one
+   * stopped by its user or its timeout stays stopped (409 with the state).
+   */
   private async runningSandbox(principal: Principal, id: string, operation: string): Promise<{ sandbox: Sandbox; client: HostClient }> {
-    const sandbox = await this.load(principal, id);
+    let sandbox = await this.load(principal, id);
+    if (sandbox.state !== 'running' && isWakeable(sandbox)) sandbox = await this.wake(sandbox);
     assertRunning(sandbox.id, sandbox.state, operation);
+    await this.noteActivity(sandbox.id);
     return { sandbox, client: await this.hosts.clientFor(sandbox.hostId!) };
+  }
+
+  /** Counts toward the idle timeout (see README "Idle policy" for what is activity). */
+  async noteActivity(id: string): Promise<void> {
+    await this.repo().touchActivity(id, new Date(), ACTIVITY_GRANULARITY_MS);
+  }
+
+  /** Bring a paused or idle-stopped sandbox back; concurrent callers wait for the one that acts. */
+  private async wake(initial: Sandbox): Promise<Sandbox> {
+    const deadline = Date.now() + WAKE_WAIT_MS;
+    let sandbox = initial;
+    while (Date.now() < deadline) {
+      if (sandbox.state === 'running' || !isWakeable(sandbox) && !isTransitional(sandbox.state)) return sandbox;
+      try {
+        if (sandbox.state === 'paused') return await this.finishUnpause(sandbox, (await this.begin(sandbox, OPERATIONS.unpause)).operationId);
+        if (sandbox.state === 'stopped') return await this.finishResume(sandbox, (await this.begin(sandbox, OPERATIONS.start)).operationId);
+      } catch (err) {
+        // Another call won the race to wake it; wait for that one below.
+        if (!(err instanceof NestboxError && err.code === 'invalid_state')) throw err;
+      }
+      await new Promise((r) => setTimeout(r, 100));
+      sandbox = (await this.repo().findById(sandbox.id)) ?? sandbox;
+    }
+    return sandbox;
+  }
+
+  async pause(principal: Principal, id: string): Promise<Sandbox> {
+    requireScope(principal, 'sandboxes:operate');
+    const sandbox = await this.load(principal, id);
+    if (sandbox.state === 'paused') return sandbox; // retry-safe
+    const { operationId } = await this.begin(sandbox, OPERATIONS.pause);
+    return this.finishPause(sandbox, operationId, 'user');
+  }
+
+  async finishPause(sandbox: Sandbox, operationId: string, reason: string): Promise<Sandbox> {
+    try {
+      await (await this.hosts.clientFor(sandbox.hostId!)).pauseSandbox(sandbox.id);
+    } catch (err) {
+      const e = toNestboxError(err);
+      await this.repo().transition(sandbox.id, ['pausing'], { state: 'running', ...this.clearOperation(), errorMessage: `pause failed: ${e.message}` }, operationId);
+      throw e;
+    }
+    // The timeout keeps running while paused: a paused sandbox still holds its memory.
+    const paused = await this.repo().transition(sandbox.id, ['pausing'], { state: 'paused', ...this.clearOperation(), pausedAt: new Date(), pauseReason: reason }, operationId);
+    return paused ?? (await this.repo().findById(sandbox.id))!;
+  }
+
+  async unpause(principal: Principal, id: string): Promise<Sandbox> {
+    requireScope(principal, 'sandboxes:operate');
+    const sandbox = await this.load(principal, id);
+    if (sandbox.state === 'running') return sandbox; // retry-safe
+    const { operationId } = await this.begin(sandbox, OPERATIONS.unpause);
+    return this.finishUnpause(sandbox, operationId);
+  }
+
+  private async finishUnpause(sandbox: Sandbox, operationId: string): Promise<Sandbox> {
+    try {
+      await (await this.hosts.clientFor(sandbox.hostId!)).unpauseSandbox(sandbox.id);
+    } catch (err) {
+      const e = toNestboxError(err);
+      await this.repo().transition(sandbox.id, ['resuming'], { state: 'paused', ...this.clearOperation(), errorMessage: `unpause failed: ${e.message}` }, operationId);
+      throw e;
+    }
+    const running = await this.repo().transition(sandbox.id, ['resuming'], {
+      state: 'running',
+      ...this.clearOperation(),
+      pausedAt: null,
+      pauseReason: null,
+      lastActivityAt: new Date(),
+      // Memory stayed in place the whole time.
+      memoryRestored: true,
+      resumeReason: null,
+    }, operationId);
+    return running ?? (await this.repo().findById(sandbox.id))!;
+  }
+
+  /** Keep-alive: the timeout counts again from now, and it is activity. */
+  async keepAlive(principal: Principal, id: string): Promise<Sandbox> {
+    requireScope(principal, 'sandboxes:operate');
+    const sandbox = await this.load(principal, id);
+    const now = new Date();
+    const patch: SandboxPatch = { lastActivityAt: now };
+    if (sandbox.state === 'running' || sandbox.state === 'paused') patch.expiresAt = this.deadline(sandbox.timeoutSeconds, now);
+    return (await this.repo().update(id, patch)) ?? sandbox;
+  }
+
+  /**
+   * Fork into `count` new sandboxes with copies of the source's disk (copy-on-write where the
+   * host's store allows). Children get new ids and network slots, the default timeout, the
+   * source's image, size, environment and labels (plus `labels` given here), no hosted ports.
+   */
+  async fork(principal: Principal, id: string, input: ForkInput): Promise<ForkResult> {
+    requireScope(principal, 'sandboxes:create');
+    if (principal.sandboxIds !== null) throw errors.forbidden('this API key is limited to given sandboxes and cannot create new ones');
+    const source = await this.load(principal, id);
+    const count = input.count ?? 1;
+    if (!Number.isInteger(count) || count < 1 || count > this.limits.maxForkCount) throw errors.validation('count', `must be an integer from 1 to ${this.limits.maxForkCount}`);
+    if (!['running', 'paused', 'stopped'].includes(source.state)) throw errors.invalidState('sandbox', id, source.state, ['running', 'paused', 'stopped'], 'fork');
+    const timeoutSeconds = this.validateTimeout(input.timeoutSeconds ?? this.limits.defaultTimeoutSeconds);
+    const operationId = newOperationId();
+    const children: Sandbox[] = [];
+    for (let i = 0; i < count; i++) {
+      children.push(
+        await this.repo().insertCreating({
+          id: newSandboxId(),
+          organizationId: source.organizationId,
+          hostId: source.hostId!,
+          image: source.image,
+          cpu: source.cpu,
+          memoryMiB: source.memoryMiB,
+          env: source.env,
+          labels: { ...source.labels, ...input.labels },
+          timeoutSeconds,
+          idleTimeoutSeconds: source.idleTimeoutSeconds,
+          idleAction: source.idleAction,
+          autoDeleteSeconds: source.autoDeleteSeconds,
+          // The child's disk sits on the same snapshot layers as its source.
+          sourceSnapshotId: source.sourceSnapshotId,
+          forkedFrom: source.id,
+          operation: 'fork',
+          operationId,
+          operationOwner: this.instanceId,
+        }),
+      );
+    }
+    const client = await this.hosts.clientFor(source.hostId!);
+    let result;
+    try {
+      result = await client.forkSandbox(source.id, children.map((c) => this.hostSpec(c)));
+    } catch (err) {
+      for (const child of children) await this.rollBackCreate(child, client, operationId, err);
+      throw toNestboxError(err);
+    }
+    const now = new Date();
+    const running: Sandbox[] = [];
+    for (const child of children) {
+      const row = await this.repo().transition(child.id, ['creating'], {
+        state: 'running',
+        ...this.clearOperation(),
+        startedAt: now,
+        expiresAt: this.deadline(child.timeoutSeconds, now),
+        memoryRestored: result.memoryCopied,
+        resumeReason: result.memoryCopied ? null : 'driver_has_no_memory_snapshot',
+      }, operationId);
+      running.push(row ?? (await this.repo().findById(child.id))!);
+    }
+    await this.noteActivity(source.id);
+    return { sandboxes: running, memoryCopied: result.memoryCopied, diskCopy: result.diskCopy };
+  }
+
+  /** Several sandboxes by id, as the principal may see them (for idempotent replays). */
+  async getMany(principal: Principal, ids: string[]): Promise<Sandbox[]> {
+    const out: Sandbox[] = [];
+    for (const id of ids) {
+      const s = await this.repo().findById(id);
+      if (s && s.organizationId === principal.organizationId) out.push(s);
+    }
+    return out;
   }
 
   async exec(principal: Principal, id: string, input: ExecInput, signal?: AbortSignal): Promise<ExecResult> {
@@ -310,11 +548,6 @@ export class SandboxService {
     return client.exec(id, input, signal);
   }
 
-  async readFile(principal: Principal, id: string, path: string, range?: string): Promise<FileDownload> {
-    requireScope(principal, 'files:read');
-    const { client } = await this.runningSandbox(principal, id, 'read files of');
-    return client.readFile(id, path, range);
-  }
 
   async writeFile(principal: Principal, id: string, path: string, body: Readable, mode?: string): Promise<FileEntry> {
     requireScope(principal, 'files:write');
@@ -330,6 +563,20 @@ export class SandboxService {
    */
   async agentRequest(principal: Principal, id: string, scope: Scope, operation: string, request: AgentRequest): Promise<IncomingMessage> {
     requireScope(principal, scope);
+    const { client } = await this.runningSandbox(principal, id, operation);
+    return client.agentRequest(id, request);
+  }
+
+  /**
+   * Read-only file calls (download, list, stat) work on a stopped sandbox too: its host serves
+   * them from a read-only view of the kept disk, without resuming it.
+   */
+  async fileReadRequest(principal: Principal, id: string, operation: string, request: AgentRequest): Promise<IncomingMessage> {
+    requireScope(principal, 'files:read');
+    const sandbox = await this.load(principal, id);
+    if ((sandbox.state === 'stopped' || sandbox.state === 'error') && !isWakeable(sandbox)) {
+      return (await this.hosts.clientFor(sandbox.hostId!)).fileViewRequest(id, request);
+    }
     const { client } = await this.runningSandbox(principal, id, operation);
     return client.agentRequest(id, request);
   }

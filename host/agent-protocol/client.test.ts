@@ -280,4 +280,27 @@ describe('the bundled guest agent as a separate process', () => {
       child.kill('SIGKILL');
     }
   });
+
+  // Root reads every directory, so unreadable ones only exist for an unprivileged agent.
+  it.runIf(process.getuid?.() === 0)('counts directories find cannot read instead of failing', async () => {
+    const nobody = 65534;
+    const { child, client, home } = await launch('unreadable', { uid: nobody, gid: nobody });
+    try {
+      await mkdir(join(home, 'proj', 'open'), { recursive: true });
+      await mkdir(join(home, 'proj', 'locked'), { recursive: true });
+      await writeFile(join(home, 'proj', 'open', 'a.ts'), 'x');
+      await writeFile(join(home, 'proj', 'locked', 'b.ts'), 'x');
+      await chmod(join(home, 'proj', 'locked'), 0o700); // root-owned: nobody cannot enter
+      const res = await client.request({ method: 'GET', path: '/files/find?path=proj&pattern=*.ts' });
+      const chunks: Buffer[] = [];
+      for await (const c of res) chunks.push(c as Buffer);
+      expect(res.statusCode).toBe(200);
+      const found = JSON.parse(Buffer.concat(chunks).toString()) as { paths: string[]; unreadableDirs: number };
+      expect(found.paths).toEqual([join(home, 'proj', 'open', 'a.ts')]);
+      expect(found.unreadableDirs).toBe(1);
+    } finally {
+      client.close();
+      child.kill('SIGKILL');
+    }
+  });
 });

@@ -11,7 +11,7 @@
 //   GET  /files/content?path=         → raw bytes, streamed (Content-Length set from stat)
 //   PUT  /files/content?path=&mode=   raw body, streamed to a temp file then renamed; parents
 //                                       created → FileInfo of the written file
-//   GET  /files/list?path=            → { entries: FileInfo[] }
+//   GET  /files/list?path=&depth=    → { entries: FileInfo[] }   (more file routes: files.ts)
 //   GET  /files/stat?path=            → FileInfo
 //
 // Relative paths resolve against the sandbox user's home directory. All paths are resolved by
@@ -64,6 +64,12 @@ export const FileInfo = z.object({
   mode: z.number().int(), // permission bits, e.g. 0o644 = 420
   mtime: z.string(), // ISO 8601
   symlinkTarget: z.string().optional(),
+  // Owner names come from the sandbox's own /etc/passwd and /etc/group; an id without an
+  // entry there is reported as the number in decimal.
+  owner: z.string(),
+  group: z.string(),
+  uid: z.number().int(),
+  gid: z.number().int(),
 });
 export type FileInfo = z.infer<typeof FileInfo>;
 

@@ -6,7 +6,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocket, WebSocketServer } from 'ws';
-import type { Driver, SandboxRuntime, SandboxSpec, StartResult } from '../drivers/types.js';
+import { DriverError } from '../drivers/errors.js';
+import type { Driver, FileView, ForkResult, SandboxRuntime, SandboxSpec, SnapshotInfo, SnapshotResult, StartResult } from '../drivers/types.js';
 import { HostAgentServer } from './server.js';
 
 const SECRET = 'a-host-secret-of-enough-length';
@@ -14,12 +15,24 @@ const SECRET = 'a-host-secret-of-enough-length';
 class StandInDriver implements Driver {
   readonly name = 'local' as const;
   readonly sandboxes = new Map<string, SandboxRuntime>();
+  readonly snapshots = new Map<string, SnapshotInfo>();
+  readonly snapshotUsers = new Map<string, string>();
+  fileViewsOpened = 0;
   constructor(private readonly socket: string) {}
   async init() {}
   capabilities() {
-    return { memorySnapshot: false, fork: false, pause: false, nestedVirt: false, hotResize: false, maxVcpus: 1, probes: {} };
+    return { memorySnapshot: false, fork: true, pause: true, nestedVirt: false, hotResize: false, maxVcpus: 1, probes: {} };
+  }
+  private require(id: string): SandboxRuntime {
+    const runtime = this.sandboxes.get(id);
+    if (!runtime) throw new DriverError('not_found', `sandbox ${id} not found`);
+    return runtime;
   }
   async create(spec: SandboxSpec) {
+    if (spec.snapshot) {
+      if (!this.snapshots.has(spec.snapshot)) throw new DriverError('not_found', `snapshot ${spec.snapshot} not found on this host`);
+      this.snapshotUsers.set(spec.snapshot, spec.id);
+    }
     const runtime: SandboxRuntime = { id: spec.id, status: 'running', agentSocket: this.socket };
     this.sandboxes.set(spec.id, runtime);
     return runtime;
@@ -33,7 +46,46 @@ class StandInDriver implements Driver {
   }
   async destroy(id: string) {
     this.sandboxes.delete(id);
+    for (const [snapshot, user] of this.snapshotUsers) if (user === id) this.snapshotUsers.delete(snapshot);
   }
+  async pause(id: string) {
+    const runtime = this.require(id);
+    if (runtime.status === 'stopped') throw new DriverError('invalid_state', `sandbox ${id} is stopped, not running`);
+    runtime.status = 'paused';
+    return runtime;
+  }
+  async unpause(id: string) {
+    const runtime = this.require(id);
+    if (runtime.status === 'stopped') throw new DriverError('invalid_state', `sandbox ${id} is stopped, not paused`);
+    runtime.status = 'running';
+    return runtime;
+  }
+  async fork(sourceId: string, children: SandboxSpec[]): Promise<ForkResult> {
+    this.require(sourceId);
+    for (const child of children) if (this.sandboxes.has(child.id)) throw new DriverError('conflict', `sandbox ${child.id} already exists`);
+    return { children: await Promise.all(children.map((child) => this.create(child))), memoryCopied: false, diskCopy: 'copy' };
+  }
+  async snapshot(id: string, snapshotId: string): Promise<SnapshotResult> {
+    this.require(id);
+    const info: SnapshotInfo = { snapshotId, sizeBytes: 42, diskCopy: 'copy', layers: [snapshotId], sourceId: id, image: 'default', createdAt: new Date(0).toISOString() };
+    this.snapshots.set(snapshotId, info);
+    const { sourceId: _source, image: _image, createdAt: _created, ...result } = info;
+    return result;
+  }
+  async deleteSnapshot(snapshotId: string) {
+    const user = this.snapshotUsers.get(snapshotId);
+    if (user) throw Object.assign(new Error(`snapshot ${snapshotId} is in use by sandbox ${user}`), { code: 'conflict' });
+    this.snapshots.delete(snapshotId);
+  }
+  async listSnapshots() {
+    return [...this.snapshots.values()];
+  }
+  async fileView(id: string): Promise<FileView> {
+    if (this.require(id).status !== 'stopped') throw new DriverError('invalid_state', `sandbox ${id} is running`);
+    this.fileViewsOpened++;
+    return { agentSocket: this.socket, viewId: 'view-1' };
+  }
+  touchFileView() {}
   async get(id: string) {
     return this.sandboxes.get(id);
   }
@@ -131,6 +183,80 @@ describe('host agent API', () => {
     expect(received[0]).toBe('hello /pty?cols=80');
     expect(received[1]).toBe('text frame');
     expect(Buffer.isBuffer(received[2]) && (received[2] as Buffer).equals(Buffer.from([0, 1, 2, 255]))).toBe(true);
+  });
+
+  it('pauses and unpauses; a paused sandbox\'s agent answers 409 at once; wrong states are 409, unknown ids 404', async () => {
+    await fetch(`${base}/v1/sandboxes`, { method: 'POST', headers: auth, body: JSON.stringify(spec('pz')) });
+    const paused = await fetch(`${base}/v1/sandboxes/pz/pause`, { method: 'POST', headers: auth });
+    expect(paused.status).toBe(200);
+    expect(await paused.json()).toEqual({ id: 'pz', status: 'paused' });
+    const agent = await fetch(`${base}/v1/sandboxes/pz/agent/health`, { headers: auth });
+    expect(agent.status).toBe(409);
+    expect((await agent.json()).error).toMatchObject({ code: 'invalid_state', message: expect.stringContaining('paused') });
+    const listed = await (await fetch(`${base}/v1/sandboxes`, { headers: auth })).json();
+    expect(listed.sandboxes).toContainEqual({ id: 'pz', status: 'paused' });
+    const unpaused = await fetch(`${base}/v1/sandboxes/pz/unpause`, { method: 'POST', headers: auth });
+    expect(await unpaused.json()).toEqual({ id: 'pz', status: 'running' });
+    await fetch(`${base}/v1/sandboxes/pz/stop`, { method: 'POST', headers: auth });
+    const pauseStopped = await fetch(`${base}/v1/sandboxes/pz/pause`, { method: 'POST', headers: auth });
+    expect(pauseStopped.status).toBe(409);
+    expect((await pauseStopped.json()).error.code).toBe('invalid_state');
+    expect((await fetch(`${base}/v1/sandboxes/nosuch/pause`, { method: 'POST', headers: auth })).status).toBe(404);
+    expect((await fetch(`${base}/v1/sandboxes/nosuch/unpause`, { method: 'POST', headers: auth })).status).toBe(404);
+  });
+
+  it('forks, validating the children and mapping a taken id to 409', async () => {
+    await fetch(`${base}/v1/sandboxes`, { method: 'POST', headers: auth, body: JSON.stringify(spec('fsrc')) });
+    const forked = await fetch(`${base}/v1/sandboxes/fsrc/fork`, { method: 'POST', headers: auth, body: JSON.stringify({ children: [spec('fa'), spec('fb')] }) });
+    expect(forked.status).toBe(200);
+    expect(await forked.json()).toEqual({ children: [{ id: 'fa', status: 'running' }, { id: 'fb', status: 'running' }], memoryCopied: false, diskCopy: 'copy' });
+    const taken = await fetch(`${base}/v1/sandboxes/fsrc/fork`, { method: 'POST', headers: auth, body: JSON.stringify({ children: [spec('fa')] }) });
+    expect(taken.status).toBe(409);
+    expect((await taken.json()).error.code).toBe('conflict');
+    const none = await fetch(`${base}/v1/sandboxes/fsrc/fork`, { method: 'POST', headers: auth, body: JSON.stringify({ children: [] }) });
+    expect(none.status).toBe(400);
+    const badChild = await fetch(`${base}/v1/sandboxes/fsrc/fork`, { method: 'POST', headers: auth, body: JSON.stringify({ children: [{ ...spec('fc'), cpu: 0 }] }) });
+    expect(badChild.status).toBe(400);
+    expect((await fetch(`${base}/v1/sandboxes/nosuch/fork`, { method: 'POST', headers: auth, body: JSON.stringify({ children: [spec('fd')] }) })).status).toBe(404);
+  });
+
+  it('snapshots: create (201), list, create a sandbox from one (404 when absent), delete (409 in use, then 204)', async () => {
+    await fetch(`${base}/v1/sandboxes`, { method: 'POST', headers: auth, body: JSON.stringify(spec('snsrc')) });
+    const saved = await fetch(`${base}/v1/sandboxes/snsrc/snapshot`, { method: 'POST', headers: auth, body: JSON.stringify({ snapshotId: 'tpl-1' }) });
+    expect(saved.status).toBe(201);
+    expect(await saved.json()).toEqual({ snapshotId: 'tpl-1', sizeBytes: 42, diskCopy: 'copy', layers: ['tpl-1'] });
+    const badName = await fetch(`${base}/v1/sandboxes/snsrc/snapshot`, { method: 'POST', headers: auth, body: JSON.stringify({ snapshotId: 'a:b' }) });
+    expect(badName.status).toBe(400);
+    const listed = await (await fetch(`${base}/v1/snapshots`, { headers: auth })).json();
+    expect(listed.snapshots).toEqual([expect.objectContaining({ snapshotId: 'tpl-1', sourceId: 'snsrc', layers: ['tpl-1'] })]);
+
+    const missing = await fetch(`${base}/v1/sandboxes`, { method: 'POST', headers: auth, body: JSON.stringify({ ...spec('fromx'), snapshot: 'nope' }) });
+    expect(missing.status).toBe(404);
+    expect((await missing.json()).error.code).toBe('not_found');
+    const fromSnap = await fetch(`${base}/v1/sandboxes`, { method: 'POST', headers: auth, body: JSON.stringify({ ...spec('fromt'), snapshot: 'tpl-1' }) });
+    expect(fromSnap.status).toBe(201);
+
+    const inUse = await fetch(`${base}/v1/snapshots/tpl-1`, { method: 'DELETE', headers: auth });
+    expect(inUse.status).toBe(409);
+    expect((await inUse.json()).error).toMatchObject({ code: 'conflict', message: expect.stringContaining('fromt') });
+    await fetch(`${base}/v1/sandboxes/fromt`, { method: 'DELETE', headers: auth });
+    expect((await fetch(`${base}/v1/snapshots/tpl-1`, { method: 'DELETE', headers: auth })).status).toBe(204);
+    expect((await fetch(`${base}/v1/snapshots/tpl-1`, { method: 'DELETE', headers: auth })).status).toBe(204);
+    expect((await fetch(`${base}/v1/snapshots/bad:id`, { method: 'DELETE', headers: auth })).status).toBe(400);
+    expect((await fetch(`${base}/v1/snapshots`, { method: 'POST', headers: auth })).status).toBe(405);
+  });
+
+  it('serves a stopped sandbox\'s files through files-view, and refuses it for a running one', async () => {
+    await fetch(`${base}/v1/sandboxes`, { method: 'POST', headers: auth, body: JSON.stringify(spec('fv')) });
+    const running = await fetch(`${base}/v1/sandboxes/fv/files-view/files/list?path=%2F`, { headers: auth });
+    expect(running.status).toBe(409);
+    expect((await running.json()).error.message).toContain('/agent');
+    await fetch(`${base}/v1/sandboxes/fv/stop`, { method: 'POST', headers: auth });
+    const body = Buffer.from('read through the view');
+    const viewed = await fetch(`${base}/v1/sandboxes/fv/files-view/files/content?path=%2Froot%2Fa`, { method: 'POST', headers: auth, body });
+    expect(viewed.status).toBe(200);
+    expect(Buffer.from(await viewed.arrayBuffer()).equals(body)).toBe(true);
+    expect((await fetch(`${base}/v1/sandboxes/nosuch/files-view/files/list`, { headers: auth })).status).toBe(404);
   });
 
   it('refuses WebSocket upgrades without the secret or to a stopped sandbox', async () => {

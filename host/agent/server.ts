@@ -5,12 +5,12 @@ import http from 'node:http';
 import { timingSafeEqual } from 'node:crypto';
 import type { Socket } from 'node:net';
 import { pipeline } from 'node:stream/promises';
-import { WebSocketServer, WebSocket } from 'ws';
 import type { ZodType } from 'zod';
 import type { Driver, SandboxSpec } from '../drivers/types.js';
+import { driverErrorStatus } from '../drivers/errors.js';
 import { AgentClient, AgentRequestError } from '../agent-protocol/client.js';
-import { HostSandboxSpec, SandboxIdParam } from '../protocol/schemas.js';
-import { relayWebSockets } from '../protocol/ws-relay.js';
+import { HostForkRequest, HostSandboxSpec, HostSnapshotRequest, SandboxIdParam, SnapshotIdParam } from '../protocol/schemas.js';
+import { acceptAndRelay, connectUpstream, refuseUpgrade } from '../protocol/ws-relay.js';
 
 export interface HostAgentServerOptions {
   hostId: string;
@@ -30,6 +30,8 @@ class HttpError extends Error {
 }
 
 const MAX_JSON_BODY = 1024 * 1024;
+/** While a file-view request streams, tell the driver the view is in use this often. */
+const FILE_VIEW_TOUCH_MS = 15_000;
 
 async function readJson<T>(req: http.IncomingMessage, schema: ZodType<T>): Promise<T> {
   const chunks: Buffer[] = [];
@@ -66,17 +68,21 @@ function sendError(res: http.ServerResponse, err: unknown): void {
   }
   if (err instanceof HttpError) return sendJson(res, err.status, { error: { code: err.code, message: err.message } });
   if (err instanceof AgentRequestError) return sendJson(res, err.status, { error: { code: err.code, message: err.message } });
+  // The driver's typed errors are the caller's mistakes (unknown id, name taken, wrong state).
+  const mapped = driverErrorStatus(err);
+  if (mapped) return sendJson(res, mapped.status, { error: { code: mapped.code, message: (err as Error).message } });
   const message = err instanceof Error ? err.message : String(err);
   sendJson(res, 500, { error: { code: 'internal', message } });
 }
 
 export class HostAgentServer {
   readonly server: http.Server;
-  private readonly wss = new WebSocketServer({ noServer: true });
   /** One lifecycle operation per sandbox at a time; later calls wait for earlier ones. */
   private readonly locks = new Map<string, Promise<unknown>>();
   /** One keep-alive client per running sandbox, dropped when its socket changes or it stops. */
   private readonly agents = new Map<string, AgentClient>();
+  /** One client per live file view (a new view process means a new client, even on the same path). */
+  private readonly viewAgents = new Map<string, { viewId: string; client: AgentClient }>();
 
   constructor(private readonly opts: HostAgentServerOptions) {
     this.server = http.createServer((req, res) => {
@@ -112,6 +118,7 @@ export class HostAgentServer {
     if (parts.length === 2 && parts[1] === 'info' && req.method === 'GET') {
       return sendJson(res, 200, { hostId: this.opts.hostId, driver: driver.name, capabilities: driver.capabilities() });
     }
+    if (parts[1] === 'snapshots') return this.handleSnapshots(parts, req, res, url.pathname);
     if (parts[1] !== 'sandboxes') throw new HttpError(404, 'not_found', `no route ${url.pathname}`);
 
     if (parts.length === 2) {
@@ -137,6 +144,7 @@ export class HostAgentServer {
       }
       if (req.method === 'DELETE') {
         this.dropAgent(sandboxId);
+        this.dropViewAgent(sandboxId);
         await this.withLock(sandboxId, () => driver.destroy(sandboxId));
         res.writeHead(204).end();
         return;
@@ -145,7 +153,7 @@ export class HostAgentServer {
     }
 
     const action = parts[3];
-    if (parts.length === 4 && (action === 'stop' || action === 'start') && !(await driver.get(sandboxId))) {
+    if (parts.length === 4 && ['stop', 'start', 'pause', 'unpause', 'fork', 'snapshot'].includes(action) && !(await driver.get(sandboxId))) {
       throw new HttpError(404, 'not_found', `sandbox ${sandboxId} not found on host ${this.opts.hostId}`);
     }
     if (parts.length === 4 && action === 'stop' && req.method === 'POST') {
@@ -159,11 +167,81 @@ export class HostAgentServer {
       const result = await this.withLock(sandboxId, () => driver.start(spec as SandboxSpec));
       return sendJson(res, 200, { id: result.id, status: result.status, memoryRestored: result.memoryRestored, resumeReason: result.resumeReason });
     }
+    if (parts.length === 4 && (action === 'pause' || action === 'unpause') && req.method === 'POST') {
+      const runtime = await this.withLock(sandboxId, () => (action === 'pause' ? driver.pause(sandboxId) : driver.unpause(sandboxId)));
+      return sendJson(res, 200, { id: runtime.id, status: runtime.status });
+    }
+    if (parts.length === 4 && action === 'fork' && req.method === 'POST') {
+      const body = await readJson(req, HostForkRequest);
+      const result = await this.withLock(sandboxId, () => driver.fork(sandboxId, body.children as SandboxSpec[]));
+      return sendJson(res, 200, {
+        children: result.children.map((child) => ({ id: child.id, status: child.status })),
+        memoryCopied: result.memoryCopied,
+        diskCopy: result.diskCopy,
+      });
+    }
+    if (parts.length === 4 && action === 'snapshot' && req.method === 'POST') {
+      const body = await readJson(req, HostSnapshotRequest);
+      const result = await this.withLock(sandboxId, () => driver.snapshot(sandboxId, body.snapshotId));
+      return sendJson(res, 201, result);
+    }
     if (action === 'agent') {
       const agentPath = '/' + parts.slice(4).join('/') + url.search;
-      return this.proxyToAgent(sandboxId, agentPath, req, res);
+      return this.proxyTo(await this.agentFor(sandboxId), agentPath, req, res);
+    }
+    if (action === 'files-view') {
+      const agentPath = '/' + parts.slice(4).join('/') + url.search;
+      return this.proxyToFileView(sandboxId, agentPath, req, res);
     }
     throw new HttpError(404, 'not_found', `no route ${url.pathname}`);
+  }
+
+  /** `GET /v1/snapshots` and `DELETE /v1/snapshots/{snapshotId}`. */
+  private async handleSnapshots(parts: string[], req: http.IncomingMessage, res: http.ServerResponse, pathname: string): Promise<void> {
+    const driver = this.opts.driver;
+    if (parts.length === 2 && req.method === 'GET') return sendJson(res, 200, { snapshots: await driver.listSnapshots() });
+    if (parts.length === 3) {
+      const id = SnapshotIdParam.safeParse(parts[2]);
+      if (!id.success) throw new HttpError(400, 'validation_failed', `snapshot id: ${id.error.issues[0].message}`);
+      if (req.method === 'DELETE') {
+        await driver.deleteSnapshot(id.data);
+        res.writeHead(204).end();
+        return;
+      }
+      throw new HttpError(405, 'method_not_allowed', `${req.method} not allowed on ${pathname}`);
+    }
+    throw new HttpError(parts.length === 2 ? 405 : 404, parts.length === 2 ? 'method_not_allowed' : 'not_found', `no route ${req.method} ${pathname}`);
+  }
+
+  /**
+   * Pass-through to a read-only guest agent over a STOPPED sandbox's disk. The view is started
+   * on first use and kept alive while requests come (and while one streams).
+   */
+  private async proxyToFileView(sandboxId: string, agentPath: string, req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    const driver = this.opts.driver;
+    const runtime = await driver.get(sandboxId);
+    if (!runtime) throw new HttpError(404, 'not_found', `sandbox ${sandboxId} not found on host ${this.opts.hostId}`);
+    if (runtime.status !== 'stopped') {
+      throw new HttpError(409, 'invalid_state', `sandbox ${sandboxId} is ${runtime.status} on host ${this.opts.hostId}; read its files through /agent`);
+    }
+    const view = await driver.fileView(sandboxId);
+    let cached = this.viewAgents.get(sandboxId);
+    if (cached?.viewId !== view.viewId) {
+      cached?.client.close();
+      cached = { viewId: view.viewId, client: new AgentClient(view.agentSocket) };
+      this.viewAgents.set(sandboxId, cached);
+    }
+    const keepAlive = setInterval(() => driver.touchFileView(sandboxId), FILE_VIEW_TOUCH_MS);
+    res.once('close', () => {
+      clearInterval(keepAlive);
+      driver.touchFileView(sandboxId);
+    });
+    return this.proxyTo(cached.client, agentPath, req, res);
+  }
+
+  private dropViewAgent(sandboxId: string): void {
+    this.viewAgents.get(sandboxId)?.client.close();
+    this.viewAgents.delete(sandboxId);
   }
 
   private async runtimes() {
@@ -191,10 +269,9 @@ export class HostAgentServer {
   }
 
   /** Streams both ways: neither the request nor the response body is held in memory. */
-  private async proxyToAgent(sandboxId: string, agentPath: string, req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
-    const agent = await this.agentFor(sandboxId);
+  private async proxyTo(agent: AgentClient, agentPath: string, req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
     const headers: Record<string, string> = {};
-    for (const name of ['content-type', 'content-length', 'range']) {
+    for (const name of ['content-type', 'content-length', 'range', 'accept']) {
       const value = req.headers[name];
       if (typeof value === 'string') headers[name] = value;
     }
@@ -216,24 +293,24 @@ export class HostAgentServer {
 
   /** WebSocket pass-through to the guest agent (used by streaming features: process streams, PTY). */
   private handleUpgrade(req: http.IncomingMessage, socket: Socket, head: Buffer): void {
-    const reject = (status: number, message: string) => {
-      socket.end(`HTTP/1.1 ${status} ${http.STATUS_CODES[status]}\r\ncontent-type: text/plain\r\ncontent-length: ${Buffer.byteLength(message)}\r\n\r\n${message}`);
-    };
-    if (!this.authorized(req)) return reject(401, 'missing or invalid host secret');
-    const parts = new URL(req.url ?? '/', 'http://host-agent').pathname.split('/').filter(Boolean);
+    if (!this.authorized(req)) return refuseUpgrade(socket, 401, { error: { code: 'unauthorized', message: 'missing or invalid host secret' } });
+    const url = new URL(req.url ?? '/', 'http://host-agent');
+    const parts = url.pathname.split('/').filter(Boolean);
     const id = SandboxIdParam.safeParse(parts[2]);
-    if (parts[0] !== 'v1' || parts[1] !== 'sandboxes' || !id.success || parts[3] !== 'agent') return reject(404, 'no such WebSocket route');
+    if (parts[0] !== 'v1' || parts[1] !== 'sandboxes' || !id.success || parts[3] !== 'agent') {
+      return refuseUpgrade(socket, 404, { error: { code: 'not_found', message: 'no such WebSocket route' } });
+    }
     this.agentFor(id.data)
-      .then((agent) => {
-        const url = new URL(req.url ?? '/', 'http://host-agent');
-        const target = `ws+unix://${agent.socketPath}:/${parts.slice(4).join('/')}${url.search}`;
-        const upstream = new WebSocket(target);
-        upstream.on('error', () => reject(502, 'guest agent refused the WebSocket'));
-        upstream.on('open', () => {
-          this.wss.handleUpgrade(req, socket, head, (client) => relayWebSockets(client, upstream));
-        });
+      .then(async (agent) => {
+        const upstream = await connectUpstream(`ws+unix://${agent.socketPath}:/${parts.slice(4).join('/')}${url.search}`, {}, req);
+        if (!upstream.ok) return refuseUpgrade(socket, upstream.status, upstream.body);
+        acceptAndRelay(req, socket, head, upstream.ws);
       })
-      .catch((err: unknown) => reject(err instanceof HttpError ? err.status : 502, err instanceof Error ? err.message : String(err)));
+      .catch((err: unknown) => {
+        const status = err instanceof HttpError ? err.status : 502;
+        const code = err instanceof HttpError ? err.code : 'host_unavailable';
+        refuseUpgrade(socket, status, { error: { code, message: err instanceof Error ? err.message : String(err) } });
+      });
   }
 
   listen(port: number, host: string): Promise<number> {
@@ -248,7 +325,7 @@ export class HostAgentServer {
 
   async close(): Promise<void> {
     for (const id of [...this.agents.keys()]) this.dropAgent(id);
-    this.wss.close();
+    for (const id of [...this.viewAgents.keys()]) this.dropViewAgent(id);
     this.server.closeAllConnections();
     await new Promise<void>((resolve) => this.server.close(() => resolve()));
   }

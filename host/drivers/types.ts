@@ -29,9 +29,46 @@ export interface SandboxSpec {
   memoryMiB: number;
   /** Environment every process in the sandbox starts with. */
   env: Record<string, string>;
+  /** Create from this named snapshot (template) on this host instead of the bare image. */
+  snapshot?: string;
 }
 
-export type RuntimeStatus = 'running' | 'stopped';
+/** `paused`: processes and memory kept, no CPU (freezer); the guest agent cannot answer. */
+export type RuntimeStatus = 'running' | 'paused' | 'stopped';
+
+/** How a disk was copied: `reflink` shares blocks (cost independent of size), `copy` writes them. */
+export type DiskCopyMode = 'reflink' | 'copy';
+
+export interface ForkResult {
+  /** The new sandboxes, running, in the order of the specs given. */
+  children: SandboxRuntime[];
+  /** Whether running processes and memory came along (never, without a memory snapshot). */
+  memoryCopied: boolean;
+  diskCopy: DiskCopyMode;
+}
+
+export interface SnapshotResult {
+  snapshotId: string;
+  /** Bytes in this snapshot's own layer (not its parents or the base image). */
+  sizeBytes: number;
+  diskCopy: DiskCopyMode;
+  /** The chain a sandbox created from it mounts, topmost first: this snapshot, then its parents. */
+  layers: string[];
+}
+
+export interface SnapshotInfo extends SnapshotResult {
+  /** The sandbox it was taken of (which may have been deleted since). */
+  sourceId: string;
+  image: string;
+  createdAt: string;
+}
+
+export interface FileView {
+  /** Host-side socket of a guest agent serving the stopped sandbox's files, read-only. */
+  agentSocket: string;
+  /** Changes whenever a new view process is started (cache clients by it, not by the path). */
+  viewId: string;
+}
 
 export interface SandboxRuntime {
   id: string;
@@ -64,6 +101,27 @@ export interface Driver {
   start(spec: SandboxSpec): Promise<StartResult>;
   /** Remove everything the sandbox owns (processes, mounts, netns, veth, cgroups, files). Idempotent, also for half-created sandboxes. */
   destroy(id: string): Promise<void>;
+  /** Freeze every process of a running sandbox (idempotent; paused survives a host-agent restart). */
+  pause(id: string): Promise<SandboxRuntime>;
+  /** Thaw a paused sandbox (idempotent). */
+  unpause(id: string): Promise<SandboxRuntime>;
+  /**
+   * New running sandboxes, each with a copy of the source's disk (running sources are frozen
+   * during the copy). All or nothing: on failure no child is left and the source is untouched.
+   */
+  fork(sourceId: string, children: SandboxSpec[]): Promise<ForkResult>;
+  /** Save the sandbox's disk as an immutable named layer that sandboxes can be created from. */
+  snapshot(id: string, snapshotId: string): Promise<SnapshotResult>;
+  /** Idempotent; throws a `conflict` DriverError while a sandbox or another snapshot uses it. */
+  deleteSnapshot(snapshotId: string): Promise<void>;
+  listSnapshots(): Promise<SnapshotInfo[]>;
+  /**
+   * A guest agent over a read-only view of a stopped sandbox's disk (no network, small limits).
+   * Reused while in use; stopped after a while without use and before any lifecycle change.
+   */
+  fileView(id: string): Promise<FileView>;
+  /** Marks the file view as in use (keeps it alive). */
+  touchFileView(id: string): void;
   /** What the driver knows right now (after init: adopted, stopped or absent). */
   get(id: string): Promise<SandboxRuntime | undefined>;
   list(): Promise<SandboxRuntime[]>;

@@ -1,4 +1,5 @@
 // Foreground process execution: run to completion, answer with collected output.
+import type { WorkloadLauncher } from './workload.js';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { stat } from 'node:fs/promises';
 import { performance } from 'node:perf_hooks';
@@ -12,6 +13,8 @@ export interface ExecSettings {
   baseEnv: NodeJS.ProcessEnv;
   /** Per-stream cap on collected output; the tail beyond it is dropped. */
   maxOutputBytes: number;
+  /** Starts workloads in the sandbox's workload cgroup (absent outside a sandbox). */
+  launcher?: WorkloadLauncher;
 }
 
 interface Command {
@@ -29,7 +32,7 @@ function assertNoNul(value: string, field: string): void {
   if (value.includes('\0')) throw validationFailed(field, 'must not contain a NUL byte');
 }
 
-function commandLine(request: ExecRequest): { file: string; args: string[] } {
+export function commandLine(request: Pick<ExecRequest, 'argv' | 'cmd'>): { file: string; args: string[] } {
   const hasArgv = request.argv !== undefined;
   const hasCmd = request.cmd !== undefined;
   if (hasArgv === hasCmd) throw validationFailed('cmd', 'exactly one of argv or cmd is required');
@@ -44,7 +47,7 @@ function commandLine(request: ExecRequest): { file: string; args: string[] } {
   return { file: 'bash', args: ['-lc', cmd] };
 }
 
-async function workingDirectory(raw: string | undefined, home: string): Promise<string> {
+export async function workingDirectory(raw: string | undefined, home: string): Promise<string> {
   const cwd = resolveOptionalSandboxPath(raw, home, 'cwd');
   // Checked up front because spawn reports a missing cwd as an ENOENT indistinguishable from a
   // missing program, and a bad cwd is the caller's mistake, not a 127 from the command.
@@ -54,7 +57,7 @@ async function workingDirectory(raw: string | undefined, home: string): Promise<
   return cwd;
 }
 
-function mergedEnv(settings: ExecSettings, extra: Record<string, string> | undefined): NodeJS.ProcessEnv {
+export function mergedEnv(settings: Pick<ExecSettings, 'baseEnv' | 'home'>, extra: Record<string, string> | undefined): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = { ...settings.baseEnv, HOME: settings.home };
   for (const [name, value] of Object.entries(extra ?? {})) {
     if (name === '' || name.includes('=')) throw validationFailed(`env.${name}`, 'invalid variable name');
@@ -144,7 +147,8 @@ export function runCommand(command: Command, settings: ExecSettings, signal: Abo
     let timedOut = false;
     let settled = false;
 
-    const child = spawn(command.file, command.args, {
+    const launch = settings.launcher?.wrap(command.file, command.args) ?? { file: command.file, args: command.args };
+    const child = spawn(launch.file, launch.args, {
       cwd: command.cwd,
       env: command.env,
       // Own process group, so one kill(-pgid) reaches every descendant that did not setsid.

@@ -5,18 +5,22 @@ import { constants, type Stats } from 'node:fs';
 import { lstat, mkdir, open, readdir, readlink, realpath, rename, stat, unlink, type FileHandle } from 'node:fs/promises';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { posix } from 'node:path';
-import { Writable } from 'node:stream';
+import { Writable, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { FileInfo, ListResponse } from '../agent-protocol/types.js';
 import { AgentHttpError, rethrowFsError, validationFailed } from './errors.js';
+import { sandboxAccounts } from './files-owners.js';
 import { createScavengeNudge } from './memory.js';
 import { baseName } from './paths.js';
 import { parseRangeHeader } from './range.js';
 
-const DEFAULT_NEW_FILE_MODE = 0o644;
+export const DEFAULT_NEW_FILE_MODE = 0o644;
+
+/** Deepest `depth` GET /files/list accepts. */
+export const MAX_LIST_DEPTH = 32;
 
 /** Shared by all transfers: what matters is the agent's total garbage, not one stream's. */
-const noteStreamedBytes = createScavengeNudge(4 * 1024 * 1024);
+export const noteStreamedBytes = createScavengeNudge(4 * 1024 * 1024);
 
 function fileType(info: Stats): FileInfo['type'] {
   if (info.isFile()) return 'file';
@@ -25,7 +29,8 @@ function fileType(info: Stats): FileInfo['type'] {
   return 'other';
 }
 
-async function describe(absolutePath: string, info: Stats): Promise<FileInfo> {
+export async function describe(absolutePath: string, info: Stats): Promise<FileInfo> {
+  const { owner, group } = await sandboxAccounts.names(info.uid, info.gid);
   const entry: FileInfo = {
     name: baseName(absolutePath),
     path: absolutePath,
@@ -33,6 +38,10 @@ async function describe(absolutePath: string, info: Stats): Promise<FileInfo> {
     size: info.size,
     mode: info.mode & 0o7777,
     mtime: info.mtime.toISOString(),
+    owner,
+    group,
+    uid: info.uid,
+    gid: info.gid,
   };
   if (info.isSymbolicLink()) entry.symlinkTarget = await readlink(absolutePath);
   return entry;
@@ -47,10 +56,44 @@ export async function statPath(absolutePath: string): Promise<FileInfo> {
   }
 }
 
-export async function listDirectory(absolutePath: string): Promise<ListResponse> {
+/** Parses `depth` of GET /files/list: absent = 1 (direct children), at most MAX_LIST_DEPTH. */
+export function parseListDepth(raw: string | null | undefined): number {
+  if (raw === null || raw === undefined || raw === '') return 1;
+  if (!/^\d+$/.test(raw) || Number(raw) < 1 || Number(raw) > MAX_LIST_DEPTH) {
+    throw validationFailed('depth', `expected an integer from 1 to ${MAX_LIST_DEPTH}, got ${JSON.stringify(raw)}`);
+  }
+  return Number(raw);
+}
+
+/** Code-unit order: deterministic and locale-independent, like `LC_ALL=C ls`. */
+export function compareCodeUnits(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
+/** Described children of one directory; entries that vanish between readdir and lstat are skipped. */
+async function describeChildren(directory: string, names: string[]): Promise<{ entry: FileInfo; isDirectory: boolean }[]> {
+  const described = await Promise.all(
+    names.map(async (name) => {
+      const entryPath = posix.join(directory, name);
+      try {
+        const info = await lstat(entryPath);
+        return { entry: await describe(entryPath, info), isDirectory: info.isDirectory() };
+      } catch {
+        return undefined;
+      }
+    }),
+  );
+  return described.filter((item): item is { entry: FileInfo; isDirectory: boolean } => item !== undefined);
+}
+
+/**
+ * Lists a directory `depth` levels deep. The path itself may be a symlink to a directory (as
+ * `ls` follows the path it was given), but symlinked directories below it are never descended
+ * into: that keeps the walk finite and inside what the caller asked for.
+ */
+export async function listDirectory(absolutePath: string, depth = 1, maxEntries = 200_000): Promise<ListResponse> {
   let names: string[];
   try {
-    // Follows a symlink to a directory, as `ls` does for the path it was given.
     const target = await stat(absolutePath);
     if (!target.isDirectory()) throw validationFailed('path', `not a directory: ${absolutePath}`);
     names = await readdir(absolutePath);
@@ -58,20 +101,30 @@ export async function listDirectory(absolutePath: string): Promise<ListResponse>
     if (error instanceof AgentHttpError) throw error;
     return rethrowFsError(error, absolutePath);
   }
-  const described = await Promise.all(
-    names.map(async (name) => {
-      const entryPath = posix.join(absolutePath, name);
-      // An entry removed between readdir and lstat simply is not there any more.
-      return describe(entryPath, await lstat(entryPath)).catch(() => undefined);
-    }),
-  );
-  const entries = described.filter((entry): entry is FileInfo => entry !== undefined);
-  // Code-unit order: deterministic and locale-independent, like `LC_ALL=C ls`.
-  entries.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  const entries: FileInfo[] = [];
+  let level: { directory: string; names: string[] }[] = [{ directory: absolutePath, names }];
+  for (let currentDepth = 1; currentDepth <= depth && level.length > 0; currentDepth++) {
+    const nextLevel: { directory: string; names: string[] }[] = [];
+    for (const { directory, names: childNames } of level) {
+      for (const { entry, isDirectory } of await describeChildren(directory, childNames)) {
+        entries.push(entry);
+        if (entries.length > maxEntries) {
+          throw new AgentHttpError(413, 'payload_too_large', `depth: the listing has more than ${maxEntries} entries; ask for a smaller depth or a deeper path`);
+        }
+        if (isDirectory && currentDepth < depth) {
+          // An unreadable subdirectory is still listed; it just contributes no children.
+          const grandchildren = await readdir(entry.path).catch(() => undefined);
+          if (grandchildren) nextLevel.push({ directory: entry.path, names: grandchildren });
+        }
+      }
+    }
+    level = nextLevel;
+  }
+  entries.sort((a, b) => compareCodeUnits(a.path, b.path));
   return { entries };
 }
 
-async function openForReading(absolutePath: string): Promise<{ handle: FileHandle; size: number }> {
+export async function openForReading(absolutePath: string): Promise<{ handle: FileHandle; size: number }> {
   let handle: FileHandle;
   try {
     // O_NONBLOCK so opening a FIFO cannot park a libuv thread forever waiting for a writer.
@@ -121,7 +174,7 @@ export async function sendFile(req: IncomingMessage, res: ServerResponse, absolu
 }
 
 /** Where a write really lands: through a symlink that resolves, onto the path itself otherwise. */
-async function writeTarget(absolutePath: string): Promise<{ path: string; existing: Stats | undefined }> {
+export async function writeTarget(absolutePath: string): Promise<{ path: string; existing: Stats | undefined }> {
   const linkInfo = await lstat(absolutePath).catch(() => undefined);
   let path = absolutePath;
   if (linkInfo?.isSymbolicLink()) path = await realpath(absolutePath).catch(() => absolutePath);
@@ -130,7 +183,7 @@ async function writeTarget(absolutePath: string): Promise<{ path: string; existi
   return { path, existing };
 }
 
-function tempPathBeside(target: string): string {
+export function tempPathBeside(target: string): string {
   const suffix = randomBytes(6).toString('hex');
   return posix.join(posix.dirname(target), `.${posix.basename(target)}.nestbox-upload-${suffix}.tmp`);
 }
@@ -140,7 +193,7 @@ function tempPathBeside(target: string): string {
  * and chmodded afterwards. (FileHandle.createWriteStream with autoClose:false keeps a reference
  * that makes a later handle.close() wait forever on Node 20.)
  */
-function handleWriter(handle: FileHandle): Writable {
+export function handleWriter(handle: FileHandle): Writable {
   const writeFully = async (chunk: Buffer): Promise<void> => {
     let offset = 0;
     while (offset < chunk.length) {
@@ -156,14 +209,16 @@ function handleWriter(handle: FileHandle): Writable {
   });
 }
 
-async function streamIntoTempFile(req: IncomingMessage, tempPath: string, mode: number): Promise<void> {
+async function streamIntoTempFile(body: Readable, tempPath: string, mode: number): Promise<number> {
   const handle = await open(tempPath, 'wx', 0o600);
   try {
     // pipeline applies backpressure: the request socket is paused whenever the disk lags, so
     // memory use is bounded by stream buffers, never by the body size.
-    await pipeline(req, handleWriter(handle));
+    const writer = handleWriter(handle);
+    await pipeline(body, writer);
     await handle.sync();
     await handle.chmod(mode);
+    return (await handle.stat()).size;
   } finally {
     await handle.close().catch(() => {});
   }
@@ -173,14 +228,14 @@ async function streamIntoTempFile(req: IncomingMessage, tempPath: string, mode: 
  * Writes the request body atomically: readers see either the old file or the complete new one,
  * and an interrupted upload leaves the old file as it was.
  */
-export async function receiveFile(req: IncomingMessage, absolutePath: string, requestedMode: number | undefined): Promise<FileInfo> {
+export async function receiveFile(body: Readable, absolutePath: string, requestedMode: number | undefined): Promise<FileInfo> {
   let tempPath: string | undefined;
   try {
     await mkdir(posix.dirname(absolutePath), { recursive: true });
     const target = await writeTarget(absolutePath);
     const mode = requestedMode ?? (target.existing ? target.existing.mode & 0o7777 : DEFAULT_NEW_FILE_MODE);
     tempPath = tempPathBeside(target.path);
-    await streamIntoTempFile(req, tempPath, mode);
+    await streamIntoTempFile(body, tempPath, mode);
     await rename(tempPath, target.path);
     tempPath = undefined;
     return await describe(target.path, await lstat(target.path));

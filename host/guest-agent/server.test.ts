@@ -30,7 +30,7 @@ describe('guest agent server', () => {
     expect(health.uptimeMs).toBeGreaterThanOrEqual(0);
   });
 
-  it.each(['/', '/nope', '/files', '/files/content/extra', '//files/list'])('answers 404 not_found for unknown route %s', async (path) => {
+  it.each(['/', '/nope', '/files/nope', '/files/content/extra', '//files/list'])('answers 404 not_found for unknown route %s', async (path) => {
     const { status, json } = await call('GET', path);
     expect(status).toBe(404);
     expect(json.error.code).toBe('not_found');

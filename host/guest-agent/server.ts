@@ -6,8 +6,12 @@ import { ExecRequest, GUEST_AGENT_PROTOCOL_VERSION, type HealthResponse } from '
 import { readJsonBody } from './body.js';
 import { AgentHttpError, notFound, sendError, sendJson } from './errors.js';
 import { prepareCommand, runCommand, type ExecSettings } from './exec.js';
-import { listDirectory, receiveFile, sendFile, statPath } from './files.js';
+import { listDirectory, parseListDepth, receiveFile, sendFile, statPath } from './files.js';
+import { createFileRoutes, type FileRouteMethods } from './files-routes.js';
 import { parseFileMode, resolveOptionalSandboxPath, resolveSandboxPath } from './paths.js';
+import { ProcessService, type ProcessServiceOptions } from './processes/service.js';
+import { DEFAULT_WORKLOAD_OOM_SCORE_ADJ, WorkloadLauncher } from './workload.js';
+import { createUpgradeDispatcher, type UpgradeRoute } from './websocket.js';
 
 export interface AgentServerOptions {
   /** The sandbox user's home: relative paths and the default cwd resolve against it. */
@@ -18,6 +22,12 @@ export interface AgentServerOptions {
   maxOutputBytes?: number;
   /** Largest accepted JSON body (exec requests carry stdin). Default 64 MiB. */
   maxJsonBodyBytes?: number;
+  /** Largest POST /files/upload body (413 above it). Default: no limit. */
+  maxUploadBytes?: number;
+  /** Largest file POST /files/replace will read into memory. Default 64 MiB. */
+  maxReplaceFileBytes?: number;
+  /** Detached processes, PTYs and sessions: bounds and the pty helper (processes/service.ts). */
+  processes?: ProcessServiceOptions;
   /** Where unexpected errors are reported. Default: stderr. */
   log?: (message: string) => void;
 }
@@ -50,9 +60,9 @@ function clientGoneSignal(res: ServerResponse): AbortSignal {
   return controller.signal;
 }
 
-function buildRoutes(options: Required<Omit<AgentServerOptions, 'log'>>, startedAt: number): RouteTable {
+function buildRoutes(options: Required<Omit<AgentServerOptions, 'log' | 'processes'>>, startedAt: number, launcher: WorkloadLauncher): RouteTable {
   const { home } = options;
-  const execSettings: ExecSettings = { home, baseEnv: options.env, maxOutputBytes: options.maxOutputBytes };
+  const execSettings: ExecSettings = { home, baseEnv: options.env, maxOutputBytes: options.maxOutputBytes, launcher };
 
   return {
     '/health': {
@@ -87,7 +97,7 @@ function buildRoutes(options: Required<Omit<AgentServerOptions, 'log'>>, started
     },
     '/files/list': {
       GET: async ({ res, query }) => {
-        sendJson(res, 200, await listDirectory(resolveOptionalSandboxPath(query.get('path'), home)));
+        sendJson(res, 200, await listDirectory(resolveOptionalSandboxPath(query.get('path'), home), parseListDepth(query.get('depth'))));
       },
     },
     '/files/stat': {
@@ -98,8 +108,8 @@ function buildRoutes(options: Required<Omit<AgentServerOptions, 'log'>>, started
   };
 }
 
-function routeFor(routes: RouteTable, req: IncomingMessage, pathname: string): Handler {
-  const methods = routes[pathname];
+function routeFor(routes: RouteTable, req: IncomingMessage, pathname: string, matchDynamic?: (pathname: string) => FileRouteMethods | undefined): Handler {
+  const methods = routes[pathname] ?? matchDynamic?.(pathname);
   if (!methods) throw notFound(`no such route: ${req.method} ${pathname}`);
   const handler = methods[req.method ?? ''];
   if (!handler) {
@@ -134,9 +144,19 @@ export function createAgentServer(options: AgentServerOptions): Server {
     env: options.env ?? process.env,
     maxOutputBytes: options.maxOutputBytes ?? 16 * MiB,
     maxJsonBodyBytes: options.maxJsonBodyBytes ?? 64 * MiB,
+    maxUploadBytes: options.maxUploadBytes ?? Number.POSITIVE_INFINITY,
+    maxReplaceFileBytes: options.maxReplaceFileBytes ?? 64 * MiB,
   };
   const log = options.log ?? ((message: string) => process.stderr.write(`${message}\n`));
-  const routes = buildRoutes(resolvedOptions, Date.now());
+  // One launcher for every workload (exec, processes, terminals, sessions): see workload.ts.
+  const oomScoreAdj = options.processes?.oomScoreAdj === null ? undefined : (options.processes?.oomScoreAdj ?? DEFAULT_WORKLOAD_OOM_SCORE_ADJ);
+  const launcher = new WorkloadLauncher(options.processes?.enterHelper, oomScoreAdj);
+  const processes = new ProcessService(
+    { home: resolvedOptions.home, env: resolvedOptions.env, maxJsonBodyBytes: resolvedOptions.maxJsonBodyBytes, launcher },
+    options.processes,
+  );
+  const fileRoutes = createFileRoutes(resolvedOptions);
+  const routes = { ...buildRoutes(resolvedOptions, Date.now(), launcher), ...fileRoutes.routes };
 
   const server = createServer(
     {
@@ -152,7 +172,7 @@ export function createAgentServer(options: AgentServerOptions): Server {
       const what = `${req.method} ${pathname}`;
       let handler: Handler;
       try {
-        handler = routeFor(routes, req, pathname);
+        handler = processes.route(req.method, pathname) ?? routeFor(routes, req, pathname, fileRoutes.matchDynamic);
       } catch (error) {
         answerFailure(res, error, log, what);
         return;
@@ -160,6 +180,18 @@ export function createAgentServer(options: AgentServerOptions): Server {
       handler({ req, res, query }).catch((error: unknown) => answerFailure(res, error, log, what));
     },
   );
+  // WebSocket routes by path; other features add their UpgradeRoute to this table.
+  const upgradeRoutes: UpgradeRoute[] = [...processes.upgradeRoutes, ...fileRoutes.upgradeRoutes];
+  const upgrades = createUpgradeDispatcher(upgradeRoutes, log);
+  server.on('upgrade', upgrades.handle);
+  // Tests and shutdown close every connection; WebSockets are connections too.
+  const closeHttpConnections = server.closeAllConnections.bind(server);
+  server.closeAllConnections = () => {
+    upgrades.closeAll();
+    closeHttpConnections();
+  };
+  server.on('close', () => processes.shutdown());
+  server.on('close', () => fileRoutes.close());
   server.on('clientError', (error, socket) => {
     // Malformed HTTP: answer 400 if the socket can still take it, never crash.
     if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');

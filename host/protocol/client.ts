@@ -12,8 +12,11 @@ import type {
   FileDownload,
   FileEntry,
   HostClient,
+  HostForkResult,
   HostSandboxRuntime,
   HostSandboxSpec,
+  HostSnapshotInfo,
+  HostSnapshotResult,
   HostStartResult,
 } from '../../core/host-client.js';
 
@@ -70,12 +73,21 @@ export class HttpHostClient implements HostClient {
   }
 
   agentRequest(id: string, request: AgentRequest): Promise<http.IncomingMessage> {
+    return this.relay(id, '/agent', request);
+  }
+
+  fileViewRequest(id: string, request: AgentRequest): Promise<http.IncomingMessage> {
+    return this.relay(id, '/files-view', request);
+  }
+
+  /** A guest-agent request through one of the host agent's pass-through prefixes. */
+  private relay(id: string, prefix: '/agent' | '/files-view', request: AgentRequest): Promise<http.IncomingMessage> {
     const body = Buffer.isBuffer(request.body) ? undefined : request.body;
     const headers = { ...request.headers };
     if (Buffer.isBuffer(request.body)) headers['content-length'] = String(request.body.length);
     return this.request({
       method: request.method,
-      path: this.sandboxPath(id, `/agent${request.path}`),
+      path: this.sandboxPath(id, `${prefix}${request.path}`),
       headers,
       body,
       buffer: Buffer.isBuffer(request.body) ? request.body : undefined,
@@ -143,6 +155,31 @@ export class HttpHostClient implements HostClient {
 
   async destroySandbox(id: string): Promise<void> {
     await this.json({ method: 'DELETE', path: this.sandboxPath(id) });
+  }
+
+  pauseSandbox(id: string): Promise<HostSandboxRuntime> {
+    return this.json({ method: 'POST', path: this.sandboxPath(id, '/pause') });
+  }
+
+  unpauseSandbox(id: string): Promise<HostSandboxRuntime> {
+    return this.json({ method: 'POST', path: this.sandboxPath(id, '/unpause') });
+  }
+
+  forkSandbox(sourceId: string, children: HostSandboxSpec[]): Promise<HostForkResult> {
+    return this.json({ method: 'POST', path: this.sandboxPath(sourceId, '/fork'), json: { children } });
+  }
+
+  snapshotSandbox(id: string, snapshotId: string): Promise<HostSnapshotResult> {
+    return this.json({ method: 'POST', path: this.sandboxPath(id, '/snapshot'), json: { snapshotId } });
+  }
+
+  async deleteSnapshot(snapshotId: string): Promise<void> {
+    await this.json({ method: 'DELETE', path: `/v1/snapshots/${encodeURIComponent(snapshotId)}` });
+  }
+
+  async listSnapshots(): Promise<HostSnapshotInfo[]> {
+    const body = await this.json<{ snapshots: HostSnapshotInfo[] }>({ method: 'GET', path: '/v1/snapshots', timeoutMs: 30_000 });
+    return body.snapshots;
   }
 
   async getSandbox(id: string): Promise<HostSandboxRuntime | undefined> {

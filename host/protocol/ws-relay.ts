@@ -1,10 +1,76 @@
-import { WebSocket } from 'ws';
+// WebSocket hops (control plane → host agent → guest agent) share this: connect upstream first,
+// and only then accept the client, so a refusal upstream (unknown process, not a terminal…)
+// reaches the client as the same HTTP error; then relay message by message.
+import type http from 'node:http';
+import { STATUS_CODES } from 'node:http';
+import type { Duplex } from 'node:stream';
+import { WebSocket, WebSocketServer } from 'ws';
+
+/** A client that reads slower than the sandbox writes is cut off beyond this much buffered data. */
+export const MAX_BUFFERED_BYTES = 16 * 1024 * 1024;
+
+export type UpstreamResult = { ok: true; ws: WebSocket } | { ok: false; status: number; body: string };
+
+/**
+ * Open the upstream WebSocket, passing on the subprotocols the client asked for. It is paused
+ * once open: the guest may speak first (replayed output, terminal contents) while the client is
+ * still being accepted, and nothing it says may be lost; acceptAndRelay resumes it.
+ */
+export function connectUpstream(url: string, headers: Record<string, string>, req: http.IncomingMessage): Promise<UpstreamResult> {
+  const protocols = String(req.headers['sec-websocket-protocol'] ?? '')
+    .split(',')
+    .map((p) => p.trim())
+    .filter(Boolean);
+  const ws = new WebSocket(url, protocols, { headers });
+  return new Promise((resolve) => {
+    ws.once('open', () => {
+      ws.pause();
+      resolve({ ok: true, ws });
+    });
+    ws.once('unexpected-response', (_r, res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => resolve({ ok: false, status: res.statusCode ?? 502, body: Buffer.concat(chunks).toString('utf8') }));
+      res.on('error', () => resolve({ ok: false, status: 502, body: '' }));
+    });
+    ws.once('error', (err) => resolve({ ok: false, status: 502, body: JSON.stringify({ error: { code: 'host_unavailable', message: `the sandbox's agent is not reachable: ${err.message}` } }) }));
+  });
+}
+
+/** Answer a not-yet-upgraded request with an HTTP error (JSON in the native error shape). */
+export function refuseUpgrade(socket: Duplex, status: number, body: string | object): void {
+  let text = typeof body === 'string' ? body : JSON.stringify(body);
+  try {
+    JSON.parse(text);
+  } catch {
+    text = JSON.stringify({ error: { code: status === 404 ? 'not_found' : 'internal', message: text || STATUS_CODES[status] || 'error' } });
+  }
+  socket.end(`HTTP/1.1 ${status} ${STATUS_CODES[status] ?? 'Error'}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(text)}\r\nconnection: close\r\n\r\n${text}`);
+}
+
+/** Accept the client with the subprotocol the upstream chose, then relay both ways. */
+export function acceptAndRelay(req: http.IncomingMessage, socket: Duplex, head: Buffer, upstream: WebSocket): void {
+  const wss = new WebSocketServer({ noServer: true, handleProtocols: () => upstream.protocol || false });
+  wss.handleUpgrade(req, socket, head, (client) => {
+    relayWebSockets(client, upstream);
+    upstream.resume();
+    wss.close();
+  });
+}
 
 /** Message-by-message relay, so text/binary framing and close codes survive the hop. */
 export function relayWebSockets(a: WebSocket, b: WebSocket): void {
   const forward = (from: WebSocket, to: WebSocket) => {
     from.on('message', (data, isBinary) => {
-      if (to.readyState === WebSocket.OPEN) to.send(data, { binary: isBinary });
+      if (to.readyState !== WebSocket.OPEN) return;
+      // Never buffer without bound for a peer that does not read: drop it, it can reconnect
+      // (streams resume from offsets, terminals replay their retained output).
+      if (to.bufferedAmount > MAX_BUFFERED_BYTES) {
+        to.close(1013, 'peer too slow; reconnect');
+        from.close(1013, 'peer too slow; reconnect');
+        return;
+      }
+      to.send(data, { binary: isBinary });
     });
     from.on('close', (code, reason) => {
       if (to.readyState === WebSocket.OPEN || to.readyState === WebSocket.CONNECTING) {

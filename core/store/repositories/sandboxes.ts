@@ -26,6 +26,15 @@ interface SandboxRow {
   started_at: Date | string | null;
   stopped_at: Date | string | null;
   deleted_at: Date | string | null;
+  stop_reason: string | null;
+  pause_reason: string | null;
+  paused_at: Date | string | null;
+  last_activity_at: Date | string | null;
+  idle_timeout_seconds: number;
+  idle_action: string;
+  auto_delete_seconds: number | null;
+  source_snapshot_id: string | null;
+  forked_from: string | null;
 }
 
 const date = (v: Date | string | null): Date | null => (v === null ? null : v instanceof Date ? v : new Date(v));
@@ -57,6 +66,15 @@ function fromRow(r: SandboxRow): Sandbox {
     startedAt: date(r.started_at),
     stoppedAt: date(r.stopped_at),
     deletedAt: date(r.deleted_at),
+    stopReason: r.stop_reason,
+    pauseReason: r.pause_reason,
+    pausedAt: date(r.paused_at),
+    lastActivityAt: date(r.last_activity_at),
+    idleTimeoutSeconds: r.idle_timeout_seconds,
+    idleAction: r.idle_action === 'stop' ? 'stop' : 'pause',
+    autoDeleteSeconds: r.auto_delete_seconds,
+    sourceSnapshotId: r.source_snapshot_id,
+    forkedFrom: r.forked_from,
   };
 }
 
@@ -76,6 +94,13 @@ export type SandboxPatch = Partial<{
   startedAt: Date | null;
   stoppedAt: Date | null;
   deletedAt: Date | null;
+  stopReason: string | null;
+  pauseReason: string | null;
+  pausedAt: Date | null;
+  lastActivityAt: Date | null;
+  idleTimeoutSeconds: number;
+  idleAction: 'pause' | 'stop';
+  autoDeleteSeconds: number | null;
 }>;
 
 const COLUMN: Record<keyof SandboxPatch, string> = {
@@ -94,6 +119,13 @@ const COLUMN: Record<keyof SandboxPatch, string> = {
   startedAt: 'started_at',
   stoppedAt: 'stopped_at',
   deletedAt: 'deleted_at',
+  stopReason: 'stop_reason',
+  pauseReason: 'pause_reason',
+  pausedAt: 'paused_at',
+  lastActivityAt: 'last_activity_at',
+  idleTimeoutSeconds: 'idle_timeout_seconds',
+  idleAction: 'idle_action',
+  autoDeleteSeconds: 'auto_delete_seconds',
 };
 
 function toColumns(patch: SandboxPatch): Record<string, unknown> {
@@ -117,6 +149,13 @@ export interface NewSandbox {
   timeoutSeconds: number;
   operationId: string;
   operationOwner: string;
+  /** `create` or `fork`. */
+  operation?: string;
+  idleTimeoutSeconds?: number;
+  idleAction?: 'pause' | 'stop';
+  autoDeleteSeconds?: number | null;
+  sourceSnapshotId?: string | null;
+  forkedFrom?: string | null;
 }
 
 export interface ListFilter {
@@ -127,6 +166,11 @@ export interface ListFilter {
   limit: number;
   /** Exclusive position from the previous page: items older than this (created_at desc, id desc). */
   after?: { createdAt: Date; id: string };
+}
+
+export interface ClaimQuery {
+  state: SandboxState;
+  where: (q: import('knex').Knex.QueryBuilder) => void;
 }
 
 export function sandboxRepository(db: DbOrTx) {
@@ -144,10 +188,16 @@ export function sandboxRepository(db: DbOrTx) {
           env: JSON.stringify(s.env) as unknown as Record<string, string>,
           labels: JSON.stringify(s.labels) as unknown as Record<string, string>,
           timeout_seconds: s.timeoutSeconds,
-          operation: 'create',
+          operation: s.operation ?? 'create',
           operation_id: s.operationId,
           operation_owner: s.operationOwner,
           operation_started_at: new Date(),
+          idle_timeout_seconds: s.idleTimeoutSeconds ?? 0,
+          idle_action: s.idleAction ?? 'pause',
+          auto_delete_seconds: s.autoDeleteSeconds ?? null,
+          source_snapshot_id: s.sourceSnapshotId ?? null,
+          forked_from: s.forkedFrom ?? null,
+          last_activity_at: new Date(),
         })
         .returning('*');
       return fromRow(row as SandboxRow);
@@ -213,31 +263,51 @@ export function sandboxRepository(db: DbOrTx) {
     },
 
     /**
-     * Claim up to `limit` running sandboxes whose deadline passed, moving them to `stopping` in
-     * the same statement. SKIP LOCKED lets several control-plane replicas sweep at once without
-     * two of them claiming the same sandbox.
+     * Claim up to `limit` sandboxes that `due` selects, moving each to `patch(id)` (a
+     * transitional state) in the same transaction. SKIP LOCKED lets several control-plane
+     * replicas sweep at once without two of them claiming the same sandbox; the state check in
+     * the UPDATE makes a claim that lost a race a no-op.
      */
-    async claimExpired(now: Date, limit: number, patch: (id: string) => SandboxPatch): Promise<Sandbox[]> {
+    async claim(due: ClaimQuery, limit: number, patch: (id: string) => SandboxPatch): Promise<Sandbox[]> {
       return (db as import('knex').Knex).transaction(async (tx) => {
-        const ids = (await tx('sandboxes')
-          .select('id')
-          .where({ state: 'running' })
-          .whereNotNull('expires_at')
-          .where('expires_at', '<=', now)
-          .orderBy('expires_at')
-          .limit(limit)
-          .forUpdate()
-          .skipLocked()) as { id: string }[];
+        const q = tx('sandboxes').select('id').where({ state: due.state }).limit(limit).forUpdate().skipLocked();
+        due.where(q);
+        const ids = (await q) as { id: string }[];
         const claimed: Sandbox[] = [];
         for (const { id } of ids) {
           const [row] = await tx('sandboxes')
-            .where({ id, state: 'running' })
-            .update({ ...toColumns({ state: 'stopping', ...patch(id) }), updated_at: new Date() })
+            .where({ id, state: due.state })
+            .update({ ...toColumns(patch(id)), updated_at: new Date() })
             .returning('*');
           if (row) claimed.push(fromRow(row as SandboxRow));
         }
         return claimed;
       });
+    },
+
+    /** Running sandboxes whose deadline passed. */
+    claimExpired(now: Date, limit: number, patch: (id: string) => SandboxPatch): Promise<Sandbox[]> {
+      return this.claim(
+        { state: 'running', where: (q) => q.whereNotNull('expires_at').where('expires_at', '<=', now).orderBy('expires_at') },
+        limit,
+        (id) => ({ state: 'stopping', ...patch(id) }),
+      );
+    },
+
+    /**
+     * Record activity, at most every `granularityMs` per sandbox: activity is read in seconds
+     * (idle timeouts), so writing it on every call would only add load.
+     */
+    async touchActivity(id: string, now: Date, granularityMs: number): Promise<void> {
+      await db('sandboxes')
+        .where({ id })
+        .where((w) => w.whereNull('last_activity_at').orWhere('last_activity_at', '<', new Date(now.getTime() - granularityMs)))
+        .update({ last_activity_at: now });
+    },
+
+    async countUsingSnapshot(snapshotId: string): Promise<number> {
+      const [{ count }] = (await db('sandboxes').count<{ count: string | number }[]>('* as count').where({ source_snapshot_id: snapshotId }).whereNot({ state: 'deleted' })) as { count: string | number }[];
+      return Number(count);
     },
 
     /** Rows left in a transitional state by an owner that is no longer alive. */

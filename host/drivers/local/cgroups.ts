@@ -66,6 +66,37 @@ export class Cgroups {
     return group;
   }
 
+  /**
+   * A sandbox's groups: the sandbox group carries its limits; inside it, `agent` holds the guest
+   * agent and `work` every workload. `work` gets the limits minus a reserve (memory, pids) and a
+   * small CPU share next to `agent`, so a fork bomb or a memory hog exhausts the workload group
+   * while the agent still has memory, pids and CPU to answer and to kill it.
+   */
+  async createSandbox(relativePath: string, limits: CgroupLimits): Promise<SandboxCgroups> {
+    const group = await this.create(relativePath, limits);
+    const reserve = agentReserve(limits);
+    const agent = this.groupFor(join(relativePath, 'agent'));
+    const work = this.groupFor(join(relativePath, 'work'));
+    for (const path of [...agent.paths, ...work.paths]) await mkdir(path, { recursive: true });
+    const workMemory = String(limits.memoryBytes - reserve.memoryBytes);
+    const workPids = String(Math.max(1, limits.pidsMax - reserve.pids));
+    if (this.version === 1) {
+      const [agentDir, workDir] = [agent, work].map((g) => (controller: string) => g.paths[V1_CONTROLLERS.indexOf(controller as (typeof V1_CONTROLLERS)[number])]);
+      await writeFile(join(workDir('memory'), 'memory.limit_in_bytes'), workMemory);
+      if (this.swapLimit) await writeFile(join(workDir('memory'), 'memory.memsw.limit_in_bytes'), workMemory);
+      await writeFile(join(agentDir('cpu'), 'cpu.shares'), String(AGENT_CPU_SHARES));
+      await writeFile(join(workDir('cpu'), 'cpu.shares'), String(WORK_CPU_SHARES));
+      await writeFile(join(workDir('pids'), 'pids.max'), workPids);
+    } else {
+      await writeFile(join(work.paths[0], 'memory.max'), workMemory);
+      if (existsSync(join(work.paths[0], 'memory.swap.max'))) await writeFile(join(work.paths[0], 'memory.swap.max'), '0');
+      await writeFile(join(agent.paths[0], 'cpu.weight'), String(AGENT_CPU_SHARES / 10));
+      await writeFile(join(work.paths[0], 'cpu.weight'), String(WORK_CPU_SHARES / 10));
+      await writeFile(join(work.paths[0], 'pids.max'), workPids);
+    }
+    return { group, agent, work };
+  }
+
   private async writeV1Limits(relativePath: string, limits: CgroupLimits): Promise<void> {
     const dir = (controller: string): string => join(this.root, controller, relativePath);
     await writeFile(join(dir('memory'), 'memory.limit_in_bytes'), String(limits.memoryBytes));
@@ -81,6 +112,8 @@ export class Cgroups {
     if (existsSync(join(path, 'memory.swap.max'))) await writeFile(join(path, 'memory.swap.max'), '0');
     await writeFile(join(path, 'cpu.max'), `${cpuQuotaUs(limits.cpus)} ${CFS_PERIOD_US}`);
     await writeFile(join(path, 'pids.max'), String(limits.pidsMax));
+    // Children (agent, work) get the controllers too; the sandbox group itself holds no process.
+    await writeFile(join(path, 'cgroup.subtree_control'), '+memory +cpu +pids').catch(() => {});
   }
 
   /** v2 only hands a controller to a child when every ancestor lists it in subtree_control. */
@@ -100,12 +133,14 @@ export class Cgroups {
     return group.paths.map((path) => join(path, 'cgroup.procs'));
   }
 
-  /** Every pid in the group, across all of its directories. */
+  /** Every pid in the group and its child groups, across all of its directories. */
   async pids(group: CgroupGroup): Promise<number[]> {
     const all = new Set<number>();
     for (const path of group.paths) {
-      const text = await readFile(join(path, 'cgroup.procs'), 'utf8').catch(() => '');
-      for (const line of text.split('\n')) if (line.trim()) all.add(Number(line));
+      for (const dir of await subtree(path)) {
+        const text = await readFile(join(dir, 'cgroup.procs'), 'utf8').catch(() => '');
+        for (const line of text.split('\n')) if (line.trim()) all.add(Number(line));
+      }
     }
     return [...all];
   }
@@ -122,14 +157,38 @@ export class Cgroups {
     await this.setFrozen(group, false);
   }
 
-  private async setFrozen(group: CgroupGroup, frozen: boolean): Promise<void> {
+  /**
+   * Pause/unpause: freezes (or thaws) the group and waits until the kernel reports the new state,
+   * so "paused" really means no task of the sandbox can run any more. Throws when the group does
+   * not exist or does not settle in time.
+   */
+  async setFrozenAndWait(group: CgroupGroup, frozen: boolean, timeoutMs = FREEZE_TIMEOUT_MS): Promise<void> {
+    const { file } = this.freezerControl(group, frozen);
+    if (!existsSync(file)) throw new Error(`cgroup ${group.paths[0]} has no freezer (${file} is missing)`);
+    if (!(await this.setFrozen(group, frozen, timeoutMs))) {
+      throw new Error(`cgroup ${group.paths[0]} did not become ${frozen ? 'frozen' : 'thawed'} within ${timeoutMs} ms`);
+    }
+  }
+
+  /** Whether the group is frozen or freezing (v1 FREEZING counts: the freeze was asked for). */
+  async isFrozen(group: CgroupGroup): Promise<boolean> {
+    if (this.version === 1) {
+      const state = await readFile(join(group.paths[V1_CONTROLLERS.indexOf('freezer')], 'freezer.state'), 'utf8').catch(() => 'THAWED');
+      return state.trim() !== 'THAWED';
+    }
+    return (await readFile(join(group.paths[0], 'cgroup.freeze'), 'utf8').catch(() => '0')).trim() === '1';
+  }
+
+  /** Returns whether the state was reached within the timeout (a missing group counts as done). */
+  private async setFrozen(group: CgroupGroup, frozen: boolean, timeoutMs = FREEZE_TIMEOUT_MS): Promise<boolean> {
     const { file, value, done } = this.freezerControl(group, frozen);
-    if (!existsSync(file)) return;
+    if (!existsSync(file)) return true;
     await writeFile(file, value);
-    const deadline = Date.now() + FREEZE_TIMEOUT_MS;
-    while (Date.now() < deadline) {
-      if (await done()) return;
-      await sleep(10);
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      if (await done()) return true;
+      if (Date.now() > deadline) return false;
+      await sleep(5);
     }
   }
 
@@ -155,6 +214,9 @@ export class Cgroups {
    */
   async killAll(group: CgroupGroup): Promise<void> {
     if (!this.exists(group)) return;
+    // A killed task still needs CPU time to exit; thousands of them (a fork bomb) under the
+    // sandbox's CPU quota would take minutes to die, so the quota goes first.
+    await this.liftCpuQuota(group);
     const v2Kill = this.version === 2 ? join(group.paths[0], 'cgroup.kill') : undefined;
     if (v2Kill && existsSync(v2Kill)) {
       await writeFile(v2Kill, '1');
@@ -164,6 +226,15 @@ export class Cgroups {
       await this.thaw(group);
     }
     await this.waitEmpty(group, DRAIN_TIMEOUT_MS);
+  }
+
+  private async liftCpuQuota(group: CgroupGroup): Promise<void> {
+    if (this.version === 1) {
+      const cpuDir = group.paths[V1_CONTROLLERS.indexOf('cpu')];
+      for (const dir of await subtree(cpuDir)) await writeFile(join(dir, 'cpu.cfs_quota_us'), '-1').catch(() => {});
+    } else {
+      for (const dir of await subtree(group.paths[0])) await writeFile(join(dir, 'cpu.max'), 'max').catch(() => {});
+    }
   }
 
   private async waitEmpty(group: CgroupGroup, timeoutMs: number): Promise<void> {
@@ -178,9 +249,11 @@ export class Cgroups {
     }
   }
 
-  /** Removes the group's directories (it must be empty); missing directories are fine. */
+  /** Removes the group's directories, child groups first (all must be empty); missing ones are fine. */
   async remove(group: CgroupGroup): Promise<void> {
-    for (const path of group.paths) {
+    const dirs: string[] = [];
+    for (const path of group.paths) dirs.push(...(await subtree(path)).reverse());
+    for (const path of dirs) {
       for (let attempt = 0; ; attempt++) {
         try {
           await rmdir(path);
@@ -208,6 +281,33 @@ export class Cgroups {
     }
     return [...names];
   }
+}
+
+export interface SandboxCgroups {
+  /** The sandbox's own group (limits; freeze, kill and remove act on it and everything below). */
+  group: CgroupGroup;
+  /** Where the launcher, and so the guest agent, runs. */
+  agent: CgroupGroup;
+  /** Where every workload runs (nestbox-enter joins it). */
+  work: CgroupGroup;
+}
+
+const AGENT_CPU_SHARES = 8192;
+const WORK_CPU_SHARES = 1024;
+
+/** What workloads may not take from the agent: an eighth of the memory (32-128 MiB) and 64 pids. */
+export function agentReserve(limits: CgroupLimits): { memoryBytes: number; pids: number } {
+  const MiB = 1024 * 1024;
+  const memoryBytes = Math.min(Math.floor(limits.memoryBytes / 2), Math.max(32 * MiB, Math.min(128 * MiB, Math.floor(limits.memoryBytes / 8))));
+  return { memoryBytes, pids: Math.min(64, Math.floor(limits.pidsMax / 2)) };
+}
+
+/** A directory and every directory below it (cgroup trees are shallow), parents first. */
+async function subtree(path: string): Promise<string[]> {
+  const out = [path];
+  const entries = await readdir(path, { withFileTypes: true }).catch(() => []);
+  for (const entry of entries) if (entry.isDirectory()) out.push(...(await subtree(join(path, entry.name))));
+  return out;
 }
 
 export function cpuQuotaUs(cpus: number): number {

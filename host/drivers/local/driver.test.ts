@@ -6,7 +6,7 @@ import { randomBytes } from 'node:crypto';
 import { existsSync, lstatSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { connect, createServer, type Server } from 'node:net';
 import { networkInterfaces } from 'node:os';
-import { join, resolve } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import { Readable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AgentClient } from '../../agent-protocol/client.js';
@@ -108,7 +108,7 @@ describe.skipIf(!isRoot)('LocalDriver (real kernel)', () => {
   }
 
   beforeAll(async () => {
-    if (!existsSync(AGENT_BUNDLE)) execFileSync('node', [join(REPO, 'scripts', 'bundle-guest-agent.mjs')], { cwd: REPO, stdio: 'inherit' });
+    if (!existsSync(AGENT_BUNDLE) || !existsSync(join(REPO, 'dist', 'nestbox-pty'))) execFileSync('node', [join(REPO, 'scripts', 'bundle-guest-agent.mjs')], { cwd: REPO, stdio: 'inherit' });
     cgroups = await Cgroups.detect();
   }, 300_000);
 
@@ -177,7 +177,7 @@ describe.skipIf(!isRoot)('LocalDriver (real kernel)', () => {
     // The agent's socket is bound on the host side and only inherited: the sandbox cannot see
     // the directory it lives in, so it cannot swap it for a symlink to a host socket.
     const socketView = await sh(socket, 'ls -A /.nestbox; find / -xdev -type s -name agent.sock 2>/dev/null; touch /.nestbox/run 2>/dev/null || echo READONLY');
-    expect(socketView.stdout.trim().split('\n')).toEqual(['bin', 'lib', 'READONLY']);
+    expect(socketView.stdout.trim().split('\n')).toEqual(['bin', 'cgroup', 'lib', 'READONLY']);
     expect(lstatSync(socket).isSocket()).toBe(true);
 
     const mount = await sh(socket, 'mount -t tmpfs none /mnt');
@@ -282,7 +282,9 @@ describe.skipIf(!isRoot)('LocalDriver (real kernel)', () => {
   it('leaves nothing behind when the guest agent never becomes ready', async () => {
     const brokenAgent = join(dataDir, 'broken-agent.mjs');
     writeFileSync(brokenAgent, "console.error('stand-in agent: giving up'); process.exit(3);\n");
-    const driver = newDriver({ guestAgentBundle: brokenAgent, readyTimeoutMs: 5_000 });
+    // The helpers normally sit next to the bundle; this stand-in bundle has none beside it.
+    const helpers = { ptyHelperBinary: join(dirname(AGENT_BUNDLE), 'nestbox-pty'), enterHelperBinary: join(dirname(AGENT_BUNDLE), 'nestbox-enter') };
+    const driver = newDriver({ guestAgentBundle: brokenAgent, readyTimeoutMs: 5_000, ...helpers });
     await driver.init();
     const id = uniqueId('bad');
     const error = await driver.create(spec(id)).catch((caught: Error) => caught);

@@ -8,15 +8,19 @@ import { createHash } from 'node:crypto';
 import { constants as fsConstants, existsSync } from 'node:fs';
 import { lstat, mkdir, open, readdir, readFile, rm, stat } from 'node:fs/promises';
 import { cpus } from 'node:os';
-import { join, resolve } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import { AgentClient } from '../../agent-protocol/client.js';
 import { ensureBaseImage, mountPointsUnder, processStartTime, removeTree } from '../../images/base-image.js';
-import type { Driver, DriverCapabilities, SandboxRuntime, SandboxSpec, StartResult } from '../types.js';
+import { DriverError } from '../errors.js';
+import type { Driver, DriverCapabilities, FileView, ForkResult, SandboxRuntime, SandboxSpec, SnapshotInfo, SnapshotResult, StartResult } from '../types.js';
 import { Cgroups, type CgroupGroup } from './cgroups.js';
+import { DiskStore, type ReflinkStoreOptions } from './disk-store.js';
+import { FileViews } from './file-view.js';
+import { assertSnapshotId, SnapshotStore, type SnapshotMeta } from './snapshots.js';
 import { SlotAllocator, buildSlot, enableIpForwarding, hostDnsServers, slotFor, teardownSlot, VETH_PREFIX, type Slot } from './network.js';
 import { applyNftRuleset, nftAvailable, renderNftRuleset } from './nft.js';
 import { newRecord, readRecord, removeRecordTempFiles, writeRecord, type SandboxRecord } from './records.js';
-import { lastCapability, launchSandbox, assertSafeHostPath, assertValidEnv, SANDBOX_PATH, syscallNumbers } from './spawn.js';
+import { lastCapability, launchSandbox, assertSafeHostPath, assertValidEnv, overlayLowerOption, SANDBOX_PATH, syscallNumbers } from './spawn.js';
 
 export interface LocalDriverOptions {
   /** Sandboxes live in `<dataDir>/sandboxes/<id>/`. Keep it short: the agent socket path must fit in 108 bytes. */
@@ -28,6 +32,10 @@ export interface LocalDriverOptions {
   ownerId: string;
   nodeBinary?: string;
   tiniBinary?: string;
+  /** The static PTY helper (default: nestbox-pty next to the guest agent bundle). */
+  ptyHelperBinary?: string;
+  /** The static workload launcher (dist/nestbox-enter next to the bundle by default). */
+  enterHelperBinary?: string;
   /** Sandbox subnet; every host agent on the machine must use the same one. */
   subnet?: string;
   pidsMax?: number;
@@ -38,6 +46,13 @@ export interface LocalDriverOptions {
   watchIntervalMs?: number;
   slotsDir?: string;
   cgroupRoot?: string;
+  /**
+   * Where disks and snapshots live when the data dir cannot reflink: a sparse file formatted as
+   * XFS (reflink=1) and loop-mounted at `<dataDir>/store`. Default `off` (plain copies).
+   */
+  reflinkStore?: ReflinkStoreOptions | 'off';
+  /** A file view of a stopped sandbox stops after this long without use (default 60 s). */
+  fileViewIdleMs?: number;
   log?: (message: string) => void;
 }
 
@@ -46,6 +61,9 @@ const SUN_PATH_MAX = 107; // 108 bytes including the terminating NUL
 const FALLBACK_DNS = ['1.1.1.1', '8.8.8.8'];
 const HEALTH_TIMEOUT_MS = 2_000;
 const LOG_TAIL_BYTES = 4_000;
+/** Mount options are passed in one page; the overlay's must fit. */
+const MOUNT_OPTIONS_MAX = 4_000;
+const MAX_FORK_CHILDREN = 64;
 
 export class LocalDriver implements Driver {
   readonly name = 'local' as const;
@@ -53,6 +71,8 @@ export class LocalDriver implements Driver {
   private readonly sandboxesDir: string;
   private readonly nodeBinary: string;
   private readonly tiniBinary: string;
+  private readonly ptyHelperBinary: string;
+  private readonly enterHelperBinary: string;
   private readonly subnet: string;
   private readonly ownerKey: string;
   private readonly slots: SlotAllocator;
@@ -67,12 +87,17 @@ export class LocalDriver implements Driver {
   private readonly children = new Map<string, ChildProcess>();
   private watchTimer?: NodeJS.Timeout;
   private initialized = false;
+  private diskStore?: DiskStore;
+  private snapshotStore?: SnapshotStore;
+  private fileViews?: FileViews;
 
   constructor(private readonly options: LocalDriverOptions) {
     this.dataDir = resolve(options.dataDir);
     this.sandboxesDir = join(this.dataDir, 'sandboxes');
     this.nodeBinary = options.nodeBinary ?? process.execPath;
     this.tiniBinary = options.tiniBinary ?? '/usr/bin/tini-static';
+    this.ptyHelperBinary = options.ptyHelperBinary ?? join(dirname(resolve(options.guestAgentBundle)), 'nestbox-pty');
+    this.enterHelperBinary = options.enterHelperBinary ?? join(dirname(resolve(options.guestAgentBundle)), 'nestbox-enter');
     this.subnet = options.subnet ?? '10.200.0.0/16';
     this.ownerKey = ownerKeyFor(options.ownerId);
     this.slots = new SlotAllocator(this.subnet, options.slotsDir);
@@ -88,6 +113,22 @@ export class LocalDriver implements Driver {
     this.dnsServers = found.length ? found : FALLBACK_DNS;
     await applyNftRuleset(renderNftRuleset({ subnet: this.subnet, vethPrefix: VETH_PREFIX, dnsServers: this.dnsServers }));
     await mkdir(this.sandboxesDir, { recursive: true, mode: 0o700 });
+    this.diskStore = await DiskStore.open({ dataDir: this.dataDir, reflinkStore: this.options.reflinkStore, log: this.log });
+    if (this.diskStore.root !== this.dataDir) await mkdir(join(this.diskStore.root, 'sandboxes'), { recursive: true, mode: 0o700 });
+    this.snapshotStore = new SnapshotStore(join(this.diskStore.root, 'snapshots'));
+    await this.snapshotStore.init();
+    this.fileViews = new FileViews({
+      cgroups: this.requireCgroups(),
+      cgroupPath: (name) => this.cgroupPath(name),
+      nodeBinary: this.nodeBinary,
+      tiniBinary: this.tiniBinary,
+      guestAgentBundle: resolve(this.options.guestAgentBundle),
+      lastCapability: this.lastCap,
+      readyTimeoutMs: this.options.readyTimeoutMs ?? 20_000,
+      idleMs: this.options.fileViewIdleMs ?? 60_000,
+      onIdle: (id) => void this.closeIdleFileView(id),
+      log: this.log,
+    });
     await this.adoptAll();
     await this.reclaimOrphans();
     this.initialized = true;
@@ -97,19 +138,19 @@ export class LocalDriver implements Driver {
   capabilities(): DriverCapabilities {
     return {
       memorySnapshot: false,
-      fork: false,
-      // The freezer works (cgroups.freeze/thaw), but the Driver interface has no pause call yet.
-      pause: false,
+      fork: true,
+      pause: true,
       nestedVirt: false,
       hotResize: false,
       maxVcpus: cpus().length,
-      probes: { ...this.capabilityProbes },
+      probes: { ...this.capabilityProbes, ...(this.diskStore?.probes ?? {}) },
     };
   }
 
   async close(): Promise<void> {
     if (this.watchTimer) clearInterval(this.watchTimer);
     this.watchTimer = undefined;
+    await this.fileViews?.closeAll((id) => this.sandboxDir(id));
     for (const child of this.children.values()) child.removeAllListeners('exit');
     this.children.clear();
   }
@@ -122,6 +163,8 @@ export class LocalDriver implements Driver {
     for (const [label, path] of [
       ['node', this.nodeBinary],
       ['tini', this.tiniBinary],
+      ['pty helper (npm run build)', this.ptyHelperBinary],
+      ['workload launcher (npm run build)', this.enterHelperBinary],
       ['guest agent bundle', this.options.guestAgentBundle],
       ['perl', '/usr/bin/perl'],
       ['nsenter', '/usr/bin/nsenter'],
@@ -139,6 +182,7 @@ export class LocalDriver implements Driver {
       overlayfs: filesystems.includes('\toverlay\n'),
       nft: nft ?? false,
       tini: this.tiniBinary,
+      ptyHelper: this.ptyHelperBinary,
       node: this.nodeBinary,
       lastCapability: this.lastCap,
       memorySnapshot: 'unavailable: CRIU cannot dump processes on this kernel (host-runtime.md §10); stop keeps the disk only',
@@ -156,17 +200,29 @@ export class LocalDriver implements Driver {
     return this.withLock(spec.id, async () => {
       const dir = this.sandboxDir(spec.id);
       const existing = this.records.get(spec.id) ?? (await readRecord(dir));
-      if (existing && existing.status !== 'creating') throw new Error(`sandbox ${spec.id} already exists`);
+      if (existing && existing.status !== 'creating') throw new DriverError('conflict', `sandbox ${spec.id} already exists`);
       // A directory without a usable record is the remains of a create that crashed.
-      if (existsSync(dir)) await this.destroyUnlocked(spec.id);
+      if (existsSync(dir) || existsSync(this.newDiskDir(spec.id))) await this.destroyUnlocked(spec.id);
 
       const started = Date.now();
       const image = await ensureBaseImage({ imagesDir: this.options.imagesDir, onProgress });
-      const record = newRecord(spec, this.options.ownerId, join(dir, 'run', 'agent.sock'), 'creating');
+      const record = this.newSandboxRecord(spec);
       try {
-        await this.makeSandboxDirs(dir);
-        await writeRecord(dir, record);
-        this.records.set(spec.id, record);
+        if (spec.snapshot) {
+          // Under the snapshot's lock: deleteSnapshot() either sees this record or has finished.
+          await this.withLock(snapshotLockKey(spec.snapshot), async () => {
+            const meta = await this.requireSnapshot(spec.snapshot!);
+            if (meta.image !== spec.image) throw new DriverError('validation_failed', `snapshot ${meta.snapshotId} is of image "${meta.image}", not "${spec.image}"`);
+            record.layers = [meta.snapshotId, ...meta.parents];
+            await this.makeSandboxDirs(record, { upper: true });
+            await writeRecord(dir, record);
+            this.records.set(spec.id, record);
+          });
+        } else {
+          await this.makeSandboxDirs(record, { upper: true });
+          await writeRecord(dir, record);
+          this.records.set(spec.id, record);
+        }
         await this.launch(record, image.rootfs, onProgress);
       } catch (error) {
         await this.destroyUnlocked(spec.id).catch((cleanupError) => this.log(`create ${spec.id}: cleanup after failure failed: ${String(cleanupError)}`));
@@ -181,8 +237,7 @@ export class LocalDriver implements Driver {
     this.assertInitialized();
     assertSandboxId(id);
     return this.withLock(id, async () => {
-      const record = this.records.get(id);
-      if (!record) throw new Error(`sandbox ${id} not found`);
+      const record = this.requireRecord(id);
       await this.teardownRuntime(id, record);
       record.status = 'stopped';
       await writeRecord(this.sandboxDir(id), record);
@@ -194,10 +249,11 @@ export class LocalDriver implements Driver {
     this.assertInitialized();
     this.validateSpec(spec);
     return this.withLock(spec.id, async () => {
-      const record = this.records.get(spec.id);
-      if (!record) throw new Error(`sandbox ${spec.id} not found`);
-      // Nothing was lost if it never stopped.
+      const record = this.requireRecord(spec.id);
+      // Nothing was lost if it never stopped; a paused sandbox just continues.
+      if (record.status === 'paused') await this.setPausedUnlocked(record, false);
       if (record.status === 'running') return { ...this.runtimeOf(record), memoryRestored: true };
+      await this.closeFileView(spec.id);
       const image = await ensureBaseImage({ imagesDir: this.options.imagesDir });
       record.spec = spec;
       record.status = 'starting';
@@ -216,7 +272,10 @@ export class LocalDriver implements Driver {
 
   async destroy(id: string): Promise<void> {
     assertSandboxId(id);
-    await this.withLock(id, () => this.destroyUnlocked(id));
+    await this.withLock(id, async () => {
+      await this.closeFileView(id);
+      await this.destroyUnlocked(id);
+    });
   }
 
   async get(id: string): Promise<SandboxRuntime | undefined> {
@@ -228,6 +287,233 @@ export class LocalDriver implements Driver {
     return [...this.records.values()].map((record) => this.runtimeOf(record));
   }
 
+  // ---- Driver: pause ----------------------------------------------------------------------------
+
+  async pause(id: string): Promise<SandboxRuntime> {
+    this.assertInitialized();
+    assertSandboxId(id);
+    return this.withLock(id, async () => {
+      const record = this.requireRecord(id);
+      if (record.status !== 'paused') await this.setPausedUnlocked(record, true);
+      return this.runtimeOf(record);
+    });
+  }
+
+  async unpause(id: string): Promise<SandboxRuntime> {
+    this.assertInitialized();
+    assertSandboxId(id);
+    return this.withLock(id, async () => {
+      const record = this.requireRecord(id);
+      if (record.status !== 'running') await this.setPausedUnlocked(record, false);
+      return this.runtimeOf(record);
+    });
+  }
+
+  /** Journal, freeze/thaw and wait for the kernel, then record the outcome (init() finishes a crashed one). */
+  private async setPausedUnlocked(record: SandboxRecord, paused: boolean): Promise<void> {
+    const from = paused ? 'running' : 'paused';
+    if (record.status !== from) throw new DriverError('invalid_state', `sandbox ${record.id} is ${record.status}, not ${from}`);
+    const started = Date.now();
+    const dir = this.sandboxDir(record.id);
+    record.operation = { kind: paused ? 'pause' : 'unpause', startedAt: new Date().toISOString() };
+    await writeRecord(dir, record);
+    try {
+      await this.requireCgroups().setFrozenAndWait(this.cgroupGroup(record.id), paused);
+    } catch (error) {
+      // Put it back the way it was, so the record and the kernel agree.
+      await this.requireCgroups().setFrozenAndWait(this.cgroupGroup(record.id), !paused).catch(() => {});
+      record.operation = undefined;
+      await writeRecord(dir, record);
+      throw error;
+    }
+    record.status = paused ? 'paused' : 'running';
+    record.operation = undefined;
+    await writeRecord(dir, record);
+    this.log(`${paused ? 'pause' : 'unpause'} ${record.id}: ${Date.now() - started} ms`);
+  }
+
+  /**
+   * Runs `task` (a copy of the upper dir) with the sandbox's processes frozen if it runs, so the
+   * copy is a consistent point in time; thaws afterwards even when the task fails. A paused
+   * sandbox stays frozen, a stopped one has nothing to freeze.
+   */
+  private async withFrozen<T>(record: SandboxRecord, task: () => Promise<T>): Promise<T> {
+    if (record.status !== 'running') return task();
+    const dir = this.sandboxDir(record.id);
+    const group = this.cgroupGroup(record.id);
+    record.operation = { kind: 'copy', startedAt: new Date().toISOString() };
+    await writeRecord(dir, record);
+    try {
+      await this.requireCgroups().setFrozenAndWait(group, true);
+      return await task();
+    } finally {
+      await this.requireCgroups()
+        .setFrozenAndWait(group, false)
+        .catch((error) => this.log(`sandbox ${record.id}: thaw after copy failed: ${String(error)}`));
+      record.operation = undefined;
+      await writeRecord(dir, record);
+    }
+  }
+
+  // ---- Driver: fork ---------------------------------------------------------------------------
+
+  async fork(sourceId: string, children: SandboxSpec[]): Promise<ForkResult> {
+    this.assertInitialized();
+    assertSandboxId(sourceId);
+    if (!Array.isArray(children) || children.length === 0 || children.length > MAX_FORK_CHILDREN) {
+      throw new DriverError('validation_failed', `fork needs 1 to ${MAX_FORK_CHILDREN} children, got ${Array.isArray(children) ? children.length : 'none'}`);
+    }
+    const ids = new Set<string>();
+    for (const child of children) {
+      this.validateSpec(child);
+      if (child.snapshot !== undefined) throw new DriverError('validation_failed', `child ${child.id}: a fork takes its disk from the source, not from a snapshot`);
+      if (child.id === sourceId || ids.has(child.id)) throw new DriverError('validation_failed', `child id ${child.id} is used twice`);
+      ids.add(child.id);
+    }
+    // Every involved sandbox is locked, in one global order, so two forks cannot deadlock.
+    return this.withLocks([sourceId, ...ids], async () => {
+      const started = Date.now();
+      const source = this.requireRecord(sourceId);
+      if (!['running', 'paused', 'stopped'].includes(source.status)) throw new DriverError('invalid_state', `sandbox ${sourceId} is ${source.status}`);
+      for (const child of children) {
+        if (this.records.has(child.id) || (await readRecord(this.sandboxDir(child.id)))) throw new DriverError('conflict', `sandbox ${child.id} already exists`);
+      }
+      await this.closeFileView(sourceId);
+      const image = await ensureBaseImage({ imagesDir: this.options.imagesDir });
+      const made: SandboxRecord[] = [];
+      try {
+        for (const child of children) {
+          if (existsSync(this.sandboxDir(child.id)) || existsSync(this.newDiskDir(child.id))) await this.destroyUnlocked(child.id);
+          const record = this.newSandboxRecord(child);
+          record.layers = source.layers ? [...source.layers] : undefined;
+          record.forkedFrom = sourceId;
+          await this.makeSandboxDirs(record, { upper: false });
+          await writeRecord(this.sandboxDir(child.id), record);
+          this.records.set(child.id, record);
+          made.push(record);
+        }
+        const copyStarted = Date.now();
+        // The source is frozen for one copy only; further children copy the first child's disk,
+        // which nothing runs on yet.
+        const [first, ...rest] = made;
+        await this.withFrozen(source, () => this.requireDiskStore().copyTree(this.upperDirOf(source), this.upperDirOf(first)));
+        for (const record of rest) await this.requireDiskStore().copyTree(this.upperDirOf(first), this.upperDirOf(record));
+        const copyMs = Date.now() - copyStarted;
+        const launches = await Promise.allSettled(made.map((record) => this.launch(record, image.rootfs)));
+        const failed = launches.find((outcome): outcome is PromiseRejectedResult => outcome.status === 'rejected');
+        if (failed) throw failed.reason;
+        this.log(`fork ${sourceId} → ${made.map((record) => record.id).join(', ')}: copy ${copyMs} ms (${this.requireDiskStore().mode}), running in ${Date.now() - started} ms`);
+      } catch (error) {
+        for (const record of made) {
+          await this.destroyUnlocked(record.id).catch((cleanupError) => this.log(`fork ${sourceId}: cleanup of ${record.id} failed: ${String(cleanupError)}`));
+        }
+        throw error;
+      }
+      return { children: made.map((record) => this.runtimeOf(record)), memoryCopied: false, diskCopy: this.requireDiskStore().mode };
+    });
+  }
+
+  // ---- Driver: snapshots ------------------------------------------------------------------------
+
+  async snapshot(id: string, snapshotId: string): Promise<SnapshotResult> {
+    this.assertInitialized();
+    assertSandboxId(id);
+    assertSnapshotId(snapshotId);
+    return this.withLock(id, async () => {
+      const record = this.requireRecord(id);
+      if (!['running', 'paused', 'stopped'].includes(record.status)) throw new DriverError('invalid_state', `sandbox ${id} is ${record.status}`);
+      await this.closeFileView(id);
+      return this.withLock(snapshotLockKey(snapshotId), async () => {
+        const store = this.requireSnapshots();
+        const existing = await store.get(snapshotId);
+        // A retry of the same call gets the same snapshot; another sandbox cannot take the name.
+        if (existing?.sourceId === id) return snapshotResult(existing);
+        if (existing || existsSync(join(store.dir, snapshotId))) throw new DriverError('conflict', `snapshot ${snapshotId} already exists`);
+        const started = Date.now();
+        const meta = await store.create(
+          { snapshotId, sourceId: id, image: record.spec.image, parents: record.layers ?? [], diskCopy: this.requireDiskStore().mode },
+          (layerDir) => this.withFrozen(record, () => this.requireDiskStore().copyTree(this.upperDirOf(record), layerDir)),
+        );
+        this.log(`snapshot ${id} → ${snapshotId}: ${meta.sizeBytes} bytes in ${Date.now() - started} ms (${meta.diskCopy})`);
+        return snapshotResult(meta);
+      });
+    });
+  }
+
+  async deleteSnapshot(snapshotId: string): Promise<void> {
+    this.assertInitialized();
+    assertSnapshotId(snapshotId);
+    await this.withLock(snapshotLockKey(snapshotId), async () => {
+      const store = this.requireSnapshots();
+      if (!existsSync(join(store.dir, snapshotId))) return;
+      const users: string[] = [];
+      const records = new Map([...this.records.values()].map((record) => [record.id, record]));
+      // Records on disk too: a sandbox of another owner sharing this data dir counts as well.
+      for (const entry of await readdir(this.sandboxesDir).catch(() => [] as string[])) {
+        if (!records.has(entry) && SANDBOX_ID.test(entry)) {
+          const record = await readRecord(this.sandboxDir(entry));
+          if (record) records.set(entry, record);
+        }
+      }
+      for (const record of records.values()) if (record.layers?.includes(snapshotId)) users.push(`sandbox ${record.id}`);
+      for (const meta of await store.list()) if (meta.parents.includes(snapshotId)) users.push(`snapshot ${meta.snapshotId}`);
+      if (users.length) throw new DriverError('conflict', `snapshot ${snapshotId} is in use by ${users.join(', ')}`);
+      await store.remove(snapshotId);
+    });
+  }
+
+  async listSnapshots(): Promise<SnapshotInfo[]> {
+    this.assertInitialized();
+    return (await this.requireSnapshots().list()).map((meta) => ({
+      ...snapshotResult(meta),
+      sourceId: meta.sourceId,
+      image: meta.image,
+      createdAt: meta.createdAt,
+    }));
+  }
+
+  // ---- Driver: file views -------------------------------------------------------------------------
+
+  async fileView(id: string): Promise<FileView> {
+    this.assertInitialized();
+    assertSandboxId(id);
+    return this.withLock(id, async () => {
+      const record = this.requireRecord(id);
+      if (record.status !== 'stopped') {
+        throw new DriverError('invalid_state', `sandbox ${id} is ${record.status}; file views are for stopped sandboxes (use its agent)`);
+      }
+      const image = await ensureBaseImage({ imagesDir: this.options.imagesDir });
+      return this.requireFileViews().open({
+        sandboxId: id,
+        sandboxDir: this.sandboxDir(id),
+        layerDirs: [this.upperDirOf(record), ...(await this.layerDirsOf(record))],
+        baseRootfs: image.rootfs,
+        env: record.spec.env ?? {},
+      });
+    });
+  }
+
+  touchFileView(id: string): void {
+    this.fileViews?.touch(id);
+  }
+
+  /** Stops the sandbox's file view, if any (the caller holds the sandbox's lock). */
+  private async closeFileView(id: string): Promise<void> {
+    const views = this.requireFileViews();
+    if (views.isOpen(id) || existsSync(join(this.sandboxDir(id), 'view'))) await views.close(id, this.sandboxDir(id));
+  }
+
+  private async closeIdleFileView(id: string): Promise<void> {
+    await this.withLock(id, async () => {
+      const views = this.requireFileViews();
+      // Used again (or closed) while we waited for the lock: leave it.
+      if (!views.isOpen(id)) return;
+      if (!views.isIdle(id) && views.isRunning(id)) return;
+      await views.close(id, this.sandboxDir(id));
+      this.log(`file view of ${id}: stopped`);
+    }).catch((error) => this.log(`file view of ${id}: stop failed: ${String(error)}`));
+  }
+
   // ---- launch ---------------------------------------------------------------------------------
 
   /** Slot, cgroups, process, agent: everything a running sandbox has beyond its disk. */
@@ -235,7 +521,9 @@ export class LocalDriver implements Driver {
     const { id } = record.spec;
     const dir = this.sandboxDir(id);
     const cgroups = this.requireCgroups();
-    await writeSandboxEtc(join(dir, 'upper'), id, this.dnsServers, this.log);
+    const layerDirs = await this.layerDirsOf(record);
+    assertOverlayOptionsFit(lowerDir, layerDirs, this.upperDirOf(record), this.workDirOf(record));
+    await writeSandboxEtc(this.upperDirOf(record), id, this.dnsServers, this.log);
 
     const slot = await this.slots.claim(this.options.ownerId, id);
     record.slot = { ...slot };
@@ -243,7 +531,7 @@ export class LocalDriver implements Driver {
     await buildSlot(slot);
     onProgress?.(`network slot ${slot.index}: ${slot.sandboxAddress} via ${slot.hostAddress}`);
 
-    const group = await cgroups.create(this.cgroupPath(id), {
+    const { group, agent, work } = await cgroups.createSandbox(this.cgroupPath(id), {
       memoryBytes: record.spec.memoryMiB * 1024 * 1024,
       cpus: record.spec.cpu,
       pidsMax: this.options.pidsMax ?? 4096,
@@ -255,14 +543,18 @@ export class LocalDriver implements Driver {
     await appendLog(join(dir, 'sandbox.log'), `--- nestbox: starting ${id} at ${new Date().toISOString()} ---\n`);
     const child = launchSandbox({
       netnsPath: `/run/netns/${slot.netns}`,
-      cgroupProcsFiles: cgroups.procsFiles(group),
+      cgroupProcsFiles: cgroups.procsFiles(agent),
+      workProcsFiles: cgroups.procsFiles(work),
+      enterHelperBinary: this.enterHelperBinary,
       lowerDir,
-      upperDir: join(dir, 'upper'),
-      workDir: join(dir, 'work'),
+      layerDirs,
+      upperDir: this.upperDirOf(record),
+      workDir: this.workDirOf(record),
       rootDir: join(dir, 'rootfs'),
       runDir: join(dir, 'run'),
       nodeBinary: this.nodeBinary,
       tiniBinary: this.tiniBinary,
+      ptyHelperBinary: this.ptyHelperBinary,
       guestAgentBundle: resolve(this.options.guestAgentBundle),
       hostname: id,
       env: { HOME: '/root', PATH: SANDBOX_PATH, ...record.spec.env, HOSTNAME: id },
@@ -300,12 +592,55 @@ export class LocalDriver implements Driver {
     await assertAgentSocket(socketPath);
   }
 
-  private async makeSandboxDirs(dir: string): Promise<void> {
+  /** `upper: false` when the upper dir is about to be made as a copy (fork). */
+  private async makeSandboxDirs(record: SandboxRecord, options: { upper: boolean }): Promise<void> {
+    const dir = this.sandboxDir(record.id);
     await mkdir(dir, { recursive: true, mode: 0o700 });
-    for (const sub of ['upper', 'work', 'rootfs']) await mkdir(join(dir, sub), { recursive: true, mode: 0o755 });
+    await mkdir(join(dir, 'rootfs'), { recursive: true, mode: 0o755 });
     // The launcher binds the agent socket here; only root on the host may connect, and the
     // sandbox never sees this directory.
     await mkdir(join(dir, 'run'), { recursive: true, mode: 0o700 });
+    const diskDir = this.diskDirOf(record);
+    await mkdir(diskDir, { recursive: true, mode: 0o700 });
+    await mkdir(this.workDirOf(record), { recursive: true, mode: 0o755 });
+    if (options.upper) await mkdir(this.upperDirOf(record), { recursive: true, mode: 0o755 });
+  }
+
+  private newSandboxRecord(spec: SandboxSpec): SandboxRecord {
+    const record = newRecord(spec, this.options.ownerId, join(this.sandboxDir(spec.id), 'run', 'agent.sock'), 'creating');
+    const diskDir = this.newDiskDir(spec.id);
+    if (diskDir !== this.sandboxDir(spec.id)) record.diskDir = diskDir;
+    return record;
+  }
+
+  /** Where a new sandbox's upper/ and work/ go: the reflink store, or the sandbox dir itself. */
+  private newDiskDir(id: string): string {
+    const store = this.requireDiskStore();
+    return store.root === this.dataDir ? this.sandboxDir(id) : join(store.root, 'sandboxes', id);
+  }
+
+  private diskDirOf(record: SandboxRecord): string {
+    return record.diskDir ?? this.sandboxDir(record.id);
+  }
+
+  private upperDirOf(record: SandboxRecord): string {
+    return join(this.diskDirOf(record), 'upper');
+  }
+
+  private workDirOf(record: SandboxRecord): string {
+    return join(this.diskDirOf(record), 'work');
+  }
+
+  /** The snapshot layers under the sandbox's upper dir, topmost first. */
+  private async layerDirsOf(record: SandboxRecord): Promise<string[]> {
+    const store = this.requireSnapshots();
+    const dirs: string[] = [];
+    for (const snapshotId of record.layers ?? []) {
+      const dir = store.layerDir(snapshotId);
+      if (!existsSync(dir)) throw new Error(`sandbox ${record.id}: its snapshot layer ${snapshotId} is missing (${dir})`);
+      dirs.push(dir);
+    }
+    return dirs;
   }
 
   // ---- teardown -------------------------------------------------------------------------------
@@ -358,6 +693,10 @@ export class LocalDriver implements Driver {
     const dir = this.sandboxDir(id);
     const record = this.records.get(id) ?? (await readRecord(dir));
     await this.teardownRuntime(id, record);
+    // The disk goes first and the record last, so a crash in between leaves a record to retry from.
+    for (const diskDir of new Set([record?.diskDir, this.newDiskDir(id)])) {
+      if (diskDir && diskDir !== dir) await removeTree(diskDir);
+    }
     // Mounts live in the sandbox's own namespace; anything on the host here is a leftover.
     const leftovers = mountPointsUnder(dir);
     await removeTree(dir);
@@ -387,13 +726,34 @@ export class LocalDriver implements Driver {
       return;
     }
     this.records.set(id, record);
-    if (record.status === 'running' && (await this.isAlive(record))) {
-      this.log(`init: adopted running sandbox ${id} (pid ${record.pid})`);
-      return;
+    const launcherAlive = !!record.pid && !!record.pidStartTime && processStartTime(record.pid) === record.pidStartTime;
+    if (launcherAlive && (record.status === 'running' || record.status === 'paused')) {
+      // Finish a pause or unpause the previous host agent was in the middle of, and undo the
+      // freeze of an interrupted fork/snapshot copy; with no operation, the status decides.
+      const operation = record.operation?.kind;
+      const paused = operation === 'pause' ? true : operation === 'unpause' || operation === 'copy' ? false : record.status === 'paused';
+      const settled = await this.requireCgroups()
+        .setFrozenAndWait(this.cgroupGroup(id), paused)
+        .then(() => true)
+        .catch((error) => {
+          this.log(`init: sandbox ${id}: could not ${paused ? 'freeze' : 'thaw'} it: ${String(error)}`);
+          return false;
+        });
+      if (settled) {
+        record.operation = undefined;
+        record.status = paused ? 'paused' : 'running';
+        // A frozen agent cannot answer; the live launcher and the frozen cgroup are the evidence.
+        if (paused || (await this.isAlive(record))) {
+          await writeRecord(this.sandboxDir(id), record);
+          this.log(`init: adopted ${record.status} sandbox ${id} (pid ${record.pid})`);
+          return;
+        }
+      }
     }
-    if (record.status === 'running' || record.status === 'starting') this.log(`init: sandbox ${id} is no longer running; marking it stopped`);
+    if (record.status !== 'stopped') this.log(`init: sandbox ${id} is no longer running; marking it stopped`);
     await this.teardownRuntime(id, record);
     record.status = 'stopped';
+    record.operation = undefined;
     await writeRecord(this.sandboxDir(id), record);
   }
 
@@ -413,7 +773,7 @@ export class LocalDriver implements Driver {
 
   /** Slots and cgroups of this owner that no running sandbox accounts for. */
   private async reclaimOrphans(): Promise<void> {
-    const running = new Set([...this.records.values()].filter((record) => record.status === 'running').map((record) => record.id));
+    const running = new Set([...this.records.values()].filter((record) => isLive(record)).map((record) => record.id));
     for (const claim of await this.slots.claims()) {
       if (claim.owner !== this.options.ownerId || running.has(claim.sandboxId)) continue;
       this.log(`init: releasing orphaned network slot ${claim.index} (sandbox ${claim.sandboxId})`);
@@ -421,12 +781,23 @@ export class LocalDriver implements Driver {
       await this.slots.release(claim.index);
     }
     const cgroups = this.requireCgroups();
+    // File views (`<id>-view`) are never adopted, so theirs go here too.
     for (const name of await cgroups.children(join('nestbox', this.ownerKey))) {
       if (running.has(name)) continue;
       this.log(`init: removing orphaned cgroup ${name}`);
       const group = this.cgroupGroup(name);
       await cgroups.killAll(group);
       await cgroups.remove(group);
+    }
+    for (const record of this.records.values()) await removeTree(join(this.sandboxDir(record.id), 'view'));
+    // Disks in the reflink store whose sandbox dir is gone: a destroy that crashed half-way.
+    const store = this.requireDiskStore();
+    if (store.root !== this.dataDir) {
+      for (const id of await readdir(join(store.root, 'sandboxes')).catch(() => [] as string[])) {
+        if (!SANDBOX_ID.test(id) || existsSync(this.sandboxDir(id))) continue;
+        this.log(`init: removing orphaned disk of sandbox ${id}`);
+        await removeTree(join(store.root, 'sandboxes', id));
+      }
     }
   }
 
@@ -442,7 +813,7 @@ export class LocalDriver implements Driver {
   private startWatching(): void {
     const interval = this.options.watchIntervalMs ?? 5_000;
     this.watchTimer = setInterval(() => {
-      for (const record of this.records.values()) if (record.status === 'running') void this.checkStillRunning(record.id);
+      for (const record of this.records.values()) if (isLive(record)) void this.checkStillRunning(record.id);
     }, interval);
     this.watchTimer.unref();
   }
@@ -451,7 +822,7 @@ export class LocalDriver implements Driver {
   private async checkStillRunning(id: string): Promise<void> {
     await this.withLock(id, async () => {
       const record = this.records.get(id);
-      if (!record || record.status !== 'running') return;
+      if (!record || !isLive(record)) return;
       if (record.pid && record.pidStartTime && processStartTime(record.pid) === record.pidStartTime) return;
       this.log(`sandbox ${id} exited on its own; releasing its runtime`);
       await this.teardownRuntime(id, record);
@@ -461,6 +832,13 @@ export class LocalDriver implements Driver {
   }
 
   // ---- helpers --------------------------------------------------------------------------------
+
+  /** Takes several locks in sorted order (one global order: no deadlock between multi-lock calls). */
+  private withLocks<T>(keys: string[], task: () => Promise<T>): Promise<T> {
+    const sorted = [...new Set(keys)].sort();
+    const take = (index: number): Promise<T> => (index === sorted.length ? task() : this.withLock(sorted[index], () => take(index + 1)));
+    return take(0);
+  }
 
   private withLock<T>(id: string, task: () => Promise<T>): Promise<T> {
     const previous = this.locks.get(id) ?? Promise.resolve();
@@ -474,10 +852,10 @@ export class LocalDriver implements Driver {
   }
 
   private runtimeOf(record: SandboxRecord): SandboxRuntime {
-    if (record.status !== 'running') return { id: record.id, status: 'stopped' };
+    if (!isLive(record)) return { id: record.id, status: 'stopped' };
     return {
       id: record.id,
-      status: 'running',
+      status: record.status === 'paused' ? 'paused' : 'running',
       pid: record.pid,
       agentSocket: record.agentSocket,
       network: record.slot ? { hostAddress: record.slot.hostAddress, sandboxAddress: record.slot.sandboxAddress, netns: record.slot.netns } : undefined,
@@ -486,10 +864,16 @@ export class LocalDriver implements Driver {
 
   private validateSpec(spec: SandboxSpec): void {
     assertSandboxId(spec.id);
-    if (spec.image !== 'default') throw new Error(`unknown image "${spec.image}" (the local driver has only "default")`);
-    if (!(spec.cpu > 0) || spec.cpu > 1024) throw new Error(`cpu must be a positive number of vCPUs, got ${spec.cpu}`);
-    if (!Number.isInteger(spec.memoryMiB) || spec.memoryMiB < 64) throw new Error(`memoryMiB must be an integer of at least 64, got ${spec.memoryMiB}`);
-    assertValidEnv(spec.env ?? {});
+    const invalid = (message: string) => new DriverError('validation_failed', message);
+    if (spec.image !== 'default') throw invalid(`unknown image "${spec.image}" (the local driver has only "default")`);
+    if (!(spec.cpu > 0) || spec.cpu > 1024) throw invalid(`cpu must be a positive number of vCPUs, got ${spec.cpu}`);
+    if (!Number.isInteger(spec.memoryMiB) || spec.memoryMiB < 64) throw invalid(`memoryMiB must be an integer of at least 64, got ${spec.memoryMiB}`);
+    if (spec.snapshot !== undefined) assertSnapshotId(spec.snapshot);
+    try {
+      assertValidEnv(spec.env ?? {});
+    } catch (error) {
+      throw invalid((error as Error).message);
+    }
     assertSafeHostPath('data dir', this.sandboxDir(spec.id));
     const socket = join(this.sandboxDir(spec.id), 'run', 'agent.sock');
     if (Buffer.byteLength(socket) > SUN_PATH_MAX) {
@@ -501,6 +885,33 @@ export class LocalDriver implements Driver {
 
   private assertInitialized(): void {
     if (!this.initialized) throw new Error('LocalDriver.init() must run first');
+  }
+
+  private requireDiskStore(): DiskStore {
+    if (!this.diskStore) throw new Error('LocalDriver.init() must run first');
+    return this.diskStore;
+  }
+
+  private requireSnapshots(): SnapshotStore {
+    if (!this.snapshotStore) throw new Error('LocalDriver.init() must run first');
+    return this.snapshotStore;
+  }
+
+  private requireFileViews(): FileViews {
+    if (!this.fileViews) throw new Error('LocalDriver.init() must run first');
+    return this.fileViews;
+  }
+
+  private requireRecord(id: string): SandboxRecord {
+    const record = this.records.get(id);
+    if (!record) throw new DriverError('not_found', `sandbox ${id} not found`);
+    return record;
+  }
+
+  private async requireSnapshot(snapshotId: string): Promise<SnapshotMeta> {
+    const meta = await this.requireSnapshots().get(snapshotId);
+    if (!meta) throw new DriverError('not_found', `snapshot ${snapshotId} not found on this host`);
+    return meta;
   }
 
   private requireCgroups(): Cgroups {
@@ -535,7 +946,28 @@ export async function assertAgentSocket(path: string): Promise<void> {
 }
 
 function assertSandboxId(id: string): void {
-  if (typeof id !== 'string' || !SANDBOX_ID.test(id)) throw new Error(`invalid sandbox id "${id}": lowercase letters and digits only, at most 32`);
+  if (typeof id !== 'string' || !SANDBOX_ID.test(id)) throw new DriverError('validation_failed', `invalid sandbox id "${id}": lowercase letters and digits only, at most 32`);
+}
+
+function snapshotResult(meta: SnapshotMeta): SnapshotResult {
+  return { snapshotId: meta.snapshotId, sizeBytes: meta.sizeBytes, diskCopy: meta.diskCopy, layers: [meta.snapshotId, ...meta.parents] };
+}
+
+/** Running or paused: it has processes, a slot and cgroups. */
+function isLive(record: SandboxRecord): boolean {
+  return record.status === 'running' || record.status === 'paused';
+}
+
+/** Lock key of a snapshot; sandbox ids never contain ':', so keys cannot collide. */
+function snapshotLockKey(snapshotId: string): string {
+  return `snapshot:${snapshotId}`;
+}
+
+function assertOverlayOptionsFit(lowerDir: string, layerDirs: string[], upperDir: string, workDir: string): void {
+  const options = `lowerdir=${overlayLowerOption({ lowerDir, layerDirs })},upperdir=${upperDir},workdir=${workDir}`;
+  if (Buffer.byteLength(options) > MOUNT_OPTIONS_MAX) {
+    throw new DriverError('validation_failed', `the snapshot chain is too long to mount (${layerDirs.length} layers, ${Buffer.byteLength(options)} bytes of overlay options)`);
+  }
 }
 
 /** Owner ids become a cgroup directory name; anything unusual is hashed. */

@@ -12,8 +12,19 @@ const RECORD_VERSION = 1;
 /**
  * `creating`/`starting` mark a launch in progress: finding one at init means the host agent died
  * mid-way, so the runtime is cleaned up (and a never-started create is removed entirely).
+ * `paused` is a running sandbox whose cgroup is frozen.
  */
-export type RecordStatus = 'creating' | 'starting' | 'running' | 'stopped';
+export type RecordStatus = 'creating' | 'starting' | 'running' | 'paused' | 'stopped';
+
+/**
+ * A freezer operation in flight, written before the cgroup is touched so that init() after a
+ * crash knows whether to finish it (pause, unpause) or roll it back (a copy froze a running
+ * sandbox for a consistent fork or snapshot: thaw it).
+ */
+export interface RecordOperation {
+  kind: 'pause' | 'unpause' | 'copy';
+  startedAt: string;
+}
 
 export interface SandboxRecord {
   version: number;
@@ -28,6 +39,13 @@ export interface SandboxRecord {
   pid?: number;
   pidStartTime?: string;
   agentSocket: string;
+  /** Snapshot ids of the read-only layers between the upper dir and the base image, topmost first. */
+  layers?: string[];
+  /** Directory holding upper/ and work/ (the reflink store); absent = the sandbox dir itself. */
+  diskDir?: string;
+  /** The sandbox this one was forked from, for diagnostics. */
+  forkedFrom?: string;
+  operation?: RecordOperation;
   createdAt: string;
   updatedAt: string;
 }

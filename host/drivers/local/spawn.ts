@@ -30,6 +30,8 @@ import { readFile } from 'node:fs/promises';
 export const IN_SANDBOX_NODE = '/.nestbox/bin/node';
 export const IN_SANDBOX_TINI = '/.nestbox/bin/tini';
 export const IN_SANDBOX_AGENT = '/.nestbox/lib/guest-agent.mjs';
+/** The guest agent's default ProcessServiceOptions.ptyHelper. */
+export const IN_SANDBOX_PTY_HELPER = '/.nestbox/bin/nestbox-pty';
 /** Placeholder in the agent's argv that stage 3 replaces with the inherited socket's fd number. */
 export const LISTEN_FD_PLACEHOLDER = '@LISTEN_FD@';
 export const SANDBOX_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
@@ -80,19 +82,29 @@ netns=$1; shift
 while [ "$1" != "--" ]; do echo $$ > "$1"; shift; done
 shift
 # The scripts travel in the environment (eval) so the long-lived unshare's argv stays short.
-exec nsenter --net="$netns" -- unshare --mount --pid --uts --ipc --fork --kill-child --propagation private -- /bin/sh -c 'eval "$NESTBOX_STAGE2"' nestbox-stage2 "$@"
+if [ -n "$netns" ]; then
+  exec nsenter --net="$netns" -- unshare --mount --pid --uts --ipc --fork --kill-child --propagation private -- /bin/sh -c 'eval "$NESTBOX_STAGE2"' nestbox-stage2 "$@"
+fi
+# No slot (a file view): a new, empty network namespace with only a down loopback.
+exec unshare --net --mount --pid --uts --ipc --fork --kill-child --propagation private -- /bin/sh -c 'eval "$NESTBOX_STAGE2"' nestbox-stage2 "$@"
 `;
 
 // Stage 2: PID 1 of the new PID namespace, still in the host's root (so only host binaries run),
 // in a private copy of the host's mount namespace: nothing mounted here is visible outside and
 // everything vanishes with the namespace.
 const STAGE2 = `set -eu
-lower=$1 upper=$2 work=$3 root=$4 run=$5 node=$6 tini=$7 agent=$8
-shift 8
+lower=$1 upper=$2 work=$3 root=$4 run=$5 node=$6 tini=$7 agent=$8 pty=$9
+shift 9
 # The host rules only know IPv4; the slot gets no IPv6 at all.
 echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6 2>/dev/null || true
 echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6 2>/dev/null || true
-mount -t overlay overlay -o "lowerdir=$lower,upperdir=$upper,workdir=$work" "$root"
+if [ -n "$upper" ]; then
+  mount -t overlay overlay -o "lowerdir=$lower,upperdir=$upper,workdir=$work" "$root"
+else
+  # A read-only view of a stopped sandbox (its upper dir is the top lower layer): no upper layer,
+  # so nothing in the view can write to the sandbox's disk.
+  mount -t overlay overlay -o "ro,lowerdir=$lower" "$root"
+fi
 # The sandbox owns its upper layer: a symlink here would point our mounts at host paths.
 for dir in proc sys dev .nestbox; do
   if [ -L "$root/$dir" ]; then echo "nestbox launcher: /$dir is a symlink in the sandbox; refusing to start" >&2; exit 1; fi
@@ -131,6 +143,27 @@ touch "$root/.nestbox/bin/node" "$root/.nestbox/bin/tini" "$root/.nestbox/lib/gu
 mount --bind -o ro,nosuid,nodev "$node" "$root/.nestbox/bin/node"
 mount --bind -o ro,nosuid,nodev "$tini" "$root/.nestbox/bin/tini"
 mount --bind -o ro,nosuid,nodev "$agent" "$root/.nestbox/lib/guest-agent.mjs"
+if [ -n "$pty" ]; then
+  touch "$root/.nestbox/bin/nestbox-pty"
+  mount --bind -o ro,nosuid,nodev "$pty" "$root/.nestbox/bin/nestbox-pty"
+fi
+# The workload launcher and the workload cgroup's procs files (one per hierarchy): workloads
+# join that group before they run; the agent stays in its own (see nestbox-enter.c).
+if [ -n "\${NESTBOX_ENTER:-}" ]; then
+  touch "$root/.nestbox/bin/nestbox-enter"
+  mount --bind -o ro,nosuid,nodev "$NESTBOX_ENTER" "$root/.nestbox/bin/nestbox-enter"
+fi
+if [ -n "\${NESTBOX_WORK_PROCS:-}" ]; then
+  mkdir "$root/.nestbox/cgroup"
+  n=0
+  old_ifs=$IFS; IFS=:
+  for procs in $NESTBOX_WORK_PROCS; do
+    touch "$root/.nestbox/cgroup/$n.procs"
+    mount --bind -o nosuid,nodev,noexec "$procs" "$root/.nestbox/cgroup/$n.procs"
+    n=$((n + 1))
+  done
+  IFS=$old_ifs
+fi
 mount -o remount,ro,nosuid,nodev nestbox "$root/.nestbox"
 exec perl -e 'eval $ENV{NESTBOX_STAGE3}; die $@ if $@;' -- "$root" "$run/agent.sock" "$@"
 `;
@@ -171,15 +204,26 @@ fail("exec $command[0]");
 `;
 
 export interface LaunchPlan {
+  /** Network namespace to join; empty for a new, empty one (no slot). */
   netnsPath: string;
   cgroupProcsFiles: string[];
+  /** The base image's root filesystem (the bottom overlay layer). */
   lowerDir: string;
+  /** Read-only layers stacked on top of lowerDir, topmost first (snapshot layers). */
+  layerDirs?: string[];
+  /** Empty (with workDir) for a read-only root: then layerDirs must hold at least one layer. */
   upperDir: string;
   workDir: string;
   rootDir: string;
   runDir: string;
   nodeBinary: string;
   tiniBinary: string;
+  /** The static PTY helper, mounted at /.nestbox/bin/nestbox-pty; absent = no terminals. */
+  ptyHelperBinary?: string;
+  /** The static workload launcher, mounted at /.nestbox/bin/nestbox-enter. */
+  enterHelperBinary?: string;
+  /** cgroup.procs files of the workload group, bind-mounted at /.nestbox/cgroup/<n>.procs. */
+  workProcsFiles?: string[];
   guestAgentBundle: string;
   hostname: string;
   /** The guest agent's complete environment. */
@@ -206,6 +250,11 @@ function prefixedEnv(env: Record<string, string>): Record<string, string> {
   return Object.fromEntries(Object.entries(env).map(([name, value]) => [`NESTBOX_ENV_${name}`, value]));
 }
 
+/** The overlay `lowerdir=` value: every layer, topmost first, colon-separated. */
+export function overlayLowerOption(plan: Pick<LaunchPlan, 'lowerDir' | 'layerDirs'>): string {
+  return [...(plan.layerDirs ?? []), plan.lowerDir].join(':');
+}
+
 export function buildLaunchArgs(plan: LaunchPlan): string[] {
   const numbers = syscallNumbers();
   const kept = Object.values(KEPT_CAPABILITIES).join(',');
@@ -216,7 +265,7 @@ export function buildLaunchArgs(plan: LaunchPlan): string[] {
     plan.netnsPath,
     ...plan.cgroupProcsFiles,
     '--',
-    plan.lowerDir,
+    overlayLowerOption(plan),
     plan.upperDir,
     plan.workDir,
     plan.rootDir,
@@ -224,6 +273,7 @@ export function buildLaunchArgs(plan: LaunchPlan): string[] {
     plan.nodeBinary,
     plan.tiniBinary,
     plan.guestAgentBundle,
+    plan.ptyHelperBinary ?? '',
     plan.hostname,
     String(plan.lastCapability),
     kept,
@@ -247,18 +297,24 @@ export function buildLaunchArgs(plan: LaunchPlan): string[] {
  * sandbox lifetime: sh and nsenter exec into it.
  */
 export function launchSandbox(plan: LaunchPlan): ChildProcess {
+  const readOnly = plan.upperDir === '' && plan.workDir === '';
+  if (readOnly && !plan.layerDirs?.length) throw new Error('a read-only launch needs at least one layer above the base image');
+  if (plan.netnsPath) assertSafeHostPath('netns', plan.netnsPath);
+  (plan.layerDirs ?? []).forEach((layer, index) => assertSafeHostPath(`layer ${index}`, layer));
   for (const [label, path] of Object.entries({
     lower: plan.lowerDir,
-    upper: plan.upperDir,
-    work: plan.workDir,
+    ...(readOnly ? {} : { upper: plan.upperDir, work: plan.workDir }),
     root: plan.rootDir,
     run: plan.runDir,
     node: plan.nodeBinary,
     tini: plan.tiniBinary,
     agent: plan.guestAgentBundle,
+    ...(plan.ptyHelperBinary ? { pty: plan.ptyHelperBinary } : {}),
+    ...(plan.enterHelperBinary ? { enter: plan.enterHelperBinary } : {}),
   })) {
     assertSafeHostPath(label, path);
   }
+  (plan.workProcsFiles ?? []).forEach((file, index) => assertSafeHostPath(`workload cgroup ${index}`, file));
   assertValidEnv(plan.env);
   const logFd = openSync(plan.logFile, 'a', 0o600);
   try {
@@ -269,7 +325,15 @@ export function launchSandbox(plan: LaunchPlan): ChildProcess {
       // Only what the stages need: the sandbox's own env is applied by stage 3, after the root
       // switch, so nothing in it (LD_PRELOAD…) can reach a privileged host binary.
       // NESTBOX_ENV_LD_PRELOAD is inert until stage 3 renames it.
-      env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', LC_ALL: 'C', NESTBOX_STAGE2: STAGE2, NESTBOX_STAGE3: STAGE3, ...prefixedEnv(plan.env) },
+      env: {
+        PATH: '/usr/sbin:/usr/bin:/sbin:/bin',
+        LC_ALL: 'C',
+        NESTBOX_STAGE2: STAGE2,
+        NESTBOX_STAGE3: STAGE3,
+        ...(plan.enterHelperBinary ? { NESTBOX_ENTER: plan.enterHelperBinary } : {}),
+        ...(plan.workProcsFiles?.length ? { NESTBOX_WORK_PROCS: plan.workProcsFiles.join(':') } : {}),
+        ...prefixedEnv(plan.env),
+      },
     });
     child.unref();
     return child;

@@ -8,6 +8,7 @@ import { NestboxError } from '../../../core/errors.js';
 import { SCOPES, type Scope } from '../../../core/types.js';
 import type { NativeContext } from './context.js';
 import { limitStream } from '../limit-stream.js';
+import { keepActiveWhileOpen } from './websocket.js';
 import { principalOf, sandboxIdOf } from './context.js';
 
 export interface ForwardOptions {
@@ -26,6 +27,8 @@ export interface ForwardOptions {
   successStatus?: number;
   /** Upper bound for a raw body; more is a 413 while streaming. */
   maxBodyBytes?: number;
+  /** A read of files that a stopped sandbox can answer too (from a read-only view of its disk). */
+  fileRead?: boolean;
 }
 
 const PASSED_RESPONSE_HEADERS = ['content-type', 'content-length', 'content-range', 'accept-ranges', 'content-disposition', 'cache-control'];
@@ -78,21 +81,22 @@ export async function forwardToAgent(ctx: NativeContext, o: ForwardOptions): Pro
   ctx.res.on('close', () => {
     if (!ctx.res.writableFinished) abort.abort();
   });
-  const upstream = await ctx.services.sandboxes.agentRequest(principalOf(ctx), sandboxIdOf(ctx), scopeOf(ctx), o.operation, {
-    method: o.method ?? ctx.req.method,
-    path: o.path + guestQuery(ctx, o.query ?? []),
-    headers,
-    body,
-    signal: abort.signal,
-  });
+  const request = { method: o.method ?? ctx.req.method, path: o.path + guestQuery(ctx, o.query ?? []), headers, body, signal: abort.signal };
+  const { sandboxes } = ctx.services;
+  const upstream = o.fileRead
+    ? await sandboxes.fileReadRequest(principalOf(ctx), sandboxIdOf(ctx), o.operation, request)
+    : await sandboxes.agentRequest(principalOf(ctx), sandboxIdOf(ctx), scopeOf(ctx), o.operation, request);
   const status = upstream.statusCode ?? 502;
   ctx.res.status(o.successStatus && status < 300 ? o.successStatus : status);
   for (const name of PASSED_RESPONSE_HEADERS) {
     const v = upstream.headers[name];
     if (v !== undefined) ctx.res.setHeader(name, v);
   }
-  // Server-sent events must reach the client as they happen.
-  if (String(upstream.headers['content-type'] ?? '').startsWith('text/event-stream')) ctx.res.flushHeaders();
+  // Server-sent events must reach the client as they happen, and an open stream is activity.
+  if (String(upstream.headers['content-type'] ?? '').startsWith('text/event-stream')) {
+    ctx.res.flushHeaders();
+    keepActiveWhileOpen(ctx.services, sandboxIdOf(ctx), (stop) => ctx.res.once('close', stop));
+  }
   await pipeline(upstream, ctx.res);
 }
 

@@ -1,4 +1,4 @@
-import type { ApiKeyRecord, Sandbox } from '../../../core/types.js';
+import type { ApiKeyRecord, Sandbox, Snapshot } from '../../../core/types.js';
 
 const iso = (d: Date | null): string | null => (d ? d.toISOString() : null);
 
@@ -20,6 +20,27 @@ export function renderSandbox(s: Sandbox) {
     memoryRestored: s.memoryRestored,
     resumeReason: s.resumeReason,
     errorMessage: s.errorMessage,
+    pausedAt: iso(s.pausedAt),
+    pauseReason: s.pauseReason,
+    stopReason: s.stopReason,
+    lastActivityAt: iso(s.lastActivityAt),
+    idleTimeoutSeconds: s.idleTimeoutSeconds,
+    idleAction: s.idleAction,
+    autoDeleteSeconds: s.autoDeleteSeconds,
+    snapshotId: s.sourceSnapshotId,
+    forkedFrom: s.forkedFrom,
+  };
+}
+
+export function renderSnapshot(s: Snapshot) {
+  return {
+    id: s.id,
+    name: s.name,
+    state: s.state,
+    sourceSandboxId: s.sourceSandboxId,
+    parentSnapshotId: s.parentSnapshotId,
+    sizeBytes: s.sizeBytes,
+    createdAt: s.createdAt.toISOString(),
   };
 }
 

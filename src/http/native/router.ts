@@ -58,6 +58,10 @@ export function describeValidationErrors(errors: AjvError[] | null | undefined):
   return new NestboxError('validation_failed', `${field}: ${problem}`, { field, location: where ?? 'request' });
 }
 
+function hasBody(req: Request): boolean {
+  return Number(req.headers['content-length'] ?? 0) > 0 || req.headers['transfer-encoding'] !== undefined;
+}
+
 export function loadNativeSpec(text: string): Document {
   return loadYaml(text) as Document;
 }
@@ -132,7 +136,9 @@ export function createNativeRouter(services: Services): Router {
           query: req.query as Record<string, string | string[]>,
           headers: req.headers as Record<string, string | string[]>,
           // Absent JSON body = undefined, so "required" is reported as a missing body.
-          body: isJson ? req.body : undefined,
+          // Non-JSON bodies (files, multipart) stay a stream for the handler; openapi-backend
+          // only needs to know one is there.
+          body: isJson ? req.body : hasBody(req) ? {} : undefined,
         },
         req,
         res,

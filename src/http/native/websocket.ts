@@ -1,12 +1,11 @@
 // Native WebSocket routes. openapi-backend only sees plain HTTP, so upgrades are routed here:
 // the same auth, scopes and sandbox checks as the HTTP operations (through core), then a
 // message-by-message relay to the guest agent through the sandbox's host agent.
-import http, { STATUS_CODES } from 'node:http';
+import type http from 'node:http';
 import type { Duplex } from 'node:stream';
-import { WebSocket, WebSocketServer } from 'ws';
 import { NestboxError, toNestboxError } from '../../../core/errors.js';
 import type { Scope } from '../../../core/types.js';
-import { relayWebSockets } from '../../../host/protocol/ws-relay.js';
+import { acceptAndRelay, connectUpstream, refuseUpgrade } from '../../../host/protocol/ws-relay.js';
 import type { Services } from '../../services.js';
 
 interface WebSocketRoute {
@@ -45,17 +44,11 @@ export const NATIVE_WEBSOCKET_ROUTES: readonly WebSocketRoute[] = [
   },
 ];
 
-function refuse(socket: Duplex, status: number, body: unknown): void {
-  const text = JSON.stringify(body);
-  socket.end(`HTTP/1.1 ${status} ${STATUS_CODES[status] ?? 'Error'}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(text)}\r\nconnection: close\r\n\r\n${text}`);
-}
-
 export function attachNativeWebSockets(server: http.Server, services: Services): void {
-  const wss = new WebSocketServer({ noServer: true });
   server.on('upgrade', (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
     void handleUpgrade(req, socket, head).catch((err) => {
       const e = toNestboxError(err);
-      refuse(socket, e.status, { error: e.toJSON() });
+      refuseUpgrade(socket, e.status, { error: e.toJSON() });
     });
   });
 
@@ -73,28 +66,18 @@ export function attachNativeWebSockets(server: http.Server, services: Services):
     const guestPath = route.guestPath(match) + (query.size ? `?${query}` : '');
     const target = await services.sandboxes.agentWebSocket(principal, match[1], route.scope, route.operation, guestPath);
 
-    const upstream = new WebSocket(target.url, { headers: target.headers });
-    const opened = await new Promise<boolean>((resolve, reject) => {
-      upstream.once('open', () => resolve(true));
-      // The guest agent's own refusal (unknown process, not a terminal…) reaches the client as is.
-      upstream.once('unexpected-response', (_r, res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('end', () => {
-          const text = Buffer.concat(chunks).toString('utf8');
-          let body: unknown;
-          try {
-            body = JSON.parse(text);
-          } catch {
-            body = { error: { code: 'internal', message: text } };
-          }
-          refuse(socket, res.statusCode ?? 502, body);
-          resolve(false);
-        });
-      });
-      upstream.once('error', (err) => reject(new NestboxError('host_unavailable', `cannot reach the sandbox: ${err.message}`)));
-    });
-    if (!opened) return;
-    wss.handleUpgrade(req, socket, head, (client) => relayWebSockets(client, upstream));
+    const upstream = await connectUpstream(target.url, target.headers, req);
+    if (!upstream.ok) return refuseUpgrade(socket, upstream.status, upstream.body);
+    acceptAndRelay(req, socket, head, upstream.ws);
+    keepActiveWhileOpen(services, match[1], (stop) => upstream.ws.once('close', stop));
   }
 }
+
+/** An open stream or terminal counts as activity for the idle policy, for as long as it is open. */
+export function keepActiveWhileOpen(services: Services, sandboxId: string, onClose: (stop: () => void) => void): void {
+  const timer = setInterval(() => void services.sandboxes.noteActivity(sandboxId).catch(() => undefined), ACTIVITY_TICK_MS);
+  timer.unref();
+  onClose(() => clearInterval(timer));
+}
+
+const ACTIVITY_TICK_MS = 10_000;

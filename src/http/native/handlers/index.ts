@@ -7,15 +7,18 @@ import { createApiKey } from './createApiKey.js';
 import { createFileWatcher } from './createFileWatcher.js';
 import { createSandbox } from './createSandbox.js';
 import { createSession } from './createSession.js';
+import { createSnapshot } from './createSnapshot.js';
 import { createTerminal } from './createTerminal.js';
 import { deleteApiKey } from './deleteApiKey.js';
 import { deleteFile } from './deleteFile.js';
 import { deleteFileWatcher } from './deleteFileWatcher.js';
 import { deleteSandbox } from './deleteSandbox.js';
 import { deleteSession } from './deleteSession.js';
+import { deleteSnapshot } from './deleteSnapshot.js';
 import { downloadFile } from './downloadFile.js';
 import { downloadFiles } from './downloadFiles.js';
 import { findFiles } from './findFiles.js';
+import { forkSandbox } from './forkSandbox.js';
 import { getCommand } from './getCommand.js';
 import { getCommandLogs } from './getCommandLogs.js';
 import { getFileWatcherEvents } from './getFileWatcherEvents.js';
@@ -24,14 +27,18 @@ import { getOpenApiDocument } from './getOpenApiDocument.js';
 import { getSandbox } from './getSandbox.js';
 import { getSession } from './getSession.js';
 import { getSessionCommand } from './getSessionCommand.js';
+import { getSnapshot } from './getSnapshot.js';
+import { keepAliveSandbox } from './keepAliveSandbox.js';
 import { killCommand } from './killCommand.js';
 import { listApiKeys } from './listApiKeys.js';
 import { listCommands } from './listCommands.js';
 import { listFiles } from './listFiles.js';
 import { listSandboxes } from './listSandboxes.js';
 import { listSessions } from './listSessions.js';
+import { listSnapshots } from './listSnapshots.js';
 import { makeDirectory } from './makeDirectory.js';
 import { moveFile } from './moveFile.js';
+import { pauseSandbox } from './pauseSandbox.js';
 import { replaceInFiles } from './replaceInFiles.js';
 import { resizeCommandTerminal } from './resizeCommandTerminal.js';
 import { resumeSandbox } from './resumeSandbox.js';
@@ -42,6 +49,7 @@ import { signalCommand } from './signalCommand.js';
 import { statFile } from './statFile.js';
 import { stopSandbox } from './stopSandbox.js';
 import { streamCommand } from './streamCommand.js';
+import { unpauseSandbox } from './unpauseSandbox.js';
 import { updateSandbox } from './updateSandbox.js';
 import { uploadFile } from './uploadFile.js';
 import { uploadFiles } from './uploadFiles.js';
@@ -56,15 +64,18 @@ export const nativeHandlers: Record<string, NativeHandler> = {
   createFileWatcher,
   createSandbox,
   createSession,
+  createSnapshot,
   createTerminal,
   deleteApiKey,
   deleteFile,
   deleteFileWatcher,
   deleteSandbox,
   deleteSession,
+  deleteSnapshot,
   downloadFile,
   downloadFiles,
   findFiles,
+  forkSandbox,
   getCommand,
   getCommandLogs,
   getFileWatcherEvents,
@@ -73,14 +84,18 @@ export const nativeHandlers: Record<string, NativeHandler> = {
   getSandbox,
   getSession,
   getSessionCommand,
+  getSnapshot,
+  keepAliveSandbox,
   killCommand,
   listApiKeys,
   listCommands,
   listFiles,
   listSandboxes,
   listSessions,
+  listSnapshots,
   makeDirectory,
   moveFile,
+  pauseSandbox,
   replaceInFiles,
   resizeCommandTerminal,
   resumeSandbox,
@@ -91,6 +106,7 @@ export const nativeHandlers: Record<string, NativeHandler> = {
   statFile,
   stopSandbox,
   streamCommand,
+  unpauseSandbox,
   updateSandbox,
   uploadFile,
   uploadFiles,

@@ -6,5 +6,6 @@ export const listFiles: NativeHandler = (ctx) =>
     method: 'GET',
     path: '/files/list',
     operation: 'list files of',
+    fileRead: true,
     query: ['path', 'depth'],
   });

@@ -6,5 +6,6 @@ export const statFile: NativeHandler = (ctx) =>
     method: 'GET',
     path: '/files/stat',
     operation: 'read files of',
+    fileRead: true,
     query: ['path'],
   });

@@ -1,0 +1,255 @@
+// Guest-agent process routes: detached processes, their output, streams, stdin, signals, PTYs
+// and sessions. Like types.ts, this file is shared by the host side and the guest-agent bundle,
+// so it imports nothing but zod. (The foreground `POST /exec` stays in types.ts.)
+//
+// Conventions: JSON in and out unless noted. Errors are `{ error: { code, message } }` with
+// core's codes: validation_failed 400 (the message starts with the field name), not_found 404,
+// conflict 409 (a session id that exists), invalid_state 409 (stdin closed, process finished,
+// session ended), payload_too_large 413, internal 500. Timestamps are ISO 8601.
+//
+// PROCESSES
+//
+//   POST   /processes  StartProcessRequest → 201 ProcessInfo, as soon as the process is spawned.
+//          Exactly one of argv/cmd (`cmd` runs `bash -lc cmd`). A bad cwd or unknown user is a
+//          400 naming the field; a missing program gives a process that exits 127 at once (126
+//          when it cannot be executed), with the reason on its stderr, like /exec.
+//          Every process gets its own process group (a pty process: its own session, whose id is
+//          its pid) and oom_score_adj 800, so the OOM killer takes workloads before the agent.
+//          `user` is a name from the sandbox's /etc/passwd or a numeric uid (default: the
+//          agent's user, root); HOME/USER/LOGNAME follow it and cwd defaults to its home.
+//          `stdin: false` (default) connects stdin to /dev/null; `true` keeps a pipe open for
+//          /stdin until /stdin/close. A pty process's input is its terminal and always open.
+//          `pty` runs it on a terminal of that size: stdout carries the terminal's output,
+//          stderr stays empty (except diagnostics of the pty helper), TERM defaults to
+//          xterm-256color.
+//   GET    /processes?all=true|false            → { processes: ProcessInfo[] } newest first;
+//          running only unless all=true, which adds the retained history.
+//   GET    /processes/{processId}               → ProcessInfo (404 if unknown or dropped)
+//   GET    /processes/{processId}/output?stdoutOffset=&stderrOffset=&offset=&encoding=&maxBytes=
+//          → OutputResponse. Offsets are absolute byte positions since the process started
+//          (`offset` sets both); the answer's offsets are the NEXT ones to ask for. An offset
+//          below retainedFrom reads from retainedFrom (the caller sees the gap). maxBytes
+//          (default 1 MiB) bounds each stream. With utf8 (default) a multi-byte character is
+//          never cut: the read stops before it and the offset says so (a character that is
+//          still incomplete when the process has ended is decoded with U+FFFD).
+//   GET    /processes/{processId}/events?stdoutOffset=&stderrOffset=   (offset= sets both)
+//          WebSocket upgrade, or Server-Sent Events for a plain GET with
+//          `Accept: text/event-stream`. Each message (a WS text frame, or one SSE `data:` line
+//          followed by a blank line) is one ProcessEvent JSON:
+//            {type:"stdout"|"stderr", offset, data}   offset = absolute offset of the chunk's
+//                                                     first byte, data = base64
+//            {type:"exit", status, exitCode, signal, timedOut}
+//            {type:"keepalive"}                       every 15 s
+//          First the retained output from the requested offsets (stdout and stderr interleaved
+//          in the order they were produced), then live output, then exit, then the stream ends
+//          (WS close 1000). Reconnecting with `offset + decoded length` of the last chunk seen
+//          per stream loses nothing and repeats nothing. A chunk whose offset is above the one
+//          asked for reveals bytes that were dropped by the retention bound.
+//          Backpressure: nothing is queued per client. A client's stream is pulled from the
+//          process's retained buffer at the client's own offsets, at most ~1 MiB in flight; a
+//          slow client just falls behind (and, if it falls out of the retention window, sees a
+//          gap as above). The process itself is never paused by a slow client.
+//          A WS client that sends anything is ignored; an unknown process is an HTTP 404
+//          before the upgrade.
+//   POST   /processes/{processId}/stdin   raw body bytes → 204, written in order, each request
+//          completing before its 204. 409 invalid_state if stdin is closed (or was never open)
+//          or the process has ended. For a pty process the bytes go to the terminal.
+//   POST   /processes/{processId}/stdin/close → 204 (idempotent while the process runs; a pty's
+//          terminal input stops being read, the process keeps running)
+//   POST   /processes/{processId}/signal  SignalRequest → 204, sent to the process group (a
+//          session command: to the processes the command started, see SESSIONS).
+//          409 invalid_state if the process has ended.
+//   POST   /processes/{processId}/resize  ResizeRequest → 204 (400 naming `pty` if not a pty)
+//   DELETE /processes/{processId} → 204 at once: SIGKILL to the whole process group (a pty: its
+//          whole session). The process then ends with status "killed" (even when its main
+//          process had already exited and only its group lived on). A no-op 204 if it ended.
+//   GET    /processes/{processId}/pty   WebSocket upgrade, pty processes only (400 otherwise).
+//          Binary frames both ways are raw terminal bytes. Client text frames are JSON control
+//          messages: {type:"resize",cols,rows} or {type:"kill"}; anything else gets a text frame
+//          {type:"error",message} and the socket stays open. On connect the server sends the
+//          retained terminal output (binary), then live output; on exit a text frame
+//          {type:"exit",exitCode,signal} and close 1000. Several clients may attach at once and
+//          reconnecting to a running terminal works. Same backpressure rule as events. Idle
+//          terminals get WebSocket pings every keepaliveIntervalMs (no message to filter out).
+//          Input after the terminal ended, or after /stdin/close, is dropped silently.
+//
+// SESSIONS: a named, persistent non-interactive `bash -l` (stdin from the agent, not a
+// terminal) that runs commands one after another, so `cd`, `export`, shell variables and
+// functions carry over. Each command gets an id that is ALSO a process id: /processes/{cid},
+// /output, /events, /stdin, /signal and DELETE work for it. Its ProcessInfo has pid = the
+// session shell's pid, cmd "bash", args ["-c", cmd], tag "session:<sessionId>", pty false.
+//   POST   /sessions  CreateSessionRequest → 201 SessionCreated (409 conflict if the id exists;
+//          409 invalid_state when maxSessions shells are alive)
+//   GET    /sessions                       → { sessions: SessionInfo[] }
+//   GET    /sessions/{sid}                 → SessionInfo
+//   DELETE /sessions/{sid}                 → 204, kills the shell and everything it started
+//   POST   /sessions/{sid}/commands  SessionCommandRequest → sync 200 SessionCommand with
+//          stdout/stderr (the whole retained output as UTF-8), or async 202 SessionCommand
+//          (status running). A command waits for the previous one to finish. 409 invalid_state
+//          "session ended" after the shell exited (`exit 3` ends the session cleanly; that
+//          command's exitCode is 3).
+//   GET    /sessions/{sid}/commands/{cid}  → SessionCommand
+// Session command caveats: stdin is /dev/null unless `stdin: true` (then a FIFO fed by
+// /processes/{cid}/stdin; closing it or the command ending closes it). Signals and DELETE reach
+// the processes the command started (the shell's children and their process groups); a
+// builtin-only command (`while :; do :; done`) can only be stopped by DELETE /sessions/{sid}.
+// Output that a background job of an earlier command writes later is counted to the command
+// running at that time (or dropped when none is).
+// A command's timeoutMs SIGKILLs its processes: status "killed", timedOut true, the session
+// lives on.
+//
+// BOUNDS (constructor options of the guest agent, defaults in brackets):
+//   maxRetainedBytesPerStream [4 MiB]  per stream per process; when exceeded the OLDEST bytes
+//                                      are dropped and retainedFrom advances (offsets never
+//                                      change meaning).
+//   maxFinishedProcesses      [50]     finished processes kept for /processes/{id}; the
+//                                      oldest-finished is forgotten (404 afterwards).
+//   maxSessions               [64]     live session shells; creating one more is a 409.
+//   keepaliveIntervalMs       [15000]  events keepalive period.
+import { z } from 'zod';
+
+export const PROCESS_SIGNALS = ['SIGTERM', 'SIGINT', 'SIGKILL', 'SIGHUP', 'SIGQUIT', 'SIGUSR1', 'SIGUSR2', 'SIGSTOP', 'SIGCONT'] as const;
+export const ProcessSignal = z.enum(PROCESS_SIGNALS);
+export type ProcessSignal = z.infer<typeof ProcessSignal>;
+
+const TerminalDimension = z.number().int().min(1).max(65535);
+export const TerminalSize = z.object({ cols: TerminalDimension, rows: TerminalDimension }).strict();
+export type TerminalSize = z.infer<typeof TerminalSize>;
+
+export const StartProcessRequest = z
+  .object({
+    argv: z.array(z.string()).min(1).optional(),
+    cmd: z.string().optional(),
+    cwd: z.string().optional(),
+    env: z.record(z.string(), z.string()).optional(),
+    user: z.string().min(1).optional(),
+    timeoutMs: z.number().int().min(0).optional(),
+    stdin: z.boolean().optional(),
+    tag: z.string().optional(),
+    pty: TerminalSize.optional(),
+  })
+  .strict();
+export type StartProcessRequest = z.infer<typeof StartProcessRequest>;
+
+export const ProcessStatus = z.enum(['running', 'exited', 'killed']);
+export type ProcessStatus = z.infer<typeof ProcessStatus>;
+
+export const StreamPosition = z.object({ bytes: z.number().int(), retainedFrom: z.number().int() });
+
+export const ProcessInfo = z.object({
+  processId: z.string(),
+  pid: z.number().int(),
+  cmd: z.string(),
+  args: z.array(z.string()),
+  cwd: z.string(),
+  tag: z.string().nullable(),
+  user: z.string(),
+  pty: z.boolean(),
+  status: ProcessStatus,
+  exitCode: z.number().int().nullable(),
+  signal: z.string().nullable(),
+  timedOut: z.boolean(),
+  startedAt: z.string(),
+  endedAt: z.string().nullable(),
+  stdout: StreamPosition,
+  stderr: StreamPosition,
+});
+export type ProcessInfo = z.infer<typeof ProcessInfo>;
+
+export const ProcessList = z.object({ processes: z.array(ProcessInfo) });
+export type ProcessList = z.infer<typeof ProcessList>;
+
+export const OutputEncoding = z.enum(['utf8', 'base64']);
+export type OutputEncoding = z.infer<typeof OutputEncoding>;
+
+export const OutputResponse = z.object({
+  stdout: z.string(),
+  stderr: z.string(),
+  stdoutOffset: z.number().int(),
+  stderrOffset: z.number().int(),
+  stdoutRetainedFrom: z.number().int(),
+  stderrRetainedFrom: z.number().int(),
+  encoding: OutputEncoding,
+  status: ProcessStatus,
+  exitCode: z.number().int().nullable(),
+  signal: z.string().nullable(),
+});
+export type OutputResponse = z.infer<typeof OutputResponse>;
+
+export const ProcessEvent = z.discriminatedUnion('type', [
+  z.object({ type: z.enum(['stdout', 'stderr']), offset: z.number().int(), data: z.string() }),
+  z.object({
+    type: z.literal('exit'),
+    status: ProcessStatus,
+    exitCode: z.number().int().nullable(),
+    signal: z.string().nullable(),
+    timedOut: z.boolean(),
+  }),
+  z.object({ type: z.literal('keepalive') }),
+]);
+export type ProcessEvent = z.infer<typeof ProcessEvent>;
+
+export const SignalRequest = z.object({ signal: ProcessSignal }).strict();
+export type SignalRequest = z.infer<typeof SignalRequest>;
+
+export const ResizeRequest = TerminalSize;
+export type ResizeRequest = TerminalSize;
+
+/** Client → server text frames on the PTY WebSocket. */
+export const PtyControlMessage = z.discriminatedUnion('type', [
+  z.object({ type: z.literal('resize'), cols: TerminalDimension, rows: TerminalDimension }),
+  z.object({ type: z.literal('kill') }),
+]);
+export type PtyControlMessage = z.infer<typeof PtyControlMessage>;
+
+/** Server → client text frame on the PTY WebSocket, just before close 1000. */
+export const PtyExitMessage = z.object({ type: z.literal('exit'), exitCode: z.number().int().nullable(), signal: z.string().nullable() });
+export type PtyExitMessage = z.infer<typeof PtyExitMessage>;
+
+export const SESSION_ID_PATTERN = /^[A-Za-z0-9_.-]{1,64}$/;
+
+export const CreateSessionRequest = z
+  .object({
+    sessionId: z.string().regex(SESSION_ID_PATTERN, 'must be 1-64 characters of A-Z a-z 0-9 _ . -').optional(),
+    cwd: z.string().optional(),
+    env: z.record(z.string(), z.string()).optional(),
+  })
+  .strict();
+export type CreateSessionRequest = z.infer<typeof CreateSessionRequest>;
+
+export const SessionCreated = z.object({ sessionId: z.string(), createdAt: z.string() });
+export type SessionCreated = z.infer<typeof SessionCreated>;
+
+export const SessionCommandRequest = z
+  .object({
+    cmd: z.string(),
+    async: z.boolean().optional(),
+    timeoutMs: z.number().int().min(0).optional(),
+    // Addition to the brief: feed the command's stdin through /processes/{cid}/stdin.
+    stdin: z.boolean().optional(),
+  })
+  .strict();
+export type SessionCommandRequest = z.infer<typeof SessionCommandRequest>;
+
+export const SessionCommand = z.object({
+  commandId: z.string(),
+  cmd: z.string(),
+  status: z.enum(['running', 'exited']),
+  exitCode: z.number().int().nullable(),
+  startedAt: z.string(),
+  endedAt: z.string().nullable(),
+  // Only in the answer of a synchronous POST /sessions/{sid}/commands.
+  stdout: z.string().optional(),
+  stderr: z.string().optional(),
+});
+export type SessionCommand = z.infer<typeof SessionCommand>;
+
+export const SessionInfo = z.object({
+  sessionId: z.string(),
+  createdAt: z.string(),
+  commands: z.array(SessionCommand),
+});
+export type SessionInfo = z.infer<typeof SessionInfo>;
+
+export const SessionList = z.object({ sessions: z.array(SessionInfo) });
+export type SessionList = z.infer<typeof SessionList>;

@@ -1,0 +1,218 @@
+// Where sandbox disks (overlay upper dirs) and snapshot layers live, and how they are copied.
+// Fork and snapshot copy an upper dir; on a reflink filesystem (XFS with reflink=1, btrfs) that
+// copy shares every data block and costs only metadata, so a 1 GiB sandbox forks as fast as an
+// empty one (host-runtime.md §7). The data dir is probed once; if it cannot reflink and the
+// operator configured `reflinkStore`, a sparse file is formatted as XFS and loop-mounted at
+// `<dataDir>/store`, and disks and snapshots live there instead.
+//
+// Copies are made with `cp -a` (plus `--reflink=always` when available): it keeps modes, owners,
+// timestamps, hard links, xattrs (`trusted.overlay.*` opaque/redirect markers, file
+// capabilities) and device nodes — overlayfs whiteouts are 0/0 character devices, and losing
+// one would resurrect a file the sandbox deleted.
+import { execFile } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { constants as fsConstants, existsSync, readFileSync } from 'node:fs';
+import { copyFile, lstat, mkdir, open, readdir, rename, rm, writeFile } from 'node:fs/promises';
+import { dirname, join, resolve } from 'node:path';
+import type { DiskCopyMode } from '../types.js';
+import { assertSafeHostPath } from './spawn.js';
+
+export type { DiskCopyMode };
+
+export interface ReflinkStoreOptions {
+  /** The sparse file holding the XFS filesystem (created on first use). */
+  imagePath: string;
+  /** Apparent size of that file; blocks are only allocated as sandboxes write. */
+  sizeBytes: number;
+}
+
+export interface DiskStoreOptions {
+  dataDir: string;
+  reflinkStore?: ReflinkStoreOptions | 'off';
+  log?: (message: string) => void;
+}
+
+/** mkfs.xfs refuses filesystems below 300 MB. */
+const MIN_STORE_BYTES = 512 * 1024 * 1024;
+const STORE_DIR = 'store';
+
+export class DiskStore {
+  private constructor(
+    /** Root under which `sandboxes/<id>/{upper,work}` and `snapshots/` live. */
+    readonly root: string,
+    readonly mode: DiskCopyMode,
+    readonly probes: Record<string, string | number | boolean>,
+  ) {}
+
+  /**
+   * Probes the data dir and sets up (or re-mounts, after a reboot) the loop-mounted XFS store
+   * when configured. Idempotent: an existing mount is reused.
+   */
+  static async open(options: DiskStoreOptions): Promise<DiskStore> {
+    const dataDir = resolve(options.dataDir);
+    const log = options.log ?? (() => {});
+    await mkdir(dataDir, { recursive: true, mode: 0o700 });
+    const nativeReflink = await probeReflink(dataDir);
+    const configured = options.reflinkStore && options.reflinkStore !== 'off' ? options.reflinkStore : undefined;
+    // `reflink`: whether disk copies reflink (here or in the store); `reflinkDataDir`: the data dir itself.
+    const probes: Record<string, string | number | boolean> = { reflink: nativeReflink, reflinkDataDir: nativeReflink, reflinkStore: 'off' };
+    if (nativeReflink) {
+      probes.diskCopy = 'reflink';
+      if (configured) probes.reflinkStore = 'not needed: the data dir itself supports reflink';
+      return new DiskStore(dataDir, 'reflink', probes);
+    }
+    if (!configured) {
+      probes.diskCopy = 'copy';
+      return new DiskStore(dataDir, 'copy', probes);
+    }
+    const mountPoint = join(dataDir, STORE_DIR);
+    await mountReflinkStore(configured, mountPoint, log);
+    if (!(await probeReflink(mountPoint))) throw new Error(`the reflink store at ${mountPoint} cannot reflink (is ${configured.imagePath} an XFS with reflink=1?)`);
+    probes.reflink = true;
+    probes.reflinkStore = mountPoint;
+    probes.reflinkStoreImage = configured.imagePath;
+    probes.diskCopy = 'reflink';
+    return new DiskStore(mountPoint, 'reflink', probes);
+  }
+
+  /** Copies a directory tree to `target` (which must not exist); on failure nothing is left at `target`. */
+  async copyTree(source: string, target: string): Promise<void> {
+    const args = ['-a', '--no-target-directory'];
+    if (this.mode === 'reflink') args.push('--reflink=always');
+    try {
+      await run('cp', [...args, '--', source, target], 0);
+    } catch (error) {
+      await rm(target, { recursive: true, force: true }).catch(() => {});
+      throw error;
+    }
+  }
+}
+
+/** Whether `dir` can clone a file (FICLONE): the only reliable test is to try it. */
+export async function probeReflink(dir: string): Promise<boolean> {
+  const source = join(dir, `.reflink-probe-${randomBytes(4).toString('hex')}`);
+  const target = `${source}.clone`;
+  try {
+    await writeFile(source, 'nestbox reflink probe\n');
+    await copyFile(source, target, fsConstants.COPYFILE_FICLONE_FORCE);
+    return true;
+  } catch {
+    return false;
+  } finally {
+    await rm(source, { force: true });
+    await rm(target, { force: true });
+  }
+}
+
+/** Total apparent size of the regular files under `dir` (what a full copy would write). */
+export async function treeSizeBytes(dir: string): Promise<number> {
+  let total = 0;
+  const pending = [dir];
+  while (pending.length) {
+    const current = pending.pop()!;
+    const entries = await readdir(current, { withFileTypes: true }).catch(() => []);
+    for (const entry of entries) {
+      const path = join(current, entry.name);
+      if (entry.isDirectory()) pending.push(path);
+      else if (entry.isFile()) total += (await lstat(path).catch(() => undefined))?.size ?? 0;
+    }
+  }
+  return total;
+}
+
+/** The filesystem type mounted exactly at `path` in this mount namespace, if any. */
+export function mountedFsType(path: string): string | undefined {
+  let text = '';
+  try {
+    text = readFileSync('/proc/self/mountinfo', 'utf8');
+  } catch {
+    return undefined;
+  }
+  let found: string | undefined;
+  for (const line of text.split('\n')) {
+    const fields = line.split(' ');
+    const mountPoint = (fields[4] ?? '').replace(/\\([0-7]{3})/g, (_, octal: string) => String.fromCharCode(parseInt(octal, 8)));
+    if (mountPoint !== path) continue;
+    const separator = fields.indexOf('-');
+    // The last mount on a path is the visible one.
+    if (separator > 0) found = fields[separator + 1];
+  }
+  return found;
+}
+
+async function mountReflinkStore(options: ReflinkStoreOptions, mountPoint: string, log: (message: string) => void): Promise<void> {
+  const imagePath = resolve(options.imagePath);
+  assertSafeHostPath('reflink store image', imagePath);
+  const mounted = mountedFsType(mountPoint);
+  if (mounted === 'xfs') return;
+  if (mounted) throw new Error(`${mountPoint} already has a ${mounted} filesystem mounted; expected the XFS reflink store`);
+  if (!existsSync(imagePath)) await createStoreImage(imagePath, options.sizeBytes, log);
+  await mkdir(mountPoint, { recursive: true, mode: 0o700 });
+  const started = Date.now();
+  // `-o loop` sets autoclear: unmounting detaches the loop device, so nothing leaks.
+  await run('mount', ['-t', 'xfs', '-o', 'loop,discard', '--', imagePath, mountPoint]);
+  // Read the backing file with O_DIRECT so data is not cached twice (loop + XFS); optional.
+  const device = loopDeviceOf(mountPoint);
+  if (device) await run('losetup', ['--direct-io=on', device]).catch((error) => log(`reflink store: direct I/O not enabled on ${device}: ${(error as Error).message}`));
+  log(`reflink store: mounted ${imagePath} at ${mountPoint}${device ? ` (${device})` : ''} in ${Date.now() - started} ms`);
+}
+
+/** Sparse file + mkfs under a temporary name, renamed when complete: a crash never leaves a half-formatted image under the real name. */
+async function createStoreImage(imagePath: string, sizeBytes: number, log: (message: string) => void): Promise<void> {
+  if (!Number.isSafeInteger(sizeBytes) || sizeBytes < MIN_STORE_BYTES) {
+    throw new Error(`reflinkStore.sizeBytes must be at least ${MIN_STORE_BYTES} (512 MiB), got ${sizeBytes}`);
+  }
+  await mkdir(dirname(imagePath), { recursive: true, mode: 0o700 });
+  const temp = `${imagePath}.partial`;
+  const handle = await open(temp, 'w', 0o600);
+  try {
+    await handle.truncate(sizeBytes);
+  } finally {
+    await handle.close();
+  }
+  const started = Date.now();
+  await run('mkfs.xfs', ['-q', '-f', '-m', 'reflink=1', '-L', 'nestbox', '--', temp], 120_000);
+  await rename(temp, imagePath);
+  log(`reflink store: created ${imagePath} (${Math.round(sizeBytes / 2 ** 30)} GiB sparse XFS) in ${Date.now() - started} ms`);
+}
+
+function loopDeviceOf(mountPoint: string): string | undefined {
+  const text = readFileSync('/proc/self/mountinfo', 'utf8');
+  for (const line of text.split('\n')) {
+    const fields = line.split(' ');
+    if (fields[4] !== mountPoint) continue;
+    const separator = fields.indexOf('-');
+    const source = fields[separator + 2];
+    if (source?.startsWith('/dev/loop')) return source;
+  }
+  return undefined;
+}
+
+/**
+ * Unmounts the reflink store of a data dir (the loop device detaches itself). For tests and
+ * operators; the driver never unmounts it, since sandboxes keep running across host agents.
+ */
+export async function unmountReflinkStore(dataDir: string): Promise<void> {
+  const mountPoint = join(resolve(dataDir), STORE_DIR);
+  if (!mountedFsType(mountPoint)) return;
+  const device = loopDeviceOf(mountPoint);
+  const backingFile = device ? readFileSync(`/sys/block/${device.slice('/dev/'.length)}/loop/backing_file`, 'utf8').trim() : undefined;
+  await run('umount', ['--', mountPoint]);
+  // Autoclear detaches on the last close. Should the device still be attached (something held
+  // it open), detach it — but only a device still backed by our image, never a reused number.
+  if (!backingFile) return;
+  const attached = await run('losetup', ['-j', backingFile]).catch(() => '');
+  for (const line of attached.split('\n')) {
+    const loop = /^(\/dev\/loop\d+):/.exec(line)?.[1];
+    if (loop) await run('losetup', ['-d', loop]).catch(() => {});
+  }
+}
+
+function run(file: string, args: string[], timeoutMs = 60_000): Promise<string> {
+  return new Promise((resolveRun, reject) => {
+    execFile(file, args, { timeout: timeoutMs, maxBuffer: 4 * 1024 * 1024 }, (error, stdout, stderr) => {
+      if (error) reject(new Error(`${file} ${args.join(' ')} failed: ${stderr.trim() || error.message}`));
+      else resolveRun(stdout);
+    });
+  });
+}

@@ -1,0 +1,116 @@
+// Named snapshots (templates): a sandbox's disk saved as an immutable overlay layer under
+// `<store>/snapshots/<snapshotId>/layer/` with `meta.json` beside it. A sandbox created from a
+// snapshot mounts `lowerdir=<layer>:<parent layers…>:<base rootfs>` with a fresh upper dir, so
+// nothing is copied at create. A snapshot taken of such a sandbox lists the chain in `parents`.
+//
+// Crash safety: a snapshot is built in `.tmp-<id>-<random>/` and published with one rename, and
+// deleted by renaming it to `.trash-…` first; `init()` removes whatever such names a crash left.
+// Snapshot ids start with a letter or digit, so they never collide with those names.
+import { randomBytes } from 'node:crypto';
+import { mkdir, readFile, readdir, rename, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { removeTree } from '../../images/base-image.js';
+import { DriverError } from '../errors.js';
+import { treeSizeBytes, type DiskCopyMode } from './disk-store.js';
+
+/** Letters, digits, `_`, `.`, `-`; no `:` or `,` (they would split overlay mount options). */
+export const SNAPSHOT_ID = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/;
+const META_FILE = 'meta.json';
+const META_VERSION = 1;
+
+export interface SnapshotMeta {
+  version: number;
+  snapshotId: string;
+  /** The sandbox the snapshot was taken of (it may be gone by now). */
+  sourceId: string;
+  /** The base image at the bottom of the chain. */
+  image: string;
+  /** Snapshot ids below this one, topmost first (empty for a snapshot of a plain sandbox). */
+  parents: string[];
+  createdAt: string;
+  /** Apparent size of this layer's files (not counting parents or the base image). */
+  sizeBytes: number;
+  diskCopy: DiskCopyMode;
+}
+
+export function assertSnapshotId(snapshotId: string): void {
+  if (typeof snapshotId !== 'string' || !SNAPSHOT_ID.test(snapshotId)) {
+    throw new DriverError('validation_failed', `invalid snapshot id "${snapshotId}": 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit`);
+  }
+}
+
+export class SnapshotStore {
+  constructor(readonly dir: string) {}
+
+  async init(): Promise<void> {
+    await mkdir(this.dir, { recursive: true, mode: 0o700 });
+    for (const entry of await readdir(this.dir)) {
+      if (entry.startsWith('.tmp-') || entry.startsWith('.trash-')) await removeTree(join(this.dir, entry));
+    }
+  }
+
+  layerDir(snapshotId: string): string {
+    return join(this.dir, snapshotId, 'layer');
+  }
+
+  async get(snapshotId: string): Promise<SnapshotMeta | undefined> {
+    if (!SNAPSHOT_ID.test(snapshotId)) return undefined;
+    try {
+      const meta = JSON.parse(await readFile(join(this.dir, snapshotId, META_FILE), 'utf8')) as SnapshotMeta;
+      return meta.version === META_VERSION ? meta : undefined;
+    } catch {
+      return undefined;
+    }
+  }
+
+  async list(): Promise<SnapshotMeta[]> {
+    const entries = await readdir(this.dir).catch(() => [] as string[]);
+    const metas: SnapshotMeta[] = [];
+    for (const entry of entries.sort()) {
+      const meta = await this.get(entry);
+      if (meta) metas.push(meta);
+    }
+    return metas;
+  }
+
+  /**
+   * Builds a snapshot: `fill(layerDir)` writes the layer (layerDir does not exist yet), then the
+   * meta is written and the whole directory appears under its name in one rename.
+   */
+  async create(
+    meta: Omit<SnapshotMeta, 'version' | 'createdAt' | 'sizeBytes'>,
+    fill: (layerDir: string) => Promise<void>,
+  ): Promise<SnapshotMeta> {
+    const temp = join(this.dir, `.tmp-${meta.snapshotId}-${randomBytes(4).toString('hex')}`);
+    await mkdir(temp, { mode: 0o700 });
+    try {
+      const layer = join(temp, 'layer');
+      await fill(layer);
+      const full: SnapshotMeta = { version: META_VERSION, ...meta, createdAt: new Date().toISOString(), sizeBytes: await treeSizeBytes(layer) };
+      await writeFile(join(temp, META_FILE), `${JSON.stringify(full, null, 2)}\n`, { mode: 0o600 });
+      try {
+        await rename(temp, join(this.dir, meta.snapshotId));
+      } catch (error) {
+        const code = (error as NodeJS.ErrnoException).code;
+        if (code === 'ENOTEMPTY' || code === 'EEXIST') throw new DriverError('conflict', `snapshot ${meta.snapshotId} already exists`);
+        throw error;
+      }
+      return full;
+    } catch (error) {
+      await removeTree(temp).catch(() => {});
+      throw error;
+    }
+  }
+
+  /** Removes a snapshot; a missing one is fine. Reference checks are the caller's job. */
+  async remove(snapshotId: string): Promise<void> {
+    const trash = join(this.dir, `.trash-${snapshotId}-${randomBytes(4).toString('hex')}`);
+    try {
+      await rename(join(this.dir, snapshotId), trash);
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === 'ENOENT') return;
+      throw error;
+    }
+    await removeTree(trash);
+  }
+}

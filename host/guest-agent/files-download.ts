@@ -1,0 +1,127 @@
+// POST /files/download: many files in one multipart/form-data response, one part per requested
+// path in request order, each file streamed with backpressure after the previous one. Failures
+// of single files become `error` parts so one missing file does not fail the others (the shape
+// Daytona's SDK expects; see agent-protocol/files.ts).
+import { randomBytes } from 'node:crypto';
+import type { ServerResponse } from 'node:http';
+import type { DaytonaDownloadErrorPart, DownloadErrorPart, DownloadRequest } from '../agent-protocol/files.js';
+import { AgentHttpError, fsErrorToHttp } from './errors.js';
+import { noteStreamedBytes, openForReading } from './files.js';
+import { resolveSandboxPath } from './paths.js';
+
+/** Printable ASCII other than `"` and `\`: safe inside a quoted header parameter as it is. */
+const PLAIN_FILENAME = /^[\x20\x21\x23-\x5b\x5d-\x7e]*$/;
+
+/** RFC 5987 attr-char is narrower than what encodeURIComponent leaves alone. */
+function encodeRfc5987(value: string): string {
+  return encodeURIComponent(value).replace(/['()*]/g, (char) => `%${char.charCodeAt(0).toString(16).toUpperCase()}`);
+}
+
+/**
+ * The filename parameters for a requested path. Plain ASCII goes byte-for-byte; anything else
+ * gets an ASCII fallback plus `filename*`, because busboy reads a plain filename as latin1.
+ */
+export function filenameParameters(requestedPath: string): string {
+  if (PLAIN_FILENAME.test(requestedPath)) return `filename="${requestedPath}"`;
+  // A lone surrogate cannot be percent-encoded as UTF-8; it becomes U+FFFD, as in toWellFormed().
+  const wellFormed = requestedPath.replace(/[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g, '\uFFFD');
+  const fallback = wellFormed.replace(/[^\x20\x21\x23-\x5b\x5d-\x7e]/gu, '_');
+  return `filename="${fallback}"; filename*=utf-8''${encodeRfc5987(wellFormed)}`;
+}
+
+type ErrorStyle = NonNullable<DownloadRequest['errorStyle']>;
+
+/** Daytona's daemon codes that its SDK turns into specific error classes. */
+const DAYTONA_CODES: Record<string, string> = {
+  not_found: 'FILE_NOT_FOUND',
+  forbidden: 'FILE_ACCESS_DENIED',
+  validation_failed: 'INVALID_FILE_PATH',
+};
+
+function errorBody(error: unknown, path: string, style: ErrorStyle): DownloadErrorPart | DaytonaDownloadErrorPart {
+  const mapped =
+    (error instanceof AgentHttpError ? error : fsErrorToHttp(error, path)) ??
+    new AgentHttpError(500, 'internal', `internal error reading ${path}: ${(error as Error)?.message ?? String(error)}`);
+  if (style === 'daytona') {
+    return { message: mapped.message, statusCode: mapped.status, code: DAYTONA_CODES[mapped.code] ?? 'FILE_READ_FAILED', source: 'DAYTONA_DAEMON' };
+  }
+  return { error: { code: mapped.code, message: mapped.message, status: mapped.status } };
+}
+
+/** Resolves once `res` can take more, rejects if the client goes away first. */
+function drained(res: ServerResponse): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const onDrain = (): void => {
+      res.off('close', onClose);
+      resolve();
+    };
+    const onClose = (): void => {
+      res.off('drain', onDrain);
+      reject(new Error('the client went away during the download'));
+    };
+    res.once('drain', onDrain);
+    res.once('close', onClose);
+  });
+}
+
+async function write(res: ServerResponse, data: Buffer | string): Promise<void> {
+  if (res.destroyed) throw new Error('the client went away during the download');
+  if (!res.write(data)) await drained(res);
+}
+
+export async function sendDownload(res: ServerResponse, requestedPaths: string[], home: string, errorStyle: ErrorStyle = 'nestbox'): Promise<void> {
+  const boundary = `nestbox-${randomBytes(16).toString('hex')}`;
+  res.writeHead(200, { 'Content-Type': `multipart/form-data; boundary=${boundary}` });
+
+  for (const [index, requested] of requestedPaths.entries()) {
+    const disposition = filenameParameters(requested);
+    let opened: Awaited<ReturnType<typeof openForReading>> | undefined;
+    let shownPath = requested;
+    try {
+      const absolutePath = resolveSandboxPath(requested, home, `paths[${index}]`);
+      shownPath = absolutePath;
+      opened = await openForReading(absolutePath);
+    } catch (error) {
+      const body = Buffer.from(JSON.stringify(errorBody(error, shownPath, errorStyle)));
+      await write(
+        res,
+        `--${boundary}\r\nContent-Disposition: form-data; name="error"; ${disposition}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n`,
+      );
+      await write(res, body);
+      await write(res, '\r\n');
+      continue;
+    }
+
+    const { handle, size } = opened;
+    try {
+      await write(
+        res,
+        `--${boundary}\r\nContent-Disposition: form-data; name="file"; ${disposition}\r\nContent-Type: application/octet-stream\r\nContent-Length: ${size}\r\n\r\n`,
+      );
+      let sent = 0;
+      if (size > 0) {
+        // Exactly `size` bytes (the size from the open descriptor): a file growing meanwhile
+        // cannot break the framing, and one shrinking is detected below.
+        const stream = handle.createReadStream({ start: 0, end: size - 1, autoClose: false });
+        try {
+          for await (const chunk of stream as AsyncIterable<Buffer>) {
+            noteStreamedBytes(chunk.length);
+            sent += chunk.length;
+            await write(res, chunk);
+          }
+        } finally {
+          stream.destroy();
+        }
+      }
+      if (sent !== size) {
+        // The part already promised `size` bytes; a short part would be silently wrong data.
+        throw new Error(`${shownPath} shrank from ${size} to ${sent} bytes while it was being sent`);
+      }
+      await write(res, '\r\n');
+    } finally {
+      await handle.close().catch(() => {});
+    }
+  }
+  await write(res, `--${boundary}--\r\n`);
+  res.end();
+}

@@ -1,0 +1,52 @@
+// Which account a process runs as. Names come from the sandbox's own /etc/passwd (the agent
+// runs inside the sandbox's root), read on every start: accounts created in the sandbox with
+// useradd are usable at once, and a start is rare enough that caching would buy nothing.
+import { readFile } from 'node:fs/promises';
+import { validationFailed } from '../errors.js';
+
+export interface RunAs {
+  /** Set only when the caller asked for a user; absent = the agent's own user. */
+  uid?: number;
+  gid?: number;
+  /** Reported in ProcessInfo.user. */
+  name: string;
+  /** The account's home directory, when it has one in /etc/passwd. */
+  home?: string;
+}
+
+interface PasswdEntry {
+  name: string;
+  uid: number;
+  gid: number;
+  home: string;
+}
+
+async function readPasswd(path: string): Promise<PasswdEntry[]> {
+  const text = await readFile(path, 'utf8').catch(() => '');
+  const entries: PasswdEntry[] = [];
+  for (const line of text.split('\n')) {
+    const fields = line.split(':');
+    if (fields.length < 7 || !/^\d+$/.test(fields[2]) || !/^\d+$/.test(fields[3])) continue;
+    entries.push({ name: fields[0], uid: Number(fields[2]), gid: Number(fields[3]), home: fields[5] });
+  }
+  return entries;
+}
+
+export async function resolveRunAs(user: string | undefined, passwdPath = '/etc/passwd'): Promise<RunAs> {
+  const entries = await readPasswd(passwdPath);
+  if (user === undefined) {
+    const uid = process.getuid?.() ?? 0;
+    const own = entries.find((entry) => entry.uid === uid);
+    // The agent's own user keeps the agent's home (the configured one), as /exec does.
+    return { name: own?.name ?? String(uid) };
+  }
+  if (/^\d+$/.test(user)) {
+    const uid = Number(user);
+    if (uid > 0xfffffffe) throw validationFailed('user', `uid out of range: ${user}`);
+    const entry = entries.find((candidate) => candidate.uid === uid);
+    return { uid, gid: entry?.gid ?? uid, name: entry?.name ?? user, home: entry?.home };
+  }
+  const entry = entries.find((candidate) => candidate.name === user);
+  if (!entry) throw validationFailed('user', `no such user in the sandbox: ${user}`);
+  return { uid: entry.uid, gid: entry.gid, name: entry.name, home: entry.home };
+}

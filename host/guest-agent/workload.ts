@@ -1,0 +1,37 @@
+// Every workload process (exec, detached processes, terminals, session shells) starts through
+// nestbox-enter when the sandbox provides it: it joins the sandbox's workload cgroup, raises its
+// oom_score_adj and drops to the target user before the program runs (see nestbox-enter.c).
+// Outside a sandbox (tests), processes start directly, and the agent adjusts oom_score_adj
+// after the fact.
+import { existsSync } from 'node:fs';
+
+export const DEFAULT_ENTER_HELPER = '/.nestbox/bin/nestbox-enter';
+export const DEFAULT_WORKLOAD_OOM_SCORE_ADJ = 800;
+
+export interface WorkloadSpawn {
+  file: string;
+  args: string[];
+  /** Set only when the process must be started as that user directly (no helper). */
+  uid?: number;
+  gid?: number;
+  /** Whether the helper took care of oom_score_adj (so the caller must not). */
+  adjusted: boolean;
+}
+
+export class WorkloadLauncher {
+  private readonly available: boolean;
+
+  constructor(
+    private readonly helper: string = DEFAULT_ENTER_HELPER,
+    private readonly oomScoreAdj: number | undefined = DEFAULT_WORKLOAD_OOM_SCORE_ADJ,
+  ) {
+    this.available = existsSync(helper);
+  }
+
+  wrap(file: string, args: string[], runAs?: { uid?: number; gid?: number }): WorkloadSpawn {
+    if (!this.available) return { file, args, uid: runAs?.uid, gid: runAs?.gid, adjusted: false };
+    const id = (v: number | undefined) => (v === undefined ? '-' : String(v));
+    const oom = this.oomScoreAdj === undefined ? '-' : String(this.oomScoreAdj);
+    return { file: this.helper, args: [oom, id(runAs?.uid), id(runAs?.gid), file, ...args], adjusted: true };
+  }
+}

@@ -1,0 +1,8 @@
+import type { NativeHandler } from '../context.js';
+import { principalOf, sandboxIdOf } from '../context.js';
+import { renderSandbox } from '../render.js';
+
+export const keepAliveSandbox: NativeHandler = async (ctx) => {
+  const sandbox = await ctx.services.sandboxes.keepAlive(principalOf(ctx), sandboxIdOf(ctx));
+  ctx.res.status(200).json(renderSandbox(sandbox));
+};
