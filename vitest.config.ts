@@ -4,8 +4,8 @@ import { defineConfig } from 'vitest/config';
 // cgroups and a PostgreSQL server, so files run one at a time; unit tests are fast anyway.
 export default defineConfig({
   test: {
-    include: ['core/**/*.test.ts', 'host/**/*.test.ts', 'src/**/*.test.ts', 'test/**/*.test.ts'],
-    exclude: ['node_modules/**', 'dist/**', 'contract-tests/**'],
+    include: ['core/**/*.test.ts', 'host/**/*.test.ts', 'src/**/*.test.ts', 'test/**/*.test.ts', 'contract-tests/**/*.test.ts'],
+    exclude: ['node_modules/**', 'dist/**'],
     pool: 'forks',
     fileParallelism: false,
     testTimeout: 60_000,
