@@ -15,7 +15,7 @@ import { DriverError } from '../errors.js';
 import type { Driver, DriverCapabilities, FileView, ForkResult, SandboxRuntime, SandboxSpec, SnapshotInfo, SnapshotResult, StartResult } from '../types.js';
 import { Cgroups, type CgroupGroup } from './cgroups.js';
 import { DiskStore, type ReflinkStoreOptions } from './disk-store.js';
-import { FileViews } from './file-view.js';
+import { FileViews, readTail } from './file-view.js';
 import { assertSnapshotId, SnapshotStore, type SnapshotMeta } from './snapshots.js';
 import { SlotAllocator, buildSlot, enableIpForwarding, hostDnsServers, slotFor, teardownSlot, VETH_PREFIX, type Slot } from './network.js';
 import { applyNftRuleset, nftAvailable, renderNftRuleset } from './nft.js';
@@ -60,7 +60,6 @@ const SANDBOX_ID = /^[a-z0-9]{1,32}$/;
 const SUN_PATH_MAX = 107; // 108 bytes including the terminating NUL
 const FALLBACK_DNS = ['1.1.1.1', '8.8.8.8'];
 const HEALTH_TIMEOUT_MS = 2_000;
-const LOG_TAIL_BYTES = 4_000;
 /** Mount options are passed in one page; the overlay's must fit. */
 const MOUNT_OPTIONS_MAX = 4_000;
 const MAX_FORK_CHILDREN = 64;
@@ -579,7 +578,7 @@ export class LocalDriver implements Driver {
         client.close();
       }
     } catch (error) {
-      const tail = await readLogTail(join(dir, 'sandbox.log'));
+      const tail = await readTail(join(dir, 'sandbox.log'));
       throw new Error(`sandbox ${id} did not become ready: ${(error as Error).message}\n--- sandbox log (tail) ---\n${tail}`);
     }
     record.status = 'running';
@@ -1013,22 +1012,6 @@ async function appendLog(path: string, line: string): Promise<void> {
   }
 }
 
-async function readLogTail(path: string): Promise<string> {
-  try {
-    const size = (await stat(path)).size;
-    const handle = await open(path, 'r');
-    try {
-      const length = Math.min(size, LOG_TAIL_BYTES);
-      const buffer = Buffer.alloc(length);
-      await handle.read(buffer, 0, length, size - length);
-      return buffer.toString('utf8');
-    } finally {
-      await handle.close();
-    }
-  } catch {
-    return '(no log)';
-  }
-}
 
 async function waitForExit(pid: number, startTime: string, timeoutMs: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;

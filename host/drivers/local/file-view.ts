@@ -202,7 +202,8 @@ export class FileViews {
   }
 }
 
-async function readTail(path: string, bytes = 4_000): Promise<string> {
+/** The end of a log file (never following a symlink the sandbox could have planted). */
+export async function readTail(path: string, bytes = 4_000): Promise<string> {
   try {
     const size = (await stat(path)).size;
     const handle = await open(path, fsConstants.O_RDONLY | fsConstants.O_NOFOLLOW);
