@@ -294,6 +294,167 @@ async function main(): Promise<void> {
     console.log(`create from a snapshot (n=5): p50 ${ms(quantile(fromSnap, 0.5))}; baseline plain create p50 ${ms(quantile(createTimes, 0.5))}`);
     for (const sid of created.splice(0)) await call(base, key, 'DELETE', `/sandboxes/${sid}`);
     await call(base, key, 'DELETE', `/snapshots/${snapName}`);
+
+    // 8. Daytona compat overhead: the same exec and file round trips through @daytonaio/sdk
+    //    (control plane at /daytona/api, toolbox at /daytona/toolbox) vs the native API.
+    {
+      const { Daytona } = await import('@daytonaio/sdk');
+      const daytona = new Daytona({ apiUrl: `${server.url}/daytona/api`, apiKey: key });
+      const [sdkCreate, sb] = await timed(() => daytona.create());
+      created.push(sb.id);
+      const sdkExec: number[] = [];
+      const nativeExec: number[] = [];
+      for (let i = 0; i < EXECS; i++) {
+        sdkExec.push((await timed(() => sb.process.executeCommand('true')))[0]);
+        nativeExec.push((await timed(() => call(base, key, 'POST', `/sandboxes/${sb.id}/commands`, { cmd: 'true' })))[0]);
+      }
+      const [se, ne] = [sdkExec, nativeExec].map((xs) => quantile(xs, 0.5));
+      console.log(`daytona SDK create → started: ${ms(sdkCreate)}; baseline native create p50 ${ms(quantile(createTimes, 0.5))}`);
+      console.log(`daytona SDK executeCommand(\`true\`) (n=${EXECS}): p50 ${ms(se)}; native p50 ${ms(ne)} → shim overhead +${ms(se - ne)}`);
+      const small = randomBytes(64 * 1024);
+      const sdkFiles: number[] = [];
+      const nativeFiles: number[] = [];
+      for (let i = 0; i < 20; i++) {
+        sdkFiles.push((await timed(async () => {
+          await sb.fs.uploadFile(small, '/root/rt.bin');
+          await sb.fs.downloadFile('/root/rt.bin');
+        }))[0]);
+        nativeFiles.push((await timed(async () => {
+          const u = `${base}/sandboxes/${sb.id}/files?path=/root/rt-native.bin`;
+          const put = await fetch(u, { method: 'PUT', headers: { ...auth, 'content-type': 'application/octet-stream' }, body: small });
+          if (put.status !== 200) throw new Error(`upload answered ${put.status}`);
+          await (await fetch(u, { headers: auth })).arrayBuffer();
+        }))[0]);
+      }
+      const [sf, nf] = [sdkFiles, nativeFiles].map((xs) => quantile(xs, 0.5));
+      console.log(`daytona SDK 64 KiB upload + download (n=20): p50 ${ms(sf)}; native p50 ${ms(nf)} → shim overhead +${ms(sf - nf)}`);
+      const bigUp = await timed(() => sb.fs.uploadFile(file, '/root/payload-sdk.bin'));
+      const bigDown = await timed(() => sb.fs.downloadFile('/root/payload-sdk.bin'));
+      console.log(`daytona SDK ${MIB} MiB upload ${mibps(bytes, bigUp[0])}, download ${mibps(bytes, bigDown[0])}; native upload ${mibps(bytes, up)}, download ${mibps(bytes, down)}`);
+      await sb.delete();
+      created.splice(created.indexOf(sb.id), 1);
+    }
+
+    // 9. Hosted ports: a request through the proxy (control plane → host agent → sandbox) vs
+    //    the same request straight to the sandbox's slot address from the host; then create
+    //    time with a warm slot pool vs an empty one (driver level, same machine, same image).
+    {
+      const portSandbox = JSON.parse((await call(base, key, 'POST', '/sandboxes', { timeoutSeconds: 0 })).body).id as string;
+      created.push(portSandbox);
+      await call(base, key, 'POST', `/sandboxes/${portSandbox}/commands`, { cmd: 'mkdir -p /srv && head -c 67108864 /dev/urandom > /srv/big.bin && echo ok > /srv/small.txt' });
+      await call(base, key, 'POST', `/sandboxes/${portSandbox}/commands`, { detach: true, cmd: 'cd /srv && python3 -m http.server 8000 --bind 0.0.0.0' });
+      const published = await call(base, key, 'POST', `/sandboxes/${portSandbox}/ports`, { port: 8000, public: true });
+      if (published.status !== 201) throw new Error(`publish failed: ${published.body}`);
+      const { readFileSync } = await import('node:fs');
+      const address = JSON.parse(readFileSync(`${dataDir}/host/sandboxes/${portSandbox}/record.json`, 'utf8')).slot.sandboxAddress as string;
+      const proxied = `${server.url}/p/${portSandbox}/8000`;
+      const direct = `http://${address}:8000`;
+      const agent = new http.Agent({ keepAlive: true, maxSockets: 16 });
+      const get = (url: string) =>
+        new Promise<number>((resolve, reject) => {
+          http.get(url, { agent }, (res) => {
+            let size = 0;
+            res.on('data', (c: Buffer) => (size += c.length));
+            res.on('end', () => (res.statusCode === 200 ? resolve(size) : reject(new Error(`${url} answered ${res.statusCode}`))));
+          }).on('error', reject);
+        });
+      const readyDeadline = Date.now() + 15_000;
+      while (!(await get(`${direct}/small.txt`).catch(() => 0))) {
+        if (Date.now() > readyDeadline) throw new Error('the sandbox server did not start');
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      const latency = async (root: string) => {
+        const xs: number[] = [];
+        for (let i = 0; i < 200; i++) xs.push((await timed(() => get(`${root}/small.txt`)))[0]);
+        return quantile(xs, 0.5);
+      };
+      const requestsPerSecond = async (root: string) => {
+        const total = 400;
+        let next = 0;
+        const [t] = await timed(() => Promise.all(Array.from({ length: 8 }, async () => {
+          while (next++ < total) await get(`${root}/small.txt`);
+        })));
+        return total / (t / 1000);
+      };
+      const bulk = async (root: string) => {
+        const [t, size] = await timed(() => get(`${root}/big.bin`));
+        return mibps(size, t);
+      };
+      const [pl, dl] = [await latency(proxied), await latency(direct)];
+      console.log(`hosted port GET (n=200, keep-alive): p50 ${ms(pl)} via the proxy; direct to the sandbox ${ms(dl)} → proxy overhead +${ms(pl - dl)}`);
+      const [pr, dr] = [await requestsPerSecond(proxied), await requestsPerSecond(direct)];
+      console.log(`hosted port throughput (400 GETs, 8 in flight): ${pr.toFixed(0)} req/s via the proxy; direct ${dr.toFixed(0)} req/s`);
+      console.log(`hosted port 64 MiB download: ${await bulk(proxied)} via the proxy; direct ${await bulk(direct)}`);
+      agent.destroy();
+
+      const { LocalDriver } = await import('../host/drivers/local/driver.js');
+      const { GUEST_AGENT_BUNDLE } = await import('../src/paths.js');
+      const poolDir = mkdtempSync('/tmp/nbx-bp-');
+      const ownerOfBench = `bench-${randomBytes(4).toString('hex')}`;
+      const driver = new LocalDriver({ dataDir: poolDir, imagesDir: values['images-dir']!, guestAgentBundle: GUEST_AGENT_BUNDLE(), ownerId: ownerOfBench, slotPoolSize: 4 });
+      try {
+        await driver.init();
+        const warm: number[] = [];
+        const cold: number[] = [];
+        for (let i = 0; i < 5; i++) {
+          await driver.resizeSlotPool(4);
+          await driver.waitForSlotPool();
+          const warmId = `bpw${i}${randomBytes(3).toString('hex')}`;
+          warm.push((await timed(() => driver.create({ id: warmId, image: 'default', cpu: 1, memoryMiB: 256, env: {} })))[0]);
+          await driver.destroy(warmId);
+          await driver.resizeSlotPool(0);
+          const coldId = `bpc${i}${randomBytes(3).toString('hex')}`;
+          cold.push((await timed(() => driver.create({ id: coldId, image: 'default', cpu: 1, memoryMiB: 256, env: {} })))[0]);
+          await driver.destroy(coldId);
+        }
+        const [w, c] = [quantile(warm, 0.5), quantile(cold, 0.5)];
+        console.log(`driver create (n=5): p50 ${ms(w)} with a warm slot pool; ${ms(c)} with an empty one → the pool saves ${ms(c - w)}`);
+      } finally {
+        await driver.close();
+        const { Cgroups } = await import('../host/drivers/local/cgroups.js');
+        const cgroups = await Cgroups.detect();
+        await cgroups.remove(cgroups.groupFor(`nestbox/${ownerOfBench}`)).catch(() => undefined);
+        rmSync(poolDir, { recursive: true, force: true });
+      }
+    }
+
+    // 10. E2B compat overhead: commands.run and a 64 KiB file round trip through the `e2b` SDK
+    //     (control plane at /e2b, envd Connect RPC and /files at the root) vs the native API.
+    {
+      const { Sandbox: E2bSandbox } = await import('e2b');
+      const e2bOpts = { apiKey: key, apiUrl: `${server.url}/e2b`, sandboxUrl: server.url };
+      const [sdkCreate, sbx] = await timed(() => E2bSandbox.create({ ...e2bOpts, timeoutMs: 600_000 }));
+      created.push(sbx.sandboxId);
+      const sdkRun: number[] = [];
+      const nativeRun: number[] = [];
+      for (let i = 0; i < EXECS; i++) {
+        sdkRun.push((await timed(() => sbx.commands.run('true')))[0]);
+        nativeRun.push((await timed(() => call(base, key, 'POST', `/sandboxes/${sbx.sandboxId}/commands`, { cmd: 'true' })))[0]);
+      }
+      const [sr, nr] = [sdkRun, nativeRun].map((xs) => quantile(xs, 0.5));
+      console.log(`e2b SDK create → running: ${ms(sdkCreate)}; baseline native create p50 ${ms(quantile(createTimes, 0.5))}`);
+      console.log(`e2b SDK commands.run(\`true\`) (n=${EXECS}): p50 ${ms(sr)}; native p50 ${ms(nr)} → shim overhead +${ms(sr - nr)}`);
+      const payload = randomBytes(64 * 1024);
+      const sdkFiles: number[] = [];
+      const nativeFiles: number[] = [];
+      for (let i = 0; i < 20; i++) {
+        sdkFiles.push((await timed(async () => {
+          await sbx.files.write('/root/e2b-rt.bin', payload.buffer.slice(payload.byteOffset, payload.byteOffset + payload.byteLength) as ArrayBuffer);
+          const back = await sbx.files.read('/root/e2b-rt.bin', { format: 'bytes' });
+          if (back.byteLength !== payload.length) throw new Error(`e2b read back ${back.byteLength} bytes`);
+        }))[0]);
+        nativeFiles.push((await timed(async () => {
+          const u = `${base}/sandboxes/${sbx.sandboxId}/files?path=/root/e2b-rt-native.bin`;
+          const put = await fetch(u, { method: 'PUT', headers: { ...auth, 'content-type': 'application/octet-stream' }, body: payload });
+          if (put.status !== 200) throw new Error(`upload answered ${put.status}`);
+          await (await fetch(u, { headers: auth })).arrayBuffer();
+        }))[0]);
+      }
+      const [sf, nf] = [sdkFiles, nativeFiles].map((xs) => quantile(xs, 0.5));
+      console.log(`e2b SDK 64 KiB files.write + files.read (n=20): p50 ${ms(sf)}; native p50 ${ms(nf)} → shim overhead +${ms(sf - nf)}`);
+      await sbx.kill();
+      created.splice(created.indexOf(sbx.sandboxId), 1);
+    }
   } finally {
     for (const id of created) await call(base, key, 'DELETE', `/sandboxes/${id}`).catch(() => undefined);
     await server.close();

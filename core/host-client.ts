@@ -12,6 +12,33 @@ export interface HostSandboxSpec {
   env: Record<string, string>;
   /** Create from this named snapshot (it must exist on the host; 404 not_found otherwise). */
   snapshot?: string;
+  /** Outbound network policy, applied before the sandbox's first process runs. */
+  egress?: EgressPolicy;
+}
+
+/**
+ * What a sandbox may reach outside (allow all by default). Isolation always applies on top:
+ * never the host, other sandboxes, private, loopback or link-local ranges, whatever it says.
+ */
+export interface EgressPolicy {
+  mode: 'allow-all' | 'deny-all' | 'allow-list';
+  /** allow-list: IPv4 addresses, IPv4 CIDRs and domain names (resolved by the host agent, refreshed periodically). */
+  allow?: string[];
+}
+
+export interface HostEgressResult {
+  egress: EgressPolicy;
+  addresses: string[];
+  unresolved: string[];
+  applied: boolean;
+}
+
+/** Where to send a hosted-port request: the sandbox's host agent, with the credentials it wants. */
+export interface PortProxyTarget {
+  /** `http://host:port/v1/sandboxes/{id}/ports/{port}`: append the path inside the sandbox's server. */
+  baseUrl: string;
+  /** The host secret, in a header that leaves the user's own Authorization header alone. */
+  headers: Record<string, string>;
 }
 
 export interface HostSandboxRuntime {
@@ -127,6 +154,10 @@ export interface HostClient {
   listSnapshots(): Promise<HostSnapshotInfo[]>;
   /** A guest-agent route served read-only from a STOPPED sandbox's disk (`invalid_state` if it runs). */
   fileViewRequest(id: string, request: AgentRequest): Promise<import('node:http').IncomingMessage>;
+  /** Change the sandbox's egress policy; live when it runs, kept for its next start otherwise. */
+  setEgress(id: string, egress: EgressPolicy): Promise<HostEgressResult>;
+  /** Hosted-port traffic goes through the host agent that owns the sandbox. */
+  portProxyTarget(id: string, port: number): PortProxyTarget;
 }
 
 /** Builds a client for a registered host (its URL and credentials come from the host record). */

@@ -44,6 +44,10 @@ export interface Sandbox {
   autoDeleteSeconds: number | null;
   sourceSnapshotId: string | null;
   forkedFrom: string | null;
+  /** Outbound network policy (allow all unless set). */
+  egress: import('./host-client.js').EgressPolicy;
+  /** Optional, unique per organisation among live sandboxes (Daytona gets sandboxes by id or name). */
+  name: string | null;
 }
 
 export interface Snapshot {

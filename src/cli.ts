@@ -8,7 +8,9 @@ const usage = `usage: nestbox <command>
   host-agent    run a host agent alone (needs NESTBOX_CONTROL_PLANE_URL, NESTBOX_HOST_AGENT_SECRET)
   host-secret <hostId>
                 print the secret a remote host agent with this id must use
-  image build   build (or reuse) the default base image under the images dir`;
+  image build   build (or reuse) the default base image under the images dir
+  image build --vm
+                build (or reuse) the cloud-hypervisor VM image (kernel, initramfs, ext4 rootfs)`;
 
 async function main(argv: string[]): Promise<void> {
   const [command = 'server', ...rest] = argv;
@@ -42,6 +44,14 @@ async function main(argv: string[]): Promise<void> {
     }
     case 'image': {
       if (rest[0] !== 'build') break;
+      if (rest.includes('--vm')) {
+        // Kernel + initramfs + ext4 rootfs for the cloud-hypervisor driver (minutes the first time).
+        const { ensureVmImage } = await import('../host/images/vm-image.js');
+        const { GUEST_AGENT_BUNDLE, projectPath } = await import('./paths.js');
+        const vm = await ensureVmImage({ imagesDir: config.imagesDir, guestAgentBundle: GUEST_AGENT_BUNDLE(), ptyHelperBinary: projectPath('dist/nestbox-pty'), onProgress: (l) => console.log(l) });
+        console.log(`vm image ready: ${vm.kernel} ${vm.initramfs} ${vm.rootfs}`);
+        return;
+      }
       const { ensureBaseImage } = await import('../host/images/base-image.js');
       const image = await ensureBaseImage({ imagesDir: config.imagesDir, name: 'default', onProgress: (l) => console.log(l) });
       console.log(`image ready: ${image.rootfs}`);

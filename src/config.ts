@@ -39,6 +39,20 @@ const ConfigSchema = z.object({
   // Exit when the parent process goes away (set for the server's own child host agent).
   NESTBOX_EXIT_WITH_PARENT: z.enum(['true', 'false']).default('false'),
   NESTBOX_SANDBOX_SUBNET: z.string().regex(/^10\.\d{1,3}\.0\.0\/16$/, 'must be a 10.x.0.0/16 network').default('10.200.0.0/16'),
+  // Host agent: network slots kept built for the next creates (0 = build each on demand).
+  NESTBOX_SLOT_POOL_SIZE: nonNegativeInt.max(1024).default(8),
+  // Host agent: how often domains in egress allow lists are resolved again.
+  NESTBOX_EGRESS_REFRESH_SECONDS: positiveInt.default(300),
+  // Hosted ports: `<port>-<sandboxId>.<domain>` URLs (wildcard DNS and TLS in front of the
+  // server); unset = path URLs only (`/p/<sandboxId>/<port>/`). May carry a port (`example.com:8443`).
+  NESTBOX_PUBLIC_DOMAIN: z
+    .string()
+    .regex(/^(?=.{1,200}$)[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*(:\d{1,5})?$/, 'must be a lowercase domain name, optionally with :port')
+    .optional(),
+  // Scheme of the host-form URLs (TLS usually ends in front of the server).
+  NESTBOX_PUBLIC_SCHEME: z.enum(['http', 'https']).default('https'),
+  // Base of the path-form URLs the API hands out; default: the URL the server listens on.
+  NESTBOX_PUBLIC_URL: z.string().url().optional(),
 
   // Limits and defaults for sandboxes.
   NESTBOX_DEFAULT_TIMEOUT_SECONDS: nonNegativeInt.default(900),
@@ -53,6 +67,12 @@ const ConfigSchema = z.object({
   // otherwise create a loop-mounted XFS image of NESTBOX_REFLINK_STORE_GIB there; "off" = plain copies.
   NESTBOX_REFLINK_STORE: z.enum(['auto', 'off']).default('off'),
   NESTBOX_REFLINK_STORE_GIB: positiveInt.default(64),
+  // Host agent: what runs sandboxes. "cloud-hypervisor" = microVMs; needs /dev/kvm, a pinned
+  // cloud-hypervisor binary and the VM image (`nestbox image build --vm`).
+  NESTBOX_DRIVER: z.enum(['local', 'cloud-hypervisor']).default('local'),
+  NESTBOX_CH_BIN: z.string().min(1).default('/usr/local/bin/cloud-hypervisor'),
+  // Guest memory on resume/fork: OnDemand (userfaultfd, pages on first touch) or Copy; auto = probe.
+  NESTBOX_CH_MEMORY_RESTORE: z.enum(['auto', 'Copy', 'OnDemand']).default('auto'),
   NESTBOX_BACKGROUND_INTERVAL_MS: positiveInt.default(2000),
   NESTBOX_LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error']).default('info'),
 })
@@ -80,6 +100,11 @@ export interface Config {
     subnet: string;
     reflinkStore: 'auto' | 'off';
     reflinkStoreGiB: number;
+    driver: 'local' | 'cloud-hypervisor';
+    chBinary: string;
+    chMemoryRestore: 'auto' | 'Copy' | 'OnDemand';
+    slotPoolSize: number;
+    egressRefreshSeconds: number;
   };
   limits: {
     defaultTimeoutSeconds: number;
@@ -91,6 +116,8 @@ export interface Config {
     maxUploadBytes: number;
     maxForkCount: number;
   };
+  /** Hosted ports. */
+  ports: { publicDomain?: string; publicScheme: 'http' | 'https'; publicUrl?: string };
   backgroundIntervalMs: number;
   logLevel: 'debug' | 'info' | 'warn' | 'error';
 }
@@ -136,6 +163,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       subnet: e.NESTBOX_SANDBOX_SUBNET,
       reflinkStore: e.NESTBOX_REFLINK_STORE,
       reflinkStoreGiB: e.NESTBOX_REFLINK_STORE_GIB,
+      driver: e.NESTBOX_DRIVER,
+      chBinary: e.NESTBOX_CH_BIN,
+      chMemoryRestore: e.NESTBOX_CH_MEMORY_RESTORE,
+      slotPoolSize: e.NESTBOX_SLOT_POOL_SIZE,
+      egressRefreshSeconds: e.NESTBOX_EGRESS_REFRESH_SECONDS,
     },
     limits: {
       defaultTimeoutSeconds: e.NESTBOX_DEFAULT_TIMEOUT_SECONDS,
@@ -147,6 +179,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       maxUploadBytes: e.NESTBOX_MAX_UPLOAD_BYTES,
       maxForkCount: e.NESTBOX_MAX_FORK_COUNT,
     },
+    ports: { publicDomain: e.NESTBOX_PUBLIC_DOMAIN, publicScheme: e.NESTBOX_PUBLIC_SCHEME, publicUrl: e.NESTBOX_PUBLIC_URL?.replace(/\/+$/, '') },
     backgroundIntervalMs: e.NESTBOX_BACKGROUND_INTERVAL_MS,
     logLevel: e.NESTBOX_LOG_LEVEL,
   };

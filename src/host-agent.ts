@@ -5,6 +5,7 @@ import type { Config } from './config.js';
 import { ConfigError } from './config.js';
 import { HostAgentServer } from '../host/agent/server.js';
 import { LocalDriver } from '../host/drivers/local/driver.js';
+import type { Driver } from '../host/drivers/types.js';
 import { ensureBaseImage } from '../host/images/base-image.js';
 import { HEARTBEAT_PATH, type Heartbeat } from '../host/protocol/schemas.js';
 import { GUEST_AGENT_BUNDLE } from './paths.js';
@@ -22,20 +23,25 @@ export async function startHostAgent(config: Config, log: (m: string) => void = 
 
   // Build (or reuse) the base image before registering, so the first create is not the one
   // that waits for debootstrap.
-  await ensureBaseImage({ imagesDir: config.imagesDir, name: 'default', onProgress: (line) => log(`image: ${line}`) });
+  if (ha.driver === 'local') await ensureBaseImage({ imagesDir: config.imagesDir, name: 'default', onProgress: (line) => log(`image: ${line}`) });
 
-  const driver = new LocalDriver({
-    dataDir: config.dataDir,
-    imagesDir: config.imagesDir,
-    guestAgentBundle: GUEST_AGENT_BUNDLE(),
-    subnet: ha.subnet,
-    // Several host agents can share a machine (tests do); each reclaims only what it owns.
-    ownerId: `${ha.hostId}-${createHash('sha256').update(config.dataDir).digest('hex').slice(0, 12)}`,
-    // Copy-on-write forks and snapshots: a loop-mounted XFS in the data dir when asked for and
-    // the data dir itself cannot reflink (the driver probes first).
-    reflinkStore: ha.reflinkStore === 'auto' ? { imagePath: `${config.dataDir}/store.xfs`, sizeBytes: ha.reflinkStoreGiB * 1024 ** 3 } : 'off',
-    log,
-  });
+  const driver: Driver =
+    ha.driver === 'cloud-hypervisor'
+      ? await createCloudHypervisorDriver(config, log)
+      : new LocalDriver({
+        dataDir: config.dataDir,
+        imagesDir: config.imagesDir,
+        guestAgentBundle: GUEST_AGENT_BUNDLE(),
+        subnet: ha.subnet,
+        // Several host agents can share a machine (tests do); each reclaims only what it owns.
+        ownerId: `${ha.hostId}-${createHash('sha256').update(config.dataDir).digest('hex').slice(0, 12)}`,
+        // Copy-on-write forks and snapshots: a loop-mounted XFS in the data dir when asked for and
+        // the data dir itself cannot reflink (the driver probes first).
+        reflinkStore: ha.reflinkStore === 'auto' ? { imagePath: `${config.dataDir}/store.xfs`, sizeBytes: ha.reflinkStoreGiB * 1024 ** 3 } : 'off',
+        slotPoolSize: ha.slotPoolSize,
+        egressRefreshMs: ha.egressRefreshSeconds * 1000,
+        log,
+      });
   await driver.init();
 
   const server = new HostAgentServer({ hostId: ha.hostId, secret: ha.secret, driver, log });
@@ -95,4 +101,25 @@ export async function startHostAgent(config: Config, log: (m: string) => void = 
     }
   }, 500);
   return { url, close };
+}
+
+/**
+ * NESTBOX_DRIVER=cloud-hypervisor: every sandbox a microVM. The VM image is built (or reused)
+ * before registering, for the same reason as the base image above.
+ */
+async function createCloudHypervisorDriver(config: Config, log: (m: string) => void): Promise<Driver> {
+  const ha = config.hostAgent;
+  const { ChDriver } = await import('../host/drivers/cloud-hypervisor/driver.js');
+  const { ensureVmImage } = await import('../host/images/vm-image.js');
+  await ensureVmImage({ imagesDir: config.imagesDir, guestAgentBundle: GUEST_AGENT_BUNDLE(), onProgress: (line) => log(`image: ${line}`) });
+  return new ChDriver({
+    dataDir: config.dataDir,
+    imagesDir: config.imagesDir,
+    ownerId: `${ha.hostId}-${createHash('sha256').update(config.dataDir).digest('hex').slice(0, 12)}`,
+    chBinary: ha.chBinary,
+    subnet: ha.subnet,
+    memoryRestoreMode: ha.chMemoryRestore,
+    reflinkStore: ha.reflinkStore === 'auto' ? { imagePath: `${config.dataDir}/store.xfs`, sizeBytes: ha.reflinkStoreGiB * 1024 ** 3 } : 'off',
+    log,
+  });
 }

@@ -11,9 +11,13 @@ import { SandboxService } from '../core/services/sandboxes.js';
 import { BackgroundJobs } from '../core/services/background.js';
 import { SnapshotService } from '../core/services/snapshots.js';
 import { IdempotencyService } from '../core/services/idempotency.js';
+import { SandboxTokenService } from '../core/services/sandbox-tokens.js';
 import { HttpHostClient } from '../host/protocol/client.js';
 import { createApp } from './http/app.js';
 import { attachNativeWebSockets } from './http/native/websocket.js';
+import { attachPortProxyUpgrades } from './http/port-proxy.js';
+import { PortService } from '../core/services/ports.js';
+import { attachDaytonaWebSockets } from '../compat/daytona/router.js';
 import { LocalHostAgentSupervisor } from './local-host-agent.js';
 import { projectPath } from './paths.js';
 import type { Services } from './services.js';
@@ -71,6 +75,7 @@ export async function startServer(config: Config, log: (m: string) => void = (m)
 
   const snapshots = new SnapshotService(db, hosts, sandboxes);
   const idempotency = new IdempotencyService(db);
+  let listeningUrl = `http://${config.host}:${config.port}`;
 
   const bootstrap = await auth.ensureBootstrapKey(config.bootstrapApiKey);
   if (bootstrap.generatedKey) {
@@ -87,11 +92,22 @@ export async function startServer(config: Config, log: (m: string) => void = (m)
     sandboxes,
     snapshots,
     idempotency,
+    // Path-form URLs need the server's own URL, known once it listens (the port may be 0).
+    ports: new PortService(db, sandboxes, hosts, {
+      publicDomain: config.ports.publicDomain,
+      publicScheme: config.ports.publicScheme,
+      baseUrl: () => config.ports.publicUrl ?? listeningUrl,
+    }),
+    sandboxTokens: new SandboxTokenService(db, hostSecret),
     hostSecret,
     nativeSpecText: readFileSync(projectPath('openapi/native.yaml'), 'utf8'),
     log,
   };
   const server = http.createServer(createApp(services));
+  // Hosted-port upgrades are claimed before any other front door looks at them.
+  attachPortProxyUpgrades(server, services);
+  // Compat front doors claim their upgrades first; the native listener answers the rest.
+  attachDaytonaWebSockets(server, services);
   attachNativeWebSockets(server, services);
   // Long foreground commands and big uploads must not be cut by Node's default timeouts.
   server.requestTimeout = 0;
@@ -102,6 +118,7 @@ export async function startServer(config: Config, log: (m: string) => void = (m)
   });
   const port = (server.address() as { port: number }).port;
   const url = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${port}`;
+  listeningUrl = url;
 
   // An operation whose owner died is taken over only after the owner's heartbeat is stale;
   // with PGlite no other replica can exist, so a restart takes over at once.

@@ -5,6 +5,8 @@ import type { HostService } from '../core/services/hosts.js';
 import type { SandboxService } from '../core/services/sandboxes.js';
 import type { SnapshotService } from '../core/services/snapshots.js';
 import type { IdempotencyService } from '../core/services/idempotency.js';
+import type { PortService } from '../core/services/ports.js';
+import type { SandboxTokenService } from '../core/services/sandbox-tokens.js';
 
 /** Everything a front door (native, compat) may call. Built once by the server. */
 export interface Services {
@@ -15,6 +17,10 @@ export interface Services {
   sandboxes: SandboxService;
   snapshots: SnapshotService;
   idempotency: IdempotencyService;
+  /** Hosted ports (publish/list/unpublish and the proxy's lookups). */
+  ports: PortService;
+  /** Per-sandbox access tokens (E2B's envdAccessToken). */
+  sandboxTokens: SandboxTokenService;
   /** Master secret from which host-agent secrets are derived. */
   hostSecret: string;
   nativeSpecText: string;

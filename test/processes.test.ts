@@ -182,7 +182,7 @@ describe('sessions', () => {
 });
 
 describe('containment', () => {
-  it('a fork bomb and a memory hog hit the sandbox limits; the agent keeps answering', async () => {
+  it('a fork bomb and a memory hog hit the sandbox limits; the agent keeps answering', { timeout: 180_000 }, async () => {
     const bomb = await detach({ cmd: 'bomb() { bomb | bomb & }; bomb', timeoutMs: 20_000 });
     await new Promise((r) => setTimeout(r, 2000));
     const during = await t.http.post(`${api()}/commands`).set(t.auth).send({ argv: ['/bin/true'], timeoutMs: 10_000 });

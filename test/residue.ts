@@ -60,6 +60,25 @@ function cgroupDirsMentioning(id: string): string[] {
   return found;
 }
 
+/**
+ * Slots waiting in a host agent's pool (built ahead, or scrubbed and recycled after a sandbox):
+ * they belong to no sandbox, so they are not anyone's residue.
+ */
+export function pooledSlotNames(slotsDir = '/run/nestbox/slots'): Set<string> {
+  const names = new Set<string>();
+  const entries = existsSync(slotsDir) ? readdirSync(slotsDir) : [];
+  for (const entry of entries) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const claim = JSON.parse(readFileSync(join(slotsDir, entry), 'utf8')) as { pooled?: boolean };
+      if (claim.pooled) names.add(`nbx-${entry}`).add(`nbxv${entry}`);
+    } catch {
+      // Being rewritten right now.
+    }
+  }
+  return names;
+}
+
 /** Everything of sandbox `id` still on the host; empty when a delete cleaned up completely. */
 export function residueOf(id: string, hostDataDir: string, before: HostSnapshot): string[] {
   const left: string[] = [];
@@ -67,8 +86,9 @@ export function residueOf(id: string, hostDataDir: string, before: HostSnapshot)
   for (const line of readFileSync('/proc/self/mountinfo', 'utf8').split('\n')) if (line.includes(id)) left.push(`mount ${line}`);
   for (const dir of cgroupDirsMentioning(id)) left.push(`cgroup ${dir}`);
   const after = snapshotHostNetwork();
-  for (const n of after.netns) if (!before.netns.has(n)) left.push(`netns ${n}`);
-  for (const l of after.links) if (!before.links.has(l)) left.push(`link ${l}`);
+  const pooled = pooledSlotNames();
+  for (const n of after.netns) if (!before.netns.has(n) && !pooled.has(n)) left.push(`netns ${n}`);
+  for (const l of after.links) if (!before.links.has(l) && !pooled.has(l)) left.push(`link ${l}`);
   const dir = join(hostDataDir, 'sandboxes', id);
   if (existsSync(dir)) left.push(`directory ${dir}`);
   return left;

@@ -20,6 +20,8 @@ export function hostSecretMatches(masterSecret: string, hostId: string, presente
   return expected.length === given.length && timingSafeEqual(expected, given);
 }
 
+const HOST_RECORD_CACHE_MS = 1_000;
+
 export interface HeartbeatInput {
   hostId: string;
   url: string;
@@ -30,6 +32,7 @@ export interface HeartbeatInput {
 
 export class HostService {
   private readonly clients = new Map<string, { url: string; client: HostClient }>();
+  private readonly records = new Map<string, { at: number; host: HostRecord }>();
 
   constructor(
     private readonly db: Db,
@@ -40,6 +43,7 @@ export class HostService {
 
   async heartbeat(input: HeartbeatInput): Promise<HostRecord> {
     const host = await hostRepository(this.db).upsertHeartbeat({ id: input.hostId, url: input.url, driver: input.driver, capabilities: input.capabilities }, new Date());
+    this.records.set(host.id, { at: Date.now(), host });
     await this.noticeVanishedSandboxes(input.hostId, input.sandboxes);
     return host;
   }
@@ -84,9 +88,16 @@ export class HostService {
     return host;
   }
 
+  /**
+   * Every sandbox call resolves its host; the record (its URL) changes only when a host agent
+   * restarts, so it is read at most once per second per host.
+   */
   async clientFor(hostId: string): Promise<HostClient> {
+    const cached = this.records.get(hostId);
+    if (cached && Date.now() - cached.at < HOST_RECORD_CACHE_MS) return this.clientForRecord(cached.host);
     const host = await hostRepository(this.db).findById(hostId);
     if (!host) throw new NestboxError('host_unavailable', `host ${hostId} is not registered`);
+    this.records.set(hostId, { at: Date.now(), host });
     return this.clientForRecord(host);
   }
 

@@ -1,12 +1,12 @@
 import type { Readable } from 'node:stream';
 import type { Db } from '../store/db.js';
-import { sandboxRepository, type SandboxPatch } from '../store/repositories/sandboxes.js';
+import { sandboxRepository, sortValueOf, SANDBOX_SORT_KEYS, type SandboxPatch, type SandboxSortKey } from '../store/repositories/sandboxes.js';
 import { errors, NestboxError, toNestboxError } from '../errors.js';
 import { newOperationId, newSandboxId } from '../ids.js';
 import { assertCanBegin, assertRunning, isTransitional, OPERATIONS, type Operation, type SandboxState } from '../state-machine.js';
 import { snapshotRepository } from '../store/repositories/snapshots.js';
 import type { IncomingMessage } from 'node:http';
-import type { AgentRequest, AgentWebSocketTarget, ExecInput, ExecResult, FileEntry, HostClient, HostSandboxSpec } from '../host-client.js';
+import type { AgentRequest, AgentWebSocketTarget, EgressPolicy, ExecInput, ExecResult, FileEntry, HostClient, HostSandboxSpec } from '../host-client.js';
 import type { Principal, Sandbox, Scope, Snapshot } from '../types.js';
 import { canSeeSandbox, requireScope } from './auth.js';
 import type { HostService } from './hosts.js';
@@ -41,15 +41,62 @@ export interface CreateSandboxInput extends LifecyclePolicy {
   env?: Record<string, string>;
   labels?: Record<string, string>;
   timeoutSeconds?: number;
+  /** Unique per organisation among live sandboxes; a taken name is a 409 conflict. */
+  name?: string;
+  /** Outbound network policy; default allow all. */
+  egress?: EgressPolicy;
 }
 
 export interface UpdateSandboxInput extends LifecyclePolicy {
   labels?: Record<string, string>;
   timeoutSeconds?: number;
+  /** A new outbound network policy, in force at once on a running or paused sandbox. */
+  egress?: EgressPolicy;
+}
+
+const EGRESS_MODES = ['allow-all', 'deny-all', 'allow-list'] as const;
+const MAX_EGRESS_ENTRIES = 256;
+const IPV4_CIDR = /^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})(?:\/(\d{1,2}))?$/;
+const DOMAIN = /^(?=.{1,253}$)(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?$/;
+
+/**
+ * An egress policy as the API accepts it: allow-list entries are IPv4 addresses, IPv4 CIDRs or
+ * domain names (lower-cased, duplicates dropped); `allow` belongs to allow-list only.
+ */
+export function validateEgress(input: unknown, field = 'egress'): EgressPolicy {
+  if (typeof input !== 'object' || input === null || Array.isArray(input)) throw errors.validation(field, 'must be an object with a mode');
+  const { mode, allow, ...rest } = input as { mode?: unknown; allow?: unknown };
+  const extra = Object.keys(rest)[0];
+  if (extra !== undefined) throw errors.validation(`${field}.${extra}`, 'is not a known field');
+  if (!EGRESS_MODES.includes(mode as EgressPolicy['mode'])) throw errors.validation(`${field}.mode`, `must be one of ${EGRESS_MODES.join(', ')}`);
+  if (mode !== 'allow-list') {
+    if (allow !== undefined && !(Array.isArray(allow) && allow.length === 0)) throw errors.validation(`${field}.allow`, 'is only allowed with mode "allow-list"');
+    return { mode: mode as EgressPolicy['mode'] };
+  }
+  if (!Array.isArray(allow)) throw errors.validation(`${field}.allow`, 'is required with mode "allow-list" (an array of CIDRs and domains)');
+  if (allow.length > MAX_EGRESS_ENTRIES) throw errors.validation(`${field}.allow`, `must have at most ${MAX_EGRESS_ENTRIES} entries`);
+  const entries: string[] = [];
+  allow.forEach((entry, index) => {
+    const where = `${field}.allow[${index}]`;
+    if (typeof entry !== 'string') throw errors.validation(where, 'must be a string');
+    const value = entry.trim().toLowerCase().replace(/\.$/, '');
+    const cidr = IPV4_CIDR.exec(value);
+    if (cidr) {
+      if (cidr.slice(1, 5).some((octet) => Number(octet) > 255) || (cidr[5] !== undefined && Number(cidr[5]) > 32)) throw errors.validation(where, `"${entry}" is not a valid IPv4 address or CIDR`);
+    } else if (value.includes(':')) {
+      throw errors.validation(where, 'IPv6 is not supported: sandboxes have IPv4 only');
+    } else if (!DOMAIN.test(value)) {
+      throw errors.validation(where, `"${entry}" is neither an IPv4 address, an IPv4 CIDR nor a domain name`);
+    }
+    if (!entries.includes(value)) entries.push(value);
+  });
+  return { mode: 'allow-list', allow: entries };
 }
 
 export interface ForkInput {
   count?: number;
+  /** Name of the child (only with count 1). */
+  name?: string;
   labels?: Record<string, string>;
   timeoutSeconds?: number;
 }
@@ -70,6 +117,45 @@ export interface ListSandboxesInput {
   states?: SandboxState[];
   limit?: number;
   cursor?: string;
+  idPrefix?: string;
+  namePrefix?: string;
+  /** Default: createdAt desc. */
+  sort?: { key: SandboxSortKey; order: 'asc' | 'desc' };
+}
+
+/** Sandbox names: like snapshot names, usable in a URL path segment as they are. */
+const SANDBOX_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/;
+
+function validateName(name: string | undefined): string | undefined {
+  if (name === undefined) return undefined;
+  if (!SANDBOX_NAME.test(name)) throw errors.validation('name', 'must be 1-63 letters, digits, "_", "." or "-", starting with a letter or digit');
+  return name;
+}
+
+/** A unique-index violation on the name becomes the conflict users can act on. */
+function nameConflict(err: unknown, name: string | undefined): unknown {
+  if (name !== undefined && /sandboxes_org_name_live|unique|duplicate/i.test(String((err as Error)?.message))) {
+    return new NestboxError('conflict', `name: a sandbox named "${name}" already exists`, { field: 'name' });
+  }
+  return err;
+}
+
+/** Cursor of a list in another order than the default: the sort key, its value and the id. */
+function encodeSortCursor(s: Sandbox, sort: { key: SandboxSortKey; order: 'asc' | 'desc' }): string {
+  return Buffer.from(JSON.stringify({ k: sort.key, o: sort.order, v: sortValueOf(s, sort.key), id: s.id })).toString('base64url');
+}
+
+function decodeSortCursor(cursor: string, sort: { key: SandboxSortKey; order: 'asc' | 'desc' }): { value: string | number; id: string } {
+  let parsed: { k?: unknown; o?: unknown; v?: unknown; id?: unknown };
+  try {
+    parsed = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
+  } catch {
+    throw errors.validation('cursor', 'is not a cursor returned by this API');
+  }
+  if (parsed.k !== sort.key || parsed.o !== sort.order || typeof parsed.id !== 'string' || (typeof parsed.v !== 'string' && typeof parsed.v !== 'number')) {
+    throw errors.validation('cursor', 'does not belong to a list in this order');
+  }
+  return { value: parsed.v, id: parsed.id };
 }
 
 const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
@@ -114,22 +200,28 @@ export class SandboxService {
     requireScope(principal, 'sandboxes:create');
     if (principal.sandboxIds !== null) throw errors.forbidden('this API key is limited to given sandboxes and cannot create new ones');
     const spec = this.validateCreate(input);
+    const egress = input.egress === undefined ? { mode: 'allow-all' as const } : validateEgress(input.egress);
     const policy = this.validatePolicy(input);
     const snapshot = input.snapshot === undefined ? undefined : await this.readySnapshot(principal.organizationId, input.snapshot);
     // A snapshot's disk lives on the host that took it, so its sandboxes are placed there.
     const host = snapshot ? await this.hosts.aliveHost(snapshot.hostId) : await this.hosts.pickHost();
     const operationId = newOperationId();
+    const name = validateName(input.name);
     const created = await this.repo().insertCreating({
       id: newSandboxId(),
       organizationId: principal.organizationId,
       hostId: host.id,
+      name,
       ...spec,
       idleTimeoutSeconds: policy.idleTimeoutSeconds ?? 0,
       idleAction: policy.idleAction ?? 'pause',
       autoDeleteSeconds: policy.autoDeleteSeconds ?? null,
       sourceSnapshotId: snapshot?.id ?? null,
+      egress,
       operationId,
       operationOwner: this.instanceId,
+    }).catch((err) => {
+      throw nameConflict(err, name);
     });
     const client = this.hosts.clientForRecord(host);
     try {
@@ -219,13 +311,23 @@ export class SandboxService {
   }
 
   private hostSpec(s: Sandbox): HostSandboxSpec {
-    return { id: s.id, image: s.image, cpu: s.cpu, memoryMiB: s.memoryMiB, env: s.env };
+    return { id: s.id, image: s.image, cpu: s.cpu, memoryMiB: s.memoryMiB, env: s.env, egress: s.egress };
   }
 
   /** The only way handlers load a sandbox: another organisation's (or a key's unlisted) sandbox is simply not found. */
   async get(principal: Principal, id: string): Promise<Sandbox> {
     requireScope(principal, 'sandboxes:read');
     return this.load(principal, id);
+  }
+
+  /** Get by id, or else by name (Daytona's `GET /sandbox/{sandboxIdOrName}`). */
+  async getByIdOrName(principal: Principal, idOrName: string): Promise<Sandbox> {
+    requireScope(principal, 'sandboxes:read');
+    const byId = canSeeSandbox(principal, idOrName) ? await this.repo().findVisible(idOrName, principal.organizationId) : undefined;
+    if (byId) return byId;
+    const byName = await this.repo().findVisibleByName(idOrName, principal.organizationId);
+    if (!byName || !canSeeSandbox(principal, byName.id)) throw errors.notFound('sandbox', idOrName);
+    return byName;
   }
 
   private async load(principal: Principal, id: string): Promise<Sandbox> {
@@ -240,16 +342,26 @@ export class SandboxService {
     if (!Number.isInteger(limit) || limit < 1 || limit > this.limits.maxListLimit) {
       throw errors.validation('limit', `must be an integer from 1 to ${this.limits.maxListLimit}`);
     }
+    const sort = input.sort;
+    if (sort && (!SANDBOX_SORT_KEYS.includes(sort.key) || (sort.order !== 'asc' && sort.order !== 'desc'))) {
+      throw errors.validation('sort', `must be one of ${SANDBOX_SORT_KEYS.join(', ')}, ordered asc or desc`);
+    }
     const items = await this.repo().list({
       organizationId: principal.organizationId,
       labels: input.labels,
       states: input.states,
       ids: principal.sandboxIds ? [...principal.sandboxIds] : undefined,
       limit: limit + 1,
-      after: input.cursor ? decodeCursor(input.cursor) : undefined,
+      idPrefix: input.idPrefix,
+      namePrefix: input.namePrefix,
+      sort,
+      after: input.cursor && !sort ? decodeCursor(input.cursor) : undefined,
+      sortAfter: input.cursor && sort ? decodeSortCursor(input.cursor, sort) : undefined,
     });
     const page = items.slice(0, limit);
-    return { items: page, nextCursor: items.length > limit ? encodeCursor(page[page.length - 1]) : null };
+    const last = page[page.length - 1];
+    const nextCursor = items.length > limit ? (sort ? encodeSortCursor(last, sort) : encodeCursor(last)) : null;
+    return { items: page, nextCursor };
   }
 
   async update(principal: Principal, id: string, input: UpdateSandboxInput): Promise<Sandbox> {
@@ -261,6 +373,17 @@ export class SandboxService {
     if (input.idleTimeoutSeconds !== undefined) patch.idleTimeoutSeconds = input.idleTimeoutSeconds;
     if (input.idleAction !== undefined) patch.idleAction = input.idleAction;
     if (input.autoDeleteSeconds !== undefined) patch.autoDeleteSeconds = input.autoDeleteSeconds;
+    if (input.egress !== undefined) {
+      patch.egress = validateEgress(input.egress);
+      // In force before we answer: a sandbox that holds a slot gets the new rules now; a stopped
+      // one gets them with its next start (its spec carries them). While an operation runs, the
+      // spec it sent may be the old one, so the change waits for a settled state.
+      if (sandbox.state === 'running' || sandbox.state === 'paused') {
+        await (await this.hosts.clientFor(sandbox.hostId!)).setEgress(sandbox.id, patch.egress);
+      } else if (isTransitional(sandbox.state)) {
+        throw errors.invalidState('sandbox', sandbox.id, sandbox.state, ['running', 'paused', 'stopped', 'error'], 'change the egress policy of');
+      }
+    }
     if (input.timeoutSeconds !== undefined) {
       patch.timeoutSeconds = this.validateTimeout(input.timeoutSeconds);
       // A new timeout counts from now for a running sandbox: this is the keep-alive call.
@@ -384,6 +507,20 @@ export class SandboxService {
     return { sandbox, client: await this.hosts.clientFor(sandbox.hostId!) };
   }
 
+  /**
+   * A hosted-port request for sandbox `id` (already authorised by its port token, or public):
+   * a paused or idle-stopped sandbox is woken, one in the middle of an operation is waited for,
+   * and the traffic counts as activity. Undefined when there is no such sandbox; otherwise the
+   * sandbox as it is now, which the caller reports when it is not running.
+   */
+  async wakeForTraffic(id: string): Promise<Sandbox | undefined> {
+    let sandbox = await this.repo().findById(id);
+    if (!sandbox || sandbox.state === 'deleted') return undefined;
+    if (sandbox.state !== 'running' && (isWakeable(sandbox) || isTransitional(sandbox.state))) sandbox = await this.wake(sandbox);
+    if (sandbox.state === 'running') await this.noteActivity(id);
+    return sandbox;
+  }
+
   /** Counts toward the idle timeout (see README "Idle policy" for what is activity). */
   async noteActivity(id: string): Promise<void> {
     await this.repo().touchActivity(id, new Date(), ACTIVITY_GRANULARITY_MS);
@@ -479,6 +616,8 @@ export class SandboxService {
     const source = await this.load(principal, id);
     const count = input.count ?? 1;
     if (!Number.isInteger(count) || count < 1 || count > this.limits.maxForkCount) throw errors.validation('count', `must be an integer from 1 to ${this.limits.maxForkCount}`);
+    const name = validateName(input.name);
+    if (name !== undefined && count !== 1) throw errors.validation('name', 'can only be given when forking one sandbox');
     if (!['running', 'paused', 'stopped'].includes(source.state)) throw errors.invalidState('sandbox', id, source.state, ['running', 'paused', 'stopped'], 'fork');
     const timeoutSeconds = this.validateTimeout(input.timeoutSeconds ?? this.limits.defaultTimeoutSeconds);
     const operationId = newOperationId();
@@ -501,9 +640,14 @@ export class SandboxService {
           // The child's disk sits on the same snapshot layers as its source.
           sourceSnapshotId: source.sourceSnapshotId,
           forkedFrom: source.id,
+          // A fork is no way around its source's network policy.
+          egress: source.egress,
+          name,
           operation: 'fork',
           operationId,
           operationOwner: this.instanceId,
+        }).catch((err) => {
+          throw nameConflict(err, name);
         }),
       );
     }
@@ -530,6 +674,16 @@ export class SandboxService {
     }
     await this.noteActivity(source.id);
     return { sandboxes: running, memoryCopied: result.memoryCopied, diskCopy: result.diskCopy };
+  }
+
+  /**
+   * A principal that may act only on sandbox `id` with `scopes`, for a request that proved
+   * itself some other way than an API key (a signed file URL checked by the front door).
+   */
+  async sandboxPrincipal(id: string, scopes: readonly Scope[], keyId: string): Promise<Principal> {
+    const sandbox = await this.repo().findById(id);
+    if (!sandbox || sandbox.state === 'deleted') throw errors.notFound('sandbox', id);
+    return { organizationId: sandbox.organizationId, keyId, scopes: new Set(scopes), sandboxIds: new Set([id]) };
   }
 
   /** Several sandboxes by id, as the principal may see them (for idempotent replays). */

@@ -83,6 +83,32 @@ describe.each(backends)('store on %s', (_name, open) => {
     expect((await repo.list({ organizationId: 'orga', labels: { n: '3' }, limit: 10 })).map((s) => s.id)).toEqual(['p3']);
   });
 
+  it('keeps sandbox names unique per organisation among live sandboxes, finds by name, sorts and filters by prefix', async () => {
+    const repo = sandboxRepository(db);
+    const named = (id: string, name: string, org = 'orga', cpu = 1) =>
+      repo.insertCreating({ id, organizationId: org, hostId: 'h1', image: 'default', cpu, memoryMiB: 256, env: {}, labels: { batch: 'n' }, timeoutSeconds: 60, operationId: `op${id}`, operationOwner: 'cp1', name });
+    await named('n1', 'zeta', 'orga', 2);
+    await named('n2', 'alpha', 'orga', 1);
+    await expect(named('n3', 'zeta')).rejects.toThrow();
+    await named('n4', 'zeta', 'orgb');
+    expect((await repo.findVisibleByName('zeta', 'orga'))?.id).toBe('n1');
+    expect((await repo.findVisibleByName('zeta', 'orgb'))?.id).toBe('n4');
+    // A deleted sandbox frees its name.
+    await repo.update('n1', { state: 'deleted' });
+    expect(await repo.findVisibleByName('zeta', 'orga')).toBeUndefined();
+    await named('n5', 'zeta', 'orga', 3);
+    const byName = await repo.list({ organizationId: 'orga', labels: { batch: 'n' }, limit: 1, sort: { key: 'name', order: 'asc' } });
+    expect(byName.map((s) => s.name)).toEqual(['alpha']);
+    const next = await repo.list({ organizationId: 'orga', labels: { batch: 'n' }, limit: 5, sort: { key: 'name', order: 'asc' }, sortAfter: { value: 'alpha', id: 'n2' } });
+    expect(next.map((s) => s.id)).toEqual(['n5']);
+    const byCpu = await repo.list({ organizationId: 'orga', labels: { batch: 'n' }, limit: 5, sort: { key: 'cpu', order: 'desc' } });
+    expect(byCpu.map((s) => s.id)).toEqual(['n5', 'n2']);
+    expect((await repo.list({ organizationId: 'orga', labels: { batch: 'n' }, limit: 5, namePrefix: 'al' })).map((s) => s.id)).toEqual(['n2']);
+    expect((await repo.list({ organizationId: 'orga', labels: { batch: 'n' }, limit: 5, idPrefix: 'n5' })).map((s) => s.id)).toEqual(['n5']);
+    // LIKE wildcards in a prefix are literal.
+    expect(await repo.list({ organizationId: 'orga', labels: { batch: 'n' }, limit: 5, namePrefix: '%' })).toEqual([]);
+  });
+
   it('claims expired sandboxes once, even with concurrent sweepers', async () => {
     const repo = sandboxRepository(db);
     await make('e1');

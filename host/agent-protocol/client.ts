@@ -80,10 +80,18 @@ function isSuccess(response: IncomingMessage): boolean {
 export class AgentClient {
   private readonly agent: Agent;
 
-  constructor(readonly socketPath: string) {
+  /**
+   * `socketPath` is the agent's Unix socket, or, with `transport.agent` (e.g. a hybrid-vsock
+   * http.Agent of the Cloud Hypervisor driver), just a label for messages: that agent makes
+   * the connections.
+   */
+  constructor(
+    readonly socketPath: string,
+    transport: { agent?: Agent } = {},
+  ) {
     // Idle sockets are dropped after 60 s, before the guest agent's 120 s keep-alive timeout,
     // so a request is never sent on a socket the agent is just closing.
-    this.agent = new Agent({ keepAlive: true, timeout: 60_000 });
+    this.agent = transport.agent ?? new Agent({ keepAlive: true, timeout: 60_000 });
   }
 
   /** Closes pooled connections; the client is unusable afterwards. */

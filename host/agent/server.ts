@@ -9,8 +9,9 @@ import type { ZodType } from 'zod';
 import type { Driver, SandboxSpec } from '../drivers/types.js';
 import { driverErrorStatus } from '../drivers/errors.js';
 import { AgentClient, AgentRequestError } from '../agent-protocol/client.js';
-import { HostForkRequest, HostSandboxSpec, HostSnapshotRequest, SandboxIdParam, SnapshotIdParam } from '../protocol/schemas.js';
+import { EgressPolicy, HostForkRequest, HostSandboxSpec, HostSnapshotRequest, PORT_PROXY_AUTH_HEADER, PORT_PROXY_ERROR_HEADER, SandboxIdParam, SnapshotIdParam } from '../protocol/schemas.js';
 import { acceptAndRelay, connectUpstream, refuseUpgrade } from '../protocol/ws-relay.js';
+import { forwardableHeaders, proxyHttp, proxyUpgrade, writeRawResponse, type ProxyTarget } from '../protocol/http-proxy.js';
 
 export interface HostAgentServerOptions {
   hostId: string;
@@ -30,6 +31,25 @@ class HttpError extends Error {
 }
 
 const MAX_JSON_BODY = 1024 * 1024;
+/** `/v1/sandboxes/{id}/ports/{port}` followed by the path inside the sandbox's server. */
+const PORT_ROUTE = /^\/v1\/sandboxes\/([a-z0-9]{1,32})\/ports\/(\d{1,5})(?=$|[/?])/;
+/** A sandbox server that does not even accept the connection this fast is treated as not listening. */
+const PORT_CONNECT_TIMEOUT_MS = 10_000;
+
+/** What a hosted-port request could not reach, told apart from the sandbox server's own answers. */
+class PortProxyError extends Error {
+  constructor(
+    readonly status: number,
+    readonly kind: 'not_found' | 'not_running' | 'not_listening' | 'validation_failed',
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+function portErrorBody(error: PortProxyError): string {
+  return JSON.stringify({ error: { code: error.kind, message: error.message } });
+}
 /** While a file-view request streams, tell the driver the view is in use this often. */
 const FILE_VIEW_TOUCH_MS = 15_000;
 
@@ -83,6 +103,8 @@ export class HostAgentServer {
   private readonly agents = new Map<string, AgentClient>();
   /** One client per live file view (a new view process means a new client, even on the same path). */
   private readonly viewAgents = new Map<string, { viewId: string; client: AgentClient }>();
+  /** Keep-alive connections to each sandbox's servers, dropped when its address changes or it stops. */
+  private readonly portAgents = new Map<string, { address: string; agent: http.Agent }>();
 
   constructor(private readonly opts: HostAgentServerOptions) {
     this.server = http.createServer((req, res) => {
@@ -92,7 +114,10 @@ export class HostAgentServer {
   }
 
   private authorized(req: http.IncomingMessage): boolean {
-    const header = req.headers.authorization ?? '';
+    // Hosted-port requests keep the user's Authorization header for the sandbox's server.
+    const portRoute = PORT_ROUTE.test(req.url ?? '');
+    const raw = portRoute ? req.headers[PORT_PROXY_AUTH_HEADER] : req.headers.authorization;
+    const header = typeof raw === 'string' ? raw : '';
     const given = Buffer.from(header.startsWith('Bearer ') ? header.slice(7) : '');
     const expected = Buffer.from(this.opts.secret);
     return given.length === expected.length && timingSafeEqual(given, expected);
@@ -110,6 +135,7 @@ export class HostAgentServer {
 
   private async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
     if (!this.authorized(req)) throw new HttpError(401, 'unauthorized', 'missing or invalid host secret');
+    if (PORT_ROUTE.test(req.url ?? '')) return this.proxyToPort(req, res);
     const url = new URL(req.url ?? '/', 'http://host-agent');
     const parts = url.pathname.split('/').filter(Boolean);
     if (parts[0] !== 'v1') throw new HttpError(404, 'not_found', `no route ${url.pathname}`);
@@ -136,6 +162,15 @@ export class HostAgentServer {
     if (!id.success) throw new HttpError(400, 'validation_failed', `sandbox id: ${id.error.issues[0].message}`);
     const sandboxId = id.data;
 
+    if (parts.length === 4 && parts[3] === 'egress') {
+      if (req.method !== 'POST') throw new HttpError(405, 'method_not_allowed', `${req.method} not allowed on ${url.pathname}`);
+      const egress = await readJson(req, EgressPolicy);
+      if (!driver.setEgress) throw new HttpError(501, 'not_supported', `the ${driver.name} driver has no egress control`);
+      if (!(await driver.get(sandboxId))) throw new HttpError(404, 'not_found', `sandbox ${sandboxId} not found on host ${this.opts.hostId}`);
+      const result = await this.withLock(sandboxId, () => driver.setEgress!(sandboxId, egress));
+      return sendJson(res, 200, result);
+    }
+
     if (parts.length === 3) {
       if (req.method === 'GET') {
         const runtime = await driver.get(sandboxId);
@@ -145,6 +180,7 @@ export class HostAgentServer {
       if (req.method === 'DELETE') {
         this.dropAgent(sandboxId);
         this.dropViewAgent(sandboxId);
+        this.dropPortAgent(sandboxId);
         await this.withLock(sandboxId, () => driver.destroy(sandboxId));
         res.writeHead(204).end();
         return;
@@ -158,6 +194,7 @@ export class HostAgentServer {
     }
     if (parts.length === 4 && action === 'stop' && req.method === 'POST') {
       this.dropAgent(sandboxId);
+      this.dropPortAgent(sandboxId);
       const result = await this.withLock(sandboxId, () => driver.stop(sandboxId));
       return sendJson(res, 200, result);
     }
@@ -194,6 +231,84 @@ export class HostAgentServer {
       return this.proxyToFileView(sandboxId, agentPath, req, res);
     }
     throw new HttpError(404, 'not_found', `no route ${url.pathname}`);
+  }
+
+  // ---- hosted ports ------------------------------------------------------------------------------
+
+  /** Where a hosted-port request goes: the running sandbox's slot address and the path inside. */
+  private async portTarget(req: http.IncomingMessage, keepAlive: boolean): Promise<ProxyTarget> {
+    const rawUrl = req.url ?? '/';
+    const match = PORT_ROUTE.exec(rawUrl);
+    if (!match) throw new PortProxyError(404, 'not_found', 'no such port route');
+    const [prefix, sandboxId, portText] = match;
+    const port = Number(portText);
+    if (port < 1 || port > 65535) throw new PortProxyError(400, 'validation_failed', `port ${portText} is outside 1-65535`);
+    const runtime = await this.opts.driver.get(sandboxId);
+    if (!runtime) throw new PortProxyError(404, 'not_found', `sandbox ${sandboxId} not found on host ${this.opts.hostId}`);
+    const address = runtime.network?.sandboxAddress;
+    // A frozen sandbox would accept nothing and hang the client: say so instead.
+    if (runtime.status !== 'running' || !address) throw new PortProxyError(409, 'not_running', `sandbox ${sandboxId} is ${runtime.status}`);
+    // The rest of the raw URL, untouched (no decoding, trailing slash and query kept).
+    const rest = rawUrl.slice(prefix.length);
+    const path = rest.startsWith('/') ? rest : `/${rest}`;
+    return {
+      host: address,
+      port,
+      path,
+      headers: forwardableHeaders(req, [PORT_PROXY_AUTH_HEADER]),
+      agent: keepAlive ? this.portAgentFor(sandboxId, address) : false,
+      connectTimeoutMs: PORT_CONNECT_TIMEOUT_MS,
+    };
+  }
+
+  /** HTTP to a server inside the sandbox, streamed both ways (the host → sandbox direction is open in nft). */
+  private async proxyToPort(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    let target: ProxyTarget;
+    try {
+      target = await this.portTarget(req, true);
+    } catch (error) {
+      if (!(error instanceof PortProxyError)) throw error;
+      req.resume();
+      res.writeHead(error.status, { 'content-type': 'application/json', [PORT_PROXY_ERROR_HEADER]: error.kind });
+      res.end(portErrorBody(error));
+      return;
+    }
+    proxyHttp(req, res, target, {
+      onUpstreamError: (error) => {
+        const failure = new PortProxyError(502, 'not_listening', `nothing answers on port ${target.port} in the sandbox (${error.code ?? error.message})`);
+        res.writeHead(502, { 'content-type': 'application/json', [PORT_PROXY_ERROR_HEADER]: failure.kind });
+        res.end(portErrorBody(failure));
+      },
+    });
+  }
+
+  private handlePortUpgrade(req: http.IncomingMessage, socket: Socket, head: Buffer): void {
+    const refuse = (error: PortProxyError) =>
+      writeRawResponse(socket, error.status, { 'content-type': 'application/json', [PORT_PROXY_ERROR_HEADER]: error.kind }, portErrorBody(error));
+    this.portTarget(req, false)
+      .then((target) =>
+        proxyUpgrade(req, socket, head, target, {
+          onUpstreamError: (error) => refuse(new PortProxyError(502, 'not_listening', `nothing answers on port ${target.port} in the sandbox (${error.code ?? error.message})`)),
+        }),
+      )
+      .catch((error: unknown) => {
+        if (error instanceof PortProxyError) return refuse(error);
+        refuseUpgrade(socket, 500, { error: { code: 'internal', message: error instanceof Error ? error.message : String(error) } });
+      });
+  }
+
+  private portAgentFor(sandboxId: string, address: string): http.Agent {
+    const cached = this.portAgents.get(sandboxId);
+    if (cached?.address === address) return cached.agent;
+    cached?.agent.destroy();
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 256, keepAliveMsecs: 1_000 });
+    this.portAgents.set(sandboxId, { address, agent });
+    return agent;
+  }
+
+  private dropPortAgent(sandboxId: string): void {
+    this.portAgents.get(sandboxId)?.agent.destroy();
+    this.portAgents.delete(sandboxId);
   }
 
   /** `GET /v1/snapshots` and `DELETE /v1/snapshots/{snapshotId}`. */
@@ -294,6 +409,7 @@ export class HostAgentServer {
   /** WebSocket pass-through to the guest agent (used by streaming features: process streams, PTY). */
   private handleUpgrade(req: http.IncomingMessage, socket: Socket, head: Buffer): void {
     if (!this.authorized(req)) return refuseUpgrade(socket, 401, { error: { code: 'unauthorized', message: 'missing or invalid host secret' } });
+    if (PORT_ROUTE.test(req.url ?? '')) return this.handlePortUpgrade(req, socket, head);
     const url = new URL(req.url ?? '/', 'http://host-agent');
     const parts = url.pathname.split('/').filter(Boolean);
     const id = SandboxIdParam.safeParse(parts[2]);
@@ -326,6 +442,7 @@ export class HostAgentServer {
   async close(): Promise<void> {
     for (const id of [...this.agents.keys()]) this.dropAgent(id);
     for (const id of [...this.viewAgents.keys()]) this.dropViewAgent(id);
+    for (const id of [...this.portAgents.keys()]) this.dropPortAgent(id);
     this.server.closeAllConnections();
     await new Promise<void>((resolve) => this.server.close(() => resolve()));
   }

@@ -31,6 +31,25 @@ export interface SandboxSpec {
   env: Record<string, string>;
   /** Create from this named snapshot (template) on this host instead of the bare image. */
   snapshot?: string;
+  /** Outbound network policy (default allow all); drivers without egress control refuse others. */
+  egress?: EgressPolicySpec;
+}
+
+/** Outbound network policy of a sandbox (isolation rules apply whatever it says). */
+export interface EgressPolicySpec {
+  mode: 'allow-all' | 'deny-all' | 'allow-list';
+  /** allow-list: IPv4 addresses, IPv4 CIDRs and domain names (resolved by the host agent). */
+  allow?: string[];
+}
+
+export interface EgressResult {
+  egress: EgressPolicySpec;
+  /** Addresses in force now (allow-list), domains resolved. */
+  addresses: string[];
+  /** Domains that resolved to nothing; retried at every refresh. */
+  unresolved: string[];
+  /** false when the sandbox is not running: the policy is kept and applied at its next start. */
+  applied: boolean;
 }
 
 /** `paused`: processes and memory kept, no CPU (freezer); the guest agent cannot answer. */
@@ -127,4 +146,6 @@ export interface Driver {
   list(): Promise<SandboxRuntime[]>;
   /** Release in-memory resources (timers); sandboxes keep running. */
   close(): Promise<void>;
+  /** Change the egress policy of a sandbox, live if it runs (optional: drivers without it answer 501). */
+  setEgress?(id: string, egress: EgressPolicySpec): Promise<EgressResult>;
 }

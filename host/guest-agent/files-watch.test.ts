@@ -231,6 +231,23 @@ describe('watching files', () => {
     }
   });
 
+  it('reports an uploaded file as itself, never its temp file', async () => {
+    const dir = join(agent.home, 'uploads');
+    await mkdir(dir, { recursive: true });
+    const { log, close } = await subscribeSse(agent.socketPath, dir, false);
+    try {
+      await log.waitFor('ready', (events) => events.length > 0);
+      const target = join(dir, 'landed.txt');
+      const put = await call(client, 'PUT', `/files/content?${q({ path: target })}`, Buffer.from('uploaded'));
+      expect(put.status).toBe(200);
+      await log.waitForChange('create', target);
+      await sleep(200);
+      expect(log.changes().filter((event) => event.path !== target)).toEqual([]);
+    } finally {
+      close();
+    }
+  });
+
   it('sends keepalives while nothing happens', async () => {
     // The real interval is 15 s; the stream function takes a shorter one for this test.
     const dir = join(agent.home, 'quiet');

@@ -17,6 +17,7 @@ import { lstat, readdir, stat } from 'node:fs/promises';
 import { posix } from 'node:path';
 import type { WatchChangeEvent, WatchChangeType } from '../agent-protocol/files.js';
 import { AgentHttpError, rethrowFsError, validationFailed } from './errors.js';
+import { isUploadTempPath } from './files.js';
 
 /** Quiet time after the last raw event before a batch is classified. */
 const COALESCE_QUIET_MS = 50;
@@ -117,7 +118,8 @@ export class TreeWatcher {
   }
 
   private emit(type: WatchChangeType, path: string, isDir: boolean): void {
-    if (this.closed) return;
+    // An upload lands through a temp file renamed into place: watchers see only the result.
+    if (this.closed || isUploadTempPath(path)) return;
     this.options.onEvent({ type, path, isDir, at: new Date().toISOString() });
   }
 

@@ -188,6 +188,13 @@ export function tempPathBeside(target: string): string {
   return posix.join(posix.dirname(target), `.${posix.basename(target)}.nestbox-upload-${suffix}.tmp`);
 }
 
+const UPLOAD_TEMP_NAME = /^\..+\.nestbox-upload-[0-9a-f]{12}\.tmp$/;
+
+/** The agent's own in-flight upload files (tempPathBeside): an implementation detail watchers must not report. */
+export function isUploadTempPath(path: string): boolean {
+  return UPLOAD_TEMP_NAME.test(posix.basename(path));
+}
+
 /**
  * A Writable straight onto a FileHandle that leaves the handle open, so it can still be fsynced
  * and chmodded afterwards. (FileHandle.createWriteStream with autoClose:false keeps a reference

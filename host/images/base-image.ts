@@ -137,7 +137,7 @@ async function prepareTreeForSandboxes(rootfs: string): Promise<void> {
   await writeFile(join(rootfs, 'etc', 'resolv.conf'), '');
 }
 
-function runDebootstrap(program: string, args: string[], progress: (line: string) => void): Promise<void> {
+export function runDebootstrap(program: string, args: string[], progress: (line: string) => void): Promise<void> {
   return new Promise((resolve, reject) => {
     const child = spawn(program, args, { stdio: ['ignore', 'pipe', 'pipe'] });
     const tail: string[] = [];
@@ -164,7 +164,7 @@ interface LockOwner {
 }
 
 /** Takes the O_EXCL lock file, waiting (bounded) while a live process holds it. */
-async function acquireBuildLock(lockPath: string, waitMs: number): Promise<() => Promise<void>> {
+export async function acquireBuildLock(lockPath: string, waitMs: number): Promise<() => Promise<void>> {
   const deadline = Date.now() + waitMs;
   const me: LockOwner = { pid: process.pid, startTime: processStartTime(process.pid) ?? '' };
   for (;;) {

@@ -7,18 +7,22 @@ import { NestboxError, isErrorCode } from '../../core/errors.js';
 import type {
   AgentRequest,
   AgentWebSocketTarget,
+  EgressPolicy,
   ExecInput,
   ExecResult,
   FileDownload,
   FileEntry,
   HostClient,
+  HostEgressResult,
   HostForkResult,
   HostSandboxRuntime,
   HostSandboxSpec,
   HostSnapshotInfo,
   HostSnapshotResult,
   HostStartResult,
+  PortProxyTarget,
 } from '../../core/host-client.js';
+import { PORT_PROXY_AUTH_HEADER } from './schemas.js';
 
 export interface HttpHostClientOptions {
   hostId: string;
@@ -99,6 +103,15 @@ export class HttpHostClient implements HostClient {
     const url = new URL(this.sandboxPath(id, `/agent${path}`), this.base);
     url.protocol = this.base.protocol === 'https:' ? 'wss:' : 'ws:';
     return { url: url.toString(), headers: { authorization: `Bearer ${this.opts.secret}` } };
+  }
+
+  setEgress(id: string, egress: EgressPolicy): Promise<HostEgressResult> {
+    return this.json({ method: 'POST', path: this.sandboxPath(id, '/egress'), json: egress, timeoutMs: 60_000 });
+  }
+
+  portProxyTarget(id: string, port: number): PortProxyTarget {
+    const url = new URL(this.sandboxPath(id, `/ports/${port}`), this.base);
+    return { baseUrl: url.toString(), headers: { [PORT_PROXY_AUTH_HEADER]: `Bearer ${this.opts.secret}` } };
   }
 
   private request(o: RequestOptions): Promise<http.IncomingMessage> {

@@ -9,6 +9,27 @@ export const SnapshotIdParam = z
   .string()
   .regex(/^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/, "must be 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit");
 
+/** An IPv4 address or CIDR, or a DNS name (resolved to IPv4 addresses by the host agent). */
+export const EGRESS_ENTRY = /^(?:\d{1,3}(?:\.\d{1,3}){3}(?:\/\d{1,2})?|(?=.{1,253}$)(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*[A-Za-z](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)$/;
+export const MAX_EGRESS_ENTRIES = 256;
+
+export const EgressPolicy = z
+  .object({
+    mode: z.enum(['allow-all', 'deny-all', 'allow-list']),
+    allow: z.array(z.string().regex(EGRESS_ENTRY, 'must be an IPv4 address, an IPv4 CIDR or a domain name')).max(MAX_EGRESS_ENTRIES).optional(),
+  })
+  .strict();
+export type EgressPolicy = z.infer<typeof EgressPolicy>;
+
+export const HostEgressResult = z.object({
+  egress: EgressPolicy,
+  /** Addresses the allow list resolved to and that are in force now. */
+  addresses: z.array(z.string()),
+  /** Domains that resolved to nothing (retried at every refresh). */
+  unresolved: z.array(z.string()),
+  applied: z.boolean(),
+});
+
 export const HostSandboxSpec = z
   .object({
     id: SandboxIdParam,
@@ -17,6 +38,7 @@ export const HostSandboxSpec = z
     memoryMiB: z.number().int().min(64),
     env: z.record(z.string(), z.string()),
     snapshot: SnapshotIdParam.optional(),
+    egress: EgressPolicy.optional(),
   })
   .strict();
 export type HostSandboxSpec = z.infer<typeof HostSandboxSpec>;
@@ -70,5 +92,12 @@ export const Heartbeat = z
 export type Heartbeat = z.infer<typeof Heartbeat>;
 
 export const HOST_AGENT_API_PREFIX = '/v1';
+/**
+ * Hosted-port traffic carries the user's own Authorization header to the sandbox, so the host
+ * secret travels in this header on `/v1/sandboxes/{id}/ports/{port}/…` instead.
+ */
+export const PORT_PROXY_AUTH_HEADER = 'x-nestbox-host-authorization';
+/** Set by the host agent on answers it made itself (not the sandbox's server): `not_listening`, `not_running`, `not_found`. */
+export const PORT_PROXY_ERROR_HEADER = 'x-nestbox-port-error';
 /** Control-plane route a host agent heartbeats to (authenticated with its derived secret). */
 export const HEARTBEAT_PATH = '/internal/v1/hosts/heartbeat';

@@ -4,11 +4,20 @@ import { hostSecretMatches } from '../../core/services/hosts.js';
 import { Heartbeat, HEARTBEAT_PATH } from '../../host/protocol/schemas.js';
 import type { Services } from '../services.js';
 import { createNativeRouter, renderNativeError } from './native/router.js';
+import { PortProxy } from './port-proxy.js';
+import { createDaytonaRouter } from '../../compat/daytona/router.js';
+import { createE2bControlPlaneRouter, createE2bSandboxTrafficHandler } from '../../compat/e2b/index.js';
 
 /** One HTTP app on one port: the native API, the internal host-agent routes, later the compat layers. */
 export function createApp(services: Services): Express {
   const app = express();
   app.disable('x-powered-by');
+  // Hosted ports first: a host-form request (`<port>-<id>.<domain>`) belongs to the sandbox
+  // whatever its path, and path-form URLs must reach the sandbox exactly as sent.
+  // E2B in-sandbox traffic (envd, code interpreter) is recognised by its routing headers or by
+  // `49983-`/`49999-<id>.<domain>` hosts, so it goes first; other ports fall through.
+  app.use(createE2bSandboxTrafficHandler(services, { publicDomain: services.config.ports.publicDomain }));
+  app.use(new PortProxy(services).middleware);
   // Collapse duplicate slashes so `//api/v1/...` from sloppy URL joining still routes.
   app.use((req, _res, next) => {
     if (req.url.includes('//')) req.url = req.url.replace(/\/{2,}/g, '/');
@@ -16,6 +25,10 @@ export function createApp(services: Services): Express {
   });
 
   app.use('/api/v1', createNativeRouter(services));
+  // Daytona: control plane at /daytona/api, toolbox at /daytona/toolbox (compat/daytona/router.ts).
+  app.use('/daytona', createDaytonaRouter(services));
+  // E2B: control plane under /e2b (its in-sandbox traffic is routed above, before hosted ports).
+  app.use('/e2b', createE2bControlPlaneRouter(services, { publicDomain: services.config.ports.publicDomain }));
 
   app.post(HEARTBEAT_PATH, express.json({ limit: '4mb' }), async (req: Request, res: Response) => {
     try {

@@ -1,12 +1,18 @@
 import type { Knex } from 'knex';
 import * as initial from './20261129120000_initial.js';
 import * as lifecycle from './20261129130000_lifecycle.js';
+import * as networking from './20261129140000_networking.js';
+import * as e2b from './20261129150000_e2b.js';
+import * as daytona from './20261129160000_daytona.js';
 
 // Migrations are imported modules rather than files knex discovers at run time, so the same
 // list works from TypeScript sources (tests) and compiled JavaScript (the server).
 const MIGRATIONS: Record<string, Knex.Migration> = {
   '20261129120000_initial': initial,
   '20261129130000_lifecycle': lifecycle,
+  '20261129140000_networking': networking,
+  '20261129150000_e2b': e2b,
+  '20261129160000_daytona': daytona,
 };
 
 export const migrationSource: Knex.MigrationSource<string> = {

@@ -35,6 +35,8 @@ interface SandboxRow {
   auto_delete_seconds: number | null;
   source_snapshot_id: string | null;
   forked_from: string | null;
+  egress: unknown;
+  name: string | null;
 }
 
 const date = (v: Date | string | null): Date | null => (v === null ? null : v instanceof Date ? v : new Date(v));
@@ -75,6 +77,8 @@ function fromRow(r: SandboxRow): Sandbox {
     autoDeleteSeconds: r.auto_delete_seconds,
     sourceSnapshotId: r.source_snapshot_id,
     forkedFrom: r.forked_from,
+    egress: r.egress ? json<Sandbox['egress']>(r.egress) : { mode: 'allow-all' },
+    name: r.name ?? null,
   };
 }
 
@@ -101,6 +105,7 @@ export type SandboxPatch = Partial<{
   idleTimeoutSeconds: number;
   idleAction: 'pause' | 'stop';
   autoDeleteSeconds: number | null;
+  egress: Sandbox['egress'];
 }>;
 
 const COLUMN: Record<keyof SandboxPatch, string> = {
@@ -126,13 +131,14 @@ const COLUMN: Record<keyof SandboxPatch, string> = {
   idleTimeoutSeconds: 'idle_timeout_seconds',
   idleAction: 'idle_action',
   autoDeleteSeconds: 'auto_delete_seconds',
+  egress: 'egress',
 };
 
 function toColumns(patch: SandboxPatch): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   for (const [key, value] of Object.entries(patch)) {
     const column = COLUMN[key as keyof SandboxPatch];
-    out[column] = key === 'labels' ? JSON.stringify(value) : value;
+    out[column] = key === 'labels' || key === 'egress' ? JSON.stringify(value) : value;
   }
   return out;
 }
@@ -156,6 +162,9 @@ export interface NewSandbox {
   autoDeleteSeconds?: number | null;
   sourceSnapshotId?: string | null;
   forkedFrom?: string | null;
+  egress?: Sandbox['egress'];
+  /** Unique per organisation among sandboxes that are not deleted (Daytona addresses sandboxes by name). */
+  name?: string | null;
 }
 
 export interface ListFilter {
@@ -166,6 +175,35 @@ export interface ListFilter {
   limit: number;
   /** Exclusive position from the previous page: items older than this (created_at desc, id desc). */
   after?: { createdAt: Date; id: string };
+  /** Prefix filters (Daytona's list `id`/`name`). */
+  idPrefix?: string;
+  namePrefix?: string;
+  /** Another order than created_at desc; paging then uses `sortAfter` (value of the sort key, id). */
+  sort?: { key: SandboxSortKey; order: 'asc' | 'desc' };
+  sortAfter?: { value: string | number; id: string };
+}
+
+export const SANDBOX_SORT_KEYS = ['createdAt', 'name', 'cpu', 'memoryMiB', 'lastActivityAt'] as const;
+export type SandboxSortKey = (typeof SANDBOX_SORT_KEYS)[number];
+
+/** Sort expressions never yield NULL, so keyset paging over (expression, id) is total. */
+const SORT_EXPRESSION: Record<SandboxSortKey, string> = {
+  createdAt: 'created_at',
+  name: 'coalesce(name, id)',
+  cpu: 'cpu',
+  memoryMiB: 'memory_mib',
+  lastActivityAt: 'coalesce(last_activity_at, created_at)',
+};
+
+/** The value of a sort key for `s`, as it is stored in a cursor. */
+export function sortValueOf(s: Sandbox, key: SandboxSortKey): string | number {
+  switch (key) {
+    case 'createdAt': return s.createdAt.toISOString();
+    case 'name': return s.name ?? s.id;
+    case 'cpu': return s.cpu;
+    case 'memoryMiB': return s.memoryMiB;
+    case 'lastActivityAt': return (s.lastActivityAt ?? s.createdAt).toISOString();
+  }
 }
 
 export interface ClaimQuery {
@@ -197,6 +235,8 @@ export function sandboxRepository(db: DbOrTx) {
           auto_delete_seconds: s.autoDeleteSeconds ?? null,
           source_snapshot_id: s.sourceSnapshotId ?? null,
           forked_from: s.forkedFrom ?? null,
+          egress: s.egress ? JSON.stringify(s.egress) : null,
+          name: s.name ?? null,
           last_activity_at: new Date(),
         })
         .returning('*');
@@ -212,6 +252,14 @@ export function sandboxRepository(db: DbOrTx) {
       return row ? fromRow(row as SandboxRow) : undefined;
     },
 
+    async findVisibleByName(name: string, organizationId: string): Promise<Sandbox | undefined> {
+      const row = await db<SandboxRow>('sandboxes')
+        .where({ name, organization_id: organizationId })
+        .whereNot({ state: 'deleted' })
+        .first();
+      return row ? fromRow(row as SandboxRow) : undefined;
+    },
+
     async findById(id: string): Promise<Sandbox | undefined> {
       const row = await db<SandboxRow>('sandboxes').where({ id }).first();
       return row ? fromRow(row as SandboxRow) : undefined;
@@ -221,11 +269,26 @@ export function sandboxRepository(db: DbOrTx) {
       const q = db<SandboxRow>('sandboxes')
         .where({ organization_id: filter.organizationId })
         .whereNot({ state: 'deleted' })
-        .orderBy([
+        .limit(filter.limit);
+      if (filter.sort) {
+        const expr = SORT_EXPRESSION[filter.sort.key];
+        const dir = filter.sort.order === 'asc' ? 'asc' : 'desc';
+        q.orderByRaw(`${expr} ${dir}, id ${dir}`);
+        if (filter.sortAfter) {
+          const op = dir === 'asc' ? '>' : '<';
+          const cast = filter.sort.key === 'createdAt' || filter.sort.key === 'lastActivityAt' ? '::timestamptz' : '';
+          q.whereRaw(`(${expr}, id) ${op} (?${cast}, ?)`, [filter.sortAfter.value, filter.sortAfter.id]);
+        }
+      } else {
+        q.orderBy([
           { column: 'created_at', order: 'desc' },
           { column: 'id', order: 'desc' },
-        ])
-        .limit(filter.limit);
+        ]);
+      }
+      // LIKE wildcards in a prefix are matched literally.
+      const likePrefix = (p: string) => `${p.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
+      if (filter.idPrefix) q.whereRaw(`id LIKE ?`, [likePrefix(filter.idPrefix)]);
+      if (filter.namePrefix) q.whereRaw(`coalesce(name, id) LIKE ?`, [likePrefix(filter.namePrefix)]);
       if (filter.labels && Object.keys(filter.labels).length > 0) {
         q.whereRaw('labels @> ?::jsonb', [JSON.stringify(filter.labels)]);
       }

@@ -88,8 +88,10 @@ describe.skipIf(!isRoot)('LocalDriver (real kernel)', () => {
   const created = new Set<string>();
   let cgroups: Cgroups;
 
+  // No slot pool here: these tests check that a slot is taken apart with its sandbox (the pool
+  // is covered by slot-pool.test.ts).
   function newDriver(extra: Partial<LocalDriverOptions> = {}): LocalDriver {
-    const driver = new LocalDriver({ dataDir, imagesDir: IMAGES_DIR, guestAgentBundle: AGENT_BUNDLE, ownerId, watchIntervalMs: 500, ...extra });
+    const driver = new LocalDriver({ dataDir, imagesDir: IMAGES_DIR, guestAgentBundle: AGENT_BUNDLE, ownerId, watchIntervalMs: 500, slotPoolSize: 0, ...extra });
     drivers.push(driver);
     return driver;
   }

@@ -12,13 +12,15 @@ import { dirname, join, resolve } from 'node:path';
 import { AgentClient } from '../../agent-protocol/client.js';
 import { ensureBaseImage, mountPointsUnder, processStartTime, removeTree } from '../../images/base-image.js';
 import { DriverError } from '../errors.js';
-import type { Driver, DriverCapabilities, FileView, ForkResult, SandboxRuntime, SandboxSpec, SnapshotInfo, SnapshotResult, StartResult } from '../types.js';
+import type { Driver, DriverCapabilities, EgressPolicySpec, EgressResult, FileView, ForkResult, SandboxRuntime, SandboxSpec, SnapshotInfo, SnapshotResult, StartResult } from '../types.js';
 import { Cgroups, type CgroupGroup } from './cgroups.js';
 import { DiskStore, type ReflinkStoreOptions } from './disk-store.js';
 import { FileViews, readTail } from './file-view.js';
 import { assertSnapshotId, SnapshotStore, type SnapshotMeta } from './snapshots.js';
-import { SlotAllocator, buildSlot, enableIpForwarding, hostDnsServers, slotFor, teardownSlot, VETH_PREFIX, type Slot } from './network.js';
-import { applyNftRuleset, nftAvailable, renderNftRuleset } from './nft.js';
+import { SlotAllocator, enableIpForwarding, hostDnsServers, slotFor, teardownSlot, VETH_PREFIX, type Slot } from './network.js';
+import { applyNftRuleset, nftAvailable, renderNftRuleset, renderSlotEgress } from './nft.js';
+import { SlotPool, type SlotPoolStats } from './slot-pool.js';
+import { resolveEgress, systemResolver, type EgressResolver } from './egress.js';
 import { newRecord, readRecord, removeRecordTempFiles, writeRecord, type SandboxRecord } from './records.js';
 import { lastCapability, launchSandbox, assertSafeHostPath, assertValidEnv, overlayLowerOption, SANDBOX_PATH, syscallNumbers } from './spawn.js';
 
@@ -53,16 +55,29 @@ export interface LocalDriverOptions {
   reflinkStore?: ReflinkStoreOptions | 'off';
   /** A file view of a stopped sandbox stops after this long without use (default 60 s). */
   fileViewIdleMs?: number;
+  /** Network slots kept built and ready for the next create (default 8; 0 = build on demand). */
+  slotPoolSize?: number;
+  /** How domains of allow-list egress policies are resolved (default: getaddrinfo on the host). */
+  egressResolver?: EgressResolver;
+  /** How often domains in egress allow lists are resolved again (default 5 min). */
+  egressRefreshMs?: number;
   log?: (message: string) => void;
 }
 
 const SANDBOX_ID = /^[a-z0-9]{1,32}$/;
+/**
+ * Tasks per sandbox. Generous for real work, and small enough that a fork bomb's tasks, all
+ * runnable under the sandbox's CPU quota, die within seconds when they are killed.
+ */
+const DEFAULT_PIDS_MAX = 1024;
 const SUN_PATH_MAX = 107; // 108 bytes including the terminating NUL
 const FALLBACK_DNS = ['1.1.1.1', '8.8.8.8'];
 const HEALTH_TIMEOUT_MS = 2_000;
 /** Mount options are passed in one page; the overlay's must fit. */
 const MOUNT_OPTIONS_MAX = 4_000;
 const MAX_FORK_CHILDREN = 64;
+const DEFAULT_SLOT_POOL_SIZE = 8;
+const DEFAULT_EGRESS_REFRESH_MS = 300_000;
 
 export class LocalDriver implements Driver {
   readonly name = 'local' as const;
@@ -75,6 +90,10 @@ export class LocalDriver implements Driver {
   private readonly subnet: string;
   private readonly ownerKey: string;
   private readonly slots: SlotAllocator;
+  private readonly pool: SlotPool;
+  /** What each live sandbox's allow list resolved to, to notice when a refresh changes it. */
+  private readonly egressApplied = new Map<string, { addresses: string[]; unresolved: string[]; hasDomains: boolean }>();
+  private egressTimer?: NodeJS.Timeout;
   private readonly log: (message: string) => void;
   private cgroups?: Cgroups;
   private capabilityProbes: Record<string, string | number | boolean> = {};
@@ -101,6 +120,7 @@ export class LocalDriver implements Driver {
     this.ownerKey = ownerKeyFor(options.ownerId);
     this.slots = new SlotAllocator(this.subnet, options.slotsDir);
     this.log = options.log ?? (() => {});
+    this.pool = new SlotPool({ allocator: this.slots, owner: options.ownerId, size: options.slotPoolSize ?? DEFAULT_SLOT_POOL_SIZE, vethPrefix: VETH_PREFIX, log: this.log });
   }
 
   // ---- Driver: setup --------------------------------------------------------------------------
@@ -130,8 +150,36 @@ export class LocalDriver implements Driver {
     });
     await this.adoptAll();
     await this.reclaimOrphans();
+    // Adopted sandboxes get their policy again: the rules may have been lost meanwhile (a
+    // reboot of the firewall, an older host agent's table), and their domains re-resolved.
+    for (const record of this.records.values()) {
+      if (isLive(record) && record.slot) await this.applyEgress(record).catch((error) => this.log(`init: egress of ${record.id}: ${String(error)}`));
+    }
     this.initialized = true;
     this.startWatching();
+    // Slots for the next creates are built in the background: init does not wait for them.
+    void this.pool.fill();
+  }
+
+  /** The slot pool's state (tests and benchmarks wait for it to be warm). */
+  slotPoolStats(): SlotPoolStats {
+    return this.pool.stats();
+  }
+
+  /** Changes the slot pool's size at run time (benchmarks and tests). */
+  async resizeSlotPool(size: number, fill = true): Promise<SlotPoolStats> {
+    await this.pool.resize(size, fill);
+    return this.pool.stats();
+  }
+
+  /** Resolves once the pool holds its configured number of idle slots (or `timeoutMs` passed). */
+  async waitForSlotPool(timeoutMs = 30_000): Promise<SlotPoolStats> {
+    const deadline = Date.now() + timeoutMs;
+    while (this.pool.stats().idle < this.pool.stats().size && Date.now() < deadline) {
+      await this.pool.fill();
+      await new Promise((resolveWait) => setTimeout(resolveWait, 20));
+    }
+    return this.pool.stats();
   }
 
   capabilities(): DriverCapabilities {
@@ -142,13 +190,16 @@ export class LocalDriver implements Driver {
       nestedVirt: false,
       hotResize: false,
       maxVcpus: cpus().length,
-      probes: { ...this.capabilityProbes, ...(this.diskStore?.probes ?? {}) },
+      probes: { ...this.capabilityProbes, ...(this.diskStore?.probes ?? {}), slotPoolSize: this.pool.stats().size, slotPoolIdle: this.pool.stats().idle, egressPolicy: true },
     };
   }
 
   async close(): Promise<void> {
     if (this.watchTimer) clearInterval(this.watchTimer);
     this.watchTimer = undefined;
+    if (this.egressTimer) clearInterval(this.egressTimer);
+    this.egressTimer = undefined;
+    await this.pool.close();
     await this.fileViews?.closeAll((id) => this.sandboxDir(id));
     for (const child of this.children.values()) child.removeAllListeners('exit');
     this.children.clear();
@@ -524,16 +575,18 @@ export class LocalDriver implements Driver {
     assertOverlayOptionsFit(lowerDir, layerDirs, this.upperDirOf(record), this.workDirOf(record));
     await writeSandboxEtc(this.upperDirOf(record), id, this.dnsServers, this.log);
 
-    const slot = await this.slots.claim(this.options.ownerId, id);
+    const taken = await this.pool.take(id);
+    const slot = taken.slot;
     record.slot = { ...slot };
     await writeRecord(dir, record);
-    await buildSlot(slot);
-    onProgress?.(`network slot ${slot.index}: ${slot.sandboxAddress} via ${slot.hostAddress}`);
+    // Before any process runs: the sandbox never has a moment under the default policy.
+    await this.applyEgress(record);
+    onProgress?.(`network slot ${slot.index} (${taken.pooled ? 'from the pool' : 'built now'}): ${slot.sandboxAddress} via ${slot.hostAddress}`);
 
     const { group, agent, work } = await cgroups.createSandbox(this.cgroupPath(id), {
       memoryBytes: record.spec.memoryMiB * 1024 * 1024,
       cpus: record.spec.cpu,
-      pidsMax: this.options.pidsMax ?? 4096,
+      pidsMax: this.options.pidsMax ?? DEFAULT_PIDS_MAX,
     });
     record.cgroup = { version: group.version, paths: group.paths };
     await writeRecord(dir, record);
@@ -660,10 +713,13 @@ export class LocalDriver implements Driver {
       }
       await waitForExit(record.pid, record.pidStartTime, 5_000);
     }
-    for (const slot of await this.slotsOf(id, record)) {
-      await teardownSlot(slot);
-      await this.slots.release(slot.index);
+    for (const { slot, claimed } of await this.slotsOf(id, record)) {
+      // A slot we hold the claim of is scrubbed back into the pool; one nobody claims (a crash
+      // between teardown and record write) is only taken apart, never claimed again by us.
+      if (claimed) await this.pool.release(slot);
+      else await teardownSlot(slot);
     }
+    this.egressApplied.delete(id);
     await cgroups.remove(group);
     if (record) {
       record.slot = undefined;
@@ -675,17 +731,73 @@ export class LocalDriver implements Driver {
   }
 
   /** The slots this sandbox holds: from its record and from our claim files (a crash can leave either). */
-  private async slotsOf(id: string, record: SandboxRecord | undefined): Promise<Slot[]> {
-    const indices = new Set<number>();
-    for (const claim of await this.slots.claims()) {
-      if (claim.owner === this.options.ownerId && claim.sandboxId === id) indices.add(claim.index);
+  private async slotsOf(id: string, record: SandboxRecord | undefined): Promise<{ slot: Slot; claimed: boolean }[]> {
+    const found = new Map<number, boolean>();
+    const claims = await this.slots.claims();
+    for (const claim of claims) {
+      if (claim.owner === this.options.ownerId && claim.sandboxId === id) found.set(claim.index, true);
     }
-    if (record?.slot) {
-      const claimOwner = (await this.slots.claims()).find((claim) => claim.index === record.slot?.index);
-      // Never tear down an index someone else claimed after our claim was released.
-      if (!claimOwner || (claimOwner.owner === this.options.ownerId && claimOwner.sandboxId === id)) indices.add(record.slot.index);
+    if (record?.slot && !found.has(record.slot.index)) {
+      // Never touch an index someone else claimed (or that went back to our pool) after this
+      // sandbox let it go.
+      if (!claims.some((claim) => claim.index === record.slot?.index)) found.set(record.slot.index, false);
     }
-    return [...indices].map((index) => slotFor(this.subnet, index));
+    return [...found].map(([index, claimed]) => ({ slot: slotFor(this.subnet, index), claimed }));
+  }
+
+  // ---- egress -----------------------------------------------------------------------------------
+
+  /**
+   * Changes a sandbox's egress policy: kept in its record (so a start, or the next host agent
+   * after a restart, applies it again) and put in force at once when the sandbox holds a slot.
+   */
+  async setEgress(id: string, egress: EgressPolicySpec): Promise<EgressResult> {
+    this.assertInitialized();
+    assertSandboxId(id);
+    return this.withLock(id, async () => {
+      const record = this.requireRecord(id);
+      record.spec = { ...record.spec, egress };
+      await writeRecord(this.sandboxDir(id), record);
+      if (!isLive(record) || !record.slot) return { egress, addresses: [], unresolved: [], applied: false };
+      const applied = await this.applyEgress(record);
+      return { egress, addresses: applied.addresses, unresolved: applied.unresolved, applied: true };
+    });
+  }
+
+  /** Renders the sandbox's policy into its slot's chain (one atomic nft transaction). */
+  private async applyEgress(record: SandboxRecord): Promise<{ addresses: string[]; unresolved: string[] }> {
+    if (!record.slot) throw new Error(`sandbox ${record.id} has no network slot`);
+    const resolved = await resolveEgress(record.spec.egress, this.options.egressResolver ?? systemResolver);
+    await applyNftRuleset(renderSlotEgress(record.slot.index, VETH_PREFIX, resolved.rules));
+    if (resolved.unresolved.length) this.log(`egress of ${record.id}: ${resolved.unresolved.join(', ')} resolved to nothing (retried at the next refresh)`);
+    this.egressApplied.set(record.id, { addresses: resolved.rules.addresses, unresolved: resolved.unresolved, hasDomains: resolved.hasDomains });
+    this.startEgressRefresh();
+    return { addresses: resolved.rules.addresses, unresolved: resolved.unresolved };
+  }
+
+  /** Resolves the domains of every live allow list again; applies those whose addresses changed. */
+  async refreshEgress(): Promise<number> {
+    let changed = 0;
+    for (const [id, applied] of [...this.egressApplied]) {
+      if (!applied.hasDomains) continue;
+      await this.withLock(id, async () => {
+        const record = this.records.get(id);
+        if (!record || !isLive(record) || !record.slot) return;
+        const resolved = await resolveEgress(record.spec.egress, this.options.egressResolver ?? systemResolver);
+        if (resolved.rules.addresses.join() === applied.addresses.join()) return;
+        await applyNftRuleset(renderSlotEgress(record.slot.index, VETH_PREFIX, resolved.rules));
+        this.egressApplied.set(id, { addresses: resolved.rules.addresses, unresolved: resolved.unresolved, hasDomains: true });
+        this.log(`egress of ${id}: allow list now resolves to ${resolved.rules.addresses.join(', ') || 'nothing'}`);
+        changed++;
+      }).catch((error) => this.log(`egress refresh of ${id}: ${String(error)}`));
+    }
+    return changed;
+  }
+
+  private startEgressRefresh(): void {
+    if (this.egressTimer) return;
+    this.egressTimer = setInterval(() => void this.refreshEgress(), this.options.egressRefreshMs ?? DEFAULT_EGRESS_REFRESH_MS);
+    this.egressTimer.unref();
   }
 
   private async destroyUnlocked(id: string): Promise<void> {
@@ -773,12 +885,11 @@ export class LocalDriver implements Driver {
   /** Slots and cgroups of this owner that no running sandbox accounts for. */
   private async reclaimOrphans(): Promise<void> {
     const running = new Set([...this.records.values()].filter((record) => isLive(record)).map((record) => record.id));
-    for (const claim of await this.slots.claims()) {
-      if (claim.owner !== this.options.ownerId || running.has(claim.sandboxId)) continue;
-      this.log(`init: releasing orphaned network slot ${claim.index} (sandbox ${claim.sandboxId})`);
-      await teardownSlot(slotFor(this.subnet, claim.index));
-      await this.slots.release(claim.index);
-    }
+    // Our claims whose sandbox is not live (and our pool of a previous run) are scrubbed into
+    // the pool or taken apart; the claims of live sandboxes stay theirs.
+    const liveSlots = new Map<number, string>();
+    for (const record of this.records.values()) if (isLive(record) && record.slot) liveSlots.set(record.slot.index, record.id);
+    await this.pool.reclaim(liveSlots);
     const cgroups = this.requireCgroups();
     // File views (`<id>-view`) are never adopted, so theirs go here too.
     for (const name of await cgroups.children(join('nestbox', this.ownerKey))) {

@@ -83,10 +83,12 @@ describe.skipIf(!isRoot)('LocalDriver: pause, fork, snapshots, file views (real 
     return dir;
   }
 
+  // No slot pool here: these tests check that a slot is taken apart with its sandbox (the pool
+  // is covered by slot-pool.test.ts).
   function newDriver(dataDir: string, extra: Partial<LocalDriverOptions> = {}): LocalDriver {
     // NESTBOX_TEST_LOG=1 prints the driver's own log lines (with their timings).
     const log = process.env.NESTBOX_TEST_LOG ? (message: string) => console.log(`[driver] ${message}`) : undefined;
-    const driver = new LocalDriver({ dataDir, imagesDir: IMAGES_DIR, guestAgentBundle: AGENT_BUNDLE, ownerId, watchIntervalMs: 500, log, ...extra });
+    const driver = new LocalDriver({ dataDir, imagesDir: IMAGES_DIR, guestAgentBundle: AGENT_BUNDLE, ownerId, watchIntervalMs: 500, slotPoolSize: 0, log, ...extra });
     drivers.push(driver);
     return driver;
   }

@@ -2,8 +2,9 @@
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { SlotAllocator, parseIpv4Cidr, slotCapacity, slotFor } from './network.js';
-import { renderNftRuleset } from './nft.js';
+import { SlotAllocator, canonicalIpv4, parseIpv4Cidr, slotCapacity, slotFor } from './network.js';
+import { renderNftRuleset, renderSlotEgress } from './nft.js';
+import { resolveEgress } from './egress.js';
 
 describe('slots', () => {
   let dir: string | undefined;
@@ -30,19 +31,63 @@ describe('slots', () => {
     await a.release(claims[0].index);
     expect((await b.claims()).length).toBe(19);
   });
+
+  it('keeps pool slots as claims without a sandbox and hands them over atomically', async () => {
+    dir = mkdtempSync('/tmp/nbx-slots-');
+    const a = new SlotAllocator('10.200.0.0/16', dir);
+    const pooled = await a.claim('owner-a', '');
+    expect((await a.claims())[0]).toMatchObject({ index: pooled.index, owner: 'owner-a', sandboxId: '', pooled: true });
+    await a.reassign(pooled.index, 'owner-a', 'sb1');
+    const claims = await a.claims();
+    expect(claims).toHaveLength(1); // no temp file counted as a claim
+    expect(claims[0]).toMatchObject({ index: pooled.index, sandboxId: 'sb1' });
+    expect(claims[0].pooled).toBeUndefined();
+  });
 });
 
 describe('nftables ruleset', () => {
   it('drops sandbox→host and sandbox→private traffic, allows DNS to the given resolvers, masquerades', () => {
     const text = renderNftRuleset({ subnet: '10.200.0.0/16', vethPrefix: 'nbxv', dnsServers: ['10.255.255.53'] });
-    // Replacing the table atomically: create-if-missing, delete, recreate, in one transaction.
-    expect(text.indexOf('delete table inet nestbox')).toBeLessThan(text.lastIndexOf('table inet nestbox {'));
-    expect(text).toContain('iifname "nbxv*" ct state established,related accept\n    iifname "nbxv*" drop');
+    // Never destructive: other host agents' per-slot chains and map elements must survive.
+    expect(text).not.toContain('delete table');
+    expect(text).not.toMatch(/flush (map|set) inet nestbox egress/);
+    expect(text).toContain('add rule inet nestbox input iifname "nbxv*" ct state established,related accept\nadd rule inet nestbox input iifname "nbxv*" drop');
     expect(text).toContain('iifname "nbxv*" ip daddr @blocked4 drop');
     expect(text).toContain('10.0.0.0/8, 100.64.0.0/10, 127.0.0.0/8, 169.254.0.0/16, 172.16.0.0/12, 192.168.0.0/16');
+    // The per-slot egress jump comes before every accept of sandbox-originated traffic.
+    expect(text.indexOf('iifname vmap @egress')).toBeLessThan(text.indexOf('@dns4 udp dport 53 accept'));
     expect(text.indexOf('@dns4 udp dport 53 accept')).toBeLessThan(text.indexOf('@blocked4 drop'));
     expect(text).toContain('ip saddr 10.200.0.0/16 oifname != "nbxv*" masquerade');
     expect(() => renderNftRuleset({ subnet: '10.200.0.0/16; flush ruleset', vethPrefix: 'nbxv', dnsServers: [] })).toThrow();
     expect(() => renderNftRuleset({ subnet: '10.200.0.0/16', vethPrefix: 'nbxv', dnsServers: ['1.1.1.1 } ; flush ruleset'] })).toThrow();
+  });
+
+  it('renders each egress mode into the slot chain and refuses anything but addresses', () => {
+    const allowAll = renderSlotEgress(7, 'nbxv', { mode: 'allow-all', addresses: [] });
+    expect(allowAll).toContain('flush chain inet nestbox slot_7');
+    expect(allowAll).toContain('add element inet nestbox egress { "nbxv7" : jump slot_7 }');
+    expect(allowAll).not.toContain('add rule');
+    const denyAll = renderSlotEgress(7, 'nbxv', { mode: 'deny-all', addresses: [] });
+    expect(denyAll).toContain('add rule inet nestbox slot_7 drop');
+    expect(denyAll).not.toContain('dport 53');
+    const list = renderSlotEgress(7, 'nbxv', { mode: 'allow-list', addresses: ['203.0.113.0/24', '198.51.100.7'] });
+    expect(list).toContain('add element inet nestbox allow4_7 { 203.0.113.0/24, 198.51.100.7 }');
+    expect(list.indexOf('ip daddr @allow4_7 return')).toBeLessThan(list.lastIndexOf('drop'));
+    expect(() => renderSlotEgress(7, 'nbxv', { mode: 'allow-list', addresses: ['1.2.3.4 } ; flush ruleset'] })).toThrow();
+    expect(() => renderSlotEgress(-1, 'nbxv', { mode: 'allow-all', addresses: [] })).toThrow();
+  });
+});
+
+describe('egress policy resolution', () => {
+  it('canonicalises CIDRs, resolves domains with the given resolver and reports the unresolvable', async () => {
+    const resolver = async (name: string) => (name === 'api.example.com' ? ['93.184.216.34', '93.184.216.35'] : []);
+    const resolved = await resolveEgress({ mode: 'allow-list', allow: ['203.0.113.9/24', 'API.example.com', 'nowhere.invalid', '198.51.100.1'] }, resolver);
+    expect(resolved.rules).toEqual({ mode: 'allow-list', addresses: ['198.51.100.1', '203.0.113.0/24', '93.184.216.34', '93.184.216.35'] });
+    expect(resolved.unresolved).toEqual(['nowhere.invalid']);
+    expect(resolved.hasDomains).toBe(true);
+    expect((await resolveEgress(undefined)).rules).toEqual({ mode: 'allow-all', addresses: [] });
+    expect((await resolveEgress({ mode: 'deny-all' })).rules).toEqual({ mode: 'deny-all', addresses: [] });
+    expect(canonicalIpv4('10.1.2.3')).toBe('10.1.2.3');
+    expect(canonicalIpv4('10.1.2.3/8')).toBe('10.0.0.0/8');
   });
 });

@@ -4,7 +4,7 @@
 // never hand out the same namespace or addresses; each file names its owner and sandbox.
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdir, open, readFile, readdir, rm, writeFile } from 'node:fs/promises';
+import { mkdir, open, readFile, readdir, rename, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 
 export const SLOTS_DIR = '/run/nestbox/slots';
@@ -24,7 +24,10 @@ export interface Slot {
 export interface SlotClaim {
   index: number;
   owner: string;
+  /** The sandbox holding the slot; empty while it waits in its owner's pool. */
   sandboxId: string;
+  /** Built and scrubbed, waiting in the owner's pool for the next sandbox. */
+  pooled?: boolean;
   createdAt: string;
 }
 
@@ -43,6 +46,13 @@ export function parseIpv4Cidr(cidr: string): { base: number; prefix: number } {
 
 function formatIpv4(value: number): string {
   return [24, 16, 8, 0].map((shift) => Math.floor(value / 2 ** shift) % 256).join('.');
+}
+
+/** `1.2.3.4` → `1.2.3.4`, `1.2.3.4/24` → `1.2.3.0/24` (nft wants the network address); throws on garbage. */
+export function canonicalIpv4(entry: string): string {
+  const withPrefix = entry.includes('/') ? entry : `${entry}/32`;
+  const { base, prefix } = parseIpv4Cidr(withPrefix);
+  return prefix === 32 ? formatIpv4(base) : `${formatIpv4(base)}/${prefix}`;
 }
 
 /** How many /31 slots fit in the subnet. */
@@ -71,14 +81,17 @@ export class SlotAllocator {
     private readonly slotsDir = SLOTS_DIR,
   ) {}
 
-  /** Claims the lowest free index with an O_EXCL file; a racing agent simply gets EEXIST. */
+  /**
+   * Claims the lowest free index with an O_EXCL file; a racing agent simply gets EEXIST.
+   * `sandboxId` empty = a slot built ahead for the owner's pool.
+   */
   async claim(owner: string, sandboxId: string): Promise<Slot> {
     await mkdir(this.slotsDir, { recursive: true, mode: 0o755 });
     const taken = new Set((await this.claims()).map((claim) => claim.index));
     const capacity = slotCapacity(this.subnet);
     for (let index = 0; index < capacity; index++) {
       if (taken.has(index)) continue;
-      const claim: SlotClaim = { index, owner, sandboxId, createdAt: new Date().toISOString() };
+      const claim: SlotClaim = { index, owner, sandboxId, ...(sandboxId ? {} : { pooled: true }), createdAt: new Date().toISOString() };
       try {
         const handle = await open(this.claimPath(index), 'wx', 0o644);
         await handle.writeFile(`${JSON.stringify(claim)}\n`);
@@ -104,6 +117,17 @@ export class SlotAllocator {
       }
     }
     return claims;
+  }
+
+  /**
+   * Hands a claimed slot to a sandbox (or back to the pool with `sandboxId` empty). Temp file +
+   * rename, so a crash leaves the old or the new claim, never a torn one that nobody owns.
+   */
+  async reassign(index: number, owner: string, sandboxId: string): Promise<void> {
+    const claim: SlotClaim = { index, owner, sandboxId, ...(sandboxId ? {} : { pooled: true }), createdAt: new Date().toISOString() };
+    const temp = join(this.slotsDir, `.${index}.tmp-${process.pid}`);
+    await writeFile(temp, `${JSON.stringify(claim)}\n`, { mode: 0o644 });
+    await rename(temp, this.claimPath(index));
   }
 
   async release(index: number): Promise<void> {
@@ -175,7 +199,22 @@ export async function teardownSlot(slot: Slot): Promise<void> {
   const after = slotExists(slot);
   if (after.netns || after.veth) throw new Error(`could not remove network slot ${slot.index} (netns ${after.netns}, veth ${after.veth})`);
   // A later sandbox on this slot must not inherit NAT/established state of this one.
-  await run('conntrack', ['-D', '-s', slot.sandboxAddress]).catch(() => {});
+  await flushSlotConntrack(slot);
+}
+
+/** Processes still inside the slot's namespace (a recycled slot must have none). */
+export async function netnsPids(slot: Slot): Promise<number[]> {
+  const { stdout } = await run('ip', ['netns', 'pids', slot.netns]);
+  return stdout.split('\n').filter((line) => /^\d+$/.test(line.trim())).map(Number);
+}
+
+/**
+ * Forgets the kernel's connection state of the slot's address, both directions (NAT entries of
+ * its outbound connections, the proxy's connections to it), so the next sandbox on the slot
+ * inherits none of it. `conntrack -D` exits 1 when nothing matched: not an error here.
+ */
+export async function flushSlotConntrack(slot: Slot): Promise<void> {
+  for (const direction of ['-s', '-d']) await run('conntrack', ['-D', direction, slot.sandboxAddress]).catch(() => {});
 }
 
 export async function enableIpForwarding(): Promise<void> {

@@ -1,4 +1,5 @@
 import type { ApiKeyRecord, Sandbox, Snapshot } from '../../../core/types.js';
+import type { PublishedPort } from '../../../core/services/ports.js';
 
 const iso = (d: Date | null): string | null => (d ? d.toISOString() : null);
 
@@ -29,6 +30,7 @@ export function renderSandbox(s: Sandbox) {
     autoDeleteSeconds: s.autoDeleteSeconds,
     snapshotId: s.sourceSnapshotId,
     forkedFrom: s.forkedFrom,
+    egress: s.egress,
   };
 }
 
@@ -54,5 +56,17 @@ export function renderApiKey(k: ApiKeyRecord) {
     sandboxIds: k.sandboxIds,
     createdAt: k.createdAt.toISOString(),
     lastUsedAt: iso(k.lastUsedAt),
+  };
+}
+
+export function renderPort(p: PublishedPort) {
+  return {
+    port: p.port,
+    url: p.url,
+    pathUrl: p.pathUrl,
+    public: p.public,
+    ...(p.token ? { token: p.token } : {}),
+    createdAt: p.createdAt.toISOString(),
+    updatedAt: p.updatedAt.toISOString(),
   };
 }

@@ -7,6 +7,7 @@ import { NestboxError, toNestboxError } from '../../../core/errors.js';
 import type { Scope } from '../../../core/types.js';
 import { acceptAndRelay, connectUpstream, refuseUpgrade } from '../../../host/protocol/ws-relay.js';
 import type { Services } from '../../services.js';
+import { isUpgradeClaimed } from '../upgrade-claims.js';
 
 interface WebSocketRoute {
   pattern: RegExp;
@@ -46,6 +47,8 @@ export const NATIVE_WEBSOCKET_ROUTES: readonly WebSocketRoute[] = [
 
 export function attachNativeWebSockets(server: http.Server, services: Services): void {
   server.on('upgrade', (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
+    // A compat front door (listening before this one) already took it: see upgrade-claims.ts.
+    if (isUpgradeClaimed(req)) return;
     void handleUpgrade(req, socket, head).catch((err) => {
       const e = toNestboxError(err);
       refuseUpgrade(socket, e.status, { error: e.toJSON() });

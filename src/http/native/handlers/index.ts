@@ -33,12 +33,14 @@ import { killCommand } from './killCommand.js';
 import { listApiKeys } from './listApiKeys.js';
 import { listCommands } from './listCommands.js';
 import { listFiles } from './listFiles.js';
+import { listPorts } from './listPorts.js';
 import { listSandboxes } from './listSandboxes.js';
 import { listSessions } from './listSessions.js';
 import { listSnapshots } from './listSnapshots.js';
 import { makeDirectory } from './makeDirectory.js';
 import { moveFile } from './moveFile.js';
 import { pauseSandbox } from './pauseSandbox.js';
+import { publishPort } from './publishPort.js';
 import { replaceInFiles } from './replaceInFiles.js';
 import { resizeCommandTerminal } from './resizeCommandTerminal.js';
 import { resumeSandbox } from './resumeSandbox.js';
@@ -50,6 +52,7 @@ import { statFile } from './statFile.js';
 import { stopSandbox } from './stopSandbox.js';
 import { streamCommand } from './streamCommand.js';
 import { unpauseSandbox } from './unpauseSandbox.js';
+import { unpublishPort } from './unpublishPort.js';
 import { updateSandbox } from './updateSandbox.js';
 import { uploadFile } from './uploadFile.js';
 import { uploadFiles } from './uploadFiles.js';
@@ -90,12 +93,14 @@ export const nativeHandlers: Record<string, NativeHandler> = {
   listApiKeys,
   listCommands,
   listFiles,
+  listPorts,
   listSandboxes,
   listSessions,
   listSnapshots,
   makeDirectory,
   moveFile,
   pauseSandbox,
+  publishPort,
   replaceInFiles,
   resizeCommandTerminal,
   resumeSandbox,
@@ -107,6 +112,7 @@ export const nativeHandlers: Record<string, NativeHandler> = {
   stopSandbox,
   streamCommand,
   unpauseSandbox,
+  unpublishPort,
   updateSandbox,
   uploadFile,
   uploadFiles,

@@ -1,0 +1,440 @@
+// Daytona control plane (daytona.md (b)) → core's sandbox and snapshot services.
+import type { EgressPolicy } from '../../core/host-client.js';
+import express, { type Request, type Response, type Router } from 'express';
+import { z } from 'zod';
+import { NestboxError, errors } from '../../core/errors.js';
+import type { CreateSandboxInput, LifecyclePolicy, ListSandboxesInput } from '../../core/services/sandboxes.js';
+import type { SandboxState } from '../../core/state-machine.js';
+import type { Principal, Sandbox, Snapshot } from '../../core/types.js';
+import type { Services } from '../../src/services.js';
+import { handle, principalOf, toolboxProxyUrl } from './context.js';
+import { notSupported } from './errors.js';
+import { CORE_STATES_OF, renderDaytonaSandbox, renderDaytonaSnapshot } from './sandbox-dto.js';
+import { signingKeyFor } from './signing.js';
+
+const Minutes = z.number().int();
+
+/** daytona.md (b) "Create body": every field the SDK sends; others are passed through and reported. */
+const CreateBody = z
+  .object({
+    name: z.string().optional(),
+    snapshot: z.string().optional(),
+    buildInfo: z.object({ dockerfileContent: z.string().optional(), contextHashes: z.array(z.string()).optional() }).passthrough().optional(),
+    user: z.string().optional(),
+    env: z.record(z.string(), z.string()).optional(),
+    labels: z.record(z.string(), z.string()).optional(),
+    public: z.boolean().optional(),
+    target: z.string().optional(),
+    cpu: z.number().int().optional(),
+    gpu: z.number().int().min(0).optional(),
+    gpuType: z.array(z.string()).optional(),
+    spot: z.boolean().optional(),
+    memory: z.number().positive().optional(),
+    disk: z.number().int().optional(),
+    autoStopInterval: Minutes.min(0).optional(),
+    autoPauseInterval: Minutes.min(0).optional(),
+    autoArchiveInterval: Minutes.min(0).optional(),
+    autoDeleteInterval: Minutes.optional(),
+    ttlMinutes: Minutes.min(0).optional(),
+    volumes: z.array(z.object({ volumeId: z.string(), mountPath: z.string(), subpath: z.string().optional() })).optional(),
+    kvm: z.boolean().optional(),
+    networkBlockAll: z.boolean().optional(),
+    networkAllowList: z.string().optional(),
+    domainAllowList: z.string().optional(),
+    outboundProxyUrl: z.string().optional(),
+    otelEndpointOverride: z.string().optional(),
+    linkedSandbox: z.string().optional(),
+    secrets: z.array(z.record(z.string(), z.string())).optional(),
+  })
+  .passthrough();
+type CreateBody = z.infer<typeof CreateBody>;
+
+function parseBody<T>(schema: z.ZodType<T>, body: unknown): T {
+  const parsed = schema.safeParse(body ?? {});
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    const field = issue.path.join('.') || 'body';
+    throw new NestboxError('validation_failed', `${field}: ${issue.message}`, { field });
+  }
+  return parsed.data;
+}
+
+/** Daytona's default auto-stop: 15 minutes without activity. */
+const DEFAULT_AUTO_STOP_MINUTES = 15;
+
+/**
+ * Daytona intervals (minutes) → core's lifecycle policy (seconds):
+ * - autoStopInterval N → stop after N idle minutes (0 = never); autoPauseInterval N → pause after
+ *   N idle minutes instead (core has one idle timer, so a non-zero pause interval wins);
+ * - autoDeleteInterval: negative = never, 0 = as soon as it stops, N = N minutes after it stops;
+ * - ttlMinutes N → stopped N minutes after it starts and deleted when it stops (auto-destroy).
+ */
+export function intervalsToPolicy(i: { autoStopInterval?: number; autoPauseInterval?: number; autoDeleteInterval?: number; ttlMinutes?: number }, maxSeconds: number): LifecyclePolicy & { timeoutSeconds?: number } {
+  const policy: LifecyclePolicy & { timeoutSeconds?: number } = {};
+  const seconds = (field: string, m: number): number => {
+    if (m * 60 > maxSeconds) throw errors.validation(field, `must be at most ${Math.floor(maxSeconds / 60)} minutes on this server`);
+    return m * 60;
+  };
+  if (i.autoPauseInterval) {
+    policy.idleTimeoutSeconds = seconds('autoPauseInterval', i.autoPauseInterval);
+    policy.idleAction = 'pause';
+  } else if (i.autoStopInterval !== undefined) {
+    policy.idleTimeoutSeconds = seconds('autoStopInterval', i.autoStopInterval);
+    policy.idleAction = 'stop';
+  }
+  if (i.autoDeleteInterval !== undefined) policy.autoDeleteSeconds = i.autoDeleteInterval < 0 ? null : seconds('autoDeleteInterval', i.autoDeleteInterval);
+  if (i.ttlMinutes !== undefined && i.ttlMinutes > 0) {
+    policy.timeoutSeconds = seconds('ttlMinutes', i.ttlMinutes);
+    policy.autoDeleteSeconds = 0;
+  }
+  return policy;
+}
+
+/** Known Daytona options that are accepted but have no effect in Nestbox (reported, never faked). */
+function unhonouredOptions(body: CreateBody): string[] {
+  const out: string[] = [];
+  if (body.user !== undefined && body.user !== 'root') out.push(`user (processes run as root)`);
+  if (body.public) out.push('public (preview URLs always need a token)');
+  if (body.target !== undefined) out.push('target (placement is Nestbox\'s own)');
+  if (body.disk !== undefined) out.push('disk (no per-sandbox disk quota)');
+  if (body.gpuType?.length) out.push('gpuType');
+  if (body.spot !== undefined) out.push('spot');
+  if (body.kvm !== undefined) out.push('kvm');
+  if (body.autoArchiveInterval !== undefined) out.push('autoArchiveInterval (archive is a stop in Nestbox)');
+  if (body.autoPauseInterval && body.autoStopInterval) out.push('autoStopInterval (autoPauseInterval takes the one idle timer)');
+  if (body.outboundProxyUrl !== undefined) out.push('outboundProxyUrl');
+  if (body.otelEndpointOverride !== undefined) out.push('otelEndpointOverride');
+  if (body.linkedSandbox !== undefined) out.push('linkedSandbox');
+  const known = new Set(Object.keys(CreateBody.shape));
+  for (const key of Object.keys(body)) if (!known.has(key)) out.push(key);
+  return out;
+}
+
+/** Options whose silent omission would change what the user's code sees or may do: refused. */
+function refuseUnsupported(body: CreateBody): void {
+  if (body.buildInfo !== undefined) throw notSupported('building an image (image / buildInfo)', 'sandboxes start from the base image or a snapshot; pass `snapshot` instead');
+  if (body.gpu) throw notSupported('GPUs', 'this server has no GPU sandboxes');
+  if (body.volumes?.length) throw notSupported('volumes');
+  if (body.secrets?.length) throw notSupported('secrets');
+}
+
+/**
+ * Daytona's network options (daytona.md (b)) onto core's egress policy: `networkBlockAll`
+ * denies all; `networkAllowList` (comma-separated CIDRs) and `domainAllowList` (comma-separated
+ * names) allow only those.
+ */
+export function egressOf(body: { networkBlockAll?: boolean; networkAllowList?: string; domainAllowList?: string }): EgressPolicy | undefined {
+  const split = (v: string | undefined) => (v ?? '').split(',').map((x) => x.trim()).filter(Boolean);
+  const allow = [...split(body.networkAllowList), ...split(body.domainAllowList)];
+  if (body.networkBlockAll) return { mode: 'deny-all' };
+  if (allow.length > 0) return { mode: 'allow-list', allow };
+  return undefined;
+}
+
+export function createInput(body: CreateBody, maxSeconds: number): CreateSandboxInput {
+  refuseUnsupported(body);
+  const policy = intervalsToPolicy({
+    autoStopInterval: body.autoStopInterval ?? DEFAULT_AUTO_STOP_MINUTES,
+    autoPauseInterval: body.autoPauseInterval,
+    autoDeleteInterval: body.autoDeleteInterval,
+    ttlMinutes: body.ttlMinutes,
+  }, maxSeconds);
+  if (body.memory !== undefined && !Number.isInteger(body.memory * 1024)) throw errors.validation('memory', 'must be a whole number of MiB (GiB × 1024)');
+  return {
+    name: body.name,
+    snapshot: body.snapshot,
+    cpu: body.cpu,
+    memoryMiB: body.memory === undefined ? undefined : body.memory * 1024,
+    env: body.env,
+    labels: body.labels,
+    // Daytona sandboxes have no absolute lifetime unless a TTL is set; idleness stops them.
+    timeoutSeconds: policy.timeoutSeconds ?? 0,
+    idleTimeoutSeconds: policy.idleTimeoutSeconds,
+    idleAction: policy.idleAction,
+    autoDeleteSeconds: policy.autoDeleteSeconds,
+    ...(egressOf(body) ? { egress: egressOf(body) } : {}),
+  };
+}
+
+const SORT_KEYS: Record<string, NonNullable<ListSandboxesInput['sort']>['key']> = {
+  name: 'name',
+  cpu: 'cpu',
+  memoryGib: 'memoryMiB',
+  // Every sandbox has the same (unlimited) disk, so creation order is a correct disk order.
+  diskGib: 'createdAt',
+  lastActivityAt: 'lastActivityAt',
+  createdAt: 'createdAt',
+};
+
+const UNSUPPORTED_LIST_FILTERS = ['snapshots', 'regionIds', 'minCpu', 'maxCpu', 'minMemoryGiB', 'maxMemoryGiB', 'minDiskGiB', 'maxDiskGiB', 'isPublic', 'isRecoverable', 'createdAtAfter', 'createdAtBefore', 'lastEventAfter', 'lastEventBefore', 'autoDestroyAtAfter', 'autoDestroyAtBefore'];
+
+function listInput(req: Request): ListSandboxesInput {
+  const one = (n: string) => (req.query[n] === undefined ? undefined : String(Array.isArray(req.query[n]) ? (req.query[n] as unknown[])[0] : req.query[n]));
+  const many = (n: string) => {
+    const v = req.query[n] ?? req.query[`${n}[]`];
+    return v === undefined ? [] : (Array.isArray(v) ? v : [v]).map(String);
+  };
+  for (const f of UNSUPPORTED_LIST_FILTERS) if (req.query[f] !== undefined) throw notSupported(`the sandbox list filter "${f}"`);
+  const input: ListSandboxesInput = {};
+  const limit = one('limit');
+  if (limit !== undefined) {
+    input.limit = Number(limit);
+    if (!Number.isInteger(input.limit) || input.limit < 1 || input.limit > 200) throw errors.validation('limit', 'must be an integer from 1 to 200');
+  }
+  input.cursor = one('cursor') || undefined;
+  input.idPrefix = one('id') || undefined;
+  input.namePrefix = one('name') || undefined;
+  const labels = one('labels');
+  if (labels) {
+    try {
+      const parsed = JSON.parse(labels) as unknown;
+      if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed) || Object.values(parsed).some((v) => typeof v !== 'string')) throw new Error();
+      input.labels = parsed as Record<string, string>;
+    } catch {
+      throw errors.validation('labels', 'must be a JSON object of string values, e.g. {"team":"x"}');
+    }
+  }
+  const states = many('states');
+  if (states.length) {
+    const core = new Set<SandboxState>();
+    for (const s of states) {
+      if (!/^[a-z_]+$/.test(s)) throw errors.validation('states', `unknown state "${s}"`);
+      for (const c of CORE_STATES_OF[s] ?? []) core.add(c);
+    }
+    // A filter of only states Nestbox never has matches nothing (not everything).
+    input.states = core.size ? [...core] : ['deleted'];
+  }
+  const sort = one('sort');
+  const order = one('order') ?? 'desc';
+  if (order !== 'asc' && order !== 'desc') throw errors.validation('order', 'must be asc or desc');
+  if (sort !== undefined) {
+    const key = SORT_KEYS[sort];
+    if (!key) throw errors.validation('sort', `must be one of ${Object.keys(SORT_KEYS).join(', ')}`);
+    input.sort = { key, order };
+  } else if (order === 'asc') {
+    input.sort = { key: 'createdAt', order };
+  }
+  return input;
+}
+
+export function createControlPlaneRouter(services: Services): Router {
+  const router = express.Router();
+  const { sandboxes, snapshots } = services;
+  const maxSeconds = services.config.limits.maxTimeoutSeconds;
+  const dto = (req: Request, s: Sandbox, full = true) => renderDaytonaSandbox(s, toolboxProxyUrl(req), { full });
+  const api = (fn: (req: Request, res: Response, principal: Principal) => Promise<void>) =>
+    handle(services, 'api', (req, res) => fn(req, res, principalOf(res)));
+  /** Path ids may be names too (daytona.md (b): `GET /sandbox/{sandboxIdOrName}`). */
+  const resolve = async (principal: Principal, req: Request): Promise<Sandbox> => sandboxes.getByIdOrName(principal, String(req.params.sandboxId));
+
+  router.post('/sandbox', api(async (req, res, principal) => {
+    const body = parseBody(CreateBody, req.body);
+    const input = createInput(body, maxSeconds);
+    const unhonoured = unhonouredOptions(body);
+    if (unhonoured.length) {
+      // Accepted, but the caller is told what had no effect (never silently faked).
+      res.setHeader('X-Nestbox-Unhonoured-Options', unhonoured.join(', ').replace(/[^\x20-\x7e]/g, '?'));
+      services.log(`daytona create: accepted without effect: ${unhonoured.join(', ')}`);
+    }
+    const created = await sandboxes.create(principal, input);
+    res.status(200).json(dto(req, created));
+  }));
+
+  router.get('/sandbox', api(async (req, res, principal) => {
+    const page = await sandboxes.list(principal, listInput(req));
+    res.json({ items: page.items.map((s) => dto(req, s, false)), nextCursor: page.nextCursor });
+  }));
+
+  // SDK 0.161–0.175 (daytona.md appendix A): page-numbered listing.
+  router.get('/sandbox/paginated', api(async (req, res, principal) => {
+    const page = Math.max(1, Number(req.query.page ?? 1) || 1);
+    const limit = Math.min(200, Math.max(1, Number(req.query.limit ?? 100) || 100));
+    const all: Sandbox[] = [];
+    let cursor: string | undefined;
+    const labels = listInput(req).labels;
+    do {
+      const chunk = await sandboxes.list(principal, { labels, limit: 200, cursor });
+      all.push(...chunk.items);
+      cursor = chunk.nextCursor ?? undefined;
+    } while (cursor);
+    res.json({ items: all.slice((page - 1) * limit, page * limit).map((s) => dto(req, s, false)), total: all.length, page, totalPages: Math.max(1, Math.ceil(all.length / limit)) });
+  }));
+
+  router.get('/sandbox/:sandboxId', api(async (req, res, principal) => {
+    res.json(dto(req, await resolve(principal, req)));
+  }));
+
+  router.get('/sandbox/:sandboxId/toolbox-proxy-url', api(async (req, res, principal) => {
+    await resolve(principal, req);
+    res.json({ url: toolboxProxyUrl(req) });
+  }));
+
+  // start: a stopped sandbox resumes from its disk, a paused one is unpaused (memory kept).
+  router.post('/sandbox/:sandboxId/start', api(async (req, res, principal) => {
+    const s = await resolve(principal, req);
+    res.json(dto(req, await sandboxes.resume(principal, s.id)));
+  }));
+
+  // stop: `force` is always sent (daytona.md (h) 16); Nestbox's stop is the same either way.
+  router.post('/sandbox/:sandboxId/stop', api(async (req, res, principal) => {
+    const s = await resolve(principal, req);
+    res.json(dto(req, await sandboxes.stop(principal, s.id)));
+  }));
+
+  // archive = stop: a stopped Nestbox sandbox already keeps only its disk.
+  router.post('/sandbox/:sandboxId/archive', api(async (req, res, principal) => {
+    const s = await resolve(principal, req);
+    res.json(dto(req, await sandboxes.stop(principal, s.id)));
+  }));
+
+  // recover = resume: an errored sandbox is started again from its kept disk.
+  router.post('/sandbox/:sandboxId/recover', api(async (req, res, principal) => {
+    const s = await resolve(principal, req);
+    if (req.query.skipStart === 'true') throw notSupported('recover with skipStart', 'a recovered sandbox is started');
+    res.json(dto(req, await sandboxes.resume(principal, s.id)));
+  }));
+
+  router.post('/sandbox/:sandboxId/pause', api(async (req, res, principal) => {
+    const s = await resolve(principal, req);
+    res.json(dto(req, await sandboxes.pause(principal, s.id)));
+  }));
+
+  router.delete('/sandbox/:sandboxId', api(async (req, res, principal) => {
+    const s = await resolve(principal, req);
+    await sandboxes.delete(principal, s.id);
+    res.json(dto(req, { ...s, state: 'deleted' }));
+  }));
+
+  router.put('/sandbox/:sandboxId/labels', api(async (req, res, principal) => {
+    const { labels } = parseBody(z.object({ labels: z.record(z.string(), z.string()) }), req.body);
+    const s = await resolve(principal, req);
+    const updated = await sandboxes.update(principal, s.id, { labels });
+    res.json({ labels: updated.labels });
+  }));
+
+  const intervalRoute = (segment: string, apply: (s: Sandbox, m: number) => Parameters<typeof sandboxes.update>[2]) => {
+    router.post(`/sandbox/:sandboxId/${segment}/:minutes`, api(async (req, res, principal) => {
+      const m = Number(req.params.minutes);
+      if (!Number.isInteger(m)) throw errors.validation('interval', 'must be an integer number of minutes');
+      const s = await resolve(principal, req);
+      res.json(dto(req, await sandboxes.update(principal, s.id, apply(s, m))));
+    }));
+  };
+  intervalRoute('autostop', (_s, m) => {
+    if (m < 0) throw errors.validation('autoStopInterval', 'must be 0 (never) or more minutes');
+    return intervalsToPolicy({ autoStopInterval: m }, maxSeconds);
+  });
+  intervalRoute('autopause', (s, m) => {
+    if (m < 0) throw errors.validation('autoPauseInterval', 'must be 0 (never) or more minutes');
+    // 0 turns auto-pause off; an auto-stop timer that was set stays as it was.
+    if (m === 0) return s.idleAction === 'pause' ? { idleTimeoutSeconds: 0 } : {};
+    return intervalsToPolicy({ autoPauseInterval: m }, maxSeconds);
+  });
+  intervalRoute('autodelete', (_s, m) => intervalsToPolicy({ autoDeleteInterval: m }, maxSeconds));
+  intervalRoute('ttl', (_s, m) => {
+    if (m < 0) throw errors.validation('ttlMinutes', 'must be 0 (none) or more minutes');
+    if (m === 0) return { timeoutSeconds: 0 };
+    const p = intervalsToPolicy({ ttlMinutes: m }, maxSeconds);
+    return { timeoutSeconds: p.timeoutSeconds, autoDeleteSeconds: p.autoDeleteSeconds };
+  });
+  router.post('/sandbox/:sandboxId/autoarchive/:minutes', api(async (req, res, principal) => {
+    // Archive is a stop in Nestbox: a stopped sandbox is already "archived", so there is nothing to schedule.
+    const s = await resolve(principal, req);
+    res.setHeader('X-Nestbox-Unhonoured-Options', 'autoArchiveInterval (archive is a stop in Nestbox)');
+    res.json(dto(req, s));
+  }));
+
+  router.post('/sandbox/:sandboxId/last-activity', api(async (req, res, principal) => {
+    const s = await resolve(principal, req);
+    await sandboxes.keepAlive(principal, s.id);
+    res.status(201).end();
+  }));
+
+  router.post('/sandbox/:sandboxId/fork', api(async (req, res, principal) => {
+    const { name } = parseBody(z.object({ name: z.string().optional() }).passthrough(), req.body);
+    const s = await resolve(principal, req);
+    const result = await sandboxes.fork(principal, s.id, { name, timeoutSeconds: s.timeoutSeconds });
+    res.json(dto(req, result.sandboxes[0]));
+  }));
+
+  router.post('/sandbox/:sandboxId/snapshot', api(async (req, res, principal) => {
+    const { name, includeMemory } = parseBody(z.object({ name: z.string(), includeMemory: z.boolean().optional() }).passthrough(), req.body);
+    if (includeMemory) throw notSupported('snapshots with memory (includeMemory)', 'a snapshot keeps the disk only');
+    const s = await resolve(principal, req);
+    await snapshots.create(principal, { sandboxId: s.id, name });
+    res.json(dto(req, await sandboxes.get(principal, s.id)));
+  }));
+
+  router.get('/sandbox/:sandboxId/signing-key', api(async (req, res, principal) => {
+    const s = await resolve(principal, req);
+    res.json(signingKeyFor(services, s.id));
+  }));
+
+  const unsupportedSandboxRoute = (method: 'get' | 'post' | 'put' | 'delete', path: string, feature: string, why?: string) =>
+    router[method](path, api(async (req, _res, principal) => {
+      if (req.params.sandboxId) await resolve(principal, req);
+      throw notSupported(feature, why);
+    }));
+  unsupportedSandboxRoute('post', '/sandbox/:sandboxId/signing-key/rotate', 'rotating the signing key', 'the key is derived from the server secret; delete the sandbox to invalidate its URLs');
+  // Preview link = a private hosted port (core/services/ports.ts). The token goes as `?_token=`
+  // or the X-Nestbox-Port-Token header. Tokens are stored hashed, so each call mints a new one
+  // and the previous token of that port stops working.
+  router.get('/sandbox/:sandboxId/ports/:port/preview-url', api(async (req, res, principal) => {
+    const s = await resolve(principal, req);
+    const published = await services.ports.publish(principal, s.id, { port: Number(req.params.port), public: false });
+    res.json({ sandboxId: s.id, url: published.url, token: published.token ?? '' });
+  }));
+  unsupportedSandboxRoute('get', '/sandbox/:sandboxId/ports/:port/signed-preview-url', 'signed preview URLs', 'hosted-port tokens do not expire; use getPreviewLink');
+  unsupportedSandboxRoute('post', '/sandbox/:sandboxId/ports/:port/signed-preview-url/:token/expire', 'signed preview URLs', 'hosted-port tokens do not expire; use getPreviewLink');
+  unsupportedSandboxRoute('post', '/sandbox/:sandboxId/resize', 'resizing a sandbox');
+  unsupportedSandboxRoute('post', '/sandbox/:sandboxId/network-settings', 'network settings', 'they would not be enforced');
+  unsupportedSandboxRoute('put', '/sandbox/:sandboxId/secrets', 'secrets');
+  unsupportedSandboxRoute('post', '/sandbox/:sandboxId/ssh-access', 'SSH access');
+  unsupportedSandboxRoute('delete', '/sandbox/:sandboxId/ssh-access', 'SSH access');
+  unsupportedSandboxRoute('get', '/sandbox/ssh-access/validate', 'SSH access');
+  unsupportedSandboxRoute('get', '/sandbox/:sandboxId/telemetry/metrics', 'historical metrics (getMetrics)', 'use getMetricsLatest');
+  unsupportedSandboxRoute('get', '/sandbox/:sandboxId/build-logs-url', 'build logs', 'Nestbox does not build images');
+  unsupportedSandboxRoute('get', '/sandbox/:sandboxId/build-logs', 'build logs', 'Nestbox does not build images');
+
+  // Named snapshots (daytona.md (b) snapshot rows) over core's SnapshotService.
+  const findSnapshot = async (principal: Principal, idOrName: string): Promise<Snapshot> => {
+    const all = await snapshots.list(principal);
+    const found = all.find((s) => s.id === idOrName) ?? all.find((s) => s.name === idOrName);
+    if (!found) throw errors.notFound('snapshot', idOrName);
+    return found;
+  };
+  router.get('/snapshots', api(async (req, res, principal) => {
+    const page = Math.max(1, Number(req.query.page ?? 1) || 1);
+    const limit = Math.min(200, Math.max(1, Number(req.query.limit ?? 100) || 100));
+    let all = await snapshots.list(principal);
+    if (typeof req.query.sourceSandboxId === 'string') all = all.filter((s) => s.sourceSandboxId === req.query.sourceSandboxId);
+    res.json({ items: all.slice((page - 1) * limit, page * limit).map(renderDaytonaSnapshot), total: all.length, page, totalPages: Math.max(1, Math.ceil(all.length / limit)) });
+  }));
+  router.get('/snapshots/:snapshot', api(async (req, res, principal) => {
+    res.json(renderDaytonaSnapshot(await findSnapshot(principal, String(req.params.snapshot))));
+  }));
+  router.delete('/snapshots/:snapshot', api(async (req, res, principal) => {
+    const snapshot = await findSnapshot(principal, String(req.params.snapshot));
+    await snapshots.delete(principal, snapshot.name);
+    res.status(200).end();
+  }));
+  // Nestbox snapshots are usable as soon as they exist; there is no inactive state to leave.
+  router.post('/snapshots/:snapshot/activate', api(async (req, res, principal) => {
+    res.json(renderDaytonaSnapshot(await findSnapshot(principal, String(req.params.snapshot))));
+  }));
+  router.post('/snapshots', api(async () => {
+    throw notSupported('creating a snapshot from an image', 'Nestbox does not build images; take one from a sandbox with sandbox.createSnapshot(name)');
+  }));
+  router.get('/snapshots/:snapshot/build-logs-url', api(async () => {
+    throw notSupported('snapshot build logs', 'Nestbox does not build images');
+  }));
+
+  const unsupportedArea = (path: string, feature: string) => router.all(path, api(async () => {
+    throw notSupported(feature);
+  }));
+  unsupportedArea(/^\/volumes(\/.*)?$/ as unknown as string, 'volumes');
+  unsupportedArea(/^\/secret(\/.*)?$/ as unknown as string, 'secrets');
+  unsupportedArea(/^\/warm-pools(\/.*)?$/ as unknown as string, 'warm pools');
+  unsupportedArea(/^\/object-storage(\/.*)?$/ as unknown as string, 'object storage (image build contexts)');
+  return router;
+}

@@ -1,0 +1,62 @@
+// Daytona's error shapes (daytona.md (f)). The SDK builds its error class from the HTTP status,
+// takes `message` only when it is a string, and picks a more specific class when the body has
+// `source: "DAYTONA_DAEMON"` plus one of its known `code`s. Core's NestboxError is rendered
+// here; nothing else decides a Daytona status.
+import { STATUS_CODES } from 'node:http';
+import type { Response } from 'express';
+import { NestboxError, toNestboxError } from '../../core/errors.js';
+
+export type DaytonaSurface = 'api' | 'toolbox';
+
+/**
+ * The toolbox error codes the SDK maps to classes (daytona.md (f)). A translator that knows
+ * which Daytona code applies puts it in the error's details as `daytonaCode`.
+ */
+export type DaytonaDaemonCode =
+  | 'FILE_NOT_FOUND' | 'FILE_ACCESS_DENIED' | 'INVALID_FILE_PATH' | 'FILE_READ_FAILED'
+  | 'PROCESS_EXECUTION_TIMEOUT' | 'PROCESS_NOT_FOUND' | 'SESSION_ENDED' | 'COMMAND_ALREADY_COMPLETED'
+  | 'GIT_AUTH_FAILED' | 'GIT_REPO_NOT_FOUND' | 'GIT_BRANCH_NOT_FOUND' | 'GIT_BRANCH_EXISTS' | 'GIT_PUSH_REJECTED'
+  | 'GIT_DIRTY_WORKTREE' | 'GIT_MERGE_CONFLICT' | 'GIT_TRANSPORT_FAILED' | 'GIT_REMOTE_REJECTED';
+
+/** A NestboxError that names the Daytona daemon code the SDK should see. */
+export function daemonError(code: ConstructorParameters<typeof NestboxError>[0], message: string, daytonaCode?: DaytonaDaemonCode): NestboxError {
+  return new NestboxError(code, message, daytonaCode ? { daytonaCode } : undefined);
+}
+
+/** A Daytona feature Nestbox does not have: a 501 that names it (never a fake success). */
+export function notSupported(feature: string, why = 'Nestbox does not implement it'): NestboxError {
+  return new NestboxError('not_supported', `${feature} is not supported by this Nestbox server's Daytona-compatible API: ${why}`, { feature });
+}
+
+export function daytonaErrorBody(err: NestboxError, surface: DaytonaSurface, path: string, method: string): Record<string, unknown> {
+  const body: Record<string, unknown> = {
+    statusCode: err.status,
+    message: err.message,
+    // NestJS puts the HTTP reason phrase here (appendix B).
+    error: STATUS_CODES[err.status] ?? 'Error',
+    // Nestbox's own catalogue code, for people; the SDK only maps daemon codes with a source.
+    code: err.code,
+    timestamp: new Date().toISOString(),
+    path,
+  };
+  if (surface === 'toolbox') {
+    body.method = method;
+    const daytonaCode = typeof err.details?.daytonaCode === 'string' ? err.details.daytonaCode : undefined;
+    if (daytonaCode) {
+      body.code = daytonaCode;
+      body.source = 'DAYTONA_DAEMON';
+    }
+  }
+  return body;
+}
+
+export function renderDaytonaError(res: Response, err: unknown, surface: DaytonaSurface, log?: (m: string) => void): void {
+  const e = toNestboxError(err);
+  if (e.code === 'internal' && log) log(`daytona ${surface} error: ${e.message}${err instanceof Error && err.stack ? `\n${err.stack}` : ''}`);
+  if (res.headersSent) {
+    // The answer is already streaming: cutting the connection is the only honest signal left.
+    res.destroy();
+    return;
+  }
+  res.status(e.status).json(daytonaErrorBody(e, surface, res.req.originalUrl.split('?')[0], res.req.method));
+}

@@ -1,0 +1,79 @@
+// The Daytona-compatible front door, mounted at /daytona (daytona.md (a), (c)):
+//   /daytona/api/...                          control plane (users set DAYTONA_API_URL=<origin>/daytona/api)
+//   /daytona/toolbox/{id}/...                 toolbox, returned as `toolboxProxyUrl`
+//   /daytona/api/toolbox/{id}/toolbox/...     legacy toolbox route of SDKs ≤ 0.111
+// `Authorization: Bearer <Nestbox API key>` on everything except /config and signed file URLs.
+import express, { type NextFunction, type Request, type Response, type Router } from 'express';
+import { NestboxError } from '../../core/errors.js';
+import type { Services } from '../../src/services.js';
+import { bearerToken, handle, toolboxProxyUrl } from './context.js';
+import { createControlPlaneRouter } from './control-plane.js';
+import { renderDaytonaError, type DaytonaSurface } from './errors.js';
+import { verifySignedFileUrl } from './signing.js';
+import { createToolboxRouter } from './toolbox.js';
+
+export { attachDaytonaWebSockets } from './websockets.js';
+
+/** Scopes a signed file URL grants: exactly the one operation it was signed for. */
+const SIGNED_URL_OPERATIONS: Record<string, { path: string; scope: 'files:read' | 'files:write' }> = {
+  GET: { path: '/files/download', scope: 'files:read' },
+  POST: { path: '/files/upload-v2', scope: 'files:write' },
+};
+
+export function createDaytonaRouter(services: Services): Router {
+  const router = express.Router();
+  // daytona.md (h) 14: empty POSTs carry x-www-form-urlencoded; only JSON bodies are parsed.
+  const json = express.json({ limit: '16mb', type: 'application/json' });
+
+  const authenticate = (surface: DaytonaSurface) => (req: Request, res: Response, next: NextFunction): void => {
+    services.auth
+      .authenticate(bearerToken(req))
+      .then((principal) => {
+        res.locals.principal = principal;
+        next();
+      })
+      .catch((err) => renderDaytonaError(res, err, surface, services.log));
+  };
+
+  // Toolbox auth: a bearer key, or for the two signed-URL routes a valid signature (no key).
+  const toolboxAuth = (req: Request, res: Response, next: NextFunction): void => {
+    const signed = SIGNED_URL_OPERATIONS[req.method];
+    if (!req.headers.authorization && signed && req.path === signed.path && typeof req.query.signature === 'string') {
+      const sandboxId = String(req.params.sandboxId);
+      Promise.resolve()
+        .then(() => {
+          verifySignedFileUrl(services, sandboxId, req.method, String(req.query.path ?? ''), String(req.query.expires ?? ''), String(req.query.signature));
+          return services.sandboxes.sandboxPrincipal(sandboxId, [signed.scope], 'daytona-signed-url');
+        })
+        .then((principal) => {
+          res.locals.principal = principal;
+          next();
+        })
+        .catch((err) => renderDaytonaError(res, err, 'toolbox', services.log));
+      return;
+    }
+    authenticate('toolbox')(req, res, next);
+  };
+
+  // Body-parser failures (bad JSON) are a 400 in Daytona's shape, not express's HTML page.
+  const jsonErrors = (surface: DaytonaSurface) => (err: unknown, _req: Request, res: Response, next: NextFunction): void => {
+    if (!err) return next();
+    const status = (err as { status?: number }).status;
+    renderDaytonaError(res, status === 413 ? new NestboxError('payload_too_large', 'body: too large') : new NestboxError('validation_failed', `body: ${(err as Error).message}`), surface, services.log);
+  };
+
+  const toolbox = createToolboxRouter(services);
+  const toolboxChain = [toolboxAuth, json, jsonErrors('toolbox'), toolbox];
+
+  // /config needs no auth on the real server; SDK 0.113–0.13x read proxyToolboxUrl from it (appendix A).
+  router.get('/api/config', handle(services, 'api', async (req, res) => {
+    res.json({ proxyToolboxUrl: toolboxProxyUrl(req), version: 'nestbox', defaultSnapshot: null, dashboardUrl: null, maintananceMode: false });
+  }));
+  router.use('/api/toolbox/:sandboxId/toolbox', ...toolboxChain);
+  router.use('/api', authenticate('api'), json, jsonErrors('api'), createControlPlaneRouter(services));
+  router.use('/toolbox/:sandboxId', ...toolboxChain);
+
+  router.use('/api', (req: Request, res: Response) => renderDaytonaError(res, new NestboxError('not_found', `no route ${req.method} ${req.originalUrl.split('?')[0]}`), 'api'));
+  router.use((req: Request, res: Response) => renderDaytonaError(res, new NestboxError('not_found', `no route ${req.method} ${req.originalUrl.split('?')[0]}`), 'toolbox'));
+  return router;
+}

@@ -1,0 +1,131 @@
+// Daytona's Sandbox DTO and state names over core's sandbox (daytona.md (b) "The Sandbox DTO").
+import type { Sandbox, Snapshot } from '../../core/types.js';
+import type { SandboxState } from '../../core/state-machine.js';
+
+/**
+ * Core state → Daytona state. The SDK's waits (daytona.md (b) "Waiting rules") need `started`
+ * after create/start/fork, `stopped` (or a 404) after stop, anything but `pausing` after pause,
+ * and fail fast on `error`. Archive is a stop in Nestbox, so an archived sandbox shows `stopped`.
+ */
+export const DAYTONA_STATE: Record<SandboxState, string> = {
+  creating: 'creating',
+  running: 'started',
+  stopping: 'stopping',
+  stopped: 'stopped',
+  starting: 'starting',
+  pausing: 'pausing',
+  paused: 'paused',
+  resuming: 'resuming',
+  deleting: 'destroying',
+  deleted: 'destroyed',
+  error: 'error',
+};
+
+const DESIRED_STATE: Record<SandboxState, string> = {
+  creating: 'started',
+  running: 'started',
+  starting: 'started',
+  resuming: 'started',
+  stopping: 'stopped',
+  stopped: 'stopped',
+  pausing: 'paused',
+  paused: 'paused',
+  deleting: 'destroyed',
+  deleted: 'destroyed',
+  error: 'started',
+};
+
+/** Daytona list `states` filter → core states (states Nestbox never has match nothing). */
+export const CORE_STATES_OF: Record<string, SandboxState[]> = {
+  creating: ['creating'],
+  started: ['running'],
+  stopping: ['stopping'],
+  stopped: ['stopped'],
+  starting: ['starting'],
+  pausing: ['pausing'],
+  paused: ['paused'],
+  resuming: ['resuming'],
+  destroying: ['deleting'],
+  error: ['error'],
+};
+
+const iso = (d: Date | null): string | null => (d ? d.toISOString() : null);
+
+/** The user processes run as inside a Nestbox sandbox (the guest agent's default user). */
+export const SANDBOX_USER = 'root';
+
+/** Minutes, as Daytona counts intervals; core counts seconds. */
+const minutes = (seconds: number): number => Math.round(seconds / 60);
+
+export function renderDaytonaSandbox(s: Sandbox, toolboxUrl: string, opts: { full: boolean }): Record<string, unknown> {
+  const ttlDelete = s.autoDeleteSeconds === 0 && s.timeoutSeconds > 0;
+  const dto: Record<string, unknown> = {
+    id: s.id,
+    organizationId: s.organizationId,
+    // Daytona names every sandbox; one created without a name is known by its id.
+    name: s.name ?? s.id,
+    user: SANDBOX_USER,
+    labels: s.labels,
+    public: false,
+    networkBlockAll: false,
+    target: s.hostId ?? 'local',
+    cpu: s.cpu,
+    gpu: 0,
+    memory: s.memoryMiB / 1024,
+    // Nestbox sets no disk quota per sandbox; 0 says "not limited" rather than inventing a size.
+    disk: 0,
+    state: DAYTONA_STATE[s.state],
+    desiredState: DESIRED_STATE[s.state],
+    errorReason: s.errorMessage ?? undefined,
+    recoverable: s.state === 'error',
+    backupState: 'None',
+    snapshot: s.sourceSnapshotId ?? undefined,
+    autoStopInterval: s.idleAction === 'stop' ? minutes(s.idleTimeoutSeconds) : 0,
+    autoPauseInterval: s.idleAction === 'pause' ? minutes(s.idleTimeoutSeconds) : 0,
+    // Archive is a stop in Nestbox (stopped sandboxes keep their disk), so nothing is ever archived later.
+    autoArchiveInterval: 0,
+    autoDeleteInterval: s.autoDeleteSeconds === null ? -1 : minutes(s.autoDeleteSeconds),
+    autoDestroyAt: ttlDelete ? iso(s.expiresAt) ?? undefined : undefined,
+    createdAt: s.createdAt.toISOString(),
+    updatedAt: s.updatedAt.toISOString(),
+    lastActivityAt: iso(s.lastActivityAt) ?? undefined,
+    toolboxProxyUrl: toolboxUrl,
+    daemonVersion: 'nestbox',
+  };
+  // daytona.md (b): the presence of `env` marks a full DTO; list items have none.
+  if (opts.full) {
+    dto.env = s.env;
+    dto.networkAllowList = undefined;
+    dto.volumes = [];
+  }
+  return dto;
+}
+
+const SNAPSHOT_STATE: Record<Snapshot['state'], string> = {
+  creating: 'snapshotting',
+  ready: 'active',
+  deleting: 'removing',
+  error: 'error',
+};
+
+/** SnapshotDto (daytona.md (b), spec-required fields). */
+export function renderDaytonaSnapshot(s: Snapshot): Record<string, unknown> {
+  return {
+    id: s.id,
+    general: false,
+    name: s.name,
+    imageName: null,
+    state: SNAPSHOT_STATE[s.state],
+    size: s.sizeBytes === null ? null : s.sizeBytes / 1024 ** 3,
+    entrypoint: null,
+    cpu: 0,
+    gpu: 0,
+    mem: 0,
+    disk: 0,
+    errorReason: s.errorMessage,
+    createdAt: s.createdAt.toISOString(),
+    updatedAt: s.createdAt.toISOString(),
+    lastUsedAt: null,
+    sourceSandboxId: s.sourceSandboxId,
+  };
+}

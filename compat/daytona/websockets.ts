@@ -1,0 +1,209 @@
+// Daytona's toolbox WebSockets (daytona.md (e)): session-log follow with the 3-byte stream
+// markers, and PTY sockets with the exit-control subprotocol. Each is a translation of a
+// guest-agent socket reached through core (`sandboxes.agentWebSocket`): process events → marked
+// log bytes, terminal frames → Daytona's control messages.
+import type http from 'node:http';
+import { constants as osConstants } from 'node:os';
+import type { Duplex } from 'node:stream';
+import { WebSocket, WebSocketServer } from 'ws';
+import { NestboxError, toNestboxError } from '../../core/errors.js';
+import type { Principal } from '../../core/types.js';
+import type { ProcessEvent } from '../../host/agent-protocol/processes.js';
+import { keepActiveWhileOpen } from '../../src/http/native/websocket.js';
+import { claimUpgrade } from '../../src/http/upgrade-claims.js';
+import type { Services } from '../../src/services.js';
+import { agentJson, DAYTONA_PREFIX, PROCESS_CODES, STDERR_MARKER, STDOUT_MARKER } from './context.js';
+import { daemonError, daytonaErrorBody, notSupported } from './errors.js';
+import { createPty, findPty } from './toolbox.js';
+
+export const PTY_EXIT_CONTROL_SUBPROTOCOL = 'X-Daytona-Pty-Exit-Control';
+const PTY_ENVS_SUBPROTOCOL_PREFIX = 'X-Daytona-Pty-Envs~';
+
+/** `/daytona/toolbox/{id}/<path>` or the legacy `/daytona/api/toolbox/{id}/toolbox/<path>`. */
+export function parseToolboxPath(pathname: string): { sandboxId: string; path: string } | undefined {
+  const m = new RegExp(`^${DAYTONA_PREFIX}/(?:toolbox/([^/]+)|api/toolbox/([^/]+)/toolbox)(/.*)$`).exec(pathname);
+  if (!m) return undefined;
+  return { sandboxId: decodeURIComponent(m[1] ?? m[2]), path: m[3] };
+}
+
+function refuse(socket: Duplex, err: unknown, path: string): void {
+  const e = toNestboxError(err);
+  const text = JSON.stringify(daytonaErrorBody(e, 'toolbox', path, 'GET'));
+  socket.end(`HTTP/1.1 ${e.status} ${http_status(e.status)}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(text)}\r\nconnection: close\r\n\r\n${text}`);
+}
+const http_status = (s: number) => ({ 400: 'Bad Request', 401: 'Unauthorized', 403: 'Forbidden', 404: 'Not Found', 409: 'Conflict', 501: 'Not Implemented' } as Record<number, string>)[s] ?? 'Error';
+
+function openUpstream(url: string, headers: Record<string, string>): Promise<WebSocket> {
+  const ws = new WebSocket(url, { headers });
+  return new Promise((resolve, reject) => {
+    ws.once('open', () => {
+      ws.pause();
+      resolve(ws);
+    });
+    ws.once('unexpected-response', (_r, res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => {
+        let message = Buffer.concat(chunks).toString('utf8');
+        let code = res.statusCode === 404 ? 'not_found' : 'internal';
+        try {
+          const parsed = JSON.parse(message) as { error?: { code?: string; message?: string } };
+          message = parsed.error?.message ?? message;
+          code = parsed.error?.code ?? code;
+        } catch {
+          // keep text
+        }
+        reject(code === 'not_found' ? daemonError('not_found', message, 'PROCESS_NOT_FOUND') : new NestboxError('internal', message));
+      });
+    });
+    ws.once('error', (err) => reject(new NestboxError('host_unavailable', `the sandbox's agent is not reachable: ${err.message}`)));
+  });
+}
+
+function offeredProtocols(req: http.IncomingMessage): string[] {
+  return String(req.headers['sec-websocket-protocol'] ?? '').split(',').map((p) => p.trim()).filter(Boolean);
+}
+
+function accept(req: http.IncomingMessage, socket: Duplex, head: Buffer, protocol: string | false): Promise<WebSocket> {
+  // daytona.md (h) 8: log and interpreter sockets must not answer a subprotocol; PTY sockets must.
+  const wss = new WebSocketServer({ noServer: true, handleProtocols: () => protocol });
+  return new Promise((resolve) => wss.handleUpgrade(req, socket, head, (client) => {
+    wss.close();
+    resolve(client);
+  }));
+}
+
+/** Session command logs, follow mode: process events → `01 01 01`/`02 02 02`-marked bytes, close 1000 at exit. */
+async function followLogs(services: Services, principal: Principal, sandboxId: string, sessionId: string, commandId: string, req: http.IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
+  if (sessionId !== 'entrypoint') {
+    await agentJson(services, principal, sandboxId, {
+      method: 'GET', path: `/sessions/${encodeURIComponent(sessionId)}/commands/${encodeURIComponent(commandId)}`, scope: 'sandboxes:read', operation: 'read commands of', daytonaCodes: PROCESS_CODES,
+    });
+  }
+  if (sessionId === 'entrypoint') {
+    // No entrypoint command runs in a Nestbox sandbox: the log is empty and already complete.
+    const client = await accept(req, socket, head, false);
+    client.close(1000);
+    return;
+  }
+  const target = await services.sandboxes.agentWebSocket(principal, sandboxId, 'sandboxes:read', 'stream command logs of', `/processes/${encodeURIComponent(commandId)}/events?offset=0`);
+  const upstream = await openUpstream(target.url, target.headers);
+  const client = await accept(req, socket, head, false);
+  keepActiveWhileOpen(services, sandboxId, (stop) => client.once('close', stop));
+  upstream.on('message', (data, isBinary) => {
+    if (isBinary || client.readyState !== WebSocket.OPEN) return;
+    let event: ProcessEvent;
+    try {
+      event = JSON.parse(data.toString()) as ProcessEvent;
+    } catch {
+      return;
+    }
+    if (event.type === 'stdout' || event.type === 'stderr') {
+      client.send(Buffer.concat([event.type === 'stdout' ? STDOUT_MARKER : STDERR_MARKER, Buffer.from(event.data, 'base64')]), { binary: true });
+    } else if (event.type === 'exit') {
+      client.close(1000);
+    }
+  });
+  upstream.on('close', () => {
+    if (client.readyState === WebSocket.OPEN) client.close(1000);
+  });
+  upstream.on('error', () => client.terminate());
+  client.on('close', () => upstream.close());
+  client.on('error', () => upstream.terminate());
+  upstream.resume();
+}
+
+function ptyEnvs(req: http.IncomingMessage): Record<string, string> | undefined {
+  const token = offeredProtocols(req).find((p) => p.startsWith(PTY_ENVS_SUBPROTOCOL_PREFIX));
+  if (!token) return undefined;
+  try {
+    const parsed = JSON.parse(Buffer.from(token.slice(PTY_ENVS_SUBPROTOCOL_PREFIX.length), 'base64url').toString('utf8')) as unknown;
+    if (parsed && typeof parsed === 'object' && !Array.isArray(parsed)) return Object.fromEntries(Object.entries(parsed).map(([k, v]) => [k, String(v)]));
+  } catch {
+    // fall through
+  }
+  throw new NestboxError('validation_failed', 'X-Daytona-Pty-Envs: must be base64url of a JSON object');
+}
+
+/** The PTY socket (daytona.md (e) "PTY"): connected → output → exited + close with a JSON reason. */
+async function attachPty(services: Services, principal: Principal, sandboxId: string, processId: string, req: http.IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
+  const target = await services.sandboxes.agentWebSocket(principal, sandboxId, 'sandboxes:exec', 'attach to terminals of', `/processes/${encodeURIComponent(processId)}/pty`);
+  const upstream = await openUpstream(target.url, target.headers);
+  const exitControl = offeredProtocols(req).includes(PTY_EXIT_CONTROL_SUBPROTOCOL);
+  const client = await accept(req, socket, head, exitControl ? PTY_EXIT_CONTROL_SUBPROTOCOL : false);
+  keepActiveWhileOpen(services, sandboxId, (stop) => client.once('close', stop));
+  client.send(JSON.stringify({ type: 'control', status: 'connected' }));
+  let exited = false;
+  upstream.on('message', (data, isBinary) => {
+    if (client.readyState !== WebSocket.OPEN) return;
+    if (isBinary) {
+      client.send(data, { binary: true });
+      return;
+    }
+    let message: { type?: string; exitCode?: number | null; signal?: string | null; message?: string };
+    try {
+      message = JSON.parse(data.toString()) as typeof message;
+    } catch {
+      return;
+    }
+    if (message.type === 'exit') {
+      exited = true;
+      const signalNumber = message.signal ? (osConstants.signals as Record<string, number>)[message.signal] : undefined;
+      const exitCode = message.exitCode ?? (signalNumber ? 128 + signalNumber : -1);
+      const exitReason = message.signal ?? (exitCode !== 0 ? 'non-zero exit' : undefined);
+      if (exitControl) client.send(JSON.stringify({ type: 'control', status: 'exited', exitCode, ...(exitReason ? { exitReason } : {}) }));
+      // Older SDKs read the exit from the close reason (1000 for exit 0, 1011 otherwise, like the daemon).
+      client.close(exitCode === 0 ? 1000 : 1011, JSON.stringify({ exitCode, ...(exitReason ? { exitReason } : {}) }));
+    } else if (message.type === 'error') {
+      client.send(JSON.stringify({ type: 'control', status: 'error', error: message.message ?? 'terminal error' }));
+    }
+  });
+  upstream.on('close', () => {
+    if (!exited && client.readyState === WebSocket.OPEN) client.close(1000);
+  });
+  upstream.on('error', () => client.terminate());
+  // Keystrokes are binary (daytona.md (e)); a text frame is typed input too, never a guest control message.
+  client.on('message', (data) => {
+    if (upstream.readyState === WebSocket.OPEN) upstream.send(Buffer.isBuffer(data) ? data : Buffer.from(data as ArrayBuffer), { binary: true });
+  });
+  client.on('close', () => upstream.close());
+  client.on('error', () => upstream.terminate());
+  upstream.resume();
+}
+
+export function attachDaytonaWebSockets(server: http.Server, services: Services): void {
+  server.on('upgrade', (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
+    const url = new URL((req.url ?? '/').replace(/\/{2,}/g, '/'), 'http://nestbox');
+    if (!url.pathname.startsWith(`${DAYTONA_PREFIX}/`)) return;
+    claimUpgrade(req);
+    void route(url, req, socket, head).catch((err) => refuse(socket, err, url.pathname));
+  });
+
+  async function route(url: URL, req: http.IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
+    // The SDK tries Socket.IO for push events; without it, it polls (daytona.md (e) "Push events").
+    if (url.pathname.startsWith(`${DAYTONA_PREFIX}/api/socket.io`)) throw new NestboxError('not_found', 'no Socket.IO event channel: the SDK falls back to polling');
+    const target = parseToolboxPath(url.pathname);
+    if (!target) throw new NestboxError('not_found', `no WebSocket route ${url.pathname}`);
+    const header = req.headers.authorization;
+    const principal = await services.auth.authenticate(header?.startsWith('Bearer ') ? header.slice(7).trim() : undefined);
+    const { sandboxId, path } = target;
+    let m: RegExpExecArray | null;
+    if ((m = /^\/process\/session\/([^/]+)\/command\/([^/]+)\/logs$/.exec(path))) {
+      return followLogs(services, principal, sandboxId, decodeURIComponent(m[1]), decodeURIComponent(m[2]), req, socket, head);
+    }
+    if (path === '/process/session/entrypoint/logs') return followLogs(services, principal, sandboxId, 'entrypoint', '', req, socket, head);
+    if (path === '/process/pty/create-connect') {
+      const num = (n: string) => (url.searchParams.get(n) ? Number(url.searchParams.get(n)) : undefined);
+      const created = await createPty(services, principal, sandboxId, { id: url.searchParams.get('id') ?? '', cols: num('cols'), rows: num('rows'), cwd: url.searchParams.get('cwd') ?? undefined, envs: ptyEnvs(req) });
+      return attachPty(services, principal, sandboxId, created.processId, req, socket, head);
+    }
+    if ((m = /^\/process\/pty\/([^/]+)\/connect$/.exec(path))) {
+      const id = decodeURIComponent(m[1]);
+      const pty = await findPty(services, principal, sandboxId, id);
+      if (!pty) throw daemonError('not_found', `PTY session ${id} not found`, 'PROCESS_NOT_FOUND');
+      return attachPty(services, principal, sandboxId, pty.processId, req, socket, head);
+    }
+    if (path === '/process/interpreter/execute') throw notSupported('the code interpreter (codeInterpreter.runCode)', 'use process.codeRun');
+    throw new NestboxError('not_found', `no WebSocket route ${path}`);
+  }
+}

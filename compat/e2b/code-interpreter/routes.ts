@@ -1,0 +1,162 @@
+// The code-interpreter HTTP API (port 49999 traffic, e2b.md (e)): /execute streams the
+// kernel's NDJSON for one cell; /contexts manages kernels (kernels.ts).
+import type { Request, Response } from 'express';
+import { randomBytes } from 'node:crypto';
+import { NestboxError, toNestboxError } from '../../../core/errors.js';
+import type { ProcessEvent } from '../../../host/agent-protocol/processes.js';
+import type { Services } from '../../../src/services.js';
+import { isSandboxUnavailable } from '../errors.js';
+import { guestEvents, guestJson, type SandboxTarget } from '../guest.js';
+import { createContext, kernelFor, listContexts, removeContext, restartContext } from './kernels.js';
+
+/**
+ * Status handling of the SDK (e2b.md (e)): 404 → NotFoundError, 502 → TimeoutError, anything
+ * else → SandboxError("<status> <statusText>"); the body text is the message.
+ */
+export function renderCodeInterpreterError(res: Response, err: unknown, log?: (m: string) => void): void {
+  const e = toNestboxError(err);
+  if (e.code === 'internal') log?.(`e2b code interpreter: internal error: ${e.message}`);
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  const status = isSandboxUnavailable(e) ? 502 : e.status;
+  res.status(status).type('text/plain').send(e.message);
+}
+
+interface ExecuteBody {
+  code?: unknown;
+  context_id?: unknown;
+  language?: unknown;
+  env_vars?: unknown;
+}
+
+function optionalString(value: unknown, field: string): string | undefined {
+  if (value === undefined || value === null) return undefined;
+  if (typeof value !== 'string') throw new NestboxError('validation_failed', `${field}: must be a string`, { field });
+  return value;
+}
+
+export async function execute(services: Services, target: SandboxTarget, req: Request, res: Response): Promise<void> {
+  const body = (req.body ?? {}) as ExecuteBody;
+  const code = optionalString(body.code, 'code');
+  if (code === undefined) throw new NestboxError('validation_failed', 'code: required', { field: 'code' });
+  const contextId = optionalString(body.context_id, 'context_id');
+  const language = optionalString(body.language, 'language');
+  if (contextId && language) throw new NestboxError('validation_failed', 'context_id: give a context or a language, not both', { field: 'context_id' });
+  const envVars = body.env_vars ?? undefined;
+  if (envVars !== undefined && (typeof envVars !== 'object' || envVars === null || Object.values(envVars).some((v) => typeof v !== 'string'))) {
+    throw new NestboxError('validation_failed', 'env_vars: must be an object of strings', { field: 'env_vars' });
+  }
+
+  const kernel = await kernelFor(services, target, contextId, language);
+  const processPath = `/processes/${encodeURIComponent(kernel.process.processId)}`;
+  const abort = new AbortController();
+  let finished = false;
+  // A client that gives up (the SDK's timeoutMs) interrupts the cell: KeyboardInterrupt in the
+  // kernel, whose state survives for the next call.
+  res.on('close', () => {
+    abort.abort();
+    if (!finished) {
+      void guestJson(services, target, { scope: 'sandboxes:exec', operation: 'run code in', method: 'POST', path: `${processPath}/signal`, json: { signal: 'SIGINT' } }).catch(() => undefined);
+    }
+  });
+
+  // Note where the kernel's output is now, hand it the cell, then follow the output from that
+  // offset: the guest replays from any offset, so nothing is missed. (The stream is opened after
+  // the cell is written because its headers only come with its first event.)
+  const { body: now } = await guestJson<{ stdout: { bytes: number }; stderr: { bytes: number } }>(services, target, { scope: 'sandboxes:read', operation: 'run code in', method: 'GET', path: processPath });
+  const cellId = randomBytes(8).toString('hex');
+  const cell = JSON.stringify({ id: cellId, code, ...(envVars ? { env_vars: envVars } : {}) }) + '\n';
+  await guestJson(services, target, {
+    scope: 'sandboxes:exec',
+    operation: 'run code in',
+    method: 'POST',
+    path: `${processPath}/stdin`,
+    body: Buffer.from(cell),
+    headers: { 'content-type': 'application/octet-stream' },
+  });
+  const events = await guestEvents<ProcessEvent>(services, target, {
+    scope: 'sandboxes:read',
+    operation: 'run code in',
+    path: `${processPath}/events?stdoutOffset=${now.stdout.bytes}&stderrOffset=${now.stderr.bytes}`,
+    signal: abort.signal,
+  });
+
+  res.status(200).setHeader('content-type', 'application/x-ndjson');
+  res.flushHeaders();
+  const decoder = new TextDecoder();
+  let buffer = '';
+  try {
+    for await (const event of events) {
+      if (event.type === 'keepalive') {
+        res.write(JSON.stringify({ type: 'keepalive' }) + '\n');
+        continue;
+      }
+      if (event.type === 'exit') break;
+      if (event.type !== 'stdout') continue;
+      buffer += decoder.decode(Buffer.from(event.data, 'base64'), { stream: true });
+      let at: number;
+      while ((at = buffer.indexOf('\n')) !== -1) {
+        const line = buffer.slice(0, at);
+        buffer = buffer.slice(at + 1);
+        let message: Record<string, unknown>;
+        try {
+          message = JSON.parse(line) as Record<string, unknown>;
+        } catch {
+          continue;
+        }
+        if (message.cell !== cellId) continue;
+        delete message.cell;
+        res.write(JSON.stringify(message) + '\n');
+        if (message.type === 'end_of_execution') {
+          finished = true;
+          res.end();
+          return;
+        }
+      }
+    }
+  } catch (err) {
+    if (abort.signal.aborted) return;
+    throw err;
+  }
+  // The kernel died mid-cell (os._exit, out of memory): upstream reports it this way.
+  finished = true;
+  res.write(JSON.stringify({ type: 'error', name: 'UnexpectedEndOfExecution', value: 'the code context\'s kernel exited during the execution; its state is lost', traceback: '' }) + '\n');
+  res.write(JSON.stringify({ type: 'end_of_execution' }) + '\n');
+  res.end();
+}
+
+export async function handleCodeInterpreter(services: Services, target: SandboxTarget, req: Request, res: Response): Promise<void> {
+  try {
+    const path = req.path.replace(/\/+$/, '') || '/';
+    const contextMatch = path.match(/^\/contexts\/([^/]+)(\/restart)?$/);
+    if (path === '/execute' && req.method === 'POST') return await execute(services, target, req, res);
+    if (path === '/contexts' && req.method === 'POST') {
+      const body = (req.body ?? {}) as { language?: unknown; cwd?: unknown };
+      res.status(200).json(await createContext(services, target, { language: optionalString(body.language, 'language'), cwd: optionalString(body.cwd, 'cwd') }));
+      return;
+    }
+    if (path === '/contexts' && req.method === 'GET') {
+      res.status(200).json(await listContexts(services, target));
+      return;
+    }
+    if (contextMatch && !contextMatch[2] && req.method === 'DELETE') {
+      await removeContext(services, target, decodeURIComponent(contextMatch[1]));
+      res.status(204).end();
+      return;
+    }
+    if (contextMatch && contextMatch[2] && req.method === 'POST') {
+      await restartContext(services, target, decodeURIComponent(contextMatch[1]));
+      res.status(204).end();
+      return;
+    }
+    if (path === '/health' && req.method === 'GET') {
+      res.status(200).type('text/plain').send('OK');
+      return;
+    }
+    throw new NestboxError('not_found', `no code-interpreter route ${req.method} ${path}`);
+  } catch (err) {
+    renderCodeInterpreterError(res, err, services.log);
+  }
+}

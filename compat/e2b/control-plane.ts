@@ -1,0 +1,358 @@
+// E2B's control-plane REST API (e2b.md (b)), served under /e2b: users set
+// E2B_API_URL=<origin>/e2b. Every route authenticates X-API-KEY as a Nestbox API key and
+// translates onto core's sandbox and snapshot services.
+import type { EgressPolicy } from '../../core/host-client.js';
+import express, { type NextFunction, type Request, type Response, type Router } from 'express';
+import { errors, NestboxError } from '../../core/errors.js';
+import { isTransitional, type SandboxState } from '../../core/state-machine.js';
+import type { Principal, Sandbox, Snapshot } from '../../core/types.js';
+import type { Services } from '../../src/services.js';
+import { notSupported, renderControlPlaneError } from './errors.js';
+import { ENVD_VERSION } from './routing.js';
+
+/** E2B's default sandbox lifetime when a create names none (e2b.md (b) create body: "server default 300"). */
+const DEFAULT_TIMEOUT_SECONDS = 300;
+/** Template ids that mean "the default image". */
+const DEFAULT_TEMPLATES = new Set(['base', 'code-interpreter-v1', 'code-interpreter', 'default']);
+const DEFAULT_LIST_LIMIT = 100;
+/** How long connect waits for a stop or pause in progress to finish. */
+const SETTLE_WAIT_MS = 60_000;
+
+type Handler = (req: Request, res: Response, principal: Principal) => Promise<void>;
+
+export interface ControlPlaneOptions {
+  /** Wildcard domain for `<port>-<id>.<domain>` hosts, returned as `domain` so getHost() works. */
+  publicDomain?: string;
+}
+
+/**
+ * E2B states: running and paused. A core sandbox that is stopped (disk kept, memory not) is
+ * "paused" too: connect resumes it, and reports memoryRestored false.
+ */
+export function e2bState(state: SandboxState): 'running' | 'paused' {
+  return ['paused', 'pausing', 'stopping', 'stopped', 'error'].includes(state) ? 'paused' : 'running';
+}
+
+const CORE_STATES: Record<string, SandboxState[]> = {
+  running: ['running', 'creating', 'starting', 'resuming'],
+  paused: ['paused', 'pausing', 'stopping', 'stopped', 'error'],
+};
+
+function timeoutOf(body: Record<string, unknown>, field = 'timeout'): number | undefined {
+  const value = body[field];
+  if (value === undefined || value === null) return undefined;
+  if (typeof value !== 'number' || !Number.isFinite(value) || value < 0) throw errors.validation(field, 'must be a number of seconds');
+  return Math.ceil(value);
+}
+
+function stringMap(body: Record<string, unknown>, field: string): Record<string, string> | undefined {
+  const value = body[field];
+  if (value === undefined || value === null) return undefined;
+  if (typeof value !== 'object' || Array.isArray(value) || Object.values(value).some((v) => typeof v !== 'string')) {
+    throw errors.validation(field, 'must be an object of strings');
+  }
+  return value as Record<string, string>;
+}
+
+/**
+ * `metadata` arrives encoded three times (e2b.md (b) "Metadata filter encoding"): the framework
+ * decoded it once; parse it as a form string (second), then decode each part (third).
+ */
+export function parseMetadataFilter(value: unknown): Record<string, string> | undefined {
+  if (typeof value !== 'string' || value === '') return undefined;
+  const out: Record<string, string> = {};
+  for (const [k, v] of new URLSearchParams(value)) {
+    try {
+      out[decodeURIComponent(k)] = decodeURIComponent(v);
+    } catch {
+      throw errors.validation('metadata', 'is not correctly percent-encoded');
+    }
+  }
+  return out;
+}
+
+export function createControlPlaneRouter(services: Services, options: ControlPlaneOptions = {}): Router {
+  const router = express.Router();
+  router.use(express.json({ limit: '1mb' }));
+
+  const route = (handler: Handler) => async (req: Request, res: Response) => {
+    try {
+      const key = req.headers['x-api-key'];
+      const principal = await services.auth.authenticate(typeof key === 'string' ? key.trim() : undefined);
+      await handler(req, res, principal);
+    } catch (err) {
+      renderControlPlaneError(res, err, services.log);
+    }
+  };
+  const body = (req: Request): Record<string, unknown> => (req.body && typeof req.body === 'object' ? (req.body as Record<string, unknown>) : {});
+  const id = (req: Request): string => String(req.params.sandboxID);
+
+  /** Template id → a snapshot name, or the default image (e2b.md (b): templateID default "base"). */
+  async function templateSource(principal: Principal, templateID: unknown): Promise<{ snapshot?: string }> {
+    if (templateID === undefined || templateID === null || (typeof templateID === 'string' && DEFAULT_TEMPLATES.has(templateID))) return {};
+    if (typeof templateID !== 'string' || templateID === '') throw errors.validation('templateID', 'must be a template id');
+    if (templateID === 'mcp-gateway') throw notSupported('the MCP gateway template');
+    try {
+      await services.snapshots.get(principal, templateID);
+    } catch (err) {
+      if (err instanceof NestboxError && err.code === 'not_found') throw new NestboxError('not_found', `template ${templateID} not found (templates are Nestbox snapshots; "base" is the default image)`);
+      throw err;
+    }
+    return { snapshot: templateID };
+  }
+
+  async function snapshotNames(principal: Principal): Promise<Map<string, string>> {
+    if (!principal.scopes.has('snapshots:read')) return new Map();
+    return new Map((await services.snapshots.list(principal)).map((s: Snapshot) => [s.id, s.name]));
+  }
+
+  function templateIdOf(s: Sandbox, names: Map<string, string>): string {
+    return s.sourceSnapshotId ? (names.get(s.sourceSnapshotId) ?? s.sourceSnapshotId) : 'base';
+  }
+
+  /** The "Sandbox" object of create and connect (e2b.md (b) "Create / connect response"). */
+  async function sandboxResponse(s: Sandbox, names: Map<string, string>) {
+    return {
+      sandboxID: s.id,
+      templateID: templateIdOf(s, names),
+      alias: templateIdOf(s, names),
+      clientID: 'nestbox',
+      envdVersion: ENVD_VERSION,
+      envdAccessToken: await services.sandboxTokens.register(s.id),
+      trafficAccessToken: services.sandboxTokens.tokenFor(s.id, 'traffic'),
+      domain: options.publicDomain ?? null,
+      // Not E2B's; unknown fields are ignored by the SDK. Says whether a resume kept memory.
+      memoryRestored: s.memoryRestored,
+    };
+  }
+
+  /** ListedSandbox (list) and, with `detail`, SandboxDetail (get) — e2b.md (b). */
+  async function listedSandbox(s: Sandbox, names: Map<string, string>, detail: boolean) {
+    const listed = {
+      sandboxID: s.id,
+      templateID: templateIdOf(s, names),
+      alias: templateIdOf(s, names),
+      clientID: 'nestbox',
+      startedAt: (s.startedAt ?? s.createdAt).toISOString(),
+      endAt: (s.expiresAt ?? s.stoppedAt ?? s.pausedAt ?? new Date(8.64e15)).toISOString(),
+      state: e2bState(s.state),
+      cpuCount: s.cpu,
+      memoryMB: s.memoryMiB,
+      diskSizeMB: 0,
+      envdVersion: ENVD_VERSION,
+      metadata: s.labels,
+      volumeMounts: [],
+    };
+    if (!detail) return listed;
+    return {
+      ...listed,
+      domain: options.publicDomain ?? null,
+      envdAccessToken: await services.sandboxTokens.register(s.id),
+      lifecycle: { onTimeout: s.autoDeleteSeconds === 0 ? 'kill' : 'pause', autoResume: false },
+      memoryRestored: s.memoryRestored,
+      resumeReason: s.resumeReason,
+    };
+  }
+
+  const create: Handler = async (req, res, principal) => {
+    const b = body(req);
+    const source = await templateSource(principal, b.templateID);
+    if (b.volumeMounts !== undefined && Array.isArray(b.volumeMounts) && b.volumeMounts.length > 0) throw notSupported('volumeMounts');
+    if (b.mcp !== undefined && b.mcp !== null) throw notSupported('mcp');
+    const egress = egressOf(b);
+    const sandbox = await services.sandboxes.create(principal, {
+      ...source,
+      ...(egress ? { egress } : {}),
+      timeoutSeconds: Math.min(timeoutOf(b) ?? DEFAULT_TIMEOUT_SECONDS, services.config.limits.maxTimeoutSeconds),
+      env: stringMap(b, 'envVars'),
+      labels: stringMap(b, 'metadata'),
+      // E2B kills a sandbox at its timeout unless autoPause asks to keep it. Core stops it at
+      // its timeout; deleting right after that stop is E2B's kill. With autoPause the stopped
+      // sandbox stays and lists as paused (connect resumes it, without its memory).
+      autoDeleteSeconds: b.autoPause === true ? null : 0,
+    });
+    res.status(201).json(await sandboxResponse(sandbox, await snapshotNames(principal)));
+  };
+
+  /**
+   * Connect (e2b.md (b)): 200 when it was running, 201 when it had to be resumed. A paused
+   * sandbox is unpaused (memory kept); a stopped one is started from its disk.
+   */
+  /** A sandbox in the middle of a stop or pause is waited for: E2B shows it as paused already. */
+  async function settled(principal: Principal, sandboxId: string): Promise<Sandbox> {
+    const deadline = Date.now() + SETTLE_WAIT_MS;
+    let sandbox = await services.sandboxes.get(principal, sandboxId);
+    while (isTransitional(sandbox.state) && sandbox.state !== 'deleting' && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 100));
+      sandbox = await services.sandboxes.get(principal, sandboxId);
+    }
+    return sandbox;
+  }
+
+  const connect: Handler = async (req, res, principal) => {
+    const b = body(req);
+    const timeout = timeoutOf(b);
+    let sandbox = await settled(principal, id(req));
+    const wasRunning = sandbox.state === 'running';
+    if (!wasRunning) sandbox = await services.sandboxes.resume(principal, sandbox.id);
+    if (timeout !== undefined) sandbox = await services.sandboxes.update(principal, sandbox.id, { timeoutSeconds: Math.min(timeout, services.config.limits.maxTimeoutSeconds) });
+    res.status(wasRunning ? 200 : 201).json(await sandboxResponse(sandbox, await snapshotNames(principal)));
+  };
+
+  /** 2.0–2.5 resume: 201 when resumed, body code 409 when it was not paused. */
+  const legacyResume: Handler = async (req, res, principal) => {
+    const b = body(req);
+    const current = await settled(principal, id(req));
+    if (e2bState(current.state) === 'running') throw new NestboxError('conflict', `sandbox ${current.id} is not paused`);
+    let sandbox = await services.sandboxes.resume(principal, current.id);
+    const timeout = timeoutOf(b);
+    if (timeout !== undefined) sandbox = await services.sandboxes.update(principal, sandbox.id, { timeoutSeconds: Math.min(timeout, services.config.limits.maxTimeoutSeconds) });
+    res.status(201).json(await sandboxResponse(sandbox, await snapshotNames(principal)));
+  };
+
+  const list = (v2: boolean): Handler => async (req, res, principal) => {
+    const q = req.query;
+    const stateParam = typeof q.state === 'string' ? q.state : Array.isArray(q.state) ? q.state.join(',') : v2 ? 'running,paused' : 'running';
+    const states: SandboxState[] = [];
+    for (const s of stateParam.split(',').filter(Boolean)) {
+      const mapped = CORE_STATES[s];
+      if (!mapped) throw errors.validation('state', 'must be running and/or paused');
+      states.push(...mapped);
+    }
+    const limit = q.limit === undefined ? DEFAULT_LIST_LIMIT : Number(q.limit);
+    const page = await services.sandboxes.list(principal, {
+      labels: parseMetadataFilter(q.metadata),
+      states,
+      limit,
+      cursor: typeof q.nextToken === 'string' && q.nextToken ? q.nextToken : undefined,
+    });
+    const names = await snapshotNames(principal);
+    const items = await Promise.all(page.items.map((s) => listedSandbox(s, names, false)));
+    // An empty or missing header ends the SDK's paging (e2b.md (b) "Pagination").
+    if (page.nextCursor) res.setHeader('x-next-token', page.nextCursor);
+    res.status(200).json(items);
+  };
+
+  const pause: Handler = async (req, res, principal) => {
+    const current = await services.sandboxes.get(principal, id(req));
+    // Already paused → body code 409 → the SDK's pause() returns false.
+    if (e2bState(current.state) === 'paused') throw new NestboxError('conflict', `sandbox ${current.id} is already paused`);
+    await services.sandboxes.pause(principal, current.id);
+    // A paused E2B sandbox is kept until resumed or killed: if its timeout stops it, it is not deleted.
+    await services.sandboxes.update(principal, current.id, { autoDeleteSeconds: null });
+    res.status(204).end();
+  };
+
+  router.post('/sandboxes', route(create));
+  router.post('/v2/sandboxes', route(create));
+  router.get('/sandboxes', route(list(false)));
+  router.get('/v2/sandboxes', route(list(true)));
+  router.get('/sandboxes/metrics', route(async () => {
+    throw notSupported('sandbox metrics');
+  }));
+  router.get('/sandboxes/:sandboxID', route(async (req, res, principal) => {
+    const sandbox = await services.sandboxes.get(principal, id(req));
+    res.status(200).json(await listedSandbox(sandbox, await snapshotNames(principal), true));
+  }));
+  router.delete('/sandboxes/:sandboxID', route(async (req, res, principal) => {
+    await services.sandboxes.delete(principal, id(req));
+    res.status(204).end();
+  }));
+  router.post('/sandboxes/:sandboxID/timeout', route(async (req, res, principal) => {
+    const timeout = timeoutOf(body(req));
+    if (timeout === undefined) throw errors.validation('timeout', 'required');
+    await services.sandboxes.update(principal, id(req), { timeoutSeconds: Math.min(timeout, services.config.limits.maxTimeoutSeconds) });
+    res.status(204).end();
+  }));
+  router.post('/sandboxes/:sandboxID/refreshes', route(async (req, res, principal) => {
+    await services.sandboxes.keepAlive(principal, id(req));
+    res.status(204).end();
+  }));
+  router.post('/sandboxes/:sandboxID/pause', route(pause));
+  router.post('/sandboxes/:sandboxID/resume', route(legacyResume));
+  router.post('/sandboxes/:sandboxID/connect', route(connect));
+  router.post('/v2/sandboxes/:sandboxID/connect', route(connect));
+  router.get('/sandboxes/:sandboxID/metrics', route(async (req, _res, principal) => {
+    await services.sandboxes.get(principal, id(req));
+    throw notSupported('sandbox metrics');
+  }));
+  router.get(['/sandboxes/:sandboxID/logs', '/v2/sandboxes/:sandboxID/logs'], route(async (req, _res, principal) => {
+    await services.sandboxes.get(principal, id(req));
+    throw notSupported('sandbox logs');
+  }));
+  // sbx.updateNetwork() (e2b.md (b)): onto core's egress policy, applied live by the host.
+  router.put('/sandboxes/:sandboxID/network', route(async (req, res, principal) => {
+    const egress = egressOf(body(req)) ?? { mode: 'allow-all' as const };
+    await services.sandboxes.update(principal, id(req), { egress });
+    res.status(204).end();
+  }));
+
+  // Snapshots: a sandbox's disk under a name, usable as a templateID.
+  router.post('/sandboxes/:sandboxID/snapshots', route(async (req, res, principal) => {
+    const b = body(req);
+    const name = typeof b.name === 'string' && b.name ? b.name : `${id(req)}-${Date.now().toString(36)}`;
+    const snapshot = await services.snapshots.create(principal, { sandboxId: id(req), name });
+    res.status(201).json({ snapshotID: snapshot.name, names: [snapshot.name] });
+  }));
+  router.get('/snapshots', route(async (req, res, principal) => {
+    let items = await services.snapshots.list(principal);
+    if (typeof req.query.sandboxID === 'string') items = items.filter((s) => s.sourceSandboxId === req.query.sandboxID);
+    if (typeof req.query.name === 'string') items = items.filter((s) => s.name === req.query.name);
+    res.status(200).json(items.map((s) => ({ snapshotID: s.name, names: [s.name] })));
+  }));
+  router.delete('/templates/:templateID', route(async (req, res, principal) => {
+    await services.snapshots.delete(principal, String(req.params.templateID));
+    res.status(204).end();
+  }));
+  router.post('/sandboxes/:sandboxID/fork', route(async (req, res, principal) => {
+    const b = body(req);
+    const result = await services.sandboxes.fork(principal, id(req), {
+      count: typeof b.count === 'number' ? b.count : undefined,
+      timeoutSeconds: timeoutOf(b),
+    });
+    const names = await snapshotNames(principal);
+    res.status(201).json(await Promise.all(result.sandboxes.map(async (s) => ({ sandbox: await sandboxResponse(s, names) }))));
+  }));
+
+  // Template builds, volumes and secrets have no Nestbox counterpart yet.
+  router.all(['/templates', '/templates/*rest', '/v2/templates', '/v2/templates/*rest', '/v3/templates', '/v3/templates/*rest'], route(async () => {
+    throw notSupported('building E2B templates (use Nestbox snapshots: createSnapshot, then templateID = the snapshot name)');
+  }));
+  router.all(['/volumes', '/volumes/*rest'], route(async () => {
+    throw notSupported('volumes');
+  }));
+  router.all(['/secrets', '/secrets/*rest'], route(async () => {
+    throw notSupported('secrets');
+  }));
+
+  router.use((req: Request, res: Response) => {
+    renderControlPlaneError(res, new NestboxError('not_found', `no E2B route ${req.method} ${req.path}`));
+  });
+  // Malformed JSON and the like: E2B's error shape, never the native one.
+  router.use((err: unknown, _req: Request, res: Response, _next: NextFunction) => {
+    const status = (err as { status?: number }).status;
+    renderControlPlaneError(res, status === 400 ? new NestboxError('validation_failed', `body: ${(err as Error).message}`) : err, services.log);
+  });
+  return router;
+}
+
+/**
+ * E2B's network options onto core's egress policy: `allow_internet_access: false` (or
+ * `allowInternetAccess`) denies all egress; `network.allowOut` / a body-level `allowOut` allows
+ * only those CIDRs or domains. Deny lists have no equivalent in core: refused, not ignored.
+ */
+function egressOf(b: Record<string, unknown>): EgressPolicy | undefined {
+  const network = (b.network && typeof b.network === 'object' ? b.network : b) as Record<string, unknown>;
+  const denyOut = network.denyOut;
+  if (Array.isArray(denyOut) && denyOut.length > 0) throw notSupported('network.denyOut (Nestbox egress policies are allow-all, deny-all or an allow list)');
+  if (network.egressProxy !== undefined || network.rules !== undefined) throw notSupported('egress proxies and network rules');
+  const allowOut = network.allowOut;
+  const internet = b.allow_internet_access ?? b.allowInternetAccess;
+  if (Array.isArray(allowOut) && allowOut.length > 0) {
+    if (!allowOut.every((entry) => typeof entry === 'string')) throw errors.validation('network.allowOut', 'must be a list of CIDRs or domain names');
+    return { mode: 'allow-list', allow: allowOut as string[] };
+  }
+  if (internet === false) return { mode: 'deny-all' };
+  if (internet === true || Array.isArray(allowOut)) return { mode: 'allow-all' };
+  return undefined;
+}

@@ -1,0 +1,199 @@
+// envd's `filesystem.Filesystem` service translated onto the guest agent's file routes
+// (e2b.md (c) "RPC-by-RPC usage"; host/agent-protocol/files.ts).
+import { posix } from 'node:path';
+import { Code, ConnectError, type HandlerContext, type ServiceImpl } from '@connectrpc/connect';
+import type { MessageInitShape } from '@bufbuild/protobuf';
+import { timestampFromDate } from '@bufbuild/protobuf/wkt';
+import type { CreateWatcherResponse as GuestCreateWatcher, WatcherEventsResponse, WatchEvent } from '../../../host/agent-protocol/files.js';
+import type { FileInfo, ListResponse } from '../../../host/agent-protocol/types.js';
+import { NestboxError } from '../../../core/errors.js';
+import type { Services } from '../../../src/services.js';
+import { EventType, FileType, Filesystem, type EntryInfoSchema, type FilesystemEventSchema } from '../gen/filesystem/filesystem_pb.js';
+import { toConnectError } from '../errors.js';
+import { guestEvents, guestJson, guestPath, type SandboxTarget } from '../guest.js';
+
+type EntryInit = MessageInitShape<typeof EntryInfoSchema>;
+type FilesystemEventInit = MessageInitShape<typeof FilesystemEventSchema>;
+export type ResolveTarget = (ctx: HandlerContext) => Promise<SandboxTarget>;
+
+const TYPE: Record<FileInfo['type'], FileType> = {
+  file: FileType.FILE,
+  dir: FileType.DIRECTORY,
+  symlink: FileType.SYMLINK,
+  // Devices, sockets and fifos: envd reports them as files too; SDK lists skip unspecified.
+  other: FileType.FILE,
+};
+
+/** `ls -l` style permissions as Go's FileMode.String() prints them (what envd sends). */
+export function permissionString(type: FileInfo['type'], mode: number): string {
+  const kind = type === 'dir' ? 'd' : type === 'symlink' ? 'L' : '-';
+  let out = '';
+  for (let shift = 6; shift >= 0; shift -= 3) {
+    const bits = (mode >> shift) & 7;
+    out += (bits & 4 ? 'r' : '-') + (bits & 2 ? 'w' : '-') + (bits & 1 ? 'x' : '-');
+  }
+  return kind + out;
+}
+
+export function entryInfo(f: FileInfo): EntryInit {
+  return {
+    name: f.name,
+    type: TYPE[f.type],
+    path: f.path,
+    size: BigInt(Math.max(0, Math.trunc(f.size))),
+    mode: f.mode & 0o7777,
+    permissions: permissionString(f.type, f.mode),
+    owner: f.owner,
+    group: f.group,
+    modifiedTime: timestampFromDate(new Date(f.mtime)),
+    ...(f.symlinkTarget !== undefined ? { symlinkTarget: f.symlinkTarget } : {}),
+  };
+}
+
+const EVENT_TYPE: Record<string, EventType> = {
+  create: EventType.CREATE,
+  write: EventType.WRITE,
+  remove: EventType.REMOVE,
+  rename: EventType.RENAME,
+  chmod: EventType.CHMOD,
+};
+
+/** A watcher id carries the watched root (names are reported relative to it), so nothing is kept here. */
+function encodeWatcherId(guestId: string, root: string, includeEntry: boolean): string {
+  return `${includeEntry ? 1 : 0}.${Buffer.from(root).toString('base64url')}.${guestId}`;
+}
+
+function decodeWatcherId(id: string): { guestId: string; root: string; includeEntry: boolean } {
+  const [include, root, ...rest] = id.split('.');
+  const guestId = rest.join('.');
+  if (!guestId || root === undefined) throw new ConnectError(`watcher ${id} not found`, Code.NotFound);
+  return { guestId, includeEntry: include === '1', root: Buffer.from(root, 'base64url').toString('utf8') };
+}
+
+const withErrors = <A extends unknown[], R>(fn: (...a: A) => Promise<R>) => async (...a: A): Promise<R> => {
+  try {
+    return await fn(...a);
+  } catch (err) {
+    throw toConnectError(err);
+  }
+};
+
+export function filesystemService(services: Services, resolve: ResolveTarget): Partial<ServiceImpl<typeof Filesystem>> {
+  const stat = async (target: SandboxTarget, path: string, signal?: AbortSignal): Promise<FileInfo> =>
+    (await guestJson<FileInfo>(services, target, { scope: 'files:read', operation: 'read files of', method: 'GET', path: `/files/stat?path=${encodeURIComponent(guestPath(path))}`, signal, fileRead: true })).body;
+
+  async function filesystemEvent(target: SandboxTarget, root: string, e: { type: string; path: string }, includeEntry: boolean): Promise<FilesystemEventInit | undefined> {
+    const type = EVENT_TYPE[e.type];
+    if (type === undefined) return undefined;
+    const event: FilesystemEventInit = { name: posix.relative(root, e.path) || posix.basename(e.path), type };
+    if (includeEntry && type !== EventType.REMOVE && type !== EventType.RENAME) {
+      const info = await stat(target, e.path).catch(() => undefined);
+      if (info) event.entry = entryInfo(info);
+    }
+    return event;
+  }
+
+  return {
+    stat: withErrors(async (req, ctx) => ({ entry: entryInfo(await stat(await resolve(ctx), req.path, ctx.signal)) })),
+
+    makeDir: withErrors(async (req, ctx) => {
+      const target = await resolve(ctx);
+      let result;
+      try {
+        result = await guestJson<FileInfo>(services, target, { scope: 'files:write', operation: 'write files of', method: 'POST', path: '/files/mkdir', json: { path: guestPath(req.path) }, signal: ctx.signal });
+      } catch (err) {
+        // Exists as something else: envd's already_exists too (makeDir → false).
+        if (err instanceof NestboxError && err.code === 'conflict') throw new ConnectError(err.message, Code.AlreadyExists);
+        throw err;
+      }
+      // 200 = it was already a directory; the SDK's makeDir() returns false on already_exists.
+      if (result.status === 200) throw new ConnectError(`directory ${req.path} already exists`, Code.AlreadyExists);
+      return { entry: entryInfo(result.body) };
+    }),
+
+    move: withErrors(async (req, ctx) => {
+      const target = await resolve(ctx);
+      // rename(2) semantics, like envd: an existing destination is replaced.
+      const { body } = await guestJson<FileInfo>(services, target, {
+        scope: 'files:write',
+        operation: 'write files of',
+        method: 'POST',
+        path: '/files/move',
+        json: { from: guestPath(req.source), to: guestPath(req.destination), overwrite: true },
+        signal: ctx.signal,
+      });
+      return { entry: entryInfo(body) };
+    }),
+
+    listDir: withErrors(async (req, ctx) => {
+      const target = await resolve(ctx);
+      // depth 0 (the proto3 default when absent) means 1, as upstream.
+      const depth = Math.min(Math.max(req.depth || 1, 1), 32);
+      const { body } = await guestJson<ListResponse>(services, target, {
+        scope: 'files:read',
+        operation: 'read files of',
+        method: 'GET',
+        path: `/files/list?path=${encodeURIComponent(guestPath(req.path || '.'))}&depth=${depth}`,
+        signal: ctx.signal,
+        fileRead: true,
+      });
+      return { entries: body.entries.map(entryInfo) };
+    }),
+
+    remove: withErrors(async (req, ctx) => {
+      const target = await resolve(ctx);
+      await guestJson(services, target, { scope: 'files:write', operation: 'write files of', method: 'DELETE', path: `/files?path=${encodeURIComponent(guestPath(req.path))}&recursive=true`, signal: ctx.signal });
+      return {};
+    }),
+
+    watchDir: async function* (req, ctx) {
+      try {
+        const target = await resolve(ctx);
+        const root = (await stat(target, req.path, ctx.signal)).path;
+        const events = await guestEvents<WatchEvent>(services, target, {
+          scope: 'files:read',
+          operation: 'watch files of',
+          path: `/files/watch?path=${encodeURIComponent(root)}&recursive=${req.recursive ? 'true' : 'false'}`,
+          signal: ctx.signal,
+        });
+        for await (const e of events) {
+          // The first message must be start (e2b.md (h) 3); the guest's ready means every watch is in place.
+          if (e.type === 'ready') yield { event: { case: 'start', value: {} } };
+          else if (e.type === 'keepalive') yield { event: { case: 'keepalive', value: {} } };
+          else {
+            const event = await filesystemEvent(target, root, e, req.includeEntry);
+            if (event) yield { event: { case: 'filesystem', value: event } };
+          }
+        }
+      } catch (err) {
+        throw toConnectError(err);
+      }
+    },
+
+    createWatcher: withErrors(async (req, ctx) => {
+      const target = await resolve(ctx);
+      const root = (await stat(target, req.path, ctx.signal)).path;
+      const { body } = await guestJson<GuestCreateWatcher>(services, target, { scope: 'files:read', operation: 'watch files of', method: 'POST', path: '/files/watchers', json: { path: root, recursive: req.recursive }, signal: ctx.signal });
+      return { watcherId: encodeWatcherId(body.watcherId, root, req.includeEntry) };
+    }),
+
+    getWatcherEvents: withErrors(async (req, ctx) => {
+      const target = await resolve(ctx);
+      const w = decodeWatcherId(req.watcherId);
+      const { body } = await guestJson<WatcherEventsResponse>(services, target, { scope: 'files:read', operation: 'watch files of', method: 'GET', path: `/files/watchers/${encodeURIComponent(w.guestId)}/events`, signal: ctx.signal });
+      const events: FilesystemEventInit[] = [];
+      for (const e of body.events) {
+        const event = await filesystemEvent(target, w.root, e, w.includeEntry);
+        if (event) events.push(event);
+      }
+      return { events };
+    }),
+
+    removeWatcher: withErrors(async (req, ctx) => {
+      const target = await resolve(ctx);
+      const w = decodeWatcherId(req.watcherId);
+      await guestJson(services, target, { scope: 'files:read', operation: 'watch files of', method: 'DELETE', path: `/files/watchers/${encodeURIComponent(w.guestId)}`, signal: ctx.signal });
+      return {};
+    }),
+  };
+}

@@ -1,0 +1,144 @@
+// envd's plain HTTP routes: `GET/POST /files` and `/health` (e2b.md (d)), onto the guest
+// agent's file routes through core.
+import type { Request, Response } from 'express';
+import { pipeline } from 'node:stream/promises';
+import { createGunzip } from 'node:zlib';
+import type { Readable } from 'node:stream';
+import { NestboxError } from '../../../core/errors.js';
+import type { FileInfo } from '../../../host/agent-protocol/types.js';
+import type { UploadResponse } from '../../../host/agent-protocol/files.js';
+import type { Services } from '../../../src/services.js';
+import { limitStream } from '../../../src/http/limit-stream.js';
+import { renderEnvdHttpError } from '../errors.js';
+import { guestError, guestJson, guestPath, guestRequest, type SandboxTarget } from '../guest.js';
+import { authenticateSandboxTraffic, authenticateSignature, unauthenticatedTarget, type SandboxRoute } from '../routing.js';
+
+const PASSED_DOWNLOAD_HEADERS = ['content-length', 'content-range', 'accept-ranges'];
+
+function queryValue(req: Request, name: string): string | undefined {
+  const v = req.query[name];
+  return typeof v === 'string' ? v : undefined;
+}
+
+/**
+ * `/files` accepts the sandbox's token or a valid signature; a wrong token is refused even with
+ * a good signature (e2b.md (d) "Auth rules").
+ */
+async function filesTarget(services: Services, req: Request, route: SandboxRoute, operation: 'read' | 'write'): Promise<SandboxTarget> {
+  const signature = queryValue(req, 'signature');
+  if (req.headers['x-access-token'] || !signature) return authenticateSandboxTraffic(services, req.headers, route);
+  return authenticateSignature(
+    services,
+    route,
+    { path: queryValue(req, 'path') ?? '', username: queryValue(req, 'username') ?? '', signature, expiration: queryValue(req, 'signature_expiration') },
+    operation,
+  );
+}
+
+/** What envd answers for each written file (e2b.md (d) POST /files). */
+function writtenEntry(path: string): { name: string; type: 'file'; path: string } {
+  return { name: path.slice(path.lastIndexOf('/') + 1), type: 'file', path };
+}
+
+function requirePath(req: Request): string {
+  const path = queryValue(req, 'path');
+  if (!path) throw new NestboxError('validation_failed', 'path: required', { field: 'path' });
+  return path;
+}
+
+export async function downloadFile(services: Services, req: Request, res: Response, route: SandboxRoute): Promise<void> {
+  try {
+    const target = await filesTarget(services, req, route, 'read');
+    const path = requirePath(req);
+    const abort = new AbortController();
+    res.on('close', () => {
+      if (!res.writableFinished) abort.abort();
+    });
+    const upstream = await guestRequest(services, target, {
+      scope: 'files:read',
+      operation: 'read files of',
+      method: 'GET',
+      path: `/files/content?path=${encodeURIComponent(guestPath(path))}`,
+      headers: typeof req.headers.range === 'string' ? { range: req.headers.range } : {},
+      signal: abort.signal,
+      fileRead: true,
+    });
+    const status = upstream.statusCode ?? 502;
+    if (status >= 400) throw await guestError(upstream);
+    res.status(status);
+    for (const name of PASSED_DOWNLOAD_HEADERS) {
+      const v = upstream.headers[name];
+      if (v !== undefined) res.setHeader(name, v);
+    }
+    const name = path.slice(path.lastIndexOf('/') + 1);
+    res.setHeader('content-type', 'application/octet-stream');
+    res.setHeader('content-disposition', `inline; filename="${name.replace(/[^\x20-\x7e]|["\\]/g, '_')}"`);
+    await pipeline(upstream, res);
+  } catch (err) {
+    renderEnvdHttpError(res, err, services.log);
+  }
+}
+
+export async function uploadFiles(services: Services, req: Request, res: Response, route: SandboxRoute): Promise<void> {
+  try {
+    const target = await filesTarget(services, req, route, 'write');
+    // File metadata (xattrs) has no Nestbox counterpart yet: say so instead of dropping it.
+    if (Object.keys(req.headers).some((h) => h.startsWith('x-metadata-'))) {
+      throw new NestboxError('validation_failed', 'X-Metadata-*: file metadata is not supported by this Nestbox server', { field: 'metadata' });
+    }
+    const max = services.config.limits.maxUploadBytes;
+    const declared = Number(req.headers['content-length'] ?? 0);
+    if (declared > max) throw new NestboxError('payload_too_large', `body: ${declared} bytes exceeds the upload limit of ${max} bytes`);
+    const contentType = String(req.headers['content-type'] ?? '');
+    const path = queryValue(req, 'path');
+    let body: Readable = limitStream(req, max);
+    if (String(req.headers['content-encoding'] ?? '').toLowerCase() === 'gzip') body = body.pipe(createGunzip());
+
+    if (contentType.startsWith('multipart/form-data')) {
+      // The guest agent reads E2B's form itself: parts named `file` whose filename is the full
+      // target path, or `?path=` for every part (host/agent-protocol/files.ts UPLOAD).
+      const upstream = await guestRequest(services, target, {
+        scope: 'files:write',
+        operation: 'write files of',
+        method: 'POST',
+        path: `/files/upload${path ? `?path=${encodeURIComponent(guestPath(path))}` : ''}`,
+        headers: { 'content-type': contentType },
+        body,
+      });
+      if ((upstream.statusCode ?? 502) >= 400) throw await guestError(upstream);
+      const chunks: Buffer[] = [];
+      for await (const c of upstream) chunks.push(c as Buffer);
+      const result = JSON.parse(Buffer.concat(chunks).toString('utf8')) as UploadResponse;
+      const failed = result.results.find((r) => !r.ok);
+      if (failed && !failed.ok) throw new NestboxError((failed.error.code as NestboxError['code']) ?? 'internal', failed.error.message);
+      if (result.results.length === 0) throw new NestboxError('validation_failed', 'body: no file part named "file"', { field: 'file' });
+      res.status(200).json(result.results.map((r) => writtenEntry(r.path)));
+      return;
+    }
+    // application/octet-stream (envd ≥ 0.5.7): one file, `path` required.
+    if (!path) throw new NestboxError('validation_failed', 'path: required for application/octet-stream uploads', { field: 'path' });
+    const { body: info } = await guestJson<FileInfo>(services, target, {
+      scope: 'files:write',
+      operation: 'write files of',
+      method: 'PUT',
+      path: `/files/content?path=${encodeURIComponent(guestPath(path))}`,
+      headers: { 'content-type': 'application/octet-stream' },
+      body,
+    });
+    res.status(200).json([writtenEntry(info.path)]);
+  } catch (err) {
+    renderEnvdHttpError(res, err, services.log);
+  }
+}
+
+/** 204 when the sandbox runs, 502 otherwise, as E2B's proxy answers for a dead sandbox (isRunning() → false). */
+export async function health(services: Services, res: Response, route: SandboxRoute, req: Request): Promise<void> {
+  try {
+    const target = req.headers['x-access-token'] ? await authenticateSandboxTraffic(services, req.headers, route) : await unauthenticatedTarget(services, route);
+    const sandbox = await services.sandboxes.get(target.principal, target.sandboxId);
+    if (sandbox.state !== 'running') throw new NestboxError('invalid_state', `sandbox ${sandbox.id} is ${sandbox.state}`, { kind: 'sandbox' });
+    res.status(204).end();
+  } catch (err) {
+    renderEnvdHttpError(res, err, services.log);
+  }
+}

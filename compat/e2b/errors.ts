@@ -1,0 +1,80 @@
+// E2B's own error shapes for the same core errors (e2b.md section (f)). Core decides what went
+// wrong and its status; this file only decides how E2B clients must see it.
+import type { Response } from 'express';
+import { Code, ConnectError } from '@connectrpc/connect';
+import { NestboxError, toNestboxError } from '../../core/errors.js';
+
+/**
+ * Control plane: `{code, message}` with `code` equal to the HTTP status, because the SDK reads
+ * `code` from the body to tell 404 (SandboxNotFoundError / kill → false) and 409 (pause →
+ * false) apart (e2b.md (f) "Observed trap").
+ */
+export function renderControlPlaneError(res: Response, err: unknown, log?: (m: string) => void): void {
+  const e = toNestboxError(err);
+  if (e.code === 'internal') log?.(`e2b control plane: internal error: ${e.message}`);
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  if (e.code === 'rate_limited' || e.code === 'limit_reached') res.setHeader('Retry-After', '1');
+  res.status(e.status).json({ code: e.status, message: e.message });
+}
+
+/** Does this error say that the sandbox itself is gone or not running (rather than a file or process)? */
+export function isSandboxUnavailable(e: NestboxError): boolean {
+  const kind = e.details?.kind;
+  if (kind === 'sandbox' && (e.code === 'not_found' || e.code === 'invalid_state')) return true;
+  return e.code === 'host_unavailable';
+}
+
+/**
+ * envd plain HTTP (`/files`, `/health`): `{code, message}` too. A sandbox that is gone or not
+ * running answers 502, as E2B's edge proxy does, which the SDK turns into TimeoutError
+ * (e2b.md (f) "envd HTTP").
+ */
+export function renderEnvdHttpError(res: Response, err: unknown, log?: (m: string) => void): void {
+  const e = toNestboxError(err);
+  if (e.code === 'internal') log?.(`e2b envd: internal error: ${e.message}`);
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  const status = isSandboxUnavailable(e) ? 502 : e.status;
+  res.status(status).json({ code: status, message: e.message });
+}
+
+const CONNECT_CODES: Record<string, Code> = {
+  validation_failed: Code.InvalidArgument,
+  unauthorized: Code.Unauthenticated,
+  forbidden: Code.PermissionDenied,
+  not_found: Code.NotFound,
+  method_not_allowed: Code.Unimplemented,
+  invalid_state: Code.FailedPrecondition,
+  conflict: Code.AlreadyExists,
+  payload_too_large: Code.InvalidArgument,
+  unsupported_media_type: Code.InvalidArgument,
+  range_not_satisfiable: Code.OutOfRange,
+  limit_reached: Code.ResourceExhausted,
+  rate_limited: Code.ResourceExhausted,
+  internal: Code.Internal,
+  not_supported: Code.Unimplemented,
+  host_unavailable: Code.Unavailable,
+  insufficient_storage: Code.ResourceExhausted,
+  timeout: Code.DeadlineExceeded,
+};
+
+/**
+ * envd Connect RPCs: a ConnectError whose code the SDK maps to its classes (e2b.md (f) "envd
+ * Connect errors"). A sandbox that is gone or not running is `unavailable`, which the SDK
+ * reports as "sandbox is probably not running anymore".
+ */
+export function toConnectError(err: unknown): ConnectError {
+  if (err instanceof ConnectError) return err;
+  const e = toNestboxError(err);
+  if (isSandboxUnavailable(e)) return new ConnectError(e.message, Code.Unavailable);
+  return new ConnectError(e.message, CONNECT_CODES[e.code] ?? Code.Unknown);
+}
+
+export function notSupported(what: string): NestboxError {
+  return new NestboxError('not_supported', `${what} is not supported by this Nestbox server`);
+}

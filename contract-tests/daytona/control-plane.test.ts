@@ -1,0 +1,193 @@
+// Control plane through the real @daytonaio/sdk 0.218 (daytona.md (b)).
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  DaytonaError, DaytonaNotFoundError, DaytonaConflictError, DaytonaValidationError, DaytonaAuthenticationError, Daytona,
+} from '@daytonaio/sdk';
+import { rawFetch, startDaytonaEnv, type DaytonaTestEnv } from './helpers.js';
+
+describe('Daytona control plane with @daytonaio/sdk', () => {
+  let env: DaytonaTestEnv;
+  beforeAll(async () => {
+    env = await startDaytonaEnv();
+  });
+  afterAll(async () => {
+    await env?.server.close();
+  });
+
+  it('creates a started sandbox with labels, env, name and resources, and gets it by id and by name', async () => {
+    const sb = await env.daytona.create({ name: 'cp-one', labels: { team: 'x' }, envVars: { GREETING: 'hi' }, resources: { cpu: 1, memory: 1 }, autoStopInterval: 30, autoDeleteInterval: -1 });
+    expect(sb.id).toMatch(/^[a-z0-9]+$/);
+    expect(sb.state).toBe('started');
+    expect(sb.name).toBe('cp-one');
+    expect(sb.labels).toMatchObject({ team: 'x', 'code-toolbox-language': 'python' });
+    expect(sb.cpu).toBe(1);
+    expect(sb.memory).toBe(1);
+    expect(sb.autoStopInterval).toBe(30);
+    expect(sb.autoDeleteInterval).toBe(-1);
+    expect(sb.toolboxProxyUrl).toBe(`${env.server.url}/daytona/toolbox`);
+    expect((sb as unknown as { env: Record<string, string> }).env).toEqual({ GREETING: 'hi' });
+
+    const byId = await env.daytona.get(sb.id);
+    expect(byId.id).toBe(sb.id);
+    const byName = await env.daytona.get('cp-one');
+    expect(byName.id).toBe(sb.id);
+    // The environment reaches processes.
+    expect((await byName.process.executeCommand('echo $GREETING')).result.trim()).toBe('hi');
+  });
+
+  it('refuses a second sandbox with the same name (409) and bad input (400) with the SDK error classes', async () => {
+    await expect(env.daytona.create({ name: 'cp-one' })).rejects.toBeInstanceOf(DaytonaConflictError);
+    await expect(env.daytona.create({ resources: { cpu: 999 } })).rejects.toBeInstanceOf(DaytonaValidationError);
+    const err = await env.daytona.create({ name: 'bad name!' }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(DaytonaValidationError);
+    expect((err as Error).message).toMatch(/^name:/);
+  });
+
+  it('answers not found with DaytonaNotFoundError and a bad key with DaytonaAuthenticationError', async () => {
+    await expect(env.daytona.get('does-not-exist')).rejects.toBeInstanceOf(DaytonaNotFoundError);
+    const bad = new Daytona({ apiUrl: env.apiUrl, apiKey: 'nbx_' + 'x'.repeat(40) });
+    await expect(bad.get('whatever')).rejects.toBeInstanceOf(DaytonaAuthenticationError);
+  });
+
+  it('lists with label filters, states and cursor paging', async () => {
+    const a = await env.daytona.create({ labels: { group: 'paging' } });
+    const b = await env.daytona.create({ labels: { group: 'paging' } });
+    const seen: string[] = [];
+    for await (const item of env.daytona.list({ labels: { group: 'paging' } }, 1)) seen.push(item.id);
+    expect(seen.sort()).toEqual([a.id, b.id].sort());
+    const page = await rawFetch(env, `/daytona/api/sandbox?limit=1&labels=${encodeURIComponent(JSON.stringify({ group: 'paging' }))}`);
+    const body = (await page.json()) as { items: { id: string; toolboxProxyUrl: string; env?: unknown }[]; nextCursor: string | null };
+    expect(body.items).toHaveLength(1);
+    expect(body.items[0].toolboxProxyUrl).toBe(`${env.server.url}/daytona/toolbox`);
+    expect(body.items[0].env).toBeUndefined();
+    expect(body.nextCursor).toBeTruthy();
+    const stopped = await rawFetch(env, `/daytona/api/sandbox?states=stopped&labels=${encodeURIComponent(JSON.stringify({ group: 'paging' }))}`);
+    expect(((await stopped.json()) as { items: unknown[] }).items).toHaveLength(0);
+    const sorted = await rawFetch(env, `/daytona/api/sandbox?sort=createdAt&order=asc&labels=${encodeURIComponent(JSON.stringify({ group: 'paging' }))}`);
+    expect(((await sorted.json()) as { items: { id: string }[] }).items.map((i) => i.id)).toEqual([a.id, b.id]);
+    // A trailing slash in DAYTONA_API_URL gives `//` (daytona.md (h) 11).
+    expect((await rawFetch(env, `/daytona/api//sandbox/${a.id}`)).status).toBe(200);
+    await a.delete();
+    await b.delete();
+  });
+
+  it('sets labels and the autostop / autodelete / ttl intervals, and refreshes activity', async () => {
+    const sb = await env.daytona.create();
+    await sb.setLabels({ a: 'b' });
+    expect(sb.labels).toEqual({ a: 'b' });
+    await sb.setAutostopInterval(5);
+    await sb.setAutoDeleteInterval(60);
+    await sb.refreshData();
+    expect(sb.autoStopInterval).toBe(5);
+    expect(sb.autoDeleteInterval).toBe(60);
+    await sb.setAutoPauseInterval(7);
+    await sb.refreshData();
+    expect(sb.autoPauseInterval).toBe(7);
+    expect(sb.autoStopInterval).toBe(0);
+    await sb.setAutoDeleteInterval(-1);
+    await sb.setTtl(30);
+    await sb.refreshData();
+    expect(sb.autoDestroyAt).toBeTruthy();
+    await sb.setAutoArchiveInterval(10);
+    const before = sb.lastActivityAt;
+    await new Promise((r) => setTimeout(r, 5100));
+    await sb.refreshActivity();
+    await sb.refreshData();
+    expect(new Date(sb.lastActivityAt!).getTime()).toBeGreaterThan(new Date(before!).getTime());
+    await sb.delete();
+  });
+
+  it('stops, starts, archives, recovers and pauses through the SDK waits', async () => {
+    const sb = await env.daytona.create();
+    await sb.process.executeCommand('echo kept > /root/kept.txt');
+    await sb.stop();
+    expect(sb.state).toBe('stopped');
+    await sb.start();
+    expect(sb.state).toBe('started');
+    expect((await sb.process.executeCommand('cat /root/kept.txt')).result.trim()).toBe('kept');
+    await sb.archive();
+    expect(sb.state).toBe('stopped');
+    await sb.recover();
+    expect(sb.state).toBe('started');
+    await sb.pause();
+    expect(sb.state).toBe('paused');
+    await sb.start();
+    expect(sb.state).toBe('started');
+    await sb.stop(60, true);
+    expect(sb.state).toBe('stopped');
+    await sb.delete(60, true);
+    await expect(env.daytona.get(sb.id)).rejects.toBeInstanceOf(DaytonaNotFoundError);
+  });
+
+  it('forks a sandbox with its disk, under a new name', async () => {
+    const sb = await env.daytona.create();
+    await sb.fs.uploadFile(Buffer.from('forked data'), '/root/f.txt');
+    const child = await sb.fork({ name: 'cp-child' });
+    expect(child.id).not.toBe(sb.id);
+    expect(child.name).toBe('cp-child');
+    expect(child.state).toBe('started');
+    expect((await child.fs.downloadFile('/root/f.txt')).toString()).toBe('forked data');
+    await child.delete();
+    await sb.delete();
+  });
+
+  it('takes a named snapshot and creates a sandbox from it; lists, gets and deletes snapshots', async () => {
+    const sb = await env.daytona.create();
+    await sb.process.executeCommand('echo from-snapshot > /root/s.txt');
+    await sb.createSnapshot('cp-snap');
+    expect(sb.state).toBe('started');
+    const snap = await env.daytona.snapshot.get('cp-snap');
+    expect(snap.name).toBe('cp-snap');
+    expect(snap.state).toBe('active');
+    const listed = await env.daytona.snapshot.list();
+    expect(listed.items.map((s) => s.name)).toContain('cp-snap');
+    const fromSnap = await env.daytona.create({ snapshot: 'cp-snap' });
+    expect((await fromSnap.process.executeCommand('cat /root/s.txt')).result.trim()).toBe('from-snapshot');
+    await fromSnap.delete();
+    await sb.delete();
+    await env.daytona.snapshot.delete(snap);
+    await expect(env.daytona.snapshot.get('cp-snap')).rejects.toBeInstanceOf(DaytonaNotFoundError);
+  });
+
+  it('reports accepted-but-unhonoured create options and refuses unsupported ones with not_supported', async () => {
+    const res = await rawFetch(env, '/daytona/api/sandbox', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ env: {}, labels: {}, disk: 10, spot: true, public: true }) });
+    expect(res.status).toBe(200);
+    expect(res.headers.get('x-nestbox-unhonoured-options')).toMatch(/disk.*public|public.*disk/);
+    const created = (await res.json()) as { id: string };
+    await rawFetch(env, `/daytona/api/sandbox/${created.id}`, { method: 'DELETE' });
+
+    const image = await env.daytona.create({ image: 'python:3.12' }).catch((e: unknown) => e);
+    expect(image).toBeInstanceOf(DaytonaError);
+    expect((image as DaytonaError).statusCode).toBe(501);
+    expect((image as Error).message).toMatch(/building an image/);
+    await expect(env.daytona.create({ volumes: [{ volumeId: 'v1', mountPath: '/data' }] })).rejects.toThrow(/volumes is not supported/);
+    await expect(env.daytona.volume.list()).rejects.toThrow(/volumes is not supported/);
+    await expect(env.daytona.volume.get('vol1', true)).rejects.toThrow(/volumes is not supported/);
+    await expect(env.daytona.snapshot.create({ name: 'x', image: 'python:3.12' })).rejects.toThrow(/not supported/);
+
+    const sb = await env.daytona.create();
+    await expect(sb.resize({ cpu: 2 })).rejects.toThrow(/resizing a sandbox is not supported/);
+    const preview = await sb.getPreviewLink(3000);
+    expect(preview.url).toContain(sb.id);
+    expect(preview.url).toContain('3000');
+    expect(preview.token).toMatch(/^nbxp_/);
+    await expect(sb.getSignedPreviewUrl(3000, 60)).rejects.toThrow(/signed preview URLs is not supported/);
+    await expect(sb.updateNetworkSettings({ networkBlockAll: true })).rejects.toThrow(/network settings/);
+    await expect(sb.createSshAccess(10)).rejects.toThrow(/SSH access/);
+    await expect(sb.updateEnv({ A: '1' })).rejects.toThrow(/updateEnv/);
+    await sb.delete();
+  });
+
+  it('serves /config without auth and the toolbox-proxy-url', async () => {
+    const config = await fetch(`${env.apiUrl}/config`);
+    expect(config.status).toBe(200);
+    expect(((await config.json()) as { proxyToolboxUrl: string }).proxyToolboxUrl).toBe(`${env.server.url}/daytona/toolbox`);
+    const sb = await env.daytona.create();
+    const proxy = await rawFetch(env, `/daytona/api/sandbox/${sb.id}/toolbox-proxy-url`);
+    expect(await proxy.json()).toEqual({ url: `${env.server.url}/daytona/toolbox` });
+    const err = await rawFetch(env, '/daytona/api/sandbox/nope');
+    expect(err.status).toBe(404);
+    expect(await err.json()).toMatchObject({ statusCode: 404, message: 'sandbox nope not found', error: 'Not Found' });
+    await sb.delete();
+  });
+});

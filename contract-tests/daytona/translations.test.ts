@@ -1,0 +1,100 @@
+// Unit tests of the Daytona translators' pure parts (no server): interval → policy mapping,
+// git status parsing and failure classification, signed-URL verification, the DTO's states.
+import { describe, expect, it } from 'vitest';
+import { NestboxError } from '../../core/errors.js';
+import type { Sandbox } from '../../core/types.js';
+import type { Services } from '../../src/services.js';
+import { createInput, intervalsToPolicy } from '../../compat/daytona/control-plane.js';
+import { classifyGitFailure, parsePorcelainStatus } from '../../compat/daytona/git.js';
+import { fileUrlSignature, signingKeyFor, verifySignedFileUrl } from '../../compat/daytona/signing.js';
+import { renderDaytonaSandbox } from '../../compat/daytona/sandbox-dto.js';
+import { daytonaFileInfo } from '../../compat/daytona/toolbox.js';
+import { parseToolboxPath } from '../../compat/daytona/websockets.js';
+
+describe('Daytona translations', () => {
+  it('maps intervals onto the idle policy, auto-delete and TTL', () => {
+    expect(intervalsToPolicy({ autoStopInterval: 15 }, 86400)).toEqual({ idleTimeoutSeconds: 900, idleAction: 'stop' });
+    expect(intervalsToPolicy({ autoStopInterval: 15, autoPauseInterval: 5 }, 86400)).toEqual({ idleTimeoutSeconds: 300, idleAction: 'pause' });
+    expect(intervalsToPolicy({ autoDeleteInterval: -1 }, 86400)).toEqual({ autoDeleteSeconds: null });
+    expect(intervalsToPolicy({ autoDeleteInterval: 0 }, 86400)).toEqual({ autoDeleteSeconds: 0 });
+    expect(intervalsToPolicy({ ttlMinutes: 10 }, 86400)).toEqual({ timeoutSeconds: 600, autoDeleteSeconds: 0 });
+    expect(() => intervalsToPolicy({ autoStopInterval: 100_000 }, 86400)).toThrow(/autoStopInterval: must be at most 1440 minutes/);
+  });
+
+  it('translates the create body: GiB to MiB, no absolute timeout, refuses what would be faked', () => {
+    expect(createInput({ memory: 2, cpu: 2, env: { A: '1' }, labels: {} }, 86400)).toMatchObject({ memoryMiB: 2048, cpu: 2, timeoutSeconds: 0, idleTimeoutSeconds: 900, idleAction: 'stop' });
+    expect(createInput({ ttlMinutes: 5 }, 86400)).toMatchObject({ timeoutSeconds: 300, autoDeleteSeconds: 0 });
+    // Network options map onto core's egress policy (enforced by the host's nftables).
+    expect(createInput({ networkBlockAll: true }, 86400).egress).toEqual({ mode: 'deny-all' });
+    expect(createInput({ networkAllowList: '203.0.113.0/24, 198.51.100.7/32', domainAllowList: 'example.com' }, 86400).egress).toEqual({ mode: 'allow-list', allow: ['203.0.113.0/24', '198.51.100.7/32', 'example.com'] });
+    expect(createInput({}, 86400).egress).toBeUndefined();
+    for (const body of [{ buildInfo: { dockerfileContent: 'FROM x' } }, { gpu: 1 }, { volumes: [{ volumeId: 'v', mountPath: '/d' }] }, { secrets: [{ A: 's' }] }]) {
+      const err = (() => {
+        try {
+          createInput(body, 86400);
+        } catch (e) {
+          return e;
+        }
+      })();
+      expect(err).toBeInstanceOf(NestboxError);
+      expect((err as NestboxError).code).toBe('not_supported');
+    }
+  });
+
+  it('parses git porcelain status', () => {
+    expect(parsePorcelainStatus('## main...origin/main [ahead 2, behind 1]\n M a.txt\nA  b.txt\n?? c.txt\nR  old.txt -> new.txt\n')).toEqual({
+      currentBranch: 'main',
+      upstream: 'origin/main',
+      branchPublished: true,
+      ahead: 2,
+      behind: 1,
+      detached: false,
+      fileStatus: [
+        { name: 'a.txt', staging: 'Unmodified', worktree: 'Modified', extra: '' },
+        { name: 'b.txt', staging: 'Added', worktree: 'Unmodified', extra: '' },
+        { name: 'c.txt', staging: 'Untracked', worktree: 'Untracked', extra: '' },
+        { name: 'new.txt', staging: 'Renamed', worktree: 'Unmodified', extra: 'old.txt' },
+      ],
+    });
+    expect(parsePorcelainStatus('## No commits yet on trunk\n')).toMatchObject({ currentBranch: 'trunk', branchPublished: false });
+    expect(parsePorcelainStatus('## HEAD (no branch)\n')).toMatchObject({ detached: true });
+  });
+
+  it('classifies git failures into the daemon codes the SDK maps to classes', () => {
+    expect(classifyGitFailure('fatal: not a git repository (or any of the parent directories): .git')).toEqual({ code: 'not_found', daytona: 'GIT_REPO_NOT_FOUND' });
+    expect(classifyGitFailure("error: pathspec 'nope' did not match any file(s) known to git")).toEqual({ code: 'not_found', daytona: 'GIT_BRANCH_NOT_FOUND' });
+    expect(classifyGitFailure("fatal: a branch named 'x' already exists")).toEqual({ code: 'conflict', daytona: 'GIT_BRANCH_EXISTS' });
+    expect(classifyGitFailure(' ! [rejected]        main -> main (non-fast-forward)')).toEqual({ code: 'conflict', daytona: 'GIT_PUSH_REJECTED' });
+    expect(classifyGitFailure("fatal: Authentication failed for 'https://x/'")).toEqual({ code: 'unauthorized', daytona: 'GIT_AUTH_FAILED' });
+  });
+
+  it('verifies signed file URLs exactly as the SDK signs them', () => {
+    const services = { hostSecret: 'x'.repeat(40) } as Services;
+    const key = signingKeyFor(services, 'sbx1');
+    expect(key).not.toBe(signingKeyFor(services, 'sbx2'));
+    const expires = String(Math.floor(Date.now() / 1000) + 60);
+    const sig = fileUrlSignature(key, 'GET', '/root/a.txt', expires);
+    expect(sig).toMatch(/^v1_[A-Za-z0-9_-]+$/);
+    expect(() => verifySignedFileUrl(services, 'sbx1', 'GET', '/root/a.txt', expires, sig)).not.toThrow();
+    expect(() => verifySignedFileUrl(services, 'sbx2', 'GET', '/root/a.txt', expires, sig)).toThrow(/signature/);
+    expect(() => verifySignedFileUrl(services, 'sbx1', 'POST', '/root/a.txt', expires, sig)).toThrow(/signature/);
+    const past = String(Math.floor(Date.now() / 1000) - 1);
+    expect(() => verifySignedFileUrl(services, 'sbx1', 'GET', '/root/a.txt', past, fileUrlSignature(key, 'GET', '/root/a.txt', past))).toThrow(/expired/);
+    expect(() => verifySignedFileUrl(services, 'sbx1', 'GET', '/root/a.txt', '0', fileUrlSignature(key, 'GET', '/root/a.txt', '0'))).not.toThrow();
+  });
+
+  it('renders states the SDK waits for, and list items without env', () => {
+    const base = { id: 's', organizationId: 'o', hostId: 'local', state: 'running', image: 'default', cpu: 1, memoryMiB: 1024, env: { A: '1' }, labels: {}, timeoutSeconds: 0, expiresAt: null, createdAt: new Date(0), updatedAt: new Date(0), lastActivityAt: null, idleTimeoutSeconds: 900, idleAction: 'stop', autoDeleteSeconds: null, errorMessage: null, sourceSnapshotId: null, name: null } as unknown as Sandbox;
+    const full = renderDaytonaSandbox(base, 'http://h/daytona/toolbox', { full: true });
+    expect(full).toMatchObject({ state: 'started', name: 's', memory: 1, autoStopInterval: 15, autoDeleteInterval: -1, env: { A: '1' }, toolboxProxyUrl: 'http://h/daytona/toolbox' });
+    expect(renderDaytonaSandbox({ ...base, state: 'deleting' }, 'u', { full: false })).toMatchObject({ state: 'destroying' });
+    expect('env' in renderDaytonaSandbox(base, 'u', { full: false })).toBe(false);
+  });
+
+  it('renders FileInfo with ls-style mode and octal permissions, and parses both toolbox routes', () => {
+    expect(daytonaFileInfo({ name: 'd', path: '/d', type: 'dir', size: 4096, mode: 0o755, mtime: 't', owner: 'root', group: 'root', uid: 0, gid: 0 })).toMatchObject({ isDir: true, mode: 'drwxr-xr-x', permissions: '0755' });
+    expect(parseToolboxPath('/daytona/toolbox/abc/process/pty/p/connect')).toEqual({ sandboxId: 'abc', path: '/process/pty/p/connect' });
+    expect(parseToolboxPath('/daytona/api/toolbox/abc/toolbox/process/pty/p/connect')).toEqual({ sandboxId: 'abc', path: '/process/pty/p/connect' });
+    expect(parseToolboxPath('/daytona/api/sandbox')).toBeUndefined();
+  });
+});

@@ -1,0 +1,198 @@
+// Hosted ports: a sandbox's TCP port published on a URL of the server. Public ports answer
+// anyone; private ones need their token (`?_token=` once, then a cookie, or a header). Tokens
+// are shown once and stored as SHA-256, so re-publishing a private port (or switching a port
+// from public to private) mints a new one and the old one stops working.
+//
+// The proxy itself is a front-door concern (src/http/port-proxy.ts); this service decides who
+// may reach what, and wakes the sandbox through the sandbox engine.
+import { createHash, timingSafeEqual } from 'node:crypto';
+import type { Db } from '../store/db.js';
+import { portRepository, type PortRecord } from '../store/repositories/ports.js';
+import { sandboxRepository } from '../store/repositories/sandboxes.js';
+import { errors } from '../errors.js';
+import { randomId } from '../ids.js';
+import type { Principal, Sandbox } from '../types.js';
+import { requireScope } from './auth.js';
+import type { HostService } from './hosts.js';
+import type { SandboxService } from './sandboxes.js';
+import type { PortProxyTarget } from '../host-client.js';
+
+export interface PortServiceOptions {
+  /** `<port>-<sandboxId>.<publicDomain>` URLs when set. */
+  publicDomain?: string;
+  publicScheme: 'http' | 'https';
+  /** Base of the path-form URLs (`<base>/p/<sandboxId>/<port>/`): the server's public URL. */
+  baseUrl: () => string;
+}
+
+export interface PublishPortInput {
+  port: number;
+  public?: boolean;
+}
+
+export interface PublishedPort {
+  sandboxId: string;
+  port: number;
+  public: boolean;
+  /** The host form when a public domain is configured, the path form otherwise. */
+  url: string;
+  /** Always served, on the server's own port. */
+  pathUrl: string;
+  createdAt: Date;
+  updatedAt: Date;
+  /** Private ports, in the publish answer only. */
+  token?: string;
+}
+
+/** Everything the proxy needs to decide about one request. */
+export type PortLookup =
+  | { found: false }
+  | { found: true; port: PortRecord; sandbox: Sandbox };
+
+/** Hosted-port traffic is recorded as activity at most this often per sandbox. */
+const ACTIVITY_EVERY_MS = 5_000;
+const TOKEN_PREFIX = 'nbxp_';
+
+export function hashPortToken(token: string): string {
+  return createHash('sha256').update(token).digest('hex');
+}
+
+/**
+ * Proxied requests look their port up on every request; a short cache of the port record keeps
+ * that query off the hot path. This replica's own publish/unpublish clears its entry at once;
+ * another replica sees a change (say, a rotated token) within this long.
+ */
+const LOOKUP_CACHE_MS = 1_000;
+const LOOKUP_CACHE_MAX = 10_000;
+
+export class PortService {
+  private readonly activityNoted = new Map<string, number>();
+  private readonly lookupCache = new Map<string, { at: number; record: PortRecord }>();
+
+  constructor(
+    private readonly db: Db,
+    private readonly sandboxes: SandboxService,
+    private readonly hosts: HostService,
+    private readonly options: PortServiceOptions,
+  ) {}
+
+  async publish(principal: Principal, sandboxId: string, input: PublishPortInput): Promise<PublishedPort> {
+    requireScope(principal, 'sandboxes:operate');
+    const sandbox = await this.sandboxes.get(principal, sandboxId);
+    const port = validatePort(input.port);
+    if (input.public !== undefined && typeof input.public !== 'boolean') throw errors.validation('public', 'must be true or false');
+    const isPublic = input.public ?? false;
+    const token = isPublic ? undefined : `${TOKEN_PREFIX}${randomId(40)}`;
+    const record = await portRepository(this.db).upsert({
+      sandboxId: sandbox.id,
+      port,
+      organizationId: sandbox.organizationId,
+      public: isPublic,
+      tokenHash: token ? hashPortToken(token) : null,
+    });
+    this.forget(sandbox.id, port);
+    return { ...this.render(record), ...(token ? { token } : {}) };
+  }
+
+  private forget(sandboxId: string, port: number): void {
+    this.lookupCache.delete(`${sandboxId}:${port}`);
+  }
+
+  async list(principal: Principal, sandboxId: string): Promise<PublishedPort[]> {
+    requireScope(principal, 'sandboxes:read');
+    const sandbox = await this.sandboxes.get(principal, sandboxId);
+    return (await portRepository(this.db).list(sandbox.id)).map((record) => this.render(record));
+  }
+
+  async unpublish(principal: Principal, sandboxId: string, port: number): Promise<void> {
+    requireScope(principal, 'sandboxes:operate');
+    const sandbox = await this.sandboxes.get(principal, sandboxId);
+    this.forget(sandbox.id, port);
+    if (!(await portRepository(this.db).remove(sandbox.id, validatePort(port)))) throw errors.notFound('port', `${port} of sandbox ${sandbox.id}`);
+  }
+
+  /** The published port and its sandbox, whoever owns them (the proxy authorises by token). */
+  async lookup(sandboxId: string, port: number): Promise<PortLookup> {
+    if (!/^[a-z0-9]{1,32}$/.test(sandboxId) || !Number.isInteger(port) || port < 1 || port > 65535) return { found: false };
+    // The sandbox is always read fresh: its state decides whether to wake it or answer 503.
+    const [record, sandbox] = await Promise.all([this.portRecord(sandboxId, port), sandboxRepository(this.db).findById(sandboxId)]);
+    if (!record || !sandbox || sandbox.state === 'deleted') return { found: false };
+    return { found: true, port: record, sandbox };
+  }
+
+  /** The published port (public flag, token hash), cached briefly: it is read on every proxied request. */
+  private async portRecord(sandboxId: string, port: number): Promise<PortRecord | undefined> {
+    const key = `${sandboxId}:${port}`;
+    const cached = this.lookupCache.get(key);
+    if (cached && Date.now() - cached.at < LOOKUP_CACHE_MS) return cached.record;
+    const record = await portRepository(this.db).find(sandboxId, port);
+    if (record) {
+      if (this.lookupCache.size >= LOOKUP_CACHE_MAX) this.lookupCache.clear();
+      this.lookupCache.set(key, { at: Date.now(), record });
+    }
+    return record;
+  }
+
+
+  /** Constant-time check of a presented token against the stored hash. */
+  tokenMatches(record: PortRecord, presented: string | undefined): boolean {
+    if (record.public) return true;
+    if (!presented || !record.tokenHash) return false;
+    const given = Buffer.from(hashPortToken(presented), 'hex');
+    const expected = Buffer.from(record.tokenHash, 'hex');
+    return given.length === expected.length && timingSafeEqual(given, expected);
+  }
+
+  /**
+   * The sandbox, ready for traffic: running as it is, or woken when paused or idle-stopped.
+   * Returns the sandbox as it then is (the caller answers 503 unless it runs).
+   */
+  async readyForTraffic(sandbox: Sandbox): Promise<Sandbox | undefined> {
+    if (sandbox.state !== 'running') return this.sandboxes.wakeForTraffic(sandbox.id);
+    const now = Date.now();
+    if (now - (this.activityNoted.get(sandbox.id) ?? 0) >= ACTIVITY_EVERY_MS) {
+      this.activityNoted.set(sandbox.id, now);
+      if (this.activityNoted.size > 10_000) this.activityNoted.clear();
+      await this.sandboxes.noteActivity(sandbox.id);
+    }
+    return sandbox;
+  }
+
+  /** Traffic on an open connection (a WebSocket) keeps counting as activity. */
+  async noteTraffic(sandboxId: string): Promise<void> {
+    await this.sandboxes.noteActivity(sandboxId);
+  }
+
+  async proxyTarget(sandbox: Sandbox, port: number): Promise<PortProxyTarget> {
+    if (!sandbox.hostId) throw errors.internal(`sandbox ${sandbox.id} has no host`);
+    return (await this.hosts.clientFor(sandbox.hostId)).portProxyTarget(sandbox.id, port);
+  }
+
+  /** The public domain hosted-port URLs use, if any (for host-based routing). */
+  get publicDomain(): string | undefined {
+    return this.options.publicDomain;
+  }
+
+  pathUrl(sandboxId: string, port: number): string {
+    return `${this.options.baseUrl()}/p/${sandboxId}/${port}/`;
+  }
+
+  private render(record: PortRecord): PublishedPort {
+    const pathUrl = this.pathUrl(record.sandboxId, record.port);
+    const hostUrl = this.options.publicDomain ? `${this.options.publicScheme}://${record.port}-${record.sandboxId}.${this.options.publicDomain}/` : undefined;
+    return {
+      sandboxId: record.sandboxId,
+      port: record.port,
+      public: record.public,
+      url: hostUrl ?? pathUrl,
+      pathUrl,
+      createdAt: record.createdAt,
+      updatedAt: record.updatedAt,
+    };
+  }
+}
+
+function validatePort(port: unknown): number {
+  if (typeof port !== 'number' || !Number.isInteger(port) || port < 1 || port > 65535) throw errors.validation('port', 'must be an integer from 1 to 65535');
+  return port;
+}

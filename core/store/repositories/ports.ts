@@ -1,0 +1,65 @@
+import type { DbOrTx } from '../db.js';
+
+interface PortRow {
+  sandbox_id: string;
+  port: number;
+  organization_id: string;
+  public: boolean;
+  token_hash: string | null;
+  created_at: Date | string;
+  updated_at: Date | string;
+}
+
+/** A published port of a sandbox. The token of a private port is kept only as its SHA-256. */
+export interface PortRecord {
+  sandboxId: string;
+  port: number;
+  organizationId: string;
+  public: boolean;
+  tokenHash: string | null;
+  createdAt: Date;
+  updatedAt: Date;
+}
+
+const date = (v: Date | string): Date => (v instanceof Date ? v : new Date(v));
+
+function fromRow(r: PortRow): PortRecord {
+  return {
+    sandboxId: r.sandbox_id,
+    port: r.port,
+    organizationId: r.organization_id,
+    public: r.public,
+    tokenHash: r.token_hash,
+    createdAt: date(r.created_at),
+    updatedAt: date(r.updated_at),
+  };
+}
+
+export function portRepository(db: DbOrTx) {
+  return {
+    /** Insert or replace (visibility and token) in one statement, so racing publishes cannot both insert. */
+    async upsert(p: { sandboxId: string; port: number; organizationId: string; public: boolean; tokenHash: string | null }): Promise<PortRecord> {
+      const now = new Date();
+      const [row] = await db<PortRow>('ports')
+        .insert({ sandbox_id: p.sandboxId, port: p.port, organization_id: p.organizationId, public: p.public, token_hash: p.tokenHash, created_at: now, updated_at: now })
+        .onConflict(['sandbox_id', 'port'])
+        .merge({ public: p.public, token_hash: p.tokenHash, updated_at: now })
+        .returning('*');
+      return fromRow(row as PortRow);
+    },
+
+    async find(sandboxId: string, port: number): Promise<PortRecord | undefined> {
+      const row = await db<PortRow>('ports').where({ sandbox_id: sandboxId, port }).first();
+      return row ? fromRow(row as PortRow) : undefined;
+    },
+
+    async list(sandboxId: string): Promise<PortRecord[]> {
+      const rows = await db<PortRow>('ports').where({ sandbox_id: sandboxId }).orderBy('port');
+      return (rows as PortRow[]).map(fromRow);
+    },
+
+    async remove(sandboxId: string, port: number): Promise<boolean> {
+      return (await db('ports').where({ sandbox_id: sandboxId, port }).delete()) > 0;
+    },
+  };
+}

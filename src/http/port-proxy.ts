@@ -1,0 +1,326 @@
+// The hosted-port proxy of the control plane. Two URL forms reach a sandbox's port:
+//   path form  /p/<sandboxId>/<port>/…              on the server's own port, always;
+//   host form  <port>-<sandboxId>.<PUBLIC_DOMAIN>/… when NESTBOX_PUBLIC_DOMAIN is set (wildcard
+//              DNS and TLS in front of the server), routed before anything else.
+// Requests go to the host agent that owns the sandbox (`/v1/sandboxes/{id}/ports/{port}/…`),
+// which connects to the sandbox's slot address, so a sandbox on another machine works the same.
+// HTTP/1.1 bodies stream both ways; upgrades (WebSocket) become a byte relay.
+//
+// Access: public ports answer anyone. A private port needs its token: `?_token=` once (answered
+// with an HttpOnly cookie scoped to that port's URL), the cookie afterwards, or the header
+// `X-Nestbox-Port-Token`. The token never reaches the sandbox's server.
+import http from 'node:http';
+import type { Duplex } from 'node:stream';
+import type { NextFunction, Request, Response } from 'express';
+import type { Sandbox } from '../../core/types.js';
+import type { PortLookup } from '../../core/services/ports.js';
+import { forwardableHeaders, proxyHttp, proxyUpgrade, writeRawResponse, type ProxyTarget } from '../../host/protocol/http-proxy.js';
+import { PORT_PROXY_AUTH_HEADER, PORT_PROXY_ERROR_HEADER } from '../../host/protocol/schemas.js';
+import type { Services } from '../services.js';
+import { claimUpgrade, isUpgradeClaimed } from './upgrade-claims.js';
+
+export const PORT_TOKEN_HEADER = 'x-nestbox-port-token';
+export const PORT_TOKEN_COOKIE = 'nestbox_port_token';
+const PORT_TOKEN_QUERY = '_token';
+/** An open WebSocket to a port counts as activity this often. */
+const ACTIVITY_TICK_MS = 10_000;
+/** Headers the client may not forge towards the sandbox (we set them) or that carry our secrets. */
+const DROPPED_REQUEST_HEADERS = [PORT_TOKEN_HEADER, PORT_PROXY_AUTH_HEADER, 'x-forwarded-prefix'];
+
+const PATH_ROUTE = /^\/p\/([a-z0-9]{1,32})\/(\d{1,5})(\/[^?#]*)?(\?.*)?$/;
+
+export interface PortRoute {
+  sandboxId: string;
+  port: number;
+  /** Path and query for the sandbox's server (the `_token` parameter removed). */
+  upstreamPath: string;
+  /** `/p/<id>/<port>` in the path form (X-Forwarded-Prefix, cookie path), empty in the host form. */
+  prefix: string;
+  /** The token given as `?_token=`, if any. */
+  queryToken?: string;
+  /** `/p/<id>/<port>` without the slash: redirect there so relative links resolve. */
+  redirectTo?: string;
+}
+
+/** Which hosted port a request is for, if it is for one (both URL forms). */
+export function matchPortRoute(req: http.IncomingMessage, publicDomain: string | undefined): PortRoute | undefined {
+  const rawUrl = req.url ?? '/';
+  const byHost = publicDomain ? matchHost(String(req.headers.host ?? ''), publicDomain) : undefined;
+  if (byHost) return withQuery(byHost.sandboxId, byHost.port, '', rawUrl);
+  const match = PATH_ROUTE.exec(rawUrl);
+  if (!match) return undefined;
+  const [, sandboxId, portText, path, query = ''] = match;
+  const prefix = `/p/${sandboxId}/${portText}`;
+  if (path === undefined) return { sandboxId, port: Number(portText), upstreamPath: '/', prefix, redirectTo: `${prefix}/${query}` };
+  return withQuery(sandboxId, Number(portText), prefix, `${path}${query}`);
+}
+
+/** Cheap test for the WebSocket dispatcher: does this request belong to the port proxy? */
+export function isPortProxyRequest(req: http.IncomingMessage, publicDomain: string | undefined): boolean {
+  return matchPortRoute(req, publicDomain) !== undefined;
+}
+
+function matchHost(hostHeader: string, publicDomain: string): { sandboxId: string; port: number } | undefined {
+  let host = hostHeader.toLowerCase();
+  // A domain without a port matches whatever port the client used (TLS in front is usually 443).
+  if (!publicDomain.includes(':')) host = host.replace(/:\d+$/, '');
+  if (!host.endsWith(`.${publicDomain}`)) return undefined;
+  const label = host.slice(0, -publicDomain.length - 1);
+  const match = /^(\d{1,5})-([a-z0-9]{1,32})$/.exec(label);
+  return match ? { port: Number(match[1]), sandboxId: match[2] } : undefined;
+}
+
+/** Splits off `_token` without re-encoding anything else of the query. */
+function withQuery(sandboxId: string, port: number, prefix: string, pathAndQuery: string): PortRoute {
+  const at = pathAndQuery.indexOf('?');
+  const path = at === -1 ? pathAndQuery : pathAndQuery.slice(0, at);
+  if (at === -1) return { sandboxId, port, prefix, upstreamPath: path || '/' };
+  let queryToken: string | undefined;
+  const kept: string[] = [];
+  for (const part of pathAndQuery.slice(at + 1).split('&')) {
+    if (part.startsWith(`${PORT_TOKEN_QUERY}=`)) {
+      try {
+        queryToken = decodeURIComponent(part.slice(PORT_TOKEN_QUERY.length + 1).replace(/\+/g, ' '));
+      } catch {
+        queryToken = '';
+      }
+    } else if (part) kept.push(part);
+  }
+  return { sandboxId, port, prefix, queryToken, upstreamPath: `${path || '/'}${kept.length ? `?${kept.join('&')}` : ''}` };
+}
+
+function cookieToken(req: http.IncomingMessage): string | undefined {
+  for (const part of String(req.headers.cookie ?? '').split(';')) {
+    const at = part.indexOf('=');
+    if (at !== -1 && part.slice(0, at).trim() === PORT_TOKEN_COOKIE) return part.slice(at + 1).trim();
+  }
+  return undefined;
+}
+
+/** The request's Cookie header without our token cookie (the sandbox's own cookies pass). */
+function cookiesWithoutToken(req: http.IncomingMessage): string | undefined {
+  const kept = String(req.headers.cookie ?? '')
+    .split(';')
+    .map((part) => part.trim())
+    .filter((part) => part && !part.startsWith(`${PORT_TOKEN_COOKIE}=`));
+  return kept.length ? kept.join('; ') : undefined;
+}
+
+function isHttps(req: http.IncomingMessage): boolean {
+  const forwarded = String(req.headers['x-forwarded-proto'] ?? '').split(',')[0].trim();
+  return forwarded ? forwarded === 'https' : !!(req.socket as { encrypted?: boolean }).encrypted;
+}
+
+function wantsHtml(req: http.IncomingMessage): boolean {
+  return String(req.headers.accept ?? '').includes('text/html');
+}
+
+function escapeHtml(text: string): string {
+  return text.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+}
+
+interface ProxyPage {
+  status: number;
+  code: string;
+  title: string;
+  message: string;
+}
+
+/** A page of our own (not the sandbox's): HTML for browsers, the native error shape otherwise. */
+function renderPage(req: http.IncomingMessage, page: ProxyPage): { headers: Record<string, string>; body: string } {
+  const headers: Record<string, string> = { 'cache-control': 'no-store', [PORT_PROXY_ERROR_HEADER]: page.code };
+  if (wantsHtml(req)) {
+    headers['content-type'] = 'text/html; charset=utf-8';
+    const body = `<!doctype html>\n<html><head><meta charset="utf-8"><title>${page.status} ${escapeHtml(page.title)}</title></head>\n<body style="font-family:sans-serif;max-width:40em;margin:4em auto"><h1>${escapeHtml(page.title)}</h1><p>${escapeHtml(page.message)}</p><p><small>Nestbox hosted port · ${page.status} ${escapeHtml(page.code)}</small></p></body></html>\n`;
+    return { headers, body };
+  }
+  headers['content-type'] = 'application/json';
+  return { headers, body: JSON.stringify({ error: { code: page.code, message: page.message } }) };
+}
+
+function sendPage(req: http.IncomingMessage, res: http.ServerResponse, page: ProxyPage): void {
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  const { headers, body } = renderPage(req, page);
+  res.writeHead(page.status, { ...headers, 'content-length': String(Buffer.byteLength(body)) });
+  res.end(body);
+}
+
+const pages = {
+  unknown: (route: PortRoute): ProxyPage => ({
+    status: 404,
+    code: 'not_found',
+    title: 'No such port',
+    message: `Sandbox ${route.sandboxId} does not exist or has not published port ${route.port}.`,
+  }),
+  unauthorized: (route: PortRoute): ProxyPage => ({
+    status: 401,
+    code: 'unauthorized',
+    title: 'This port is private',
+    message: `Port ${route.port} of sandbox ${route.sandboxId} needs its token: open the URL with ?${PORT_TOKEN_QUERY}=<token> once, or send the ${PORT_TOKEN_HEADER} header.`,
+  }),
+  notRunning: (route: PortRoute, sandbox: Sandbox): ProxyPage => ({
+    status: 503,
+    code: 'sandbox_not_running',
+    title: 'The sandbox is not running',
+    message: `Sandbox ${route.sandboxId} is ${sandbox.state}${sandbox.stopReason ? ` (${sandbox.stopReason})` : ''}; resume it to reach port ${route.port}.`,
+  }),
+  notListening: (route: PortRoute): ProxyPage => ({
+    status: 502,
+    code: 'port_not_listening',
+    title: 'Nothing is listening on this port',
+    message: `Nothing in sandbox ${route.sandboxId} accepts connections on port ${route.port} (a server must listen on 0.0.0.0:${route.port}).`,
+  }),
+  hostUnavailable: (route: PortRoute, detail: string): ProxyPage => ({
+    status: 502,
+    code: 'host_unavailable',
+    title: "The sandbox's host is not reachable",
+    message: `Could not reach the host of sandbox ${route.sandboxId}: ${detail}`,
+  }),
+  internal: (detail: string): ProxyPage => ({ status: 500, code: 'internal', title: 'Proxy error', message: detail }),
+};
+
+/** Our page for an answer the host agent made itself (marked with PORT_PROXY_ERROR_HEADER). */
+function hostAgentPage(route: PortRoute, kind: string, sandbox: Sandbox): ProxyPage {
+  if (kind === 'not_listening') return pages.notListening(route);
+  if (kind === 'not_running') {
+    // The database still said running (a stop or pause is under way): the host knows better.
+    return { ...pages.notRunning(route, sandbox), message: `Sandbox ${route.sandboxId} is not running on its host right now; try again once it is running.` };
+  }
+  if (kind === 'not_found') return pages.unknown(route);
+  return pages.internal(`the host agent refused the request (${kind})`);
+}
+
+type Decision = { ok: true; sandbox: Sandbox; target: ProxyTarget; setCookie?: string } | { ok: false; page: ProxyPage };
+
+export class PortProxy {
+  /** Keep-alive connections to host agents, shared by all proxied requests. */
+  private readonly agent = new http.Agent({ keepAlive: true, maxSockets: 1024, keepAliveMsecs: 1_000 });
+
+  constructor(private readonly services: Services) {}
+
+  /** Express middleware: must be mounted first, so host-form requests never reach other routes. */
+  readonly middleware = (req: Request, res: Response, next: NextFunction): void => {
+    const route = matchPortRoute(req, this.services.ports.publicDomain);
+    if (!route) return next();
+    if (route.redirectTo) {
+      res.writeHead(308, { location: route.redirectTo, 'content-length': '0' }).end();
+      return;
+    }
+    this.decide(req, route)
+      .then((decision) => {
+        if (!decision.ok) {
+          req.resume();
+          return sendPage(req, res, decision.page);
+        }
+        const { sandbox, target, setCookie } = decision;
+        proxyHttp(req, res, { ...target, agent: this.agent }, {
+          onUpstreamError: (error) => sendPage(req, res, pages.hostUnavailable(route, error.code ?? error.message)),
+          onResponse: (upstream) => {
+            const kind = upstream.headers[PORT_PROXY_ERROR_HEADER];
+            if (typeof kind === 'string') {
+              sendPage(req, res, hostAgentPage(route, kind, sandbox));
+              return { handled: true };
+            }
+            return { headers: setCookie ? ['Set-Cookie', setCookie] : [] };
+          },
+        });
+      })
+      .catch((error: unknown) => sendPage(req, res, pages.internal(error instanceof Error ? error.message : String(error))));
+  };
+
+  /** For the server's 'upgrade' event; true when the request was the proxy's to answer. */
+  handleUpgrade(req: http.IncomingMessage, socket: Duplex, head: Buffer): boolean {
+    if (isUpgradeClaimed(req)) return false;
+    const route = matchPortRoute(req, this.services.ports.publicDomain);
+    if (!route) return false;
+    // Synchronously, so the native listener (which 404s unknown paths) leaves it alone.
+    claimUpgrade(req);
+    const refuse = (page: ProxyPage) => {
+      const { headers, body } = renderPage(req, page);
+      writeRawResponse(socket, page.status, headers, body);
+    };
+    if (route.redirectTo) {
+      writeRawResponse(socket, 308, { location: route.redirectTo }, '');
+      return true;
+    }
+    socket.on('error', () => socket.destroy());
+    this.decide(req, route)
+      .then((decision) => {
+        if (!decision.ok) return refuse(decision.page);
+        proxyUpgrade(req, socket, head, decision.target, {
+          onUpstreamError: (error) => refuse(pages.hostUnavailable(route, error.code ?? error.message)),
+          onRefused: (upstream) => {
+            const kind = upstream.headers[PORT_PROXY_ERROR_HEADER];
+            if (typeof kind !== 'string') return false;
+            refuse(hostAgentPage(route, kind, decision.sandbox));
+            return true;
+          },
+          onOpen: (done) => {
+            // An open connection is activity for as long as it lasts (idle policy).
+            const timer = setInterval(() => void this.services.ports.noteTraffic(route.sandboxId).catch(() => undefined), ACTIVITY_TICK_MS);
+            timer.unref();
+            void done.then(() => clearInterval(timer));
+          },
+        });
+      })
+      .catch((error: unknown) => refuse(pages.internal(error instanceof Error ? error.message : String(error))));
+    return true;
+  }
+
+  /** Who may pass, whether the sandbox can take traffic (waking it if it sleeps), and where to send it. */
+  private async decide(req: http.IncomingMessage, route: PortRoute): Promise<Decision> {
+    const { ports } = this.services;
+    const lookup: PortLookup = await ports.lookup(route.sandboxId, route.port);
+    if (!lookup.found) return { ok: false, page: pages.unknown(route) };
+    const presented = route.queryToken ?? (typeof req.headers[PORT_TOKEN_HEADER] === 'string' ? (req.headers[PORT_TOKEN_HEADER] as string) : undefined) ?? cookieToken(req);
+    if (!ports.tokenMatches(lookup.port, presented)) return { ok: false, page: pages.unauthorized(route) };
+    const sandbox = await ports.readyForTraffic(lookup.sandbox);
+    if (!sandbox) return { ok: false, page: pages.unknown(route) };
+    if (sandbox.state !== 'running') return { ok: false, page: pages.notRunning(route, sandbox) };
+
+    const hostTarget = await ports.proxyTarget(sandbox, route.port);
+    const base = new URL(hostTarget.baseUrl);
+    const headers = forwardableHeaders(req, [...DROPPED_REQUEST_HEADERS, 'cookie']);
+    const cookies = cookiesWithoutToken(req);
+    if (cookies) headers.cookie = cookies;
+    const client = req.socket.remoteAddress ?? '';
+    const priorFor = req.headers['x-forwarded-for'];
+    headers['x-forwarded-for'] = priorFor ? `${String(priorFor)}, ${client}` : client;
+    headers['x-forwarded-proto'] = isHttps(req) ? 'https' : 'http';
+    headers['x-forwarded-host'] = String(req.headers['x-forwarded-host'] ?? req.headers.host ?? '');
+    if (route.prefix) headers['x-forwarded-prefix'] = route.prefix;
+    Object.assign(headers, hostTarget.headers);
+
+    let setCookie: string | undefined;
+    if (!lookup.port.public && route.queryToken !== undefined) {
+      // Scoped to this port's URL only: its path in the path form, its own host in the host form.
+      const attributes = [`Path=${route.prefix ? `${route.prefix}/` : '/'}`, 'HttpOnly', 'SameSite=Lax', ...(isHttps(req) ? ['Secure'] : [])];
+      setCookie = `${PORT_TOKEN_COOKIE}=${encodeURIComponent(route.queryToken)}; ${attributes.join('; ')}`;
+    }
+    return {
+      ok: true,
+      sandbox,
+      setCookie,
+      target: { host: base.hostname, port: Number(base.port || 80), path: `${base.pathname}${route.upstreamPath}`, headers, connectTimeoutMs: 10_000 },
+    };
+  }
+
+  close(): void {
+    this.agent.destroy();
+  }
+}
+
+/**
+ * WebSocket (and other upgrade) requests for hosted ports. Attach before the native listener:
+ * a request claimed here (upgrade-claims.ts) is left alone by it.
+ */
+export function attachPortProxyUpgrades(server: http.Server, services: Services): PortProxy {
+  const proxy = new PortProxy(services);
+  server.on('upgrade', (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
+    proxy.handleUpgrade(req, socket, head);
+  });
+  return proxy;
+}
