@@ -14,7 +14,7 @@ fi
 
 # gcc + libc6-dev build the static PTY helper (host/guest-agent/pty-helper/).
 # xfsprogs formats the optional loop-mounted reflink store (fork/snapshot copy-on-write).
-packages=(debootstrap nftables tini iproute2 util-linux procps psmisc ca-certificates gcc libc6-dev xfsprogs)
+packages=(debootstrap nftables tini iproute2 util-linux procps psmisc ca-certificates gcc libc6-dev xfsprogs conntrack tar perl-base)
 with_postgres=false
 [[ "${1:-}" == "--with-postgres" ]] && with_postgres=true && packages+=(postgresql)
 
