@@ -1,6 +1,6 @@
 // `nestbox server`: the control plane (and, by default, a local host agent as a child process).
 import http from 'node:http';
-import { randomBytes, randomUUID } from 'node:crypto';
+import { createHmac, randomBytes, randomUUID } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Config } from './config.js';
@@ -97,6 +97,7 @@ export async function startServer(config: Config, log: (m: string) => void = (m)
       publicDomain: config.ports.publicDomain,
       publicScheme: config.ports.publicScheme,
       baseUrl: () => config.ports.publicUrl ?? listeningUrl,
+      signingKey: createHmac('sha256', hostSecret).update('nestbox-port-signing').digest('base64url'),
     }),
     sandboxTokens: new SandboxTokenService(db, hostSecret),
     hostSecret,

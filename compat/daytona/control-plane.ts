@@ -384,8 +384,17 @@ export function createControlPlaneRouter(services: Services): Router {
     const published = await services.ports.publish(principal, s.id, { port: Number(req.params.port), public: false });
     res.json({ sandboxId: s.id, url: published.url, token: published.token ?? '' });
   }));
-  unsupportedSandboxRoute('get', '/sandbox/:sandboxId/ports/:port/signed-preview-url', 'signed preview URLs', 'hosted-port tokens do not expire; use getPreviewLink');
-  unsupportedSandboxRoute('post', '/sandbox/:sandboxId/ports/:port/signed-preview-url/:token/expire', 'signed preview URLs', 'hosted-port tokens do not expire; use getPreviewLink');
+  // Signed preview URL (daytona.md (b)): an expiring HMAC token in the URL, checked by the
+  // port proxy without any stored state. Default lifetime as the SDK documents: 60 s.
+  router.get('/sandbox/:sandboxId/ports/:port/signed-preview-url', api(async (req, res, principal) => {
+    const s = await resolve(principal, req);
+    const port = Number(req.params.port);
+    const expiresInSeconds = req.query.expiresInSeconds === undefined ? 60 : Number(req.query.expiresInSeconds);
+    const signed = await services.ports.signedUrl(principal, s.id, { port, expiresInSeconds });
+    res.json({ sandboxId: s.id, port, token: signed.token, url: signed.url });
+  }));
+  // Expiring one signed URL early would need stored revocations; refused rather than faked.
+  unsupportedSandboxRoute('post', '/sandbox/:sandboxId/ports/:port/signed-preview-url/:token/expire', 'expiring a signed preview URL early', 'signed URLs end at their expiry time');
   unsupportedSandboxRoute('post', '/sandbox/:sandboxId/resize', 'resizing a sandbox');
   unsupportedSandboxRoute('post', '/sandbox/:sandboxId/network-settings', 'network settings', 'they would not be enforced');
   unsupportedSandboxRoute('put', '/sandbox/:sandboxId/secrets', 'secrets');

@@ -171,7 +171,20 @@ describe('Daytona control plane with @daytonaio/sdk', () => {
     expect(preview.url).toContain(sb.id);
     expect(preview.url).toContain('3000');
     expect(preview.token).toMatch(/^nbxp_/);
-    await expect(sb.getSignedPreviewUrl(3000, 60)).rejects.toThrow(/signed preview URLs is not supported/);
+    // Traffic through preview links: the link's token, a signed URL, and refusals.
+    await sb.process.executeCommand('mkdir -p /srv && echo preview-ok > /srv/index.html && cd /srv && (nohup python3 -m http.server 3000 --bind 0.0.0.0 >/dev/null 2>&1 &)');
+    const viaToken = await waitForOk(() => fetch(preview.url, { headers: { 'X-Nestbox-Port-Token': preview.token } }));
+    expect(await viaToken.text()).toBe('preview-ok\n');
+    const signed = await sb.getSignedPreviewUrl(3000, 60);
+    expect(signed.url).toContain('_token=nbxs_');
+    const viaSigned = await fetch(signed.url);
+    expect(viaSigned.status).toBe(200);
+    expect(await viaSigned.text()).toBe('preview-ok\n');
+    expect((await fetch(signed.url.replace(/.$/, (c) => (c === 'A' ? 'B' : 'A')))).status).toBe(401);
+    const shortLived = await sb.getSignedPreviewUrl(3000, 1);
+    await new Promise((r) => setTimeout(r, 2100));
+    expect((await fetch(shortLived.url)).status).toBe(401);
+    await expect(sb.expireSignedPreviewUrl(3000, signed.token)).rejects.toThrow(/not supported/);
     await expect(sb.updateNetworkSettings({ networkBlockAll: true })).rejects.toThrow(/network settings/);
     await expect(sb.createSshAccess(10)).rejects.toThrow(/SSH access/);
     await expect(sb.updateEnv({ A: '1' })).rejects.toThrow(/updateEnv/);
@@ -191,3 +204,14 @@ describe('Daytona control plane with @daytonaio/sdk', () => {
     await sb.delete();
   });
 });
+
+/** Retries until the proxied service answers 200 (it was just started in the background). */
+async function waitForOk(request: () => Promise<Response>): Promise<Response> {
+  let last: Response | undefined;
+  for (let attempt = 0; attempt < 50; attempt++) {
+    last = await request().catch(() => undefined);
+    if (last?.status === 200) return last;
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  throw new Error(`still ${last?.status} after 10 s`);
+}

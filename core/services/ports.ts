@@ -5,7 +5,7 @@
 //
 // The proxy itself is a front-door concern (src/http/port-proxy.ts); this service decides who
 // may reach what, and wakes the sandbox through the sandbox engine.
-import { createHash, timingSafeEqual } from 'node:crypto';
+import { createHash, createHmac, timingSafeEqual } from 'node:crypto';
 import type { Db } from '../store/db.js';
 import { portRepository, type PortRecord } from '../store/repositories/ports.js';
 import { sandboxRepository } from '../store/repositories/sandboxes.js';
@@ -23,6 +23,8 @@ export interface PortServiceOptions {
   publicScheme: 'http' | 'https';
   /** Base of the path-form URLs (`<base>/p/<sandboxId>/<port>/`): the server's public URL. */
   baseUrl: () => string;
+  /** Key for signed, expiring port tokens (derived from the server's master secret). */
+  signingKey: string;
 }
 
 export interface PublishPortInput {
@@ -52,6 +54,9 @@ export type PortLookup =
 /** Hosted-port traffic is recorded as activity at most this often per sandbox. */
 const ACTIVITY_EVERY_MS = 5_000;
 const TOKEN_PREFIX = 'nbxp_';
+const SIGNED_TOKEN_PREFIX = 'nbxs_';
+/** Signed URLs live at most a week. */
+const MAX_SIGNED_SECONDS = 7 * 24 * 3600;
 
 export function hashPortToken(token: string): string {
   return createHash('sha256').update(token).digest('hex');
@@ -137,9 +142,44 @@ export class PortService {
   /** Constant-time check of a presented token against the stored hash. */
   tokenMatches(record: PortRecord, presented: string | undefined): boolean {
     if (record.public) return true;
+    if (presented?.startsWith(SIGNED_TOKEN_PREFIX)) return this.signedTokenValid(record, presented);
     if (!presented || !record.tokenHash) return false;
     const given = Buffer.from(hashPortToken(presented), 'hex');
     const expected = Buffer.from(record.tokenHash, 'hex');
+    return given.length === expected.length && timingSafeEqual(given, expected);
+  }
+
+  /**
+   * A URL that opens a private port until `expiresInSeconds` from now, without the port's own
+   * token: the token in it is an HMAC of (sandbox, port, expiry), so nothing is stored and any
+   * replica can check it. Publishes the port (private) if it was not published yet.
+   */
+  async signedUrl(principal: Principal, sandboxId: string, input: { port: number; expiresInSeconds: number }): Promise<{ url: string; token: string; expiresAt: Date }> {
+    requireScope(principal, 'sandboxes:operate');
+    const sandbox = await this.sandboxes.get(principal, sandboxId);
+    const port = validatePort(input.port);
+    if (!Number.isInteger(input.expiresInSeconds) || input.expiresInSeconds < 1 || input.expiresInSeconds > MAX_SIGNED_SECONDS) {
+      throw errors.validation('expiresInSeconds', `must be an integer from 1 to ${MAX_SIGNED_SECONDS}`);
+    }
+    const existing = await portRepository(this.db).find(sandbox.id, port);
+    if (!existing) await this.publish(principal, sandbox.id, { port, public: false });
+    const expiresAt = new Date(Date.now() + input.expiresInSeconds * 1000);
+    const token = this.signToken(sandbox.id, port, Math.floor(expiresAt.getTime() / 1000));
+    const base = (existing ? this.render(existing) : this.render((await portRepository(this.db).find(sandbox.id, port))!)).url;
+    return { url: `${base}?_token=${encodeURIComponent(token)}`, token, expiresAt };
+  }
+
+  private signToken(sandboxId: string, port: number, expiresUnix: number): string {
+    const mac = createHmac('sha256', this.options.signingKey).update(`${sandboxId}:${port}:${expiresUnix}`).digest('base64url');
+    return `${SIGNED_TOKEN_PREFIX}${expiresUnix}_${mac}`;
+  }
+
+  private signedTokenValid(record: PortRecord, presented: string): boolean {
+    const [expires, mac] = presented.slice(SIGNED_TOKEN_PREFIX.length).split('_');
+    const expiresUnix = Number(expires);
+    if (!Number.isInteger(expiresUnix) || expiresUnix * 1000 < Date.now() || !mac) return false;
+    const expected = Buffer.from(this.signToken(record.sandboxId, record.port, expiresUnix));
+    const given = Buffer.from(presented);
     return given.length === expected.length && timingSafeEqual(given, expected);
   }
 

@@ -25,7 +25,7 @@ const PORT_TOKEN_QUERY = '_token';
 /** An open WebSocket to a port counts as activity this often. */
 const ACTIVITY_TICK_MS = 10_000;
 /** Headers the client may not forge towards the sandbox (we set them) or that carry our secrets. */
-const DROPPED_REQUEST_HEADERS = [PORT_TOKEN_HEADER, PORT_PROXY_AUTH_HEADER, 'x-forwarded-prefix'];
+const DROPPED_REQUEST_HEADERS = [PORT_TOKEN_HEADER, 'x-daytona-preview-token', PORT_PROXY_AUTH_HEADER, 'x-forwarded-prefix'];
 
 const PATH_ROUTE = /^\/p\/([a-z0-9]{1,32})\/(\d{1,5})(\/[^?#]*)?(\?.*)?$/;
 
@@ -275,7 +275,9 @@ export class PortProxy {
     const { ports } = this.services;
     const lookup: PortLookup = await ports.lookup(route.sandboxId, route.port);
     if (!lookup.found) return { ok: false, page: pages.unknown(route) };
-    const presented = route.queryToken ?? (typeof req.headers[PORT_TOKEN_HEADER] === 'string' ? (req.headers[PORT_TOKEN_HEADER] as string) : undefined) ?? cookieToken(req);
+    // Daytona's SDKs send preview tokens in their own header; it means the same here.
+    const headerToken = [PORT_TOKEN_HEADER, 'x-daytona-preview-token'].map((h) => req.headers[h]).find((v): v is string => typeof v === 'string');
+    const presented = route.queryToken ?? headerToken ?? cookieToken(req);
     if (!ports.tokenMatches(lookup.port, presented)) return { ok: false, page: pages.unauthorized(route) };
     const sandbox = await ports.readyForTraffic(lookup.sandbox);
     if (!sandbox) return { ok: false, page: pages.unknown(route) };
