@@ -3,7 +3,7 @@
 // request body against the pinned v53.0 API description, keeps CH's state machine and "boots"
 // the real guest agent behind a real hybrid-vsock muxer. Needs root (network namespaces).
 //
-// scripts/ch-real-kvm.sh runs this same file against a real cloud-hypervisor on a KVM host:
+// scripts/kvm-smoke.sh runs this same file against a real cloud-hypervisor on a KVM host:
 // NESTBOX_CH_BIN=<binary> NESTBOX_TEST_CH_IMAGES=<images dir with a built vm-default>; the
 // simulator-only checks (fault injection, simulated boot ids) are skipped there.
 import { execFileSync } from 'node:child_process';

@@ -12,16 +12,16 @@
 #   - NESTBOX_CH_BIN=/path/to/cloud-hypervisor (v53.0)
 #   - NESTBOX_TEST_CH_IMAGES (default /var/lib/nestbox/images): where `nestbox image build --vm`
 #     puts vm-default/{vmlinuz,initrd.img,rootfs.img}; built here if missing (minutes).
-# Usage: sudo NESTBOX_CH_BIN=/usr/local/bin/cloud-hypervisor scripts/ch-real-kvm.sh
+# Usage: sudo NESTBOX_CH_BIN=/usr/local/bin/cloud-hypervisor scripts/kvm-smoke.sh
 set -euo pipefail
 
 : "${NESTBOX_CH_BIN:?set NESTBOX_CH_BIN to the cloud-hypervisor binary (v53.0)}"
-if [ "$(id -u)" != 0 ]; then echo "ch-real-kvm: needs root (network namespaces, TAP devices)" >&2; exit 2; fi
-if [ ! -c /dev/kvm ]; then echo "ch-real-kvm: /dev/kvm is missing; this script only runs on a KVM host" >&2; exit 2; fi
+if [ "$(id -u)" != 0 ]; then echo "kvm-smoke: needs root (network namespaces, TAP devices)" >&2; exit 2; fi
+if [ ! -c /dev/kvm ]; then echo "kvm-smoke: /dev/kvm is missing; this script only runs on a KVM host" >&2; exit 2; fi
 version=$("$NESTBOX_CH_BIN" --version)
 case "$version" in
   *v53.*) ;;
-  *) echo "ch-real-kvm: warning: $version is not the pinned v53 release; the API description may differ" >&2 ;;
+  *) echo "kvm-smoke: warning: $version is not the pinned v53 release; the API description may differ" >&2 ;;
 esac
 
 cd "$(dirname "$0")/.."
@@ -29,7 +29,7 @@ images="${NESTBOX_TEST_CH_IMAGES:-/var/lib/nestbox/images}"
 npm run build
 started=$(date +%s)
 NESTBOX_IMAGES_DIR="$images" node dist/src/cli.js image build --vm
-echo "ch-real-kvm: VM image ready in $(( $(date +%s) - started )) s"
+echo "kvm-smoke: VM image ready in $(( $(date +%s) - started )) s"
 
 export NESTBOX_DRIVER=cloud-hypervisor NESTBOX_CH_BIN NESTBOX_TEST_CH_IMAGES="$images"
 exec npx vitest run host/drivers/cloud-hypervisor/driver.e2e.test.ts

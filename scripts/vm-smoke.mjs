@@ -1,0 +1,112 @@
+#!/usr/bin/env node
+// Boots the Cloud Hypervisor VM image under QEMU with software emulation (no KVM needed) and
+// reaches the guest agent over virtio-serial: health, exec in the real guest kernel, and a file
+// round trip. `.ci/run` runs it after the test suite (it needs `npm run build` and
+// qemu-system-x86; the image is built, or reused from its cache, first).
+//
+// Usage: node scripts/vm-smoke.mjs [--images-dir DIR] [--boot-timeout-s N]
+import { execFileSync, spawn } from 'node:child_process';
+import { createHash, randomBytes } from 'node:crypto';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { join, resolve, dirname } from 'node:path';
+import { Readable } from 'node:stream';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+
+const repo = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+const { values } = parseArgs({
+  options: {
+    'images-dir': { type: 'string', default: '/var/tmp/nestbox-vm-images' },
+    'boot-timeout-s': { type: 'string', default: '300' },
+  },
+});
+const { AgentClient } = await import(join(repo, 'dist/host/agent-protocol/client.js'));
+
+const started = Date.now();
+const since = () => `${((Date.now() - started) / 1000).toFixed(1)} s`;
+const work = mkdtempSync('/tmp/nbx-vmsmoke-');
+let qemu;
+
+function fail(message) {
+  console.error(`vm smoke: FAILED: ${message}`);
+  const log = join(work, 'serial.log');
+  if (existsSync(log)) console.error(`--- guest serial log (tail) ---\n${readFileSync(log, 'utf8').slice(-3000)}`);
+  cleanup();
+  process.exit(1);
+}
+
+function cleanup() {
+  if (qemu && qemu.exitCode === null) qemu.kill('SIGKILL');
+  rmSync(work, { recursive: true, force: true });
+}
+
+try {
+  console.log('vm smoke: building or reusing the VM image');
+  execFileSync(process.execPath, [join(repo, 'dist/src/cli.js'), 'image', 'build', '--vm'], {
+    env: { PATH: process.env.PATH, NESTBOX_DATA_DIR: join(work, 'data'), NESTBOX_IMAGES_DIR: values['images-dir'] },
+    stdio: ['ignore', 'inherit', 'inherit'],
+  });
+  const image = join(values['images-dir'], 'vm-default');
+  const [kernel, initrd, rootfs] = ['vmlinuz', 'initrd.img', 'rootfs.img'].map((f) => join(image, f));
+  for (const file of [kernel, initrd, rootfs]) if (!existsSync(file)) fail(`missing ${file}`);
+  console.log(`vm smoke: image ready after ${since()}; booting under QEMU (TCG)`);
+
+  const agentSocket = join(work, 'agent.sock');
+  qemu = spawn('qemu-system-x86_64', [
+    '-accel', 'tcg', '-M', 'q35', '-cpu', 'max', '-m', '1024', '-smp', '2',
+    '-nographic', '-no-reboot',
+    '-kernel', kernel, '-initrd', initrd,
+    '-append', 'console=ttyS0 root=/dev/vda rw panic=-1',
+    // -snapshot: the cached image is never written; guest writes go to a temporary overlay.
+    '-drive', `file=${rootfs},format=raw,if=virtio`, '-snapshot',
+    '-device', 'virtio-serial-pci',
+    '-chardev', `socket,id=agent,path=${agentSocket},server=on,wait=off`,
+    '-device', 'virtserialport,chardev=agent,name=nestbox.agent',
+    '-serial', `file:${join(work, 'serial.log')}`, '-monitor', 'none',
+  ], { stdio: ['ignore', 'ignore', 'inherit'] });
+  qemu.on('exit', (code) => {
+    if (code !== null && code !== 0) console.error(`vm smoke: qemu exited with ${code}`);
+  });
+
+  // The guest bridges the virtio-serial port to its agent once systemd is up; until then a
+  // connection goes nowhere, so each attempt has a short timeout and a fresh connection.
+  const deadline = Date.now() + Number(values['boot-timeout-s']) * 1000;
+  let client;
+  for (;;) {
+    if (qemu.exitCode !== null) fail('qemu exited before the guest agent answered');
+    if (Date.now() > deadline) fail(`no answer from the guest agent within ${values['boot-timeout-s']} s`);
+    if (existsSync(agentSocket)) {
+      client = new AgentClient(agentSocket);
+      try {
+        const health = await client.health({ timeoutMs: 3_000 });
+        console.log(`vm smoke: guest agent answered after ${since()} (protocol ${health.protocolVersion})`);
+        break;
+      } catch {
+        client.close();
+      }
+    }
+    await new Promise((r) => setTimeout(r, 1_000));
+  }
+
+  const exec = await client.exec({ cmd: 'uname -r; cat /etc/debian_version; test -c /dev/kvm && echo kvm-device' });
+  if (exec.exitCode !== 0) fail(`exec failed: ${JSON.stringify(exec)}`);
+  const [kernelRelease, debian] = exec.stdout.trim().split('\n');
+  if (!/cloud-amd64/.test(kernelRelease)) fail(`unexpected guest kernel "${kernelRelease}"`);
+  console.log(`vm smoke: exec in the guest: kernel ${kernelRelease}, Debian ${debian}${exec.stdout.includes('kvm-device') ? ', /dev/kvm present' : ''}`);
+
+  const payload = randomBytes(256 * 1024);
+  await client.writeFile('/root/smoke.bin', Readable.from([payload]));
+  const read = await client.readFile('/root/smoke.bin');
+  const hash = createHash('sha256');
+  for await (const chunk of read) hash.update(chunk);
+  if (hash.digest('hex') !== createHash('sha256').update(payload).digest('hex')) fail('file round trip changed the bytes');
+  const inside = await client.exec({ cmd: 'sha256sum /root/smoke.bin | cut -d" " -f1' });
+  if (inside.stdout.trim() !== createHash('sha256').update(payload).digest('hex')) fail('the guest sees different bytes');
+  console.log(`vm smoke: 256 KiB file round trip byte-identical; total ${since()}`);
+  client.close();
+  cleanup();
+  console.log('vm smoke: OK');
+  process.exit(0);
+} catch (err) {
+  fail(err instanceof Error ? err.stack ?? err.message : String(err));
+}
