@@ -13,6 +13,10 @@
 //                                       created → FileInfo of the written file
 //   GET  /files/list?path=&depth=    → { entries: FileInfo[] }   (more file routes: files.ts)
 //   GET  /files/stat?path=            → FileInfo
+//   PUT  /env           EnvRequest    → 204: sets (adds or replaces) variables in the environment
+//                                       every later process starts from. Drivers whose guest
+//                                       agent is started by the image (VMs) use it to hand over
+//                                       the sandbox's env after boot and after a restore.
 //
 // Relative paths resolve against the sandbox user's home directory. All paths are resolved by
 // the guest agent inside the sandbox's own root, so symlinks can never reach the host.
@@ -54,6 +58,9 @@ export const ExecResponse = z.object({
   truncated: z.boolean(),
 });
 export type ExecResponse = z.infer<typeof ExecResponse>;
+
+export const EnvRequest = z.object({ env: z.record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'must be a valid variable name'), z.string()) }).strict();
+export type EnvRequest = z.infer<typeof EnvRequest>;
 
 export const FileType = z.enum(['file', 'dir', 'symlink', 'other']);
 export const FileInfo = z.object({

@@ -30,6 +30,19 @@ describe('guest agent server', () => {
     expect(health.uptimeMs).toBeGreaterThanOrEqual(0);
   });
 
+  it('sets environment variables for every later process with PUT /env, and validates names', async () => {
+    const put = (env: unknown) => client.request({ method: 'PUT', path: '/env', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ env }) });
+    const ok = await put({ NESTBOX_ENV_PROBE: 'from the host' });
+    ok.resume();
+    expect(ok.statusCode).toBe(204);
+    expect((await client.exec({ cmd: 'echo "$NESTBOX_ENV_PROBE"' })).stdout).toBe('from the host\n');
+    const bad = await put({ 'BAD-NAME': 'x' });
+    const chunks: Buffer[] = [];
+    for await (const chunk of bad) chunks.push(chunk as Buffer);
+    expect(bad.statusCode).toBe(400);
+    expect(JSON.parse(Buffer.concat(chunks).toString()).error.code).toBe('validation_failed');
+  });
+
   it.each(['/', '/nope', '/files/nope', '/files/content/extra', '//files/list'])('answers 404 not_found for unknown route %s', async (path) => {
     const { status, json } = await call('GET', path);
     expect(status).toBe(404);

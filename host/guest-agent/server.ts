@@ -2,7 +2,7 @@
 // Unix socket today; a vsock or virtio-serial transport can hand it connections later through
 // `server.emit('connection', socket)`.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import { ExecRequest, GUEST_AGENT_PROTOCOL_VERSION, type HealthResponse } from '../agent-protocol/types.js';
+import { EnvRequest, ExecRequest, GUEST_AGENT_PROTOCOL_VERSION, type HealthResponse } from '../agent-protocol/types.js';
 import { readJsonBody } from './body.js';
 import { AgentHttpError, notFound, sendError, sendJson } from './errors.js';
 import { prepareCommand, runCommand, type ExecSettings } from './exec.js';
@@ -74,6 +74,15 @@ function buildRoutes(options: Required<Omit<AgentServerOptions, 'log' | 'process
           uptimeMs: Date.now() - startedAt,
         };
         sendJson(res, 200, body);
+      },
+    },
+    '/env': {
+      // The same object is the base environment of exec, processes and sessions, so updating
+      // it in place reaches every later start.
+      PUT: async ({ req, res }) => {
+        const request = await readJsonBody(req, EnvRequest, options.maxJsonBodyBytes);
+        Object.assign(options.env, request.env);
+        res.writeHead(204).end();
       },
     },
     '/exec': {

@@ -124,7 +124,7 @@ describe.skipIf(!isRoot)('cloud-hypervisor driver (against the simulator unless 
   });
 
   it('create → exec → pause/unpause → stop with memory → resume → fork → adopt → destroy', async () => {
-    const spec = (id: string) => ({ id, image: 'default', cpu: 1, memoryMiB: 256, env: {} });
+    const spec = (id: string) => ({ id, image: 'default', cpu: 1, memoryMiB: 256, env: { NESTBOX_E2E: `env of ${id}` } });
     const timings: Record<string, number> = {};
     const timed = async <T>(label: string, task: () => Promise<T>): Promise<T> => {
       const started = Date.now();
@@ -141,6 +141,8 @@ describe.skipIf(!isRoot)('cloud-hypervisor driver (against the simulator unless 
     expect(created.network?.netns).toMatch(/^nbx-\d+$/);
     const bootId = await withClient('cha', async (client) => {
       expect(await exec(client, 'echo hello from the vm')).toBe('hello from the vm');
+      // The sandbox's env reaches processes in the VM (handed to the image-started agent).
+      expect(await exec(client, 'echo "$NESTBOX_E2E"')).toMatch(/^env of /);
       await client.writeFile('note.txt', Readable.from(['kept across stop and fork\n']));
       return SIMULATED ? exec(client, 'cat .nestbox-sim/boot_id') : exec(client, 'cat /proc/sys/kernel/random/boot_id');
     });

@@ -573,6 +573,18 @@ export class ChDriver implements Driver {
    */
   private async postBootFixups(record: ChRecord): Promise<void> {
     const client = this.agentClient(record.id);
+    // The VM's agent is started by the image, not with the sandbox's environment: hand it over.
+    // Unlike the resync, a failure here fails the boot (processes would silently lack the env).
+    if (Object.keys(record.spec.env).length > 0) {
+      try {
+        const res = await client.request({ method: 'PUT', path: '/env', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ env: record.spec.env }) });
+        res.resume();
+        if (res.statusCode !== 204) throw new Error(`guest agent answered ${res.statusCode} to PUT /env`);
+      } catch (error) {
+        client.close();
+        throw new Error(`sandbox ${record.id}: could not set its environment: ${(error as Error).message}`);
+      }
+    }
     try {
       const result = await client.exec({
         argv: ['nestbox-resync', '--time-ms', String(Date.now()), '--entropy', randomBytes(64).toString('hex'), '--hostname', record.id],
