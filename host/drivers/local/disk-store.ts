@@ -201,10 +201,14 @@ export async function unmountReflinkStore(dataDir: string): Promise<void> {
   // Autoclear detaches on the last close. Should the device still be attached (something held
   // it open), detach it — but only a device still backed by our image, never a reused number.
   if (!backingFile) return;
-  const attached = await run('losetup', ['-j', backingFile]).catch(() => '');
-  for (const line of attached.split('\n')) {
-    const loop = /^(\/dev\/loop\d+):/.exec(line)?.[1];
-    if (loop) await run('losetup', ['-d', loop]).catch(() => {});
+  // The kernel detaches an autoclear device a moment after the last close, so wait (bounded)
+  // until nothing is attached to our image any more, detaching what is still there.
+  for (let attempt = 0; attempt < 50; attempt++) {
+    const attached = await run('losetup', ['-j', backingFile]).catch(() => '');
+    const loops = attached.split('\n').map((line) => /^(\/dev\/loop\d+):/.exec(line)?.[1]).filter((l): l is string => !!l);
+    if (loops.length === 0) return;
+    for (const loop of loops) await run('losetup', ['-d', loop]).catch(() => {});
+    await new Promise((r) => setTimeout(r, 100));
   }
 }
 
