@@ -7,6 +7,7 @@ import type { Socket } from 'node:net';
 import { pipeline } from 'node:stream/promises';
 import type { ZodType } from 'zod';
 import type { Driver, SandboxSpec } from '../drivers/types.js';
+import { KeyedLocks } from '../keyed-locks.js';
 import { driverErrorStatus } from '../drivers/errors.js';
 import { AgentClient, AgentRequestError } from '../agent-protocol/client.js';
 import { EgressPolicy, HostForkRequest, HostSandboxSpec, HostSnapshotRequest, PORT_PROXY_AUTH_HEADER, PORT_PROXY_ERROR_HEADER, SandboxIdParam, SnapshotIdParam } from '../protocol/schemas.js';
@@ -98,7 +99,7 @@ function sendError(res: http.ServerResponse, err: unknown): void {
 export class HostAgentServer {
   readonly server: http.Server;
   /** One lifecycle operation per sandbox at a time; later calls wait for earlier ones. */
-  private readonly locks = new Map<string, Promise<unknown>>();
+  private readonly locks = new KeyedLocks();
   /** One keep-alive client per running sandbox, dropped when its socket changes or it stops. */
   private readonly agents = new Map<string, AgentClient>();
   /** One client per live file view (a new view process means a new client, even on the same path). */
@@ -123,14 +124,8 @@ export class HostAgentServer {
     return given.length === expected.length && timingSafeEqual(given, expected);
   }
 
-  private withLock<T>(id: string, fn: () => Promise<T>): Promise<T> {
-    const previous = this.locks.get(id) ?? Promise.resolve();
-    const next = previous.catch(() => undefined).then(fn);
-    this.locks.set(id, next);
-    void next.finally(() => {
-      if (this.locks.get(id) === next) this.locks.delete(id);
-    }).catch(() => undefined);
-    return next;
+  private withLock<T>(id: string, task: () => Promise<T>): Promise<T> {
+    return this.locks.run(id, task);
   }
 
   private async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {

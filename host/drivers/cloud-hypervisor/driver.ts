@@ -26,6 +26,7 @@ import { addVmNetworking } from './network.js';
 import { adoptVmm, EventFileReader, isProcessAlive, killProcess, launchVmm, readPidFile, readTail, stopVmm, type VmmPaths } from './process.js';
 import { readChRecord, writeChRecord, CH_RECORD_VERSION, type ChLastError, type ChRecord } from './records.js';
 import { HybridVsockAgent, VsockForwarder } from './vsock.js';
+import { KeyedLocks } from '../../keyed-locks.js';
 
 export interface ChDriverOptions {
   dataDir: string;
@@ -76,7 +77,7 @@ export class ChDriver implements Driver {
   private readonly log: (message: string) => void;
   private readonly records = new Map<string, ChRecord>();
   private readonly live = new Map<string, LiveVm>();
-  private readonly locks = new Map<string, Promise<unknown>>();
+  private readonly locks = new KeyedLocks();
   private diskStore?: DiskStore;
   private snapshotStore?: SnapshotStore;
   private probes: Record<string, string | number | boolean> = {};
@@ -801,7 +802,7 @@ export class ChDriver implements Driver {
   /** A VMM that exited on its own (crash, guest poweroff, OOM kill) leaves a stopped sandbox. */
   private async watchAll(): Promise<void> {
     for (const record of this.records.values()) {
-      if (!record.pid || this.locks.has(record.id)) continue;
+      if (!record.pid || this.locks.busy(record.id)) continue;
       const vm = this.live.get(record.id);
       const events = (await vm?.events.readNew().catch(() => [])) ?? [];
       for (const event of events) if (event.event === 'panic' || event.source === 'guest') this.log(`sandbox ${record.id}: guest event ${event.source}/${event.event}`);
@@ -884,20 +885,11 @@ export class ChDriver implements Driver {
   }
 
   private withLocks<T>(keys: string[], task: () => Promise<T>): Promise<T> {
-    const sorted = [...new Set(keys)].sort();
-    const take = (index: number): Promise<T> => (index === sorted.length ? task() : this.withLock(sorted[index], () => take(index + 1)));
-    return take(0);
+    return this.locks.runAll(keys, task);
   }
 
   private withLock<T>(key: string, task: () => Promise<T>): Promise<T> {
-    const previous = this.locks.get(key) ?? Promise.resolve();
-    const next = previous.catch(() => {}).then(task);
-    const settled = next.catch(() => {});
-    this.locks.set(key, settled);
-    void settled.then(() => {
-      if (this.locks.get(key) === settled) this.locks.delete(key);
-    });
-    return next;
+    return this.locks.run(key, task);
   }
 
   private assertInitialized(): void {

@@ -23,6 +23,7 @@ import { SlotPool, type SlotPoolStats } from './slot-pool.js';
 import { resolveEgress, systemResolver, type EgressResolver } from './egress.js';
 import { newRecord, readRecord, removeRecordTempFiles, writeRecord, type SandboxRecord } from './records.js';
 import { lastCapability, launchSandbox, assertSafeHostPath, assertValidEnv, overlayLowerOption, SANDBOX_PATH, syscallNumbers } from './spawn.js';
+import { KeyedLocks } from '../../keyed-locks.js';
 
 export interface LocalDriverOptions {
   /** Sandboxes live in `<dataDir>/sandboxes/<id>/`. Keep it short: the agent socket path must fit in 108 bytes. */
@@ -100,7 +101,7 @@ export class LocalDriver implements Driver {
   private lastCap = 40;
   private dnsServers: string[] = FALLBACK_DNS;
   private readonly records = new Map<string, SandboxRecord>();
-  private readonly locks = new Map<string, Promise<unknown>>();
+  private readonly locks = new KeyedLocks();
   /** Launchers started by this process: their exit tells us at once that a sandbox died. */
   private readonly children = new Map<string, ChildProcess>();
   private watchTimer?: NodeJS.Timeout;
@@ -945,20 +946,11 @@ export class LocalDriver implements Driver {
 
   /** Takes several locks in sorted order (one global order: no deadlock between multi-lock calls). */
   private withLocks<T>(keys: string[], task: () => Promise<T>): Promise<T> {
-    const sorted = [...new Set(keys)].sort();
-    const take = (index: number): Promise<T> => (index === sorted.length ? task() : this.withLock(sorted[index], () => take(index + 1)));
-    return take(0);
+    return this.locks.runAll(keys, task);
   }
 
   private withLock<T>(id: string, task: () => Promise<T>): Promise<T> {
-    const previous = this.locks.get(id) ?? Promise.resolve();
-    const next = previous.catch(() => {}).then(task);
-    const settled = next.catch(() => {});
-    this.locks.set(id, settled);
-    void settled.then(() => {
-      if (this.locks.get(id) === settled) this.locks.delete(id);
-    });
-    return next;
+    return this.locks.run(id, task);
   }
 
   private runtimeOf(record: SandboxRecord): SandboxRuntime {
