@@ -7,6 +7,7 @@ import supertest from 'supertest';
 import { loadConfig } from '../src/config.js';
 import { startServer, type RunningServer } from '../src/server.js';
 import { generateApiKey } from '../core/services/auth.js';
+import { serverSentEvents } from '../host/protocol/sse.js';
 
 export const TEST_IMAGES_DIR = process.env.NESTBOX_TEST_IMAGES_DIR ?? '/var/tmp/nestbox-test-images';
 export const TEST_DATABASE_URL = process.env.NESTBOX_TEST_DATABASE_URL ?? 'postgres://nestbox:nestbox@127.0.0.1:5432/postgres';
@@ -132,24 +133,9 @@ export async function readEvents<T = Record<string, unknown>>(
   try {
     const res = await fetch(url, { headers: { ...headers, accept: 'text/event-stream' }, signal: abort.signal });
     if (!res.ok) throw new Error(`stream answered ${res.status}: ${await res.text()}`);
-    const decoder = new TextDecoder();
-    let buffer = '';
-    for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
-      buffer += decoder.decode(chunk, { stream: true });
-      let at: number;
-      while ((at = buffer.indexOf('\n\n')) !== -1) {
-        const block = buffer.slice(0, at);
-        buffer = buffer.slice(at + 2);
-        const data = block
-          .split('\n')
-          .filter((l) => l.startsWith('data:'))
-          .map((l) => l.slice(5).trimStart())
-          .join('\n');
-        if (!data) continue;
-        const event = JSON.parse(data) as T;
-        events.push(event);
-        if (until(event, events)) return events;
-      }
+    for await (const event of serverSentEvents<T>(res.body as unknown as AsyncIterable<Uint8Array>)) {
+      events.push(event);
+      if (until(event, events)) return events;
     }
     return events;
   } catch (err) {

@@ -1,5 +1,6 @@
 // Calls into a sandbox's guest agent, always through core (scope, visibility, running state and
 // activity are core's business; sandboxes.agentRequest). Only request shaping lives here.
+import { serverSentEvents } from '../../host/protocol/sse.js';
 import type { IncomingMessage } from 'node:http';
 import type { Readable } from 'node:stream';
 import { isErrorCode, NestboxError } from '../../core/errors.js';
@@ -70,25 +71,6 @@ export async function guestJson<T>(services: Services, target: SandboxTarget, ca
   return { status, body: (raw.length ? JSON.parse(raw.toString('utf8')) : undefined) as T };
 }
 
-/** Server-sent events of a guest stream, each `data:` payload parsed as JSON. */
-export async function* serverSentEvents<T>(res: IncomingMessage): AsyncGenerator<T> {
-  const decoder = new TextDecoder();
-  let buffer = '';
-  for await (const chunk of res) {
-    buffer += decoder.decode(chunk as Buffer, { stream: true });
-    let at: number;
-    while ((at = buffer.indexOf('\n\n')) !== -1) {
-      const block = buffer.slice(0, at);
-      buffer = buffer.slice(at + 2);
-      const data = block
-        .split('\n')
-        .filter((line) => line.startsWith('data:'))
-        .map((line) => line.slice(5).trimStart())
-        .join('\n');
-      if (data) yield JSON.parse(data) as T;
-    }
-  }
-}
 
 /** Open a guest SSE route (`Accept: text/event-stream`); errors before the stream are core errors. */
 export async function guestEvents<T>(services: Services, target: SandboxTarget, call: Omit<GuestCall, 'method'>): Promise<AsyncGenerator<T>> {
