@@ -535,7 +535,8 @@ export class ChDriver implements Driver {
       paths,
       netns: `/run/netns/${slot.netns}`,
       readyTimeoutMs: this.options.vmmReadyTimeoutMs ?? 10_000,
-      env: this.options.vmmEnv ?? process.env,
+      // Never the host agent's own environment: it holds the host secret.
+      env: this.options.vmmEnv ?? { PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' },
     });
     record.pid = vmm.pid;
     record.pidStartTime = vmm.startTime;
