@@ -88,22 +88,49 @@ try {
     await new Promise((r) => setTimeout(r, 1_000));
   }
 
-  const exec = await client.exec({ cmd: 'uname -r; cat /etc/debian_version; test -c /dev/kvm && echo kvm-device' });
+  client.close();
+
+  // One virtio-serial port carries one connection at a time, and the guest's bridge restarts
+  // whenever the agent closes its side; so every step gets its own connection, a time limit
+  // and a few retries.
+  async function step(name, run) {
+    let lastError;
+    for (let attempt = 1; attempt <= 5; attempt++) {
+      const stepClient = new AgentClient(agentSocket);
+      try {
+        return await Promise.race([
+          run(stepClient),
+          new Promise((_, reject) => setTimeout(() => reject(new Error(`${name} took longer than 20 s`)), 20_000)),
+        ]);
+      } catch (error) {
+        lastError = error;
+        console.log(`vm smoke: ${name}: attempt ${attempt} failed (${error.message}); retrying`);
+        await new Promise((r) => setTimeout(r, 1_000));
+      } finally {
+        stepClient.close();
+      }
+    }
+    fail(`${name}: ${lastError?.message}`);
+  }
+
+  const exec = await step('exec', (c) => c.exec({ cmd: 'uname -r; cat /etc/debian_version; test -c /dev/kvm && echo kvm-device' }));
   if (exec.exitCode !== 0) fail(`exec failed: ${JSON.stringify(exec)}`);
   const [kernelRelease, debian] = exec.stdout.trim().split('\n');
   if (!/cloud-amd64/.test(kernelRelease)) fail(`unexpected guest kernel "${kernelRelease}"`);
   console.log(`vm smoke: exec in the guest: kernel ${kernelRelease}, Debian ${debian}${exec.stdout.includes('kvm-device') ? ', /dev/kvm present' : ''}`);
 
   const payload = randomBytes(256 * 1024);
-  await client.writeFile('/root/smoke.bin', Readable.from([payload]));
-  const read = await client.readFile('/root/smoke.bin');
-  const hash = createHash('sha256');
-  for await (const chunk of read) hash.update(chunk);
-  if (hash.digest('hex') !== createHash('sha256').update(payload).digest('hex')) fail('file round trip changed the bytes');
-  const inside = await client.exec({ cmd: 'sha256sum /root/smoke.bin | cut -d" " -f1' });
-  if (inside.stdout.trim() !== createHash('sha256').update(payload).digest('hex')) fail('the guest sees different bytes');
+  const expected = createHash('sha256').update(payload).digest('hex');
+  await step('write a file', (c) => c.writeFile('/root/smoke.bin', Readable.from([payload])));
+  const readBack = await step('read it back', async (c) => {
+    const hash = createHash('sha256');
+    for await (const chunk of await c.readFile('/root/smoke.bin')) hash.update(chunk);
+    return hash.digest('hex');
+  });
+  if (readBack !== expected) fail('file round trip changed the bytes');
+  const inside = await step('hash it inside', (c) => c.exec({ cmd: 'sha256sum /root/smoke.bin | cut -d" " -f1' }));
+  if (inside.stdout.trim() !== expected) fail('the guest sees different bytes');
   console.log(`vm smoke: 256 KiB file round trip byte-identical; total ${since()}`);
-  client.close();
   cleanup();
   console.log('vm smoke: OK');
   process.exit(0);
