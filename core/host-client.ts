@@ -65,11 +65,6 @@ export interface HostSnapshotResult {
   layers: string[];
 }
 
-export interface HostSnapshotInfo extends HostSnapshotResult {
-  sourceId: string;
-  image: string;
-  createdAt: string;
-}
 
 export interface HostStartResult extends HostSandboxRuntime {
   memoryRestored: boolean;
@@ -104,13 +99,6 @@ export interface FileEntry {
   symlinkTarget?: string;
 }
 
-export interface FileDownload {
-  /** The bytes, streamed from the guest agent through the host agent. */
-  body: Readable;
-  status: number;
-  /** Headers to pass on (content-length, content-range, content-type). */
-  headers: Record<string, string>;
-}
 
 /** A request for the sandbox's guest agent, relayed unchanged by the host agent. */
 export interface AgentRequest {
@@ -136,7 +124,6 @@ export interface HostClient {
   destroySandbox(id: string): Promise<void>;
   getSandbox(id: string): Promise<HostSandboxRuntime | undefined>;
   exec(id: string, input: ExecInput, signal?: AbortSignal): Promise<ExecResult>;
-  readFile(id: string, path: string, range?: string): Promise<FileDownload>;
   writeFile(id: string, path: string, body: Readable, mode?: string): Promise<FileEntry>;
   /** Any guest-agent route, streamed both ways; the caller reads status and body. */
   agentRequest(id: string, request: AgentRequest): Promise<import('node:http').IncomingMessage>;
@@ -151,7 +138,6 @@ export interface HostClient {
   snapshotSandbox(id: string, snapshotId: string): Promise<HostSnapshotResult>;
   /** Idempotent; `conflict` while a sandbox or another snapshot on the host uses it. */
   deleteSnapshot(snapshotId: string): Promise<void>;
-  listSnapshots(): Promise<HostSnapshotInfo[]>;
   /** A guest-agent route served read-only from a STOPPED sandbox's disk (`invalid_state` if it runs). */
   fileViewRequest(id: string, request: AgentRequest): Promise<import('node:http').IncomingMessage>;
   /** Change the sandbox's egress policy; live when it runs, kept for its next start otherwise. */

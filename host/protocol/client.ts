@@ -10,14 +10,12 @@ import type {
   EgressPolicy,
   ExecInput,
   ExecResult,
-  FileDownload,
   FileEntry,
   HostClient,
   HostEgressResult,
   HostForkResult,
   HostSandboxRuntime,
   HostSandboxSpec,
-  HostSnapshotInfo,
   HostSnapshotResult,
   HostStartResult,
   PortProxyTarget,
@@ -190,10 +188,6 @@ export class HttpHostClient implements HostClient {
     await this.json({ method: 'DELETE', path: `/v1/snapshots/${encodeURIComponent(snapshotId)}` });
   }
 
-  async listSnapshots(): Promise<HostSnapshotInfo[]> {
-    const body = await this.json<{ snapshots: HostSnapshotInfo[] }>({ method: 'GET', path: '/v1/snapshots', timeoutMs: 30_000 });
-    return body.snapshots;
-  }
 
   async getSandbox(id: string): Promise<HostSandboxRuntime | undefined> {
     try {
@@ -209,20 +203,6 @@ export class HttpHostClient implements HostClient {
     return this.json({ method: 'POST', path: this.sandboxPath(id, '/agent/exec'), json: input, timeoutMs: 0, signal });
   }
 
-  async readFile(id: string, path: string, range?: string): Promise<FileDownload> {
-    const res = await this.request({
-      method: 'GET',
-      path: this.sandboxPath(id, `/agent/files/content?path=${encodeURIComponent(path)}`),
-      headers: range ? { range } : undefined,
-    });
-    if ((res.statusCode ?? 500) >= 400) throw await errorFrom(res);
-    const headers: Record<string, string> = {};
-    for (const name of ['content-length', 'content-range', 'content-type', 'accept-ranges']) {
-      const v = res.headers[name];
-      if (typeof v === 'string') headers[name] = v;
-    }
-    return { body: res, status: res.statusCode ?? 200, headers };
-  }
 
   async writeFile(id: string, path: string, body: Readable, mode?: string): Promise<FileEntry> {
     const query = `path=${encodeURIComponent(path)}${mode ? `&mode=${encodeURIComponent(mode)}` : ''}`;
