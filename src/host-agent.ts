@@ -79,7 +79,15 @@ export async function startHostAgent(config: Config, log: (m: string) => void = 
     }
   };
   await beat();
-  const timer = setInterval(() => void beat(), ha.heartbeatIntervalMs);
+  // One heartbeat at a time: the control plane relies on each list being taken after the
+  // previous heartbeat was answered (see HostService.noticeVanishedSandboxes), so a slow
+  // control plane must not get two overlapping beats.
+  let beating = false;
+  const timer = setInterval(() => {
+    if (beating) return;
+    beating = true;
+    void beat().finally(() => { beating = false; });
+  }, ha.heartbeatIntervalMs);
 
   const close = async () => {
     if (stopped) return;

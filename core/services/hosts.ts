@@ -42,9 +42,10 @@ export class HostService {
   ) {}
 
   async heartbeat(input: HeartbeatInput): Promise<HostRecord> {
+    const previous = await hostRepository(this.db).findById(input.hostId);
     const host = await hostRepository(this.db).upsertHeartbeat({ id: input.hostId, url: input.url, driver: input.driver, capabilities: input.capabilities }, new Date());
     this.records.set(host.id, { at: Date.now(), host });
-    await this.noticeVanishedSandboxes(input.hostId, input.sandboxes);
+    if (previous) await this.noticeVanishedSandboxes(input.hostId, input.sandboxes, previous.lastHeartbeatAt);
     return host;
   }
 
@@ -52,12 +53,21 @@ export class HostService {
    * A sandbox the database calls running but the host no longer runs (its processes died, or
    * the host agent restarted and could not adopt it) becomes `error` with the reason, so users
    * see the truth and can resume it from its disk.
+   *
+   * Why only sandboxes started before the previous heartbeat arrived: the host takes its list
+   * and posts it a moment later, so a create or resume that completes in between is missing
+   * from a list that predates it. The host agent sends one heartbeat at a time and takes each
+   * list after the previous post was answered, so a sandbox that was running when the previous
+   * heartbeat arrived is in the current list unless it really vanished. A newer one is judged
+   * by the next heartbeat. (Both times come from control-plane clocks; replicas are expected to
+   * be NTP-synchronised, far tighter than the heartbeat interval.)
    */
-  private async noticeVanishedSandboxes(hostId: string, reported: HostSandboxRuntime[]): Promise<void> {
+  private async noticeVanishedSandboxes(hostId: string, reported: HostSandboxRuntime[], previousHeartbeatAt: Date): Promise<void> {
     const live = new Set(reported.filter((s) => s.status !== 'stopped').map((s) => s.id));
     const repo = sandboxRepository(this.db);
     for (const sandbox of await repo.findByHost(hostId, ['running', 'paused'])) {
       if (live.has(sandbox.id)) continue;
+      if (!sandbox.startedAt || sandbox.startedAt.getTime() >= previousHeartbeatAt.getTime()) continue;
       await repo.transition(sandbox.id, [sandbox.state], {
         state: 'error',
         errorMessage: 'the sandbox stopped running on its host unexpectedly; resume it to start again from its disk',

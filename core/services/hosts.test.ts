@@ -1,0 +1,60 @@
+// The control plane's "vanished sandbox" check against a real PostgreSQL, with the interleaving
+// that used to flip a fresh sandbox to `error`: the host takes its list, a create completes,
+// then the (older) list arrives.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { migrateToLatest, openDatabase, type Db } from '../store/db.js';
+import { organizationRepository } from '../store/repositories/organizations.js';
+import { sandboxRepository } from '../store/repositories/sandboxes.js';
+import { createTestDatabase } from '../../test/harness.js';
+import { HostService, type HeartbeatInput } from './hosts.js';
+
+describe('HostService heartbeat reconciliation', () => {
+  let db: Db;
+  let drop: () => Promise<void>;
+  let hosts: HostService;
+  beforeAll(async () => {
+    const t = await createTestDatabase();
+    drop = t.drop;
+    db = openDatabase({ kind: 'postgres', url: t.url });
+    await migrateToLatest(db);
+    await organizationRepository(db).insert({ id: 'orga', name: 'a' });
+    // The heartbeat never dials the host, so no client is ever made.
+    hosts = new HostService(db, () => { throw new Error('heartbeat must not call the host'); }, 10_000);
+  });
+  afterAll(async () => { await db.destroy(); await drop(); });
+
+  const beat = (sandboxes: HeartbeatInput['sandboxes']) =>
+    hosts.heartbeat({ hostId: 'h1', url: 'http://127.0.0.1:1', driver: 'local', capabilities: {}, sandboxes });
+  const startRunning = async (id: string) => {
+    const repo = sandboxRepository(db);
+    await repo.insertCreating({ id, organizationId: 'orga', hostId: 'h1', image: 'default', cpu: 1, memoryMiB: 256, env: {}, labels: {}, timeoutSeconds: 60, operationId: `op-${id}`, operationOwner: 'cp1' });
+    await repo.transition(id, ['creating'], { state: 'running', operation: null, operationId: null, operationOwner: null, operationStartedAt: null, startedAt: new Date() });
+  };
+  const stateOf = async (id: string) => (await sandboxRepository(db).findById(id))?.state;
+
+  it('does not judge a sandbox by a list taken before it started, and does judge it by the next one', async () => {
+    await beat([]); // registers the host
+    await new Promise((r) => setTimeout(r, 5));
+    // The host took its list here (empty); then the create completed; then the list arrived.
+    await startRunning('fresh');
+    await beat([]);
+    expect(await stateOf('fresh')).toBe('running');
+    // The next list is taken after that heartbeat was answered: a sandbox missing from it really vanished.
+    await beat([]);
+    expect(await stateOf('fresh')).toBe('error');
+  });
+
+  it('keeps a sandbox the host reports, running or paused', async () => {
+    await startRunning('kept');
+    await beat([{ id: 'kept', status: 'running' }]);
+    await beat([{ id: 'kept', status: 'paused' }]);
+    expect(await stateOf('kept')).toBe('running');
+  });
+
+  it('marks a sandbox the host reports as stopped once it was running before the previous heartbeat', async () => {
+    await startRunning('died');
+    await beat([{ id: 'died', status: 'running' }]);
+    await beat([{ id: 'died', status: 'stopped' }]);
+    expect(await stateOf('died')).toBe('error');
+  });
+});
