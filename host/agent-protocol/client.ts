@@ -7,7 +7,7 @@ import { pipeline } from 'node:stream/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { z } from 'zod';
 import { connectUpstream, type UpstreamResult } from '../protocol/ws-relay.js';
-import { AGENT_NONCE_HEADER, AGENT_PROOF_HEADER, newNonce, verifyAgentProof } from './auth.js';
+import { AGENT_KEY_ROUTE, AGENT_NONCE_HEADER, AGENT_PROOF_HEADER, AGENT_REKEY_HEADER, encodeAgentKey, newNonce, rekeyProof, verifyAgentProof } from './auth.js';
 import {
   ExecResponse,
   FileInfo,
@@ -40,6 +40,8 @@ export interface AgentHttpRequest {
   /** Gives up (and reports host_unavailable) when no response has started within this time. */
   timeoutMs?: number;
   signal?: AbortSignal;
+  /** `installKey` only: the key the agent holds now, which authorises replacing it by ours. */
+  rekeyFrom?: Buffer;
 }
 
 export interface ByteRangeRequest {
@@ -141,6 +143,7 @@ export class AgentClient {
       const headers: OutgoingHttpHeaders = { ...options.headers };
       const nonce = this.proofKey ? newNonce() : undefined;
       if (nonce) headers[AGENT_NONCE_HEADER] = nonce;
+      if (nonce && options.rekeyFrom && this.proofKey) headers[AGENT_REKEY_HEADER] = rekeyProof(options.rekeyFrom, nonce, this.proofKey);
       const fixedBody = typeof options.body === 'string' ? Buffer.from(options.body) : options.body;
       if (Buffer.isBuffer(fixedBody)) headers['content-length'] = String(fixedBody.length);
 
@@ -241,6 +244,25 @@ export class AgentClient {
     }
     if (!parsed.success) throw unexpectedAnswer(options, parsed.error.message);
     return parsed.data;
+  }
+
+  /**
+   * Gives the agent this client's key (PUT /auth/key): a VM's agent, started by its image, has
+   * none after a boot (then `previousKey` is undefined), or, restored from a memory snapshot,
+   * the key of the boot it was taken of (`previousKey`, which proves we may replace it). The
+   * answer must already be proven under the new key.
+   */
+  async installKey(previousKey?: Buffer): Promise<void> {
+    if (!this.proofKey) throw new Error('installKey needs a client with a proof key');
+    const response = await this.request({
+      method: 'PUT',
+      path: AGENT_KEY_ROUTE,
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ key: encodeAgentKey(this.proofKey) }),
+      rekeyFrom: previousKey,
+    });
+    if (!isSuccess(response)) throw await agentErrorFrom(response);
+    response.resume();
   }
 
   health(options: { timeoutMs?: number } = {}): Promise<HealthResponse> {
