@@ -25,7 +25,7 @@ function log(message: string): void {
 
 type ListenTarget = { socket: string } | { fd: number };
 
-const USAGE = 'usage: guest-agent (--socket <path> | --listen-fd <n>) [--key-fd <n>]';
+const USAGE = 'usage: guest-agent --socket <path> | --listen-fd <n>, then optionally --key-fd <n>';
 const KEY_READ_LIMIT_MS = 10_000;
 
 function argsFromCommandLine(): { target: ListenTarget; keyFd?: number } {
