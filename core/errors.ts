@@ -18,6 +18,9 @@ export const ERROR_CATALOGUE = {
   internal: { status: 500, title: 'Internal error' },
   not_supported: { status: 501, title: 'Not supported' },
   host_unavailable: { status: 503, title: 'The sandbox host is not reachable' },
+  // Something answered on the guest agent's channel without the per-boot proof that it is the
+  // agent (a workload impersonating it, or an agent that lost its key): never passed on.
+  agent_unavailable: { status: 502, title: "The sandbox's agent did not answer as itself" },
   insufficient_storage: { status: 507, title: "The sandbox's disk is full" },
   timeout: { status: 504, title: 'The operation timed out' },
 } as const;

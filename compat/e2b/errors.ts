@@ -59,6 +59,7 @@ const CONNECT_CODES: Record<string, Code> = {
   internal: Code.Internal,
   not_supported: Code.Unimplemented,
   host_unavailable: Code.Unavailable,
+  agent_unavailable: Code.Unavailable,
   insufficient_storage: Code.ResourceExhausted,
   timeout: Code.DeadlineExceeded,
 };

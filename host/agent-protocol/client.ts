@@ -6,6 +6,8 @@ import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { z } from 'zod';
+import { connectUpstream, type UpstreamResult } from '../protocol/ws-relay.js';
+import { AGENT_KEY_ROUTE, AGENT_NONCE_HEADER, AGENT_PROOF_HEADER, AGENT_REKEY_HEADER, encodeAgentKey, newNonce, rekeyProof, verifyAgentProof } from './auth.js';
 import {
   ExecResponse,
   FileInfo,
@@ -14,7 +16,10 @@ import {
   type ExecRequest,
 } from './types.js';
 
-/** An error answered by the guest agent, or `host_unavailable` (503) when it cannot be reached. */
+/**
+ * An error answered by the guest agent; `host_unavailable` (503) when it cannot be reached;
+ * `agent_unavailable` (502) when something answered without proving it is the real agent.
+ */
 export class AgentRequestError extends Error {
   constructor(
     readonly status: number,
@@ -35,6 +40,8 @@ export interface AgentHttpRequest {
   /** Gives up (and reports host_unavailable) when no response has started within this time. */
   timeoutMs?: number;
   signal?: AbortSignal;
+  /** `installKey` only: the key the agent holds now, which authorises replacing it by ours. */
+  rekeyFrom?: Buffer;
 }
 
 export interface ByteRangeRequest {
@@ -77,21 +84,34 @@ function isSuccess(response: IncomingMessage): boolean {
   return status >= 200 && status < 300;
 }
 
+export interface AgentTransport {
+  /** Makes the connections (e.g. the Cloud Hypervisor driver's hybrid-vsock http.Agent). */
+  agent?: Agent;
+  /**
+   * The sandbox's per-boot key (auth.ts). With it, every answer must carry a valid proof or is
+   * refused as `agent_unavailable`; without it (tests, a VM agent before its key handoff)
+   * answers are taken as they come.
+   */
+  proofKey?: Buffer;
+}
+
 export class AgentClient {
   private readonly agent: Agent;
+  /** The key answers are checked against; undefined = no check. */
+  readonly proofKey?: Buffer;
 
   /**
-   * `socketPath` is the agent's Unix socket, or, with `transport.agent` (e.g. a hybrid-vsock
-   * http.Agent of the Cloud Hypervisor driver), just a label for messages: that agent makes
-   * the connections.
+   * `socketPath` is the agent's Unix socket, or, with `transport.agent`, just a label for
+   * messages: that agent makes the connections.
    */
   constructor(
     readonly socketPath: string,
-    transport: { agent?: Agent } = {},
+    transport: AgentTransport = {},
   ) {
     // Idle sockets are dropped after 60 s, before the guest agent's 120 s keep-alive timeout,
     // so a request is never sent on a socket the agent is just closing.
     this.agent = transport.agent ?? new Agent({ keepAlive: true, timeout: 60_000 });
+    this.proofKey = transport.proofKey;
   }
 
   /** Closes pooled connections; the client is unusable afterwards. */
@@ -121,6 +141,9 @@ export class AgentClient {
   private requestOnce(options: AgentHttpRequest): Promise<IncomingMessage> {
     return new Promise((resolve, reject) => {
       const headers: OutgoingHttpHeaders = { ...options.headers };
+      const nonce = this.proofKey ? newNonce() : undefined;
+      if (nonce) headers[AGENT_NONCE_HEADER] = nonce;
+      if (nonce && options.rekeyFrom && this.proofKey) headers[AGENT_REKEY_HEADER] = rekeyProof(options.rekeyFrom, nonce, this.proofKey);
       const fixedBody = typeof options.body === 'string' ? Buffer.from(options.body) : options.body;
       if (Buffer.isBuffer(fixedBody)) headers['content-length'] = String(fixedBody.length);
 
@@ -134,6 +157,16 @@ export class AgentClient {
       });
       req.once('response', (response) => {
         if (options.timeoutMs) req.setTimeout(0);
+        if (this.proofKey && nonce) {
+          const subject = { nonce, method: options.method, target: options.path, status: response.statusCode ?? 0 };
+          if (!verifyAgentProof(this.proofKey, subject, response.headers[AGENT_PROOF_HEADER])) {
+            // Never read a forger's body, never reuse its connection.
+            response.destroy();
+            req.destroy();
+            reject(this.forgedAnswer(`${options.method} ${options.path}`, response.statusCode));
+            return;
+          }
+        }
         resolve(response);
       });
       req.once('error', (error) => {
@@ -152,6 +185,34 @@ export class AgentClient {
       } else {
         req.end(fixedBody);
       }
+    });
+  }
+
+  private forgedAnswer(what: string, status: number | undefined): AgentRequestError {
+    return new AgentRequestError(
+      502,
+      'agent_unavailable',
+      `the answer to ${what} (HTTP ${status ?? '?'}) at ${this.socketPath} carries no valid proof that it comes from the sandbox's guest agent; the agent is treated as failed`,
+    );
+  }
+
+  /**
+   * Opens a WebSocket to the agent (paused, see ws-relay.ts). With a proof key the 101 (or the
+   * refusal) must carry a valid proof; otherwise the result is an `agent_unavailable` refusal.
+   * `agentPath` is path and query, e.g. `/processes/abc/ws?offset=0`.
+   */
+  connectWebSocket(agentPath: string, req: IncomingMessage): Promise<UpstreamResult> {
+    const key = this.proofKey;
+    if (!key) return connectUpstream(`ws+unix://${this.socketPath}:${agentPath}`, {}, req);
+    const nonce = newNonce();
+    return connectUpstream(`ws+unix://${this.socketPath}:${agentPath}`, { [AGENT_NONCE_HEADER]: nonce }, req, {
+      verify: (response) => {
+        // What was really sent (ws normalises the URL), which is what the agent signs.
+        const sent = (response as IncomingMessage & { req?: { method?: string; path?: string } }).req;
+        const subject = { nonce, method: sent?.method ?? 'GET', target: sent?.path ?? agentPath, status: response.statusCode ?? 0 };
+        if (verifyAgentProof(key, subject, response.headers[AGENT_PROOF_HEADER])) return undefined;
+        return this.forgedAnswer(`the WebSocket ${agentPath}`, response.statusCode).message;
+      },
     });
   }
 
@@ -183,6 +244,25 @@ export class AgentClient {
     }
     if (!parsed.success) throw unexpectedAnswer(options, parsed.error.message);
     return parsed.data;
+  }
+
+  /**
+   * Gives the agent this client's key (PUT /auth/key): a VM's agent, started by its image, has
+   * none after a boot (then `previousKey` is undefined), or, restored from a memory snapshot,
+   * the key of the boot it was taken of (`previousKey`, which proves we may replace it). The
+   * answer must already be proven under the new key.
+   */
+  async installKey(previousKey?: Buffer): Promise<void> {
+    if (!this.proofKey) throw new Error('installKey needs a client with a proof key');
+    const response = await this.request({
+      method: 'PUT',
+      path: AGENT_KEY_ROUTE,
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ key: encodeAgentKey(this.proofKey) }),
+      rekeyFrom: previousKey,
+    });
+    if (!isSuccess(response)) throw await agentErrorFrom(response);
+    response.resume();
   }
 
   health(options: { timeoutMs?: number } = {}): Promise<HealthResponse> {

@@ -11,7 +11,7 @@ import { KeyedLocks } from '../keyed-locks.js';
 import { driverErrorStatus } from '../drivers/errors.js';
 import { AgentClient, AgentRequestError } from '../agent-protocol/client.js';
 import { EgressPolicy, HostForkRequest, HostSandboxSpec, HostSnapshotRequest, PORT_PROXY_AUTH_HEADER, PORT_PROXY_ERROR_HEADER, SandboxIdParam, SnapshotIdParam } from '../protocol/schemas.js';
-import { acceptAndRelay, connectUpstream, refuseUpgrade } from '../protocol/ws-relay.js';
+import { acceptAndRelay, refuseUpgrade } from '../protocol/ws-relay.js';
 import { forwardableHeaders, proxyHttp, proxyUpgrade, writeRawResponse, type ProxyTarget } from '../protocol/http-proxy.js';
 
 export interface HostAgentServerOptions {
@@ -94,6 +94,10 @@ function sendError(res: http.ServerResponse, err: unknown): void {
   if (mapped) return sendJson(res, mapped.status, { error: { code: mapped.code, message: (err as Error).message } });
   const message = err instanceof Error ? err.message : String(err);
   sendJson(res, 500, { error: { code: 'internal', message } });
+}
+
+function sameKey(a: Buffer | undefined, b: Buffer | undefined): boolean {
+  return a === b || (!!a && !!b && a.equals(b));
 }
 
 export class HostAgentServer {
@@ -338,7 +342,7 @@ export class HostAgentServer {
     let cached = this.viewAgents.get(sandboxId);
     if (cached?.viewId !== view.viewId) {
       cached?.client.close();
-      cached = { viewId: view.viewId, client: new AgentClient(view.agentSocket) };
+      cached = { viewId: view.viewId, client: new AgentClient(view.agentSocket, { proofKey: view.agentProofKey }) };
       this.viewAgents.set(sandboxId, cached);
     }
     const keepAlive = setInterval(() => driver.touchFileView(sandboxId), FILE_VIEW_TOUCH_MS);
@@ -366,11 +370,17 @@ export class HostAgentServer {
       throw new HttpError(409, 'invalid_state', `sandbox ${sandboxId} is ${runtime.status} on host ${this.opts.hostId}`);
     }
     const cached = this.agents.get(sandboxId);
-    if (cached?.socketPath === runtime.agentSocket) return cached;
+    // A new boot has a new key (and may reuse the socket path).
+    if (cached?.socketPath === runtime.agentSocket && sameKey(cached.proofKey, runtime.agentProofKey)) return cached;
     cached?.close();
-    const client = new AgentClient(runtime.agentSocket);
+    const client = new AgentClient(runtime.agentSocket, { proofKey: runtime.agentProofKey });
     this.agents.set(sandboxId, client);
     return client;
+  }
+
+  /** An answer without a valid proof is an agent failure worth a log line (finding 7 of issue 11). */
+  private noteForgedAnswer(what: string, detail: string): void {
+    this.opts.log(`guest agent answer refused (${what}): ${detail}`);
   }
 
   private dropAgent(sandboxId: string): void {
@@ -386,7 +396,13 @@ export class HostAgentServer {
       if (typeof value === 'string') headers[name] = value;
     }
     const hasBody = req.method !== 'GET' && req.method !== 'HEAD';
-    const upstream = await agent.request({ method: req.method ?? 'GET', path: agentPath, headers, body: hasBody ? req : undefined });
+    let upstream: http.IncomingMessage;
+    try {
+      upstream = await agent.request({ method: req.method ?? 'GET', path: agentPath, headers, body: hasBody ? req : undefined });
+    } catch (error) {
+      if (error instanceof AgentRequestError && error.code === 'agent_unavailable') this.noteForgedAnswer(agentPath, error.message);
+      throw error;
+    }
     // If our caller goes away (a client cancelled exec), drop the upstream request too, so the
     // guest agent sees the disconnect and kills the command.
     res.on('close', () => {
@@ -413,8 +429,11 @@ export class HostAgentServer {
     }
     this.agentFor(id.data)
       .then(async (agent) => {
-        const upstream = await connectUpstream(`ws+unix://${agent.socketPath}:/${parts.slice(4).join('/')}${url.search}`, {}, req);
-        if (!upstream.ok) return refuseUpgrade(socket, upstream.status, upstream.body);
+        const upstream = await agent.connectWebSocket(`/${parts.slice(4).join('/')}${url.search}`, req);
+        if (!upstream.ok) {
+          if (upstream.status === 502 && upstream.body.includes('"agent_unavailable"')) this.noteForgedAnswer(id.data, upstream.body);
+          return refuseUpgrade(socket, upstream.status, upstream.body);
+        }
         acceptAndRelay(req, socket, head, upstream.ws);
       })
       .catch((err: unknown) => {

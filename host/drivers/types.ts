@@ -85,6 +85,8 @@ export interface SnapshotInfo extends SnapshotResult {
 export interface FileView {
   /** Host-side socket of a guest agent serving the stopped sandbox's files, read-only. */
   agentSocket: string;
+  /** The view agent's proof key (agent-protocol/auth.ts); never serialise it. */
+  agentProofKey?: Buffer;
   /** Changes whenever a new view process is started (cache clients by it, not by the path). */
   viewId: string;
 }
@@ -96,6 +98,11 @@ export interface SandboxRuntime {
   pid?: number;
   /** Path of the Unix socket on which the guest agent listens (host side), while running. */
   agentSocket?: string;
+  /**
+   * This boot's key with which the guest agent proves its answers (agent-protocol/auth.ts).
+   * Host-side only: never serialise it (the host agent's API sends picked fields, never a runtime).
+   */
+  agentProofKey?: Buffer;
   /** Network addresses of the sandbox's slot, while running. */
   network?: { hostAddress: string; sandboxAddress: string; netns: string };
 }

@@ -1,13 +1,20 @@
 // Entry point of the guest agent inside a sandbox:
 //   node guest-agent.mjs --listen-fd <n>     serve a listening socket inherited from the launcher
 //   node guest-agent.mjs --socket <path>     bind a Unix socket itself (tests, other transports)
+//   … --key-fd <n>                           read the per-boot proof key (agent-protocol/auth.ts)
+//                                            from this inherited descriptor, then close it
+// Without --key-fd the agent starts keyless and takes its key on PUT /auth/key (a Cloud
+// Hypervisor guest, whose agent is started by the image). The key never travels in argv or the
+// environment: both are inherited by every workload.
 // The local driver uses --listen-fd: the socket is bound on the host side, in a directory the
 // sandbox cannot see, so the sandbox cannot replace it. It runs under tini as PID 1, which
 // reaps orphans, so nothing here deals with zombies.
+import { closeSync, readSync } from 'node:fs';
 import { lstat, mkdir, unlink } from 'node:fs/promises';
 import type { Server } from 'node:http';
 import { dirname } from 'node:path';
 import { parseArgs } from 'node:util';
+import { AgentKeyHolder, decodeAgentKey } from '../agent-protocol/auth.js';
 import { createAgentServer } from './server.js';
 
 const SHUTDOWN_GRACE_MS = 2_000;
@@ -18,13 +25,53 @@ function log(message: string): void {
 
 type ListenTarget = { socket: string } | { fd: number };
 
-function listenTargetFromArgs(): ListenTarget {
-  const { values } = parseArgs({ options: { socket: { type: 'string' }, 'listen-fd': { type: 'string' } }, strict: true });
+const USAGE = 'usage: guest-agent --socket <path> | --listen-fd <n>, then optionally --key-fd <n>';
+const KEY_READ_LIMIT_MS = 10_000;
+
+function argsFromCommandLine(): { target: ListenTarget; keyFd?: number } {
+  const { values } = parseArgs({ options: { socket: { type: 'string' }, 'listen-fd': { type: 'string' }, 'key-fd': { type: 'string' } }, strict: true });
   const fd = values['listen-fd'];
-  if (fd !== undefined && /^\d+$/.test(fd) && values.socket === undefined) return { fd: Number(fd) };
-  if (values.socket && fd === undefined) return { socket: values.socket };
-  log('usage: guest-agent --socket <path> | --listen-fd <n>');
+  const keyFd = values['key-fd'];
+  if (keyFd !== undefined && !/^\d+$/.test(keyFd)) {
+    log(USAGE);
+    process.exit(2);
+  }
+  const key = keyFd === undefined ? {} : { keyFd: Number(keyFd) };
+  if (fd !== undefined && /^\d+$/.test(fd) && values.socket === undefined) return { target: { fd: Number(fd) }, ...key };
+  if (values.socket && fd === undefined) return { target: { socket: values.socket }, ...key };
+  log(USAGE);
   process.exit(2);
+}
+
+/**
+ * Reads the key to its end (the host wrote it and closed its side before we ran) and closes the
+ * descriptor, so no workload started later can inherit it. Blocking is fine: nothing else runs yet.
+ */
+function readKeyFromFd(fd: number): Buffer {
+  const chunks: Buffer[] = [];
+  const deadline = Date.now() + KEY_READ_LIMIT_MS;
+  try {
+    for (let total = 0; total <= 1024; ) {
+      const chunk = Buffer.alloc(256);
+      let read: number;
+      try {
+        read = readSync(fd, chunk, 0, chunk.length, null);
+      } catch (error) {
+        // A descriptor left non-blocking: wait a little for the host's write.
+        if ((error as NodeJS.ErrnoException).code !== 'EAGAIN' || Date.now() > deadline) throw error;
+        Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 10);
+        continue;
+      }
+      if (read === 0) break;
+      chunks.push(chunk.subarray(0, read));
+      total += read;
+    }
+  } finally {
+    closeSync(fd);
+  }
+  const key = decodeAgentKey(Buffer.concat(chunks).toString('latin1'));
+  if (!key) throw new Error(`descriptor ${fd} did not hold a proof key`);
+  return key;
 }
 
 /** A socket file left by a previous agent would make listen fail with EADDRINUSE. */
@@ -63,9 +110,10 @@ function installCrashGuards(): void {
 
 async function main(): Promise<void> {
   installCrashGuards();
-  const target = listenTargetFromArgs();
+  const { target, keyFd } = argsFromCommandLine();
+  const keys = new AgentKeyHolder(keyFd === undefined ? undefined : readKeyFromFd(keyFd));
   const home = process.env.HOME || '/root';
-  const server = createAgentServer({ home, env: process.env });
+  const server = createAgentServer({ home, env: process.env, keys });
   if ('fd' in target) {
     await listen(server, { fd: target.fd });
   } else {
@@ -76,7 +124,7 @@ async function main(): Promise<void> {
     await listen(server, target.socket);
   }
   installShutdown(server);
-  log(`listening on ${'fd' in target ? `inherited fd ${target.fd}` : target.socket} (pid ${process.pid}, home ${home})`);
+  log(`listening on ${'fd' in target ? `inherited fd ${target.fd}` : target.socket} (pid ${process.pid}, home ${home}, ${keys.key ? 'proof key from the host' : 'no proof key yet'})`);
 }
 
 main().catch((error: unknown) => {

@@ -2,6 +2,8 @@
 // Unix socket today; a vsock or virtio-serial transport can hand it connections later through
 // `server.emit('connection', socket)`.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { z } from 'zod';
+import { AGENT_KEY_ROUTE, AGENT_NONCE_HEADER, AGENT_PROOF_HEADER, AGENT_REKEY_HEADER, AgentKeyHolder, decodeAgentKey } from '../agent-protocol/auth.js';
 import { EnvRequest, ExecRequest, GUEST_AGENT_PROTOCOL_VERSION, type HealthResponse } from '../agent-protocol/types.js';
 import { readJsonBody } from './body.js';
 import { AgentHttpError, notFound, sendError, sendJson } from './errors.js';
@@ -30,6 +32,13 @@ export interface AgentServerOptions {
   processes?: ProcessServiceOptions;
   /** Where unexpected errors are reported. Default: stderr. */
   log?: (message: string) => void;
+  /**
+   * The per-boot key that proves answers to the host agent (agent-protocol/auth.ts). Given at
+   * start by the local driver; a Cloud Hypervisor guest starts without one and receives it on
+   * `PUT /auth/key`. Without a key, answers carry no proof (and a host agent expecting one
+   * refuses them).
+   */
+  keys?: AgentKeyHolder;
 }
 
 interface RequestContext {
@@ -60,6 +69,24 @@ function clientGoneSignal(res: ServerResponse): AbortSignal {
   return controller.signal;
 }
 
+const KeyRequest = z.object({ key: z.string() }).strict();
+
+/**
+ * Signs the answer's status when the headers go out, whichever way the handler sends them
+ * (writeHead, or implicitly on the first write, which Node routes through writeHead too).
+ */
+function attachProof(req: IncomingMessage, res: ServerResponse, keys: AgentKeyHolder): void {
+  const nonce = req.headers[AGENT_NONCE_HEADER];
+  if (typeof nonce !== 'string') return;
+  const writeHead = res.writeHead;
+  res.writeHead = function (this: ServerResponse, statusCode: number, ...rest: unknown[]) {
+    // Read at send time: `PUT /auth/key` answers under the key it has just installed.
+    const proof = keys.proofFor(nonce, req.method, req.url, statusCode);
+    if (proof && !this.headersSent) this.setHeader(AGENT_PROOF_HEADER, proof);
+    return (writeHead as (...args: unknown[]) => ServerResponse).call(this, statusCode, ...rest);
+  } as typeof res.writeHead;
+}
+
 function buildRoutes(options: Required<Omit<AgentServerOptions, 'log' | 'processes'>>, startedAt: number, launcher: WorkloadLauncher): RouteTable {
   const { home } = options;
   const execSettings: ExecSettings = { home, baseEnv: options.env, maxOutputBytes: options.maxOutputBytes, launcher };
@@ -82,6 +109,20 @@ function buildRoutes(options: Required<Omit<AgentServerOptions, 'log' | 'process
       PUT: async ({ req, res }) => {
         const request = await readJsonBody(req, EnvRequest, options.maxJsonBodyBytes);
         Object.assign(options.env, request.env);
+        res.writeHead(204).end();
+      },
+    },
+    [AGENT_KEY_ROUTE]: {
+      // A guest started without a key (Cloud Hypervisor) gets it here right after its boot; a
+      // key is only ever replaced by someone who proves they hold the current one.
+      PUT: async ({ req, res }) => {
+        const request = await readJsonBody(req, KeyRequest, 4096);
+        const key = decodeAgentKey(request.key);
+        if (!key) throw new AgentHttpError(400, 'validation_failed', 'key: must be 64 hexadecimal digits');
+        const nonce = req.headers[AGENT_NONCE_HEADER];
+        if (!options.keys.replace(key, typeof nonce === 'string' ? nonce : undefined, req.headers[AGENT_REKEY_HEADER])) {
+          throw new AgentHttpError(403, 'forbidden', 'this agent already has a key; replacing it needs a proof of the current one');
+        }
         res.writeHead(204).end();
       },
     },
@@ -155,6 +196,7 @@ export function createAgentServer(options: AgentServerOptions): Server {
     maxJsonBodyBytes: options.maxJsonBodyBytes ?? 64 * MiB,
     maxUploadBytes: options.maxUploadBytes ?? Number.POSITIVE_INFINITY,
     maxReplaceFileBytes: options.maxReplaceFileBytes ?? 64 * MiB,
+    keys: options.keys ?? new AgentKeyHolder(),
   };
   const log = options.log ?? ((message: string) => process.stderr.write(`${message}\n`));
   // One launcher for every workload (exec, processes, terminals, sessions): see workload.ts.
@@ -177,6 +219,7 @@ export function createAgentServer(options: AgentServerOptions): Server {
       keepAliveTimeout: 120_000,
     },
     (req, res) => {
+      attachProof(req, res, resolvedOptions.keys);
       const { pathname, query } = splitTarget(req.url);
       const what = `${req.method} ${pathname}`;
       let handler: Handler;
@@ -191,7 +234,9 @@ export function createAgentServer(options: AgentServerOptions): Server {
   );
   // WebSocket routes by path; other features add their UpgradeRoute to this table.
   const upgradeRoutes: UpgradeRoute[] = [...processes.upgradeRoutes, ...fileRoutes.upgradeRoutes];
-  const upgrades = createUpgradeDispatcher(upgradeRoutes, log);
+  const upgrades = createUpgradeDispatcher(upgradeRoutes, log, (req, status) =>
+    resolvedOptions.keys.proofFor(req.headers[AGENT_NONCE_HEADER], req.method, req.url, status),
+  );
   server.on('upgrade', upgrades.handle);
   // Tests and shutdown close every connection; WebSockets are connections too.
   const closeHttpConnections = server.closeAllConnections.bind(server);
@@ -202,7 +247,8 @@ export function createAgentServer(options: AgentServerOptions): Server {
   server.on('close', () => processes.shutdown());
   server.on('close', () => fileRoutes.close());
   server.on('clientError', (error, socket) => {
-    // Malformed HTTP: answer 400 if the socket can still take it, never crash.
+    // Malformed HTTP: answer 400 if the socket can still take it, never crash. (No proof: the
+    // request could not be parsed, so there is no nonce to answer; the host never sends these.)
     if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
     else socket.destroy(error);
   });

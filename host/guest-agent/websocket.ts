@@ -5,6 +5,7 @@
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { WebSocketServer, type WebSocket } from 'ws';
+import { AGENT_PROOF_HEADER } from '../agent-protocol/auth.js';
 import { AgentHttpError } from './errors.js';
 
 export interface UpgradeContext {
@@ -25,11 +26,15 @@ export function exactUpgradeRoute(path: string, handler: UpgradeHandler): Upgrad
   return (pathname) => (pathname === path ? handler : undefined);
 }
 
-function rejectUpgrade(socket: Duplex, error: AgentHttpError): void {
+/** The proof header value for an answer of `status` to this upgrade request, if any (auth.ts). */
+export type UpgradeProver = (req: IncomingMessage, status: number) => string | undefined;
+
+function rejectUpgradeWithProof(socket: Duplex, error: AgentHttpError, proof: string | undefined): void {
   const body = JSON.stringify({ error: { code: error.code, message: error.message } });
   const reason = error.status === 404 ? 'Not Found' : error.status === 400 ? 'Bad Request' : error.status === 409 ? 'Conflict' : 'Error';
+  const proofLine = proof ? `${AGENT_PROOF_HEADER}: ${proof}\r\n` : '';
   socket.end(
-    `HTTP/1.1 ${error.status} ${reason}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+    `HTTP/1.1 ${error.status} ${reason}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n${proofLine}Connection: close\r\n\r\n${body}`,
   );
 }
 
@@ -43,11 +48,17 @@ export interface UpgradeDispatcher {
 /**
  * `routes` is read on every upgrade, so routes pushed into the array after creation count too.
  */
-export function createUpgradeDispatcher(routes: readonly UpgradeRoute[], log: (message: string) => void): UpgradeDispatcher {
+export function createUpgradeDispatcher(routes: readonly UpgradeRoute[], log: (message: string) => void, prove: UpgradeProver = () => undefined): UpgradeDispatcher {
   // Large frames are not expected from clients (terminal input, control JSON); 16 MiB is a
   // generous ceiling that still stops a client from making us buffer without bound.
   const wss = new WebSocketServer({ noServer: true, maxPayload: 16 * 1024 * 1024 });
+  // The 101 carries the proof too, so the host agent knows who it is about to relay frames from.
+  wss.on('headers', (headers: string[], req: IncomingMessage) => {
+    const proof = prove(req, 101);
+    if (proof) headers.push(`${AGENT_PROOF_HEADER}: ${proof}`);
+  });
   const handle = (req: IncomingMessage, socket: Duplex, head: Buffer): void => {
+    const rejectUpgrade = (socket: Duplex, error: AgentHttpError): void => rejectUpgradeWithProof(socket, error, prove(req, error.status));
     socket.on('error', () => socket.destroy());
     const target = req.url ?? '/';
     const queryStart = target.indexOf('?');

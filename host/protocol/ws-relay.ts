@@ -11,23 +11,50 @@ export const MAX_BUFFERED_BYTES = 16 * 1024 * 1024;
 
 export type UpstreamResult = { ok: true; ws: WebSocket } | { ok: false; status: number; body: string };
 
+export interface UpstreamChecks {
+  /**
+   * Looks at the upstream's answer (the 101 or a refusal) before anything of it is used; a
+   * message refuses it as `agent_unavailable` (502). The host agent checks the guest agent's
+   * proof here (agent-protocol/auth.ts).
+   */
+  verify?(response: http.IncomingMessage): string | undefined;
+}
+
+function unverified(message: string): UpstreamResult {
+  return { ok: false, status: 502, body: JSON.stringify({ error: { code: 'agent_unavailable', message } }) };
+}
+
 /**
  * Open the upstream WebSocket, passing on the subprotocols the client asked for. It is paused
  * once open: the guest may speak first (replayed output, terminal contents) while the client is
  * still being accepted, and nothing it says may be lost; acceptAndRelay resumes it.
  */
-export function connectUpstream(url: string, headers: Record<string, string>, req: http.IncomingMessage): Promise<UpstreamResult> {
+export function connectUpstream(url: string, headers: Record<string, string>, req: http.IncomingMessage, checks: UpstreamChecks = {}): Promise<UpstreamResult> {
   const protocols = String(req.headers['sec-websocket-protocol'] ?? '')
     .split(',')
     .map((p) => p.trim())
     .filter(Boolean);
   const ws = new WebSocket(url, protocols, { headers });
   return new Promise((resolve) => {
+    // ws emits 'upgrade' with the 101 before 'open'; terminating here means 'open' never comes.
+    ws.once('upgrade', (res) => {
+      const refusal = checks.verify?.(res);
+      if (refusal === undefined) return;
+      resolve(unverified(refusal));
+      ws.terminate();
+    });
     ws.once('open', () => {
       ws.pause();
       resolve({ ok: true, ws });
     });
     ws.once('unexpected-response', (_r, res) => {
+      const refusal = checks.verify?.(res);
+      if (refusal !== undefined) {
+        res.destroy();
+        _r.destroy();
+        resolve(unverified(refusal));
+        return;
+      }
       const chunks: Buffer[] = [];
       res.on('data', (c: Buffer) => chunks.push(c));
       res.on('end', () => resolve({ ok: false, status: res.statusCode ?? 502, body: Buffer.concat(chunks).toString('utf8') }));

@@ -7,10 +7,11 @@
 // NESTBOX_CH_BIN=<binary> NESTBOX_TEST_CH_IMAGES=<images dir with a built vm-default>; the
 // simulator-only checks (fault injection, simulated boot ids) are skipped there.
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { newAgentKey } from '../../agent-protocol/auth.js';
 import { AgentClient } from '../../agent-protocol/client.js';
 import { processStartTime } from '../../images/base-image.js';
 import { VM_IMAGE_NAME } from '../../images/vm-image.js';
@@ -55,6 +56,37 @@ function writeFakeVmImage(dir: string): void {
   writeFileSync(join(imageDir, 'initrd.img'), 'not an initramfs');
   execFileSync('truncate', ['-s', '64M', join(imageDir, 'rootfs.img')]);
   writeFileSync(join(imageDir, 'manifest.json'), JSON.stringify({ name: VM_IMAGE_NAME, fake: true }));
+}
+
+/**
+ * The VM's runtime carries this boot's proof key (also in agent.key, 0600): the agent proves its
+ * answers with it through the host-side socket, an answer under any other key is refused, and
+ * nobody without the current key can make the agent take another one. Returns the key.
+ */
+async function expectProvenAgent(id: string): Promise<string> {
+  const runtime = await driver.get(id);
+  const key = runtime?.agentProofKey;
+  expect(key, `${id}: proof key`).toBeDefined();
+  const keyFile = join(root, 'data', 'sandboxes', id, 'agent.key');
+  expect(statSync(keyFile).mode & 0o777).toBe(0o600);
+  expect(readFileSync(keyFile, 'utf8').trim()).toBe(key!.toString('hex'));
+  const proven = new AgentClient(runtime!.agentSocket!, { proofKey: key });
+  const other = new AgentClient(runtime!.agentSocket!, { proofKey: newAgentKey() });
+  try {
+    expect(await proven.health()).toMatchObject({ status: 'ok' });
+    await expect(other.health()).rejects.toMatchObject({ code: 'agent_unavailable' });
+    // What a process in the guest could try: install a key of its own choosing.
+    const keyless = new AgentClient(runtime!.agentSocket!);
+    const takeover = await keyless.request({ method: 'PUT', path: '/auth/key', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ key: newAgentKey().toString('hex') }) });
+    takeover.resume();
+    keyless.close();
+    expect(takeover.statusCode).toBe(403);
+    expect(await proven.health()).toMatchObject({ status: 'ok' });
+  } finally {
+    proven.close();
+    other.close();
+  }
+  return key!.toString('hex');
 }
 
 async function exec(client: AgentClient, cmd: string): Promise<string> {
@@ -146,6 +178,7 @@ describe.skipIf(!isRoot)('cloud-hypervisor driver (against the simulator unless 
       await client.writeFile('note.txt', Readable.from(['kept across stop and fork\n']));
       return SIMULATED ? exec(client, 'cat .nestbox-sim/boot_id') : exec(client, 'cat /proc/sys/kernel/random/boot_id');
     });
+    const bootKeys = [await expectProvenAgent('cha')];
     const viaSocket = new AgentClient(created.agentSocket!);
     expect(await exec(viaSocket, 'cat note.txt')).toBe('kept across stop and fork');
     viaSocket.close();
@@ -178,6 +211,9 @@ describe.skipIf(!isRoot)('cloud-hypervisor driver (against the simulator unless 
         expect(await exec(client, 'tail -n 1 .nestbox-sim/resync.log')).toMatch(/--time-ms \d+ --entropy [0-9a-f]{128} --hostname cha/);
       }
     });
+    // A restore is a new boot as far as keys go (the snapshot kept the old one to rekey with).
+    expect(existsSync(join(stopped.memorySnapshot!.dir, 'agent.key'))).toBe(true);
+    bootKeys.push(await expectProvenAgent('cha'));
 
     // fork of the running VM into two children restored from one snapshot.
     const fork = await timed('fork2', () => driver.fork('cha', [spec('chb'), spec('chc')]));
@@ -198,6 +234,8 @@ describe.skipIf(!isRoot)('cloud-hypervisor driver (against the simulator unless 
     await withClient('cha', async (client) => expect(await exec(client, 'ls mine.txt 2>/dev/null || echo none')).toBe('none'));
     expect(driver.inspect('chb')!.diskDir).not.toBe(driver.inspect('chc')!.diskDir);
     expect((await driver.get('cha'))?.status).toBe('running');
+    bootKeys.push(await expectProvenAgent('chb'), await expectProvenAgent('chc'));
+    expect(new Set(bootKeys).size).toBe(bootKeys.length);
 
     // adoption: a new driver (host agent restarted) finds the running VMs and reaches them.
     const pids = ['cha', 'chb', 'chc'].map((id) => driver.inspect(id)!.pid!);
@@ -209,6 +247,8 @@ describe.skipIf(!isRoot)('cloud-hypervisor driver (against the simulator unless 
       expect(driver.inspect(id)!.pid).toBe(pids[index]);
     }
     await withClient('chc', async (client) => expect(await exec(client, 'cat mine.txt')).toBe('chc'));
+    // The adopting driver read each VM's key back: the same keys, still proving the agents.
+    expect([await expectProvenAgent('cha'), await expectProvenAgent('chb'), await expectProvenAgent('chc')]).toEqual(bootKeys.slice(1));
 
     // destroy leaves nothing: processes, slots, netns, files.
     const slots = ['cha', 'chb', 'chc'].map((id) => driver.inspect(id)!.slot!.index);

@@ -11,6 +11,8 @@ import { access, link, mkdir, readdir, readFile, rm, writeFile } from 'node:fs/p
 import { cpus } from 'node:os';
 import { join, resolve } from 'node:path';
 import { AgentClient } from '../../agent-protocol/client.js';
+import { newAgentKey } from '../../agent-protocol/auth.js';
+import { readAgentKeyFile, removeAgentKeyFile, writeAgentKeyFile } from '../../agent-protocol/key-file.js';
 import { removeTree } from '../../images/base-image.js';
 import { readCompleteVmImage, VM_IMAGE_NAME, type VmImage } from '../../images/vm-image.js';
 import { DriverError } from '../errors.js';
@@ -77,6 +79,8 @@ export class ChDriver implements Driver {
   private readonly log: (message: string) => void;
   private readonly records = new Map<string, ChRecord>();
   private readonly live = new Map<string, LiveVm>();
+  /** Each live VM's proof key for this boot (agent-protocol/auth.ts), also in its agent.key. */
+  private readonly agentKeys = new Map<string, Buffer>();
   private readonly locks = new KeyedLocks();
   private diskStore?: DiskStore;
   private snapshotStore?: SnapshotStore;
@@ -297,11 +301,39 @@ export class ChDriver implements Driver {
     return record ? structuredClone(record) : undefined;
   }
 
-  /** A client that speaks to the guest agent directly over hybrid vsock. */
+  /** A client that speaks to the guest agent directly over hybrid vsock, checking its proofs. */
   agentClient(id: string): AgentClient {
     const record = this.requireRecord(id);
-    const runDir = this.runDir(record.id);
-    return new AgentClient(`${join(runDir, 'vsock.sock')}:${AGENT_VSOCK_PORT}`, { agent: new HybridVsockAgent(join(runDir, 'vsock.sock'), AGENT_VSOCK_PORT) });
+    return this.vsockClient(record.id, this.agentKeys.get(record.id));
+  }
+
+  /** `proofKey` undefined: answers are not checked (only before the key handoff of a boot). */
+  private vsockClient(id: string, proofKey: Buffer | undefined): AgentClient {
+    const runDir = this.runDir(id);
+    return new AgentClient(`${join(runDir, 'vsock.sock')}:${AGENT_VSOCK_PORT}`, { agent: new HybridVsockAgent(join(runDir, 'vsock.sock'), AGENT_VSOCK_PORT), proofKey });
+  }
+
+  /**
+   * A fresh proof key for this boot, stored host-side first (adoption after a restart needs
+   * it), then handed to the agent over vsock before anything else is asked of it. After a cold
+   * boot the agent has no key and takes the first one; a restored (or forked) VM's agent still
+   * holds the key of the boot its snapshot was taken of, `previousKey`, without which it refuses.
+   * What this cannot do inside a VM: root in the guest can read the agent's memory, so the
+   * scheme stops impersonation by anyone who cannot (see auth.ts); the VM boundary, not this
+   * key, is what protects the host.
+   */
+  private async handOverAgentKey(record: ChRecord, previousKey: Buffer | undefined): Promise<void> {
+    const key = newAgentKey();
+    await writeAgentKeyFile(this.sandboxDir(record.id), key);
+    this.agentKeys.set(record.id, key);
+    const client = this.vsockClient(record.id, key);
+    try {
+      await client.installKey(previousKey);
+    } catch (error) {
+      throw new Error(`sandbox ${record.id}: could not hand the guest agent its key: ${(error as Error).message}`);
+    } finally {
+      client.close();
+    }
   }
 
   // ---- pause ------------------------------------------------------------------------------------
@@ -340,6 +372,7 @@ export class ChDriver implements Driver {
     try {
       if (paused) await transition(vm.api, 'vm.pause', () => vm.api.pauseVm(), 'Paused');
       else await transition(vm.api, 'vm.resume', () => vm.api.resumeVm(), 'Running');
+      if (!paused && !this.agentKeys.has(record.id)) await this.handOverAgentKey(record, undefined);
     } catch (error) {
       record.operation = undefined;
       await this.failOperation(record, paused ? 'pause' : 'unpause', error);
@@ -428,6 +461,8 @@ export class ChDriver implements Driver {
     for (const name of ['state.json', 'memory-ranges', 'snapshot.json']) {
       await link(join(shared, name), join(dir, name)).catch(async () => this.requireDiskStore().copyTree(join(shared, name), join(dir, name)));
     }
+    const sourceKey = await readAgentKeyFile(shared);
+    if (sourceKey) await writeAgentKeyFile(dir, sourceKey);
     const original = JSON.parse(await readFile(join(shared, 'config.json'), 'utf8')) as VmConfig;
     await writeFile(join(dir, 'config.json'), JSON.stringify(patchSnapshotConfig(original, this.patchFor(record))), { mode: 0o600 });
     return dir;
@@ -498,6 +533,7 @@ export class ChDriver implements Driver {
     await transition(vm.api, 'vm.boot', () => vm.api.bootVm(), 'Running');
     onProgress?.('vm booted; waiting for the guest agent');
     await this.waitForAgent(record);
+    await this.handOverAgentKey(record, undefined);
     await this.postBootFixups(record);
     record.status = 'running';
     record.lastError = undefined;
@@ -516,6 +552,7 @@ export class ChDriver implements Driver {
     await transition(vm.api, 'vm.restore', () => vm.api.restoreVm(restore, SNAPSHOT_TIMEOUT_MS), 'Paused');
     await transition(vm.api, 'vm.resume', () => vm.api.resumeVm(), 'Running');
     await this.waitForAgent(record);
+    await this.handOverAgentKey(record, await readAgentKeyFile(snapshotDir));
     await this.postBootFixups(record);
   }
 
@@ -556,8 +593,9 @@ export class ChDriver implements Driver {
     return vm;
   }
 
+  /** Liveness only (the agent may not have this boot's key yet): the key handoff comes next. */
   private async waitForAgent(record: ChRecord): Promise<void> {
-    const client = this.agentClient(record.id);
+    const client = this.vsockClient(record.id, undefined);
     try {
       await client.waitReady({ timeoutMs: this.options.readyTimeoutMs ?? 30_000, intervalMs: 50 });
     } catch (error) {
@@ -619,6 +657,9 @@ export class ChDriver implements Driver {
     try {
       await mkdir(dir, { recursive: true, mode: 0o700 });
       await transition(vm.api, 'vm.snapshot', () => vm.api.snapshotVm(dir, SNAPSHOT_TIMEOUT_MS), 'Paused');
+      // The memory image holds the agent with this boot's key: a restore must prove it to rekey.
+      const key = this.agentKeys.get(record.id);
+      if (key) await writeAgentKeyFile(dir, key);
       await this.copyDisk(this.diskPath(record), join(dir, 'rootfs.img'));
       const meta = { chVersion: record.chVersion ?? this.chVersion, cpuModel: await cpuModel(), image: record.spec.image, memoryMiB: record.spec.memoryMiB, takenAt: new Date().toISOString(), sourceId: record.id };
       // Written last: its presence marks the generation complete.
@@ -711,6 +752,8 @@ export class ChDriver implements Driver {
     }
     const run = this.runDir(record.id);
     for (const name of ['api.sock', 'vsock.sock', 'agent.sock', 'vmm.pid']) await rm(join(run, name), { force: true });
+    this.agentKeys.delete(record.id);
+    await removeAgentKeyFile(this.sandboxDir(record.id));
     await removeTree(join(run, 'sim')).catch(() => {});
   }
 
@@ -768,6 +811,11 @@ export class ChDriver implements Driver {
       const state = await observeState(vmm.api);
       if (state === 'Running' || state === 'Paused') {
         await this.attach(record);
+        const key = await readAgentKeyFile(this.sandboxDir(id));
+        if (key) this.agentKeys.set(id, key);
+        // Without its key (lost, or a VM booted before keys existed), a running VM's agent gets
+        // a new one now; a paused one at its unpause.
+        else if (state === 'Running') await this.handOverAgentKey(record, undefined).catch((error) => this.log(`init: ${String(error)}`));
         // An interrupted stop whose snapshot completed can simply be finished.
         if (record.operation?.kind === 'stop' && record.memorySnapshot) {
           await this.teardownRuntime(record);
@@ -840,6 +888,7 @@ export class ChDriver implements Driver {
       status,
       pid: record.pid,
       agentSocket: join(this.runDir(record.id), 'agent.sock'),
+      agentProofKey: this.agentKeys.get(record.id),
       network: record.slot ? { hostAddress: record.slot.hostAddress, sandboxAddress: record.slot.sandboxAddress, netns: record.slot.netns } : undefined,
     };
   }

@@ -10,6 +10,8 @@ import { lstat, mkdir, open, readdir, readFile, rm, stat } from 'node:fs/promise
 import { cpus } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { AgentClient } from '../../agent-protocol/client.js';
+import { newAgentKey } from '../../agent-protocol/auth.js';
+import { readAgentKeyFile, removeAgentKeyFile, writeAgentKeyFile } from '../../agent-protocol/key-file.js';
 import { ensureBaseImage, mountPointsUnder, processStartTime, removeTree } from '../../images/base-image.js';
 import { DriverError } from '../errors.js';
 import type { Driver, DriverCapabilities, EgressPolicySpec, EgressResult, FileView, ForkResult, SandboxRuntime, SandboxSpec, SnapshotInfo, SnapshotResult, StartResult } from '../types.js';
@@ -102,6 +104,8 @@ export class LocalDriver implements Driver {
   private dnsServers: string[] = FALLBACK_DNS;
   private readonly records = new Map<string, SandboxRecord>();
   private readonly locks = new KeyedLocks();
+  /** Each live sandbox's proof key for this boot (agent-protocol/auth.ts), also in its agent.key. */
+  private readonly agentKeys = new Map<string, Buffer>();
   /** Launchers started by this process: their exit tells us at once that a sandbox died. */
   private readonly children = new Map<string, ChildProcess>();
   private watchTimer?: NodeJS.Timeout;
@@ -593,6 +597,11 @@ export class LocalDriver implements Driver {
     await writeRecord(dir, record);
 
     await rm(record.agentSocket, { force: true });
+    // A fresh key per boot (create, start, fork child): stored before the agent exists, so a
+    // host agent that dies from here on finds it when it adopts the sandbox.
+    const agentKey = newAgentKey();
+    await writeAgentKeyFile(dir, agentKey);
+    this.agentKeys.set(id, agentKey);
     await appendLog(join(dir, 'sandbox.log'), `--- nestbox: starting ${id} at ${new Date().toISOString()} ---\n`);
     const child = launchSandbox({
       netnsPath: `/run/netns/${slot.netns}`,
@@ -613,6 +622,7 @@ export class LocalDriver implements Driver {
       env: { HOME: '/root', PATH: SANDBOX_PATH, ...record.spec.env, HOSTNAME: id },
       logFile: join(dir, 'sandbox.log'),
       lastCapability: this.lastCap,
+      agentKey,
     });
     const exited = new Promise<never>((_, reject) => {
       child.once('exit', (code, signal) => reject(new Error(`sandbox ${id} exited during start (${signal ?? `exit ${code}`})`)));
@@ -625,7 +635,7 @@ export class LocalDriver implements Driver {
     await writeRecord(dir, record);
 
     try {
-      const client = new AgentClient(record.agentSocket);
+      const client = new AgentClient(record.agentSocket, { proofKey: agentKey });
       try {
         await Promise.race([this.waitReadySafely(client, record.agentSocket), exited]);
       } finally {
@@ -721,6 +731,8 @@ export class LocalDriver implements Driver {
       else await teardownSlot(slot);
     }
     this.egressApplied.delete(id);
+    this.agentKeys.delete(id);
+    await removeAgentKeyFile(this.sandboxDir(id));
     await cgroups.remove(group);
     if (record) {
       record.slot = undefined;
@@ -854,8 +866,9 @@ export class LocalDriver implements Driver {
       if (settled) {
         record.operation = undefined;
         record.status = paused ? 'paused' : 'running';
-        // A frozen agent cannot answer; the live launcher and the frozen cgroup are the evidence.
-        if (paused || (await this.isAlive(record))) {
+        // A frozen agent cannot answer; the live launcher and the frozen cgroup are the evidence
+        // (its key is checked on every answer once it is thawed).
+        if (paused ? await this.loadAgentKey(record) : await this.isAlive(record)) {
           await writeRecord(this.sandboxDir(id), record);
           this.log(`init: adopted ${record.status} sandbox ${id} (pid ${record.pid})`);
           return;
@@ -869,14 +882,30 @@ export class LocalDriver implements Driver {
     await writeRecord(this.sandboxDir(id), record);
   }
 
+  private async loadAgentKey(record: SandboxRecord): Promise<boolean> {
+    const key = await readAgentKeyFile(this.sandboxDir(record.id));
+    if (key) this.agentKeys.set(record.id, key);
+    else this.log(`init: sandbox ${record.id} has no readable agent key; not adopting it`);
+    return !!key;
+  }
+
   private async isAlive(record: SandboxRecord): Promise<boolean> {
     if (!record.pid || !record.pidStartTime || processStartTime(record.pid) !== record.pidStartTime) return false;
-    const client = new AgentClient(record.agentSocket);
+    const key = await readAgentKeyFile(this.sandboxDir(record.id));
+    // Only an agent that proves it holds this boot's key is adopted: without the key (lost or
+    // never written) a forged agent could not be told from the real one.
+    if (!key) {
+      this.log(`init: sandbox ${record.id} has no readable agent key; not adopting it`);
+      return false;
+    }
+    const client = new AgentClient(record.agentSocket, { proofKey: key });
     try {
       await assertAgentSocket(record.agentSocket);
       await client.health({ timeoutMs: HEALTH_TIMEOUT_MS });
+      this.agentKeys.set(record.id, key);
       return true;
-    } catch {
+    } catch (error) {
+      this.log(`init: sandbox ${record.id}: its agent did not answer as itself: ${(error as Error).message}`);
       return false;
     } finally {
       client.close();
@@ -960,6 +989,7 @@ export class LocalDriver implements Driver {
       status: record.status === 'paused' ? 'paused' : 'running',
       pid: record.pid,
       agentSocket: record.agentSocket,
+      agentProofKey: this.agentKeys.get(record.id),
       network: record.slot ? { hostAddress: record.slot.hostAddress, sandboxAddress: record.slot.sandboxAddress, netns: record.slot.netns } : undefined,
     };
   }

@@ -14,6 +14,7 @@ import { constants as fsConstants } from 'node:fs';
 import { lstat, mkdir, open, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { AgentClient } from '../../agent-protocol/client.js';
+import { newAgentKey } from '../../agent-protocol/auth.js';
 import { processStartTime, removeTree } from '../../images/base-image.js';
 import type { FileView } from '../types.js';
 import type { Cgroups, CgroupGroup } from './cgroups.js';
@@ -49,6 +50,7 @@ export interface FileViewLaunch {
 interface LiveView {
   viewId: string;
   agentSocket: string;
+  agentKey: Buffer;
   pid: number;
   pidStartTime?: string;
   child: ChildProcess;
@@ -74,7 +76,7 @@ export class FileViews {
     const live = this.views.get(launch.sandboxId);
     if (live && processStartTime(live.pid) === live.pidStartTime) {
       live.lastUsed = Date.now();
-      return { agentSocket: live.agentSocket, viewId: live.viewId };
+      return { agentSocket: live.agentSocket, viewId: live.viewId, agentProofKey: live.agentKey };
     }
     await this.close(launch.sandboxId, launch.sandboxDir);
     return this.start(launch);
@@ -148,6 +150,8 @@ export class FileViews {
     await mkdir(join(viewDir, 'root'), { mode: 0o755 });
     const logFile = join(viewDir, 'view.log');
     const group = await this.deps.cgroups.create(this.deps.cgroupPath(viewCgroupName(sandboxId)), VIEW_LIMITS);
+    // Views are short-lived and never adopted after a restart, so their key stays in memory.
+    const agentKey = newAgentKey();
     const child = launchSandbox({
       netnsPath: '',
       cgroupProcsFiles: this.deps.cgroups.procsFiles(group),
@@ -164,6 +168,7 @@ export class FileViews {
       env: { HOME: '/root', PATH: SANDBOX_PATH, ...launch.env, HOSTNAME: sandboxId },
       logFile,
       lastCapability: this.deps.lastCapability,
+      agentKey,
     });
     const exited = new Promise<never>((_, reject) => {
       child.once('exit', (code, signal) => reject(new Error(`file view of ${sandboxId} exited during start (${signal ?? `exit ${code}`})`)));
@@ -172,7 +177,7 @@ export class FileViews {
     exited.catch(() => {});
     try {
       if (!child.pid) throw new Error(`could not spawn the file view launcher for ${sandboxId}`);
-      const client = new AgentClient(agentSocket);
+      const client = new AgentClient(agentSocket, { proofKey: agentKey });
       try {
         await Promise.race([client.waitReady({ timeoutMs: this.deps.readyTimeoutMs, intervalMs: 20 }), exited]);
       } finally {
@@ -188,6 +193,7 @@ export class FileViews {
     const live: LiveView = {
       viewId: `${child.pid}-${started}`,
       agentSocket,
+      agentKey,
       pid: child.pid,
       pidStartTime: processStartTime(child.pid),
       child,
@@ -198,7 +204,7 @@ export class FileViews {
       if (this.views.get(sandboxId) === live) this.deps.onIdle(sandboxId);
     });
     this.deps.log(`file view of ${sandboxId}: ready in ${Date.now() - started} ms`);
-    return { agentSocket, viewId: live.viewId };
+    return { agentSocket, viewId: live.viewId, agentProofKey: agentKey };
   }
 }
 

@@ -26,6 +26,8 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { closeSync, openSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
+import type { Socket } from 'node:net';
+import { encodeAgentKey } from '../../agent-protocol/auth.js';
 
 export const IN_SANDBOX_NODE = '/.nestbox/bin/node';
 export const IN_SANDBOX_TINI = '/.nestbox/bin/tini';
@@ -230,6 +232,8 @@ export interface LaunchPlan {
   env: Record<string, string>;
   logFile: string;
   lastCapability: number;
+  /** The guest agent's per-boot proof key, handed over on AGENT_KEY_FD (see handOverAgentKey). */
+  agentKey?: Buffer;
 }
 
 /** Paths end up in mount option strings and shell words; refuse anything that would be reparsed. */
@@ -288,8 +292,32 @@ export function buildLaunchArgs(plan: LaunchPlan): string[] {
     IN_SANDBOX_AGENT,
     '--listen-fd',
     LISTEN_FD_PLACEHOLDER,
+    ...(plan.agentKey ? ['--key-fd', String(AGENT_KEY_FD)] : []),
   ];
 }
+
+// ---- the agent's proof key (issue 11, finding 7; agent-protocol/auth.ts) ---------------------
+//
+// Descriptor 3 of the launcher is one end of a socket pair; the host agent writes the key into
+// the other end and closes it at once. Every stage keeps descriptor 3 open without touching it
+// (sh, nsenter, unshare, perl and tini neither read nor close inherited descriptors), and the
+// guest agent (`--key-fd 3`) reads it to EOF and closes it before it serves anything, so no
+// workload it starts inherits it. Why not a file or the environment: a file opened for the
+// agent could be reopened through /proc/<pid>/fd by anyone who can see that process, and the
+// environment is inherited by every workload. A drained socket has nothing left to read and
+// cannot be reopened through /proc. (tini and the host-side unshare keep their copy of the
+// drained end for the sandbox's lifetime; it reads as EOF.)
+export const AGENT_KEY_FD = 3;
+
+function handOverAgentKey(child: ChildProcess, key: Buffer): void {
+  const channel = child.stdio[AGENT_KEY_FD] as Socket | null | undefined;
+  if (!channel) throw new Error('the launcher has no key channel');
+  // A launcher that died at once closes its end: the start fails on its own, not here.
+  channel.on('error', () => {});
+  // Written data stays queued for the reader after we close our end.
+  channel.end(encodeAgentKey(key), () => channel.destroy());
+}
+// ---- end of the proof key handoff -------------------------------------------------------------
 
 /**
  * Starts the chain detached (own session, stdio to the sandbox log, unref'd) so the sandbox
@@ -320,7 +348,7 @@ export function launchSandbox(plan: LaunchPlan): ChildProcess {
   try {
     const child = spawn('/bin/sh', buildLaunchArgs(plan), {
       detached: true,
-      stdio: ['ignore', logFd, logFd],
+      stdio: plan.agentKey ? ['ignore', logFd, logFd, 'pipe'] : ['ignore', logFd, logFd],
       cwd: '/',
       // Only what the stages need: the sandbox's own env is applied by stage 3, after the root
       // switch, so nothing in it (LD_PRELOAD…) can reach a privileged host binary.
@@ -335,6 +363,7 @@ export function launchSandbox(plan: LaunchPlan): ChildProcess {
         ...prefixedEnv(plan.env),
       },
     });
+    if (plan.agentKey) handOverAgentKey(child, plan.agentKey);
     child.unref();
     return child;
   } finally {
