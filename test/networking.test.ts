@@ -183,7 +183,10 @@ print('ready', flush=True)
 while True:
     data, peer = s.recvfrom(2048)
     print(data.decode(errors='replace'), flush=True)
-    s.sendto(b'echo:' + data, peer)
+    try:
+        s.sendto(b'echo:' + data, peer)
+    except OSError:
+        pass  # no route back to a forged source
 `;
 
 function udpEcho(netns: string, port: number): Promise<{ process: ChildProcess; lines: string[] }> {
@@ -493,7 +496,8 @@ describe('hosted ports', () => {
     expect(withQuery.status).toBe(200);
     expect(withQuery.headers['content-security-policy']).toBeUndefined();
     const cookies = withQuery.headers['set-cookie'] as unknown as string[];
-    expect(cookies).toContain(`nestbox_port_${a}_8000=${token}; Path=/; HttpOnly; SameSite=Strict`);
+    // Host-form URLs are https here (NESTBOX_PUBLIC_SCHEME's default): the cookie is Secure.
+    expect(cookies).toContain(`nestbox_port_${a}_8000=${token}; Path=/; HttpOnly; SameSite=Strict; Secure`);
     // The sandbox's own cookie keeps its path on its own host.
     expect(cookies).toContain('app=1; Path=/');
     const attempts = [`nestbox_port_${a}_8000=forged`, `wide=1; Path=/; Domain=${PUBLIC_DOMAIN}`];
