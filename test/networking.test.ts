@@ -5,6 +5,7 @@ import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_pro
 import { promisify } from 'node:util';
 import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { createSocket } from 'node:dgram';
 import { createServer, type Server } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -61,7 +62,7 @@ function createInternet(): void {
 // A small HTTP + WebSocket echo server for inside the sandbox: the standard library only (the
 // image has no websockets module), RFC 6455 handshake and framing by hand.
 const SANDBOX_SERVER = String.raw`
-import base64, hashlib, json, socket, struct, sys, threading
+import base64, hashlib, json, socket, struct, sys, threading, urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 class Handler(BaseHTTPRequestHandler):
@@ -75,6 +76,13 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
     def do_GET(self):
+        if self.path.startswith('/set-cookies?'):
+            body = b'cookies set'
+            self.send_response(200)
+            for cookie in json.loads(urllib.parse.unquote(self.path.split('?', 1)[1])): self.send_header('set-cookie', cookie)
+            self.send_header('content-length', str(len(body)))
+            self.end_headers()
+            return self.wfile.write(body)
         if self.path.startswith('/headers'):
             return self.reply(200, json.dumps({'path': self.path, 'headers': {k.lower(): v for k, v in self.headers.items()}}).encode(), 'application/json')
         self.reply(200, b'hello from the sandbox')
@@ -145,6 +153,59 @@ except socket.timeout: print('timeout')
 except ConnectionRefusedError: print('refused')
 except OSError as e: print('error', e.errno)
 `;
+
+// Inside a sandbox, as its root: UDP datagrams with forged sources through a raw socket (before
+// a genuine one through an ordinary socket on the same path). Prints per forged packet whether
+// the kernel let the raw socket send it ('sent') or refused the socket ('refused').
+const SPOOFER = String.raw`
+import socket, struct, sys
+dst, dport, forged = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+def forge(src, sport, payload):
+    try:
+        s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+    except PermissionError:
+        return 'refused'
+    udp = struct.pack('!HHHH', sport, dport, 8 + len(payload), 0) + payload
+    ip = struct.pack('!BBHHHBBH4s4s', 0x45, 0, 20 + len(udp), 0, 0, 64, 17, 0, socket.inet_aton(src), socket.inet_aton(dst))
+    s.sendto(ip + udp, (dst, 0))
+    return 'sent'
+results = [forge(spec.split(':')[0], int(spec.split(':')[1]), ('forged-from-' + spec).encode()) for spec in forged]
+socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'genuine', (dst, dport))
+print(' '.join(results))
+`;
+
+/** Prints each datagram it gets on a line, and answers it to its sender. */
+const UDP_ECHO = String.raw`
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(('0.0.0.0', int(sys.argv[1])))
+print('ready', flush=True)
+while True:
+    data, peer = s.recvfrom(2048)
+    print(data.decode(errors='replace'), flush=True)
+    try:
+        s.sendto(b'echo:' + data, peer)
+    except OSError:
+        pass  # no route back to a forged source
+`;
+
+function udpEcho(netns: string, port: number): Promise<{ process: ChildProcess; lines: string[] }> {
+  const child = spawn('ip', ['netns', 'exec', netns, 'python3', '-c', UDP_ECHO, String(port)], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const lines: string[] = [];
+  let buffer = '';
+  return new Promise((resolve, reject) => {
+    child.once('error', reject);
+    child.stdout!.on('data', (chunk: Buffer) => {
+      buffer += chunk.toString();
+      const parts = buffer.split('\n');
+      buffer = parts.pop()!;
+      for (const line of parts) {
+        if (line === 'ready') resolve({ process: child, lines });
+        else lines.push(line);
+      }
+    });
+  });
+}
 
 async function run(id: string, cmd: string): Promise<{ exitCode: number; stdout: string; stderr: string }> {
   const res = await t.http.post(`/api/v1/sandboxes/${id}/commands`).set(t.auth).send({ cmd, timeoutMs: 20_000 });
@@ -286,6 +347,41 @@ describe('isolation', () => {
     await waitFor('a server in sandbox b', async () => execFileSync('python3', ['-c', PROBE, target, '8080'], { encoding: 'utf8' }).trim() === 'ok', 15_000);
     expect(await probe(a, target, 8080)).toBe('timeout');
   });
+
+  it('drops packets a sandbox forges with another sandbox\'s or an outside source address', async () => {
+    const echo = await udpEcho(INET_NS, 47002);
+    try {
+      // B listens where the answer to a flow forged as B would land.
+      await run(b, `cat > /root/udp-listen.py <<'EOF'\nimport socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\ns.bind(('0.0.0.0', 40001))\nwhile True:\n    data, _ = s.recvfrom(2048)\n    open('/root/udp-got', 'a').write(data.decode() + '\\n')\nEOF`);
+      await t.http.post(`/api/v1/sandboxes/${b}/commands`).set(t.auth).send({ detach: true, cmd: 'python3 /root/udp-listen.py' });
+      const victim = slotOf(b).sandboxAddress;
+      const marker = createSocket('udp4');
+      const sendMarker = () => new Promise<void>((resolve, reject) => marker.send('marker', 40001, victim, (error) => (error ? reject(error) : resolve())));
+      await waitFor('the listener in sandbox b', async () => {
+        await sendMarker();
+        return (await run(b, 'cat /root/udp-got 2>/dev/null')).stdout.includes('marker');
+      }, 15_000);
+
+      await run(a, `cat > /root/spoof.py <<'EOF'\n${SPOOFER}\nEOF`);
+      const sent = await run(a, `python3 /root/spoof.py ${INET_ADDRESS} 47002 ${victim}:40001 198.19.7.7:5000`);
+      expect(sent.exitCode, sent.stderr).toBe(0);
+      // Either the kernel refuses the raw socket, or the host drops what it sends.
+      expect(sent.stdout.trim()).toMatch(/^(sent|refused) (sent|refused)$/);
+      await waitFor('the genuine datagram at the test internet host', async () => echo.lines.includes('genuine'), 15_000);
+      expect(echo.lines.filter((line) => line.startsWith('forged'))).toEqual([]);
+
+      // Nothing was answered into B: a marker from the host arrives, and nothing else did.
+      await run(b, 'rm -f /root/udp-got');
+      await waitFor('a second marker in sandbox b', async () => {
+        await sendMarker();
+        return (await run(b, 'cat /root/udp-got 2>/dev/null')).stdout.includes('marker');
+      }, 15_000);
+      expect((await run(b, 'cat /root/udp-got')).stdout.split('\n').filter((line) => line && line !== 'marker')).toEqual([]);
+      marker.close();
+    } finally {
+      echo.process.kill('SIGKILL');
+    }
+  });
 });
 
 describe('hosted ports', () => {
@@ -322,7 +418,8 @@ describe('hosted ports', () => {
     expect(seen.body.path).toBe('/headers?x=1&y=%20');
     expect(seen.body.headers).toMatchObject({ 'x-forwarded-proto': 'http', 'x-forwarded-prefix': `/p/${a}/8000`, 'x-forwarded-host': new URL(t.url).host });
     expect(seen.body.headers['x-forwarded-for']).toContain('127.0.0.1');
-    expect(seen.headers['set-cookie']).toEqual(['app=1; Path=/']);
+    // The sandbox's own cookie passes, confined to the port's prefix in the path form.
+    expect(seen.headers['set-cookie']).toEqual([`app=1; Path=/p/${a}/8000/`]);
     const body = randomBytes(3 * 1024 * 1024);
     const echoed = await fetch(`${t.url}${pathOf(8000, 'echo')}`, { method: 'POST', body });
     expect(echoed.status).toBe(200);
@@ -346,15 +443,69 @@ describe('hosted ports', () => {
     // The sandbox sees neither the token nor our cookie; its own parameters stay.
     expect(withQuery.body.path).toBe('/headers?keep=1');
     expect(JSON.stringify(withQuery.body.headers)).not.toContain(token);
-    const cookie = (withQuery.headers['set-cookie'] as unknown as string[]).find((c) => c.startsWith('nestbox_port_token='))!;
-    expect(cookie).toContain(`Path=/p/${a}/8000/`);
-    expect(cookie).toContain('HttpOnly');
+    const cookie = (withQuery.headers['set-cookie'] as unknown as string[]).find((c) => c.startsWith(`nestbox_port_${a}_8000=`))!;
+    expect(cookie).toBe(`nestbox_port_${a}_8000=${token}; Path=/p/${a}/8000/; HttpOnly; SameSite=Strict`);
     const byCookie = await t.http.get(pathOf(8000, 'headers')).set('Cookie', `${cookie.split(';')[0]}; mine=2`);
     expect(byCookie.status).toBe(200);
     expect(byCookie.body.headers.cookie).toBe('mine=2');
     expect((await t.http.get(pathOf(8000)).set('X-Nestbox-Port-Token', token)).status).toBe(200);
     // Host form, same token.
     expect((await t.http.get('/').set('Host', `8000-${a}.${PUBLIC_DOMAIN}`).set('X-Nestbox-Port-Token', token)).status).toBe(200);
+  });
+
+  it('keeps Nestbox cookies away from sandboxes and sandbox cookies off Nestbox names (path form)', async () => {
+    // A sandbox tries to plant cookies: its own port token, another sandbox's, any Nestbox name,
+    // and cookies for the whole site.
+    const attempts = [
+      `nestbox_port_${a}_8000=forged; Path=/p/${a}/8000/`,
+      `nestbox_port_${b}_8000=forged; Path=/p/${b}/8000/`,
+      'nestbox_port_token=forged; Path=/',
+      '__Host-nestbox_session=forged; Path=/; Secure',
+      'NESTBOX_api=forged',
+      `wide=1; Path=/; Domain=${PUBLIC_DOMAIN}`,
+      `inside=1; Path=/p/${a}/8000/app`,
+    ];
+    const planted = await t.http.get(pathOf(8000, `set-cookies?${encodeURIComponent(JSON.stringify(attempts))}`)).set('X-Nestbox-Port-Token', token);
+    expect(planted.status).toBe(200);
+    expect(planted.text).toBe('cookies set');
+    expect(planted.headers['set-cookie']).toEqual([`wide=1; Path=/p/${a}/8000/`, `inside=1; Path=/p/${a}/8000/app`]);
+    // Sandbox pages run in an opaque origin in the path form.
+    expect(planted.headers['content-security-policy']).toBe('sandbox allow-scripts allow-forms allow-popups allow-modals allow-downloads');
+
+    // What the browser holds for the API's origin never reaches the sandbox: this port's token
+    // cookie, another sandbox's, the old shared name, anything named nestbox; its own cookies do.
+    const jar = [`nestbox_port_${a}_8000=${token}`, `nestbox_port_${b}_8000=other`, 'nestbox_port_token=old', '__Host-nestbox_session=s', 'NESTBOX_api=k', 'mine=2', 'app=1'].join('; ');
+    const seen = await t.http.get(pathOf(8000, 'headers')).set('Cookie', jar);
+    expect(seen.status).toBe(200);
+    expect(seen.body.headers.cookie).toBe('mine=2; app=1');
+    expect(JSON.stringify(seen.body.headers)).not.toContain(token);
+
+    // Only this port's own cookie name is its token: the same token under another name is not.
+    expect((await t.http.get(pathOf(8000)).set('Cookie', `nestbox_port_${b}_8000=${token}`)).status).toBe(401);
+    expect((await t.http.get(pathOf(8000)).set('Cookie', `nestbox_port_token=${token}`)).status).toBe(401);
+    // Behind TLS the cookie is Secure.
+    const secure = await t.http.get(pathOf(8000, `?_token=${token}`)).set('X-Forwarded-Proto', 'https');
+    expect((secure.headers['set-cookie'] as unknown as string[]).find((c) => c.startsWith(`nestbox_port_${a}_8000=`))).toBe(
+      `nestbox_port_${a}_8000=${token}; Path=/p/${a}/8000/; HttpOnly; SameSite=Strict; Secure`,
+    );
+  });
+
+  it('gives the host form its own origin: no CSP sandbox, host-only cookies, the same cookie rules', async () => {
+    const host = `8000-${a}.${PUBLIC_DOMAIN}`;
+    const withQuery = await t.http.get(`/headers?_token=${token}`).set('Host', host);
+    expect(withQuery.status).toBe(200);
+    expect(withQuery.headers['content-security-policy']).toBeUndefined();
+    const cookies = withQuery.headers['set-cookie'] as unknown as string[];
+    // Host-form URLs are https here (NESTBOX_PUBLIC_SCHEME's default): the cookie is Secure.
+    expect(cookies).toContain(`nestbox_port_${a}_8000=${token}; Path=/; HttpOnly; SameSite=Strict; Secure`);
+    // The sandbox's own cookie keeps its path on its own host.
+    expect(cookies).toContain('app=1; Path=/');
+    const attempts = [`nestbox_port_${a}_8000=forged`, `wide=1; Path=/; Domain=${PUBLIC_DOMAIN}`];
+    const planted = await t.http.get(`/set-cookies?${encodeURIComponent(JSON.stringify(attempts))}`).set('Host', host).set('Cookie', `nestbox_port_${a}_8000=${token}`);
+    expect(planted.status).toBe(200);
+    expect(planted.headers['set-cookie']).toEqual(['wide=1; Path=/']);
+    const seen = await t.http.get('/headers').set('Host', host).set('Cookie', `nestbox_port_${a}_8000=${token}; mine=3`);
+    expect(seen.body.headers.cookie).toBe('mine=3');
   });
 
   it('mints a new token when published again; the old one stops working', async () => {

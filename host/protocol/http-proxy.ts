@@ -70,6 +70,8 @@ export interface ProxyHttpHooks {
   onResponse?(upstream: http.IncomingMessage): { headers?: string[]; handled?: boolean } | void;
   /** Response headers never passed back, lower case. */
   dropResponseHeaders?: readonly string[];
+  /** Rewrites the upstream's header pairs (raw, as passed back) before they reach the client. */
+  rewriteResponseHeaders?(raw: string[]): string[];
 }
 
 /** Streams `req` to the target and the answer back to `res`; a client that leaves aborts upstream. */
@@ -91,7 +93,8 @@ export function proxyHttp(req: http.IncomingMessage, res: http.ServerResponse, t
       upstream.resume();
       return;
     }
-    const headers = [...forwardableResponseHeaders(upstream, hooks.dropResponseHeaders), ...(extra?.headers ?? [])];
+    const passed = forwardableResponseHeaders(upstream, hooks.dropResponseHeaders);
+    const headers = [...(hooks.rewriteResponseHeaders?.(passed) ?? passed), ...(extra?.headers ?? [])];
     res.writeHead(upstream.statusCode ?? 502, upstream.statusMessage, headers);
     pipeline(upstream, res).catch(() => res.destroy());
   });
@@ -119,6 +122,8 @@ export interface ProxyUpgradeHooks {
   onRefused?(upstream: http.IncomingMessage, body: Buffer): boolean | void;
   /** Both sides are connected (the relay runs until either closes). */
   onOpen?(done: Promise<void>): void;
+  /** Rewrites the upstream's header pairs (101 or refusal) before they reach the client. */
+  rewriteResponseHeaders?(raw: string[]): string[];
 }
 
 const MAX_REFUSAL_BODY = 64 * 1024;
@@ -135,7 +140,8 @@ export function proxyUpgrade(req: http.IncomingMessage, socket: Duplex, head: Bu
   upstreamReq.once('upgrade', (upstream, upstreamSocket, upstreamHead) => {
     clearTimeout(connectTimer);
     const lines = [`HTTP/1.1 ${upstream.statusCode ?? 101} ${upstream.statusMessage || STATUS_CODES[upstream.statusCode ?? 101] || ''}`];
-    for (let i = 0; i < upstream.rawHeaders.length; i += 2) lines.push(`${upstream.rawHeaders[i]}: ${upstream.rawHeaders[i + 1]}`);
+    const raw = hooks.rewriteResponseHeaders?.(upstream.rawHeaders) ?? upstream.rawHeaders;
+    for (let i = 0; i < raw.length; i += 2) lines.push(`${raw[i]}: ${raw[i + 1]}`);
     socket.write(`${lines.join('\r\n')}\r\n\r\n`);
     if (upstreamHead.length) socket.write(upstreamHead);
     if (head.length) upstreamSocket.write(head);
@@ -166,7 +172,8 @@ export function proxyUpgrade(req: http.IncomingMessage, socket: Duplex, head: Bu
       const body = Buffer.concat(chunks);
       if (hooks.onRefused?.(upstream, body)) return;
       const lines = [`HTTP/1.1 ${upstream.statusCode ?? 502} ${upstream.statusMessage || STATUS_CODES[upstream.statusCode ?? 502] || ''}`];
-      const passed = forwardableResponseHeaders(upstream, ['content-length']);
+      const forwardable = forwardableResponseHeaders(upstream, ['content-length']);
+      const passed = hooks.rewriteResponseHeaders?.(forwardable) ?? forwardable;
       for (let i = 0; i < passed.length; i += 2) lines.push(`${passed[i]}: ${passed[i + 1]}`);
       lines.push(`content-length: ${body.length}`, 'connection: close');
       socket.end(Buffer.concat([Buffer.from(`${lines.join('\r\n')}\r\n\r\n`), body]));

@@ -1,14 +1,32 @@
 // The hosted-port proxy of the control plane. Two URL forms reach a sandbox's port:
-//   path form  /p/<sandboxId>/<port>/…              on the server's own port, always;
 //   host form  <port>-<sandboxId>.<PUBLIC_DOMAIN>/… when NESTBOX_PUBLIC_DOMAIN is set (wildcard
-//              DNS and TLS in front of the server), routed before anything else.
+//              DNS and TLS in front of the server), routed before anything else. The form for
+//              browsers: every port is its own origin, so a sandbox's page can touch neither the
+//              API nor another sandbox's page, storage or cookies.
+//   path form  /p/<sandboxId>/<port>/…              on the server's own port, always. For API
+//              clients and tests: all ports share the API's origin, so the proxy makes that safe
+//              itself (below).
 // Requests go to the host agent that owns the sandbox (`/v1/sandboxes/{id}/ports/{port}/…`),
 // which connects to the sandbox's slot address, so a sandbox on another machine works the same.
 // HTTP/1.1 bodies stream both ways; upgrades (WebSocket) become a byte relay.
 //
 // Access: public ports answer anyone. A private port needs its token: `?_token=` once (answered
-// with an HttpOnly cookie scoped to that port's URL), the cookie afterwards, or the header
+// with a cookie of its own, see below), the cookie afterwards, or the header
 // `X-Nestbox-Port-Token`. The token never reaches the sandbox's server.
+//
+// Cookies. Every cookie whose name starts with `nestbox` (also behind `__Host-`/`__Secure-`) is
+// Nestbox's: the proxy never forwards one to a sandbox and strips any `Set-Cookie` a sandbox
+// sends for such a name, so no sandbox can read or replace a port token. The token cookie is
+// named per sandbox and port (`nestbox_port_<id>_<port>`), HttpOnly, SameSite=Strict, Secure
+// on https, and scoped to the port's own URL (`Path=/p/<id>/<port>/` in the path form, its own
+// host in the host form). A sandbox's own cookies stay its own: in the path form their Path is
+// confined to the port's prefix, and in both forms a Domain attribute is removed (host-only),
+// so a sandbox cannot plant cookies on the API or on its neighbours.
+//
+// Path-form answers carry `Content-Security-Policy: sandbox …` without allow-same-origin, so a
+// sandbox's page runs in an opaque origin: no access to the API origin's storage, cookies or
+// same-origin requests with the user's credentials. (Browsers may then leave SameSite cookies
+// off the page's own sub-requests; private ports meant for browsers belong on the host form.)
 import http from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { NextFunction, Request, Response } from 'express';
@@ -20,7 +38,10 @@ import type { Services } from '../services.js';
 import { claimUpgrade, isUpgradeClaimed } from './upgrade-claims.js';
 
 export const PORT_TOKEN_HEADER = 'x-nestbox-port-token';
-export const PORT_TOKEN_COOKIE = 'nestbox_port_token';
+/** Names of the cookies Nestbox owns start with this (case-insensitive, after a `__Host-`/`__Secure-` prefix). */
+export const NESTBOX_COOKIE_PREFIX = 'nestbox';
+/** Path-form answers: the page runs in an opaque origin (no allow-same-origin). */
+export const PATH_FORM_CSP = 'sandbox allow-scripts allow-forms allow-popups allow-modals allow-downloads';
 const PORT_TOKEN_QUERY = '_token';
 /** An open WebSocket to a port counts as activity this often. */
 const ACTIVITY_TICK_MS = 10_000;
@@ -89,21 +110,82 @@ function withQuery(sandboxId: string, port: number, prefix: string, pathAndQuery
   return { sandboxId, port, prefix, queryToken, upstreamPath: `${path || '/'}${kept.length ? `?${kept.join('&')}` : ''}` };
 }
 
-function cookieToken(req: http.IncomingMessage): string | undefined {
-  for (const part of String(req.headers.cookie ?? '').split(';')) {
-    const at = part.indexOf('=');
-    if (at !== -1 && part.slice(0, at).trim() === PORT_TOKEN_COOKIE) return part.slice(at + 1).trim();
-  }
-  return undefined;
+/** The token cookie of one sandbox's port: its own name, so no other port's cookie can stand in for it. */
+export function portTokenCookieName(sandboxId: string, port: number): string {
+  return `${NESTBOX_COOKIE_PREFIX}_port_${sandboxId}_${port}`;
 }
 
-/** The request's Cookie header without our token cookie (the sandbox's own cookies pass). */
-function cookiesWithoutToken(req: http.IncomingMessage): string | undefined {
-  const kept = String(req.headers.cookie ?? '')
+export function isNestboxCookieName(name: string): boolean {
+  return name
+    .trim()
+    .toLowerCase()
+    .replace(/^__(host|secure)-/, '')
+    .startsWith(NESTBOX_COOKIE_PREFIX);
+}
+
+/** `name=value` pairs of a Cookie header (a pair without `=` is a value with an empty name, as browsers send it). */
+function cookiePairs(req: http.IncomingMessage): { name: string; pair: string; value: string }[] {
+  return String(req.headers.cookie ?? '')
     .split(';')
     .map((part) => part.trim())
-    .filter((part) => part && !part.startsWith(`${PORT_TOKEN_COOKIE}=`));
-  return kept.length ? kept.join('; ') : undefined;
+    .filter(Boolean)
+    .map((pair) => {
+      const at = pair.indexOf('=');
+      return at === -1 ? { name: '', pair, value: pair } : { name: pair.slice(0, at).trim(), pair, value: pair.slice(at + 1).trim() };
+    });
+}
+
+function cookieToken(req: http.IncomingMessage, route: PortRoute): string | undefined {
+  const name = portTokenCookieName(route.sandboxId, route.port);
+  return cookiePairs(req).find((cookie) => cookie.name === name)?.value;
+}
+
+/** The request's Cookie header without any of Nestbox's cookies (the sandbox's own pass). */
+function sandboxCookies(req: http.IncomingMessage): string | undefined {
+  const kept = cookiePairs(req).filter((cookie) => !isNestboxCookieName(cookie.name) && !(cookie.name === '' && isNestboxCookieName(cookie.value)));
+  return kept.length ? kept.map((cookie) => cookie.pair).join('; ') : undefined;
+}
+
+/**
+ * A sandbox's Set-Cookie as the client may see it, or undefined when it must not pass: never
+ * one of Nestbox's names; no Domain attribute (host-only); in the path form a Path inside the
+ * port's prefix (anything else is replaced by the prefix).
+ */
+export function sandboxSetCookie(header: string, prefix: string): string | undefined {
+  const [first, ...attributes] = header.split(';');
+  const at = first.indexOf('=');
+  const name = at === -1 ? '' : first.slice(0, at).trim();
+  const value = at === -1 ? first.trim() : first.slice(at + 1).trim();
+  // A nameless cookie is stored under its value as a name by some browsers: judge both.
+  if (isNestboxCookieName(name) || (!name && isNestboxCookieName(value))) return undefined;
+  const kept: string[] = [];
+  let pathInside = false;
+  for (const attribute of attributes) {
+    const key = attribute.split('=')[0].trim().toLowerCase();
+    if (key === 'domain') continue;
+    if (key === 'path' && prefix) {
+      const path = attribute.slice(attribute.indexOf('=') + 1).trim();
+      if (path !== prefix && !path.startsWith(`${prefix}/`)) continue;
+      pathInside = true;
+    }
+    kept.push(attribute.trim());
+  }
+  if (prefix && !pathInside) kept.push(`Path=${prefix}/`);
+  return [first.trim(), ...kept].join('; ');
+}
+
+/** The sandbox's response headers (raw pairs) with its Set-Cookies filtered by `sandboxSetCookie`. */
+function filterSandboxResponseHeaders(raw: string[], prefix: string): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < raw.length; i += 2) {
+    if (raw[i].toLowerCase() !== 'set-cookie') {
+      out.push(raw[i], raw[i + 1]);
+      continue;
+    }
+    const cookie = sandboxSetCookie(raw[i + 1], prefix);
+    if (cookie !== undefined) out.push(raw[i], cookie);
+  }
+  return out;
 }
 
 function isHttps(req: http.IncomingMessage): boolean {
@@ -224,8 +306,9 @@ export class PortProxy {
               sendPage(req, res, hostAgentPage(route, kind, sandbox));
               return { handled: true };
             }
-            return { headers: setCookie ? ['Set-Cookie', setCookie] : [] };
+            return { headers: [...(setCookie ? ['Set-Cookie', setCookie] : []), ...(route.prefix ? ['Content-Security-Policy', PATH_FORM_CSP] : [])] };
           },
+          rewriteResponseHeaders: (raw) => filterSandboxResponseHeaders(raw, route.prefix),
         });
       })
       .catch((error: unknown) => sendPage(req, res, pages.internal(error instanceof Error ? error.message : String(error))));
@@ -258,6 +341,7 @@ export class PortProxy {
             refuse(hostAgentPage(route, kind, decision.sandbox));
             return true;
           },
+          rewriteResponseHeaders: (raw) => filterSandboxResponseHeaders(raw, route.prefix),
           onOpen: (done) => {
             // An open connection is activity for as long as it lasts (idle policy).
             const timer = setInterval(() => void this.services.ports.noteTraffic(route.sandboxId).catch(() => undefined), ACTIVITY_TICK_MS);
@@ -277,7 +361,7 @@ export class PortProxy {
     if (!lookup.found) return { ok: false, page: pages.unknown(route) };
     // Daytona's SDKs send preview tokens in their own header; it means the same here.
     const headerToken = [PORT_TOKEN_HEADER, 'x-daytona-preview-token'].map((h) => req.headers[h]).find((v): v is string => typeof v === 'string');
-    const presented = route.queryToken ?? headerToken ?? cookieToken(req);
+    const presented = route.queryToken ?? headerToken ?? cookieToken(req, route);
     if (!ports.tokenMatches(lookup.port, presented)) return { ok: false, page: pages.unauthorized(route) };
     const sandbox = await ports.readyForTraffic(lookup.sandbox);
     if (!sandbox) return { ok: false, page: pages.unknown(route) };
@@ -286,7 +370,7 @@ export class PortProxy {
     const hostTarget = await ports.proxyTarget(sandbox, route.port);
     const base = new URL(hostTarget.baseUrl);
     const headers = forwardableHeaders(req, [...DROPPED_REQUEST_HEADERS, 'cookie']);
-    const cookies = cookiesWithoutToken(req);
+    const cookies = sandboxCookies(req);
     if (cookies) headers.cookie = cookies;
     const client = req.socket.remoteAddress ?? '';
     const priorFor = req.headers['x-forwarded-for'];
@@ -299,8 +383,8 @@ export class PortProxy {
     let setCookie: string | undefined;
     if (!lookup.port.public && route.queryToken !== undefined) {
       // Scoped to this port's URL only: its path in the path form, its own host in the host form.
-      const attributes = [`Path=${route.prefix ? `${route.prefix}/` : '/'}`, 'HttpOnly', 'SameSite=Lax', ...(isHttps(req) ? ['Secure'] : [])];
-      setCookie = `${PORT_TOKEN_COOKIE}=${encodeURIComponent(route.queryToken)}; ${attributes.join('; ')}`;
+      const attributes = [`Path=${route.prefix ? `${route.prefix}/` : '/'}`, 'HttpOnly', 'SameSite=Strict', ...(this.isSecure(req, route) ? ['Secure'] : [])];
+      setCookie = `${portTokenCookieName(route.sandboxId, route.port)}=${encodeURIComponent(route.queryToken)}; ${attributes.join('; ')}`;
     }
     return {
       ok: true,
@@ -308,6 +392,13 @@ export class PortProxy {
       setCookie,
       target: { host: base.hostname, port: Number(base.port || 80), path: `${base.pathname}${route.upstreamPath}`, headers, connectTimeoutMs: 10_000 },
     };
+  }
+
+  /** Whether the client sees this port over https (directly, through a proxy, or as configured). */
+  private isSecure(req: http.IncomingMessage, route: PortRoute): boolean {
+    if (isHttps(req)) return true;
+    const { ports } = this.services.config;
+    return route.prefix ? !!ports.publicUrl?.startsWith('https:') : ports.publicScheme === 'https';
   }
 
   close(): void {

@@ -3,7 +3,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { SlotAllocator, canonicalIpv4, parseIpv4Cidr, slotCapacity, slotFor } from './network.js';
-import { renderNftRuleset, renderSlotEgress } from './nft.js';
+import { renderNftRuleset, renderSlotEgress, renderSlotRemoval, renderSlotSourceCheck } from './nft.js';
 import { resolveEgress } from './egress.js';
 
 describe('slots', () => {
@@ -60,6 +60,33 @@ describe('nftables ruleset', () => {
     expect(text).toContain('ip saddr 10.200.0.0/16 oifname != "nbxv*" masquerade');
     expect(() => renderNftRuleset({ subnet: '10.200.0.0/16; flush ruleset', vethPrefix: 'nbxv', dnsServers: [] })).toThrow();
     expect(() => renderNftRuleset({ subnet: '10.200.0.0/16', vethPrefix: 'nbxv', dnsServers: ['1.1.1.1 } ; flush ruleset'] })).toThrow();
+  });
+
+  it('checks every slot packet\'s source before conntrack: no IPv6, strict reverse path, the slot\'s own address', () => {
+    const text = renderNftRuleset({ subnet: '10.200.0.0/16', vethPrefix: 'nbxv', dnsServers: [] });
+    expect(text).toContain('add chain inet nestbox prerouting { type filter hook prerouting priority raw; policy accept; }');
+    expect(text).toMatch(/prerouting iifname "nbxv\*" meta nfproto ipv6 counter drop/);
+    expect(text).toMatch(/prerouting iifname "nbxv\*" fib saddr \. iif oif missing counter drop/);
+    expect(text).toMatch(/prerouting iifname @slot_ifaces iifname \. ip saddr != @slot_src4 counter drop/);
+    // The slots' elements are theirs: a re-apply never empties them.
+    expect(text).not.toMatch(/flush set inet nestbox slot_/);
+    const check = renderSlotSourceCheck(slotFor('10.200.0.0/16', 7));
+    expect(check).toContain('add element inet nestbox slot_src4 { "nbxv7" . 10.200.0.14 }');
+    expect(check).toContain('add element inet nestbox slot_ifaces { "nbxv7" }');
+    expect(() => renderSlotSourceCheck({ index: 7, hostInterface: 'nbxv7', sandboxAddress: '10.0.0.1 }; flush ruleset' })).toThrow();
+  });
+
+  it('deletes only the per-slot objects that exist, map element before chain, chain before set', () => {
+    const all = renderSlotRemoval({ index: 7, chain: true, allowSet: true, egressElement: true, ifaceElement: true, sourceAddresses: ['10.200.0.14'] }, 'nbxv');
+    expect(all.split('\n').filter(Boolean)).toEqual([
+      'delete element inet nestbox egress { "nbxv7" }',
+      'flush chain inet nestbox slot_7',
+      'delete chain inet nestbox slot_7',
+      'delete set inet nestbox allow4_7',
+      'delete element inet nestbox slot_ifaces { "nbxv7" }',
+      'delete element inet nestbox slot_src4 { "nbxv7" . 10.200.0.14 }',
+    ]);
+    expect(renderSlotRemoval({ index: 7, chain: false, allowSet: false, egressElement: false, ifaceElement: false, sourceAddresses: [] }, 'nbxv')).toBe('');
   });
 
   it('renders each egress mode into the slot chain and refuses anything but addresses', () => {

@@ -104,6 +104,25 @@ export class SlotAllocator {
     throw new Error(`no free network slot in ${this.subnet} (${capacity} slots, see ${this.slotsDir})`);
   }
 
+  /**
+   * Claims one given index if nobody holds it (O_EXCL, like `claim`): a host agent cleaning up
+   * an index's leftovers holds it meanwhile, so nobody builds on it while they are removed.
+   */
+  async claimIndex(index: number, owner: string): Promise<boolean> {
+    if (!Number.isInteger(index) || index < 0 || index >= slotCapacity(this.subnet)) return false;
+    await mkdir(this.slotsDir, { recursive: true, mode: 0o755 });
+    const claim: SlotClaim = { index, owner, sandboxId: '', pooled: true, createdAt: new Date().toISOString() };
+    try {
+      const handle = await open(this.claimPath(index), 'wx', 0o644);
+      await handle.writeFile(`${JSON.stringify(claim)}\n`);
+      await handle.close();
+      return true;
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === 'EEXIST') return false;
+      throw error;
+    }
+  }
+
   async claims(): Promise<SlotClaim[]> {
     const names = await readdir(this.slotsDir).catch(() => [] as string[]);
     const claims: SlotClaim[] = [];
@@ -184,6 +203,22 @@ export async function buildSlot(slot: Slot): Promise<void> {
     `route add default via ${slot.hostAddress}`,
     '',
   ].join('\n'));
+  await hardenHostInterface(slot.hostInterface);
+}
+
+/**
+ * Kernel-side checks on the host end of a slot's veth, under the nft source check: strict
+ * reverse-path filtering (a packet whose source is not routed back through this veth is
+ * dropped; the kernel uses the larger of `all` and the interface's value, so 1 here is strict
+ * unless the host asked for loose everywhere) and no IPv6 at all (no link-local address, no
+ * neighbour discovery, every IPv6 packet from the slot is discarded on arrival).
+ */
+async function hardenHostInterface(hostInterface: string): Promise<void> {
+  await writeFile(`/proc/sys/net/ipv4/conf/${hostInterface}/rp_filter`, '1');
+  await writeFile(`/proc/sys/net/ipv6/conf/${hostInterface}/disable_ipv6`, '1').catch((error: NodeJS.ErrnoException) => {
+    // A host booted with ipv6.disable=1 has no IPv6 sysctls: there is no IPv6 to refuse.
+    if (error.code !== 'ENOENT') throw error;
+  });
 }
 
 /**

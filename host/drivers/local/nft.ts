@@ -9,6 +9,23 @@
 // (deny all) or returns for the slot's allowed addresses and drops the rest (allow list). The
 // isolation rules come after the jump, so a `return` never lets a sandbox reach what isolation
 // forbids (host, other slots, private and link-local ranges).
+//
+// Source check (anti-spoofing): a `prerouting` chain at raw priority, so before connection
+// tracking and NAT ever see the packet, drops from every slot veth
+//   - all IPv6 (slots have none; nothing IPv6 may leave a slot),
+//   - every IPv4 packet whose source is not routed back through the veth it came in on (strict
+//     reverse-path check with `fib`: covers every slot, also ones an older host agent built),
+//   - every IPv4 packet whose source is not exactly the slot's address (`slot_src4`, one
+//     `veth . address` element per slot, checked for the veths listed in `slot_ifaces`).
+// So a sandbox can neither pose as another sandbox (replies to that flow would land in it) nor
+// send packets with an outside address. Root inside a sandbox has no CAP_NET_ADMIN on its
+// namespace, so it cannot add addresses, but a raw socket can forge any source: hence the host
+// side check.
+//
+// Per-slot objects (chain `slot_<i>`, set `allow4_<i>`, the `egress`, `slot_ifaces` and
+// `slot_src4` elements) live as long as the slot: built with it, emptied when it is scrubbed back
+// into a pool, deleted when it is taken apart (`renderSlotRemoval`), and a starting host agent
+// deletes those of indices nobody claims any more (a crash's leftovers).
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { parseIpv4Cidr } from './network.js';
@@ -16,6 +33,14 @@ import { parseIpv4Cidr } from './network.js';
 const execFileAsync = promisify(execFile);
 
 export const NFT_TABLE = 'nestbox';
+const SLOT_IFACES_SET = 'slot_ifaces';
+const SLOT_SOURCES_SET = 'slot_src4';
+/** Comments of the source-check rules (tests and diagnostics read their counters by them). */
+export const SPOOF_RULE_COMMENTS = {
+  ipv6: 'nestbox: no IPv6 from slots',
+  reversePath: 'nestbox: source not routed via this slot',
+  slotAddress: 'nestbox: source is not the slot address',
+} as const;
 
 /** Address ranges a sandbox must never reach: LAN, CGNAT, loopback, link-local (cloud metadata). */
 export const BLOCKED_IPV4_RANGES = ['0.0.0.0/8', '10.0.0.0/8', '100.64.0.0/10', '127.0.0.0/8', '169.254.0.0/16', '172.16.0.0/12', '192.168.0.0/16', '224.0.0.0/4', '240.0.0.0/4'];
@@ -57,6 +82,14 @@ export function renderNftRuleset(options: NftRulesetOptions): string {
     ...(options.dnsServers.length ? [`add element ${t} dns4 { ${options.dnsServers.join(', ')} }`] : []),
     // Slot veth → its egress chain. Elements belong to the slots' owners and survive re-applies.
     `add map ${t} egress { type ifname : verdict; }`,
+    // Slot veth → the one source address it may send from. Elements belong to the slots' owners.
+    `add set ${t} ${SLOT_IFACES_SET} { type ifname; }`,
+    `add set ${t} ${SLOT_SOURCES_SET} { type ifname . ipv4_addr; }`,
+    `add chain ${t} prerouting { type filter hook prerouting priority raw; policy accept; }`,
+    `flush chain ${t} prerouting`,
+    `add rule ${t} prerouting iifname ${veth} meta nfproto ipv6 counter drop comment "${SPOOF_RULE_COMMENTS.ipv6}"`,
+    `add rule ${t} prerouting iifname ${veth} fib saddr . iif oif missing counter drop comment "${SPOOF_RULE_COMMENTS.reversePath}"`,
+    `add rule ${t} prerouting iifname @${SLOT_IFACES_SET} iifname . ip saddr != @${SLOT_SOURCES_SET} counter drop comment "${SPOOF_RULE_COMMENTS.slotAddress}"`,
     `add chain ${t} input { type filter hook input priority 0; policy accept; }`,
     `flush chain ${t} input`,
     // No host service (control plane, host agent, database, sshd) is reachable from a sandbox;
@@ -122,6 +155,146 @@ export function renderSlotEgress(index: number, vethPrefix: string, rules: SlotE
     );
   }
   return `${lines.join('\n')}\n`;
+}
+
+/** What the source check needs of a slot. */
+export interface SlotIdentity {
+  index: number;
+  /** Host end of the slot's veth pair. */
+  hostInterface: string;
+  /** The only source address the slot may send from. */
+  sandboxAddress: string;
+}
+
+function assertSlotIdentity(slot: SlotIdentity): void {
+  if (!Number.isInteger(slot.index) || slot.index < 0) throw new Error(`invalid slot index ${slot.index}`);
+  if (!/^[a-z0-9]{1,15}$/.test(slot.hostInterface)) throw new Error(`invalid slot interface ${slot.hostInterface}`);
+  parseIpv4Cidr(`${slot.sandboxAddress}/32`);
+}
+
+/**
+ * The slot's source-check elements: its veth is checked, and its address is the only source
+ * allowed from it. Idempotent (`add element` of an existing element is no error), so the same
+ * text serves a fresh build and a scrub.
+ */
+export function renderSlotSourceCheck(slot: SlotIdentity): string {
+  assertSlotIdentity(slot);
+  const t = `inet ${NFT_TABLE}`;
+  return `${[
+    `add table ${t}`,
+    `add set ${t} ${SLOT_IFACES_SET} { type ifname; }`,
+    `add set ${t} ${SLOT_SOURCES_SET} { type ifname . ipv4_addr; }`,
+    `add element ${t} ${SLOT_SOURCES_SET} { "${slot.hostInterface}" . ${slot.sandboxAddress} }`,
+    `add element ${t} ${SLOT_IFACES_SET} { "${slot.hostInterface}" }`,
+  ].join('\n')}\n`;
+}
+
+/** The per-slot objects of one index that exist in the table right now (from `nft -j list table`). */
+export interface SlotNftObjects {
+  index: number;
+  chain: boolean;
+  allowSet: boolean;
+  /** Interface names keyed in the `egress` map / listed in `slot_ifaces` for this index. */
+  egressElement: boolean;
+  ifaceElement: boolean;
+  /** Addresses paired with the slot's veth in `slot_src4`. */
+  sourceAddresses: string[];
+}
+
+/** Deletes what exists of one slot's objects, in one transaction (nothing is referenced after it). */
+export function renderSlotRemoval(objects: SlotNftObjects, vethPrefix: string): string {
+  assertVethPrefix(vethPrefix);
+  if (!Number.isInteger(objects.index) || objects.index < 0) throw new Error(`invalid slot index ${objects.index}`);
+  for (const address of objects.sourceAddresses) parseIpv4Cidr(`${address}/32`);
+  const t = `inet ${NFT_TABLE}`;
+  const iface = `"${vethPrefix}${objects.index}"`;
+  const lines: string[] = [];
+  // Order matters: the map element jumps to the chain, the chain's rules use the set.
+  if (objects.egressElement) lines.push(`delete element ${t} egress { ${iface} }`);
+  if (objects.chain) lines.push(`flush chain ${t} slot_${objects.index}`, `delete chain ${t} slot_${objects.index}`);
+  if (objects.allowSet) lines.push(`delete set ${t} allow4_${objects.index}`);
+  if (objects.ifaceElement) lines.push(`delete element ${t} ${SLOT_IFACES_SET} { ${iface} }`);
+  for (const address of objects.sourceAddresses) lines.push(`delete element ${t} ${SLOT_SOURCES_SET} { ${iface} . ${address} }`);
+  return lines.length ? `${lines.join('\n')}\n` : '';
+}
+
+interface NftJsonSet {
+  name: string;
+  elem?: unknown[];
+}
+
+interface NftJsonMap {
+  name: string;
+  elem?: unknown[];
+}
+
+/**
+ * Every index that has per-slot objects in the table, with what exists of each. One listing,
+ * so a removal only names objects that are there (nft 1.0.6 has no `destroy`, and `delete` of
+ * a missing object fails the whole transaction).
+ */
+export async function listSlotNftObjects(vethPrefix: string): Promise<Map<number, SlotNftObjects>> {
+  assertVethPrefix(vethPrefix);
+  const found = new Map<number, SlotNftObjects>();
+  const entry = (index: number): SlotNftObjects => {
+    let objects = found.get(index);
+    if (!objects) found.set(index, (objects = { index, chain: false, allowSet: false, egressElement: false, ifaceElement: false, sourceAddresses: [] }));
+    return objects;
+  };
+  const indexOfIface = (name: unknown): number | undefined => {
+    if (typeof name !== 'string' || !name.startsWith(vethPrefix)) return undefined;
+    const rest = name.slice(vethPrefix.length);
+    return /^\d+$/.test(rest) ? Number(rest) : undefined;
+  };
+  let listing: { nftables?: Record<string, unknown>[] };
+  try {
+    const { stdout } = await execFileAsync('nft', ['-j', 'list', 'table', 'inet', NFT_TABLE], { maxBuffer: 64 * 1024 * 1024 });
+    listing = JSON.parse(stdout) as { nftables?: Record<string, unknown>[] };
+  } catch (error) {
+    // No table yet: nothing of any slot exists.
+    if (/No such file or directory/.test(String((error as { stderr?: string }).stderr ?? ''))) return found;
+    throw error;
+  }
+  for (const item of listing.nftables ?? []) {
+    const chain = item.chain as { name?: string } | undefined;
+    const chainIndex = chain?.name ? /^slot_(\d+)$/.exec(chain.name)?.[1] : undefined;
+    if (chainIndex !== undefined) entry(Number(chainIndex)).chain = true;
+    const set = item.set as NftJsonSet | undefined;
+    if (set) {
+      const setIndex = /^allow4_(\d+)$/.exec(set.name)?.[1];
+      if (setIndex !== undefined) entry(Number(setIndex)).allowSet = true;
+      if (set.name === SLOT_IFACES_SET) {
+        for (const element of set.elem ?? []) {
+          const index = indexOfIface(element);
+          if (index !== undefined) entry(index).ifaceElement = true;
+        }
+      }
+      if (set.name === SLOT_SOURCES_SET) {
+        for (const element of set.elem ?? []) {
+          const parts = (element as { concat?: unknown[] }).concat;
+          const index = indexOfIface(parts?.[0]);
+          if (index !== undefined && typeof parts?.[1] === 'string') entry(index).sourceAddresses.push(parts[1]);
+        }
+      }
+    }
+    const map = item.map as NftJsonMap | undefined;
+    if (map?.name === 'egress') {
+      // Map elements are [key, verdict] pairs.
+      for (const element of map.elem ?? []) {
+        const index = indexOfIface(Array.isArray(element) ? element[0] : undefined);
+        if (index !== undefined) entry(index).egressElement = true;
+      }
+    }
+  }
+  return found;
+}
+
+/** Deletes every per-slot object of `index` that exists (the slot must be gone or claimed by the caller). */
+export async function removeSlotNftObjects(index: number, vethPrefix: string): Promise<void> {
+  const objects = (await listSlotNftObjects(vethPrefix)).get(index);
+  if (!objects) return;
+  const text = renderSlotRemoval(objects, vethPrefix);
+  if (text) await applyNftRuleset(text);
 }
 
 export async function applyNftRuleset(ruleset: string): Promise<void> {

@@ -7,7 +7,7 @@
 // their pools apart, and a restarted host agent finds its pool (and a crashed run's leftovers)
 // again from the claims alone. Never fails a create: an empty pool builds on demand.
 import { flushSlotConntrack, netnsPids, slotExists, buildSlot, teardownSlot, type Slot, type SlotAllocator } from './network.js';
-import { applyNftRuleset, renderSlotEgress } from './nft.js';
+import { applyNftRuleset, listSlotNftObjects, removeSlotNftObjects, renderSlotEgress, renderSlotSourceCheck } from './nft.js';
 
 export interface SlotPoolOptions {
   allocator: SlotAllocator;
@@ -81,6 +81,36 @@ export class SlotPool {
       if (!claim.pooled) log(`init: reclaiming network slot ${claim.index} of sandbox ${claim.sandboxId || '(none)'}`);
       await this.recycle(slot, claim.pooled ? 'reclaimed' : 'orphaned');
     }
+    await this.removeNftLeftovers();
+  }
+
+  /**
+   * Per-slot nft objects of indices nobody claims: what a host agent that crashed (or an older
+   * version that never deleted them) left in the shared table. Each index is claimed while its
+   * objects go, so no host agent builds on it meanwhile; a claimed index is someone's and stays.
+   * Returns how many indices were cleaned.
+   */
+  async removeNftLeftovers(): Promise<number> {
+    const { allocator, owner, vethPrefix, log } = this.options;
+    // Listed before the claims are read: an index claimed after the listing is skipped below
+    // (its claim exists), one claimed before it is not in `claimed`'s complement either.
+    const objects = await listSlotNftObjects(vethPrefix);
+    const claimed = new Set((await allocator.claims()).map((claim) => claim.index));
+    let cleaned = 0;
+    for (const [index] of objects) {
+      if (claimed.has(index) || !(await allocator.claimIndex(index, owner))) continue;
+      try {
+        // Listed again under the claim: what exists now is what gets deleted.
+        await removeSlotNftObjects(index, vethPrefix);
+        cleaned++;
+      } catch (error) {
+        log(`slot pool: removing the nft leftovers of slot ${index} failed: ${(error as Error).message}`);
+      } finally {
+        await allocator.release(index);
+      }
+    }
+    if (cleaned) log(`init: removed the nft objects of ${cleaned} unclaimed network slot(s)`);
+    return cleaned;
   }
 
   /** Starts building slots up to the pool size in the background (one builder at a time). */
@@ -146,12 +176,14 @@ export class SlotPool {
     const { allocator, owner } = this.options;
     const slot = await allocator.claim(owner, sandboxId);
     try {
+      // The source check is in place before the veth exists (the element names it), and the
+      // egress chain exists from the start (empty = allow all) so applying a policy later only
+      // replaces its contents.
+      await applyNftRuleset(this.freshSlotRules(slot));
       await buildSlot(slot);
-      // The slot's egress chain exists from the start (empty = allow all) so applying a policy
-      // later only replaces its contents.
-      await applyNftRuleset(renderSlotEgress(slot.index, this.options.vethPrefix, { mode: 'allow-all', addresses: [] }));
     } catch (error) {
       await teardownSlot(slot).catch(() => {});
+      await removeSlotNftObjects(slot.index, this.options.vethPrefix).catch(() => {});
       await allocator.release(slot.index);
       throw error;
     }
@@ -186,16 +218,27 @@ export class SlotPool {
     if (!present.netns || !present.veth) return `netns ${present.netns}, veth ${present.veth}`;
     const pids = await netnsPids(slot);
     if (pids.length) return `processes still inside: ${pids.slice(0, 5).join(', ')}`;
-    await applyNftRuleset(renderSlotEgress(slot.index, this.options.vethPrefix, { mode: 'allow-all', addresses: [] }));
+    // The source check again too: a slot an older host agent built has none yet.
+    await applyNftRuleset(this.freshSlotRules(slot));
     await flushSlotConntrack(slot);
     return undefined;
   }
 
+  /** A slot's nft objects as a fresh slot has them: allow-all egress, its source check. */
+  private freshSlotRules(slot: Slot): string {
+    return renderSlotEgress(slot.index, this.options.vethPrefix, { mode: 'allow-all', addresses: [] }) + renderSlotSourceCheck(slot);
+  }
+
+  /**
+   * Takes a slot apart for good: namespace and veth, then its nft objects (chain, allow set, map
+   * and set elements), then the claim, so nobody builds on the index before its objects are gone.
+   * A failed nft removal is logged and left to the next start's `removeNftLeftovers`.
+   */
   private async destroy(slot: Slot): Promise<void> {
-    // Emptied first: the map element and chain stay (they are keyed by index and reused by the
-    // next owner of the index), but must not carry this sandbox's policy.
-    await applyNftRuleset(renderSlotEgress(slot.index, this.options.vethPrefix, { mode: 'allow-all', addresses: [] })).catch(() => {});
     await teardownSlot(slot);
+    await removeSlotNftObjects(slot.index, this.options.vethPrefix).catch((error: Error) =>
+      this.options.log(`slot pool: removing the nft objects of slot ${slot.index} failed: ${error.message}`),
+    );
     await this.options.allocator.release(slot.index);
     this.counters.tornDown++;
   }
