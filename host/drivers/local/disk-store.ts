@@ -75,6 +75,23 @@ export class DiskStore {
     return new DiskStore(mountPoint, 'reflink', probes);
   }
 
+  /**
+   * Clones a disk image file (a sandbox's or a snapshot's `disk.img`): on a reflink store the
+   * clone shares every block with its source (FICLONE), otherwise the allocated blocks are
+   * copied and holes stay holes. `target` appears complete or not at all.
+   */
+  async cloneImage(source: string, target: string): Promise<void> {
+    const temp = `${target}.partial-${randomBytes(4).toString('hex')}`;
+    try {
+      if (this.mode === 'reflink') await copyFile(source, temp, fsConstants.COPYFILE_FICLONE_FORCE);
+      else await run('cp', ['--sparse=always', '--', source, temp], 0);
+      await rename(temp, target);
+    } catch (error) {
+      await rm(temp, { force: true }).catch(() => {});
+      throw error;
+    }
+  }
+
   /** Copies a directory tree to `target` (which must not exist); on failure nothing is left at `target`. */
   async copyTree(source: string, target: string): Promise<void> {
     const args = ['-a', '--no-target-directory'];
