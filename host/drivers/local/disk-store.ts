@@ -16,6 +16,7 @@ import { copyFile, lstat, mkdir, open, readdir, rename, rm, writeFile } from 'no
 import { dirname, join, resolve } from 'node:path';
 import type { DiskCopyMode } from '../types.js';
 import { assertSafeHostPath } from './spawn.js';
+import { mountPointsUnder } from '../../images/base-image.js';
 
 export type { DiskCopyMode };
 
@@ -214,6 +215,10 @@ export async function unmountReflinkStore(dataDir: string): Promise<void> {
   if (!mountedFsType(mountPoint)) return;
   const device = loopDeviceOf(mountPoint);
   const backingFile = device ? readFileSync(`/sys/block/${device.slice('/dev/'.length)}/loop/backing_file`, 'utf8').trim() : undefined;
+  // Sandbox disks and snapshot images are mounted inside the store (disk-quota.ts): they go first.
+  for (const nested of mountPointsUnder(mountPoint).filter((path) => path !== mountPoint).reverse()) {
+    await run('umount', ['-l', '--', nested]).catch(() => {});
+  }
   await run('umount', ['--', mountPoint]);
   // Autoclear detaches on the last close. Should the device still be attached (something held
   // it open), detach it — but only a device still backed by our image, never a reused number.
