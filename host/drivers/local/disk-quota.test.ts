@@ -99,6 +99,12 @@ describe.skipIf(!isRoot)('LocalDriver: per-sandbox disk and inode quotas (real k
     expect(before.inodes).toBeGreaterThanOrEqual(4096);
     expect(before.inodes).toBeLessThan(4096 + 1024);
 
+    // The limit cannot be got around from inside: no loop device is visible, none can be made,
+    // and the disk's file system cannot be reached except through the overlay.
+    const escape = await sh(socket, 'ls /dev | grep -c loop; mknod /tmp/loop0 b 7 0 2>&1 && echo MKNOD-OK; head -c 1 /tmp/loop0 >/dev/null 2>&1 && echo OPEN-OK; true');
+    expect(escape.stdout).not.toMatch(/MKNOD-OK|OPEN-OK/);
+    expect(escape.stdout.split('\n')[0]).toBe('0');
+
     const hostFreeBefore = freeBytes(dataDir);
     // Try to write three times the limit.
     const fill = await sh(socket, 'dd if=/dev/urandom of=/root/fill bs=1M count=3072 2>&1; echo "rc=$?"; sync; stat -c %s /root/fill');
