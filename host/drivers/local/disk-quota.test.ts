@@ -191,6 +191,15 @@ describe.skipIf(!isRoot)('LocalDriver: per-sandbox disk and inode quotas (real k
     // The snapshot is a read-only lower layer: the new sandbox's own 1 GiB starts empty.
     expect((await dfInside(fromSnapshot.agentSocket!)).used).toBeLessThan(64 * MiB);
 
+    // A host agent that died while a disk was frozen (fork or snapshot copy): the next one
+    // thaws it at init, so the sandbox can write again.
+    const sourceFs = join(store, 'sandboxes', sourceId, 'fs');
+    execFileSync('fsfreeze', ['--freeze', sourceFs]);
+    await driver.close();
+    driver = new LocalDriver({ dataDir, imagesDir: IMAGES_DIR, guestAgentBundle: AGENT_BUNDLE, ownerId, slotPoolSize: 0, watchIntervalMs: 500, reflinkStore: { imagePath: storeImage, sizeBytes: 6 * GiB } });
+    await driver.init();
+    expect((await sh(source.agentSocket!, 'echo thawed > /root/after-restart && cat /root/after-restart', 20_000)).stdout).toBe('thawed\n');
+
     // Destroy leaves no mount and no loop device of any of these disks.
     for (const id of [fromSnapshotId, childId, sourceId]) await driver.destroy(id);
     await driver.deleteSnapshot(snapshotId);
