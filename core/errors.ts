@@ -15,6 +15,7 @@ export const ERROR_CATALOGUE = {
   range_not_satisfiable: { status: 416, title: 'The requested byte range is outside the file' },
   limit_reached: { status: 429, title: 'A limit was reached' },
   rate_limited: { status: 429, title: 'Too many requests' },
+  quota_exceeded: { status: 429, title: 'An organisation quota was reached' },
   internal: { status: 500, title: 'Internal error' },
   not_supported: { status: 501, title: 'Not supported' },
   host_unavailable: { status: 503, title: 'The sandbox host is not reachable' },
@@ -75,7 +76,17 @@ export const errors = {
   internal(message: string): NestboxError {
     return new NestboxError('internal', message);
   },
+  /** An organisation limit (sandboxes, vCPUs, memory): a 429 whose Retry-After is `retryAfterSeconds`. */
+  quotaExceeded(limit: string, message: string, details: { max: number; current: number; requested: number; retryAfterSeconds: number }): NestboxError {
+    return new NestboxError('quota_exceeded', message, { limit, ...details });
+  },
 };
+
+/** Seconds a 429 asks the client to wait (`Retry-After`): from the error's details, else 1. */
+export function retryAfterSeconds(err: NestboxError): number {
+  const value = err.details?.retryAfterSeconds;
+  return typeof value === 'number' && Number.isInteger(value) && value > 0 ? value : 1;
+}
 
 /** Turn anything thrown into a NestboxError without leaking internals for unexpected errors. */
 export function toNestboxError(err: unknown): NestboxError {

@@ -48,6 +48,8 @@ export interface Sandbox {
   egress: import('./host-client.js').EgressPolicy;
   /** Optional, unique per organisation among live sandboxes (Daytona gets sandboxes by id or name). */
   name: string | null;
+  /** Size of the sandbox's own disk; null for sandboxes created before disk quotas. */
+  diskGiB: number | null;
 }
 
 export interface Snapshot {

@@ -26,6 +26,16 @@ describe('config', () => {
     expect(() => loadConfig({ [name]: value })).toThrow(new RegExp(name));
   });
 
+  it('turns the reflink store on by default and has quota defaults', () => {
+    const c = loadConfig({});
+    expect(c.hostAgent.reflinkStore).toBe('auto');
+    expect(c.limits).toMatchObject({ defaultDiskGiB: 10, maxDiskGiB: 100, diskInodesPerGiB: 65_536 });
+    expect(c.orgLimits).toEqual({ maxSandboxes: 50, maxCpu: 64, maxMemoryMiB: 131_072, retryAfterSeconds: 30 });
+    expect(loadConfig({ NESTBOX_REFLINK_STORE: 'off' }).hostAgent.reflinkStore).toBe('off');
+    expect(() => loadConfig({ NESTBOX_DEFAULT_DISK_GIB: '20', NESTBOX_MAX_DISK_GIB: '10' })).toThrow(/NESTBOX_DEFAULT_DISK_GIB: must not exceed NESTBOX_MAX_DISK_GIB/);
+    expect(() => loadConfig({ NESTBOX_ORG_MAX_SANDBOXES: '0' })).toThrow(/NESTBOX_ORG_MAX_SANDBOXES/);
+  });
+
   it('refuses a misspelt NESTBOX_ variable but ignores the test suite’s own', () => {
     expect(() => loadConfig({ NESTBOX_PROT: '1' })).toThrow(/NESTBOX_PROT: unknown setting/);
     expect(() => loadConfig({ NESTBOX_TEST_IMAGES_DIR: '/x' })).not.toThrow();

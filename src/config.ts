@@ -63,9 +63,24 @@ const ConfigSchema = z.object({
   NESTBOX_MAX_MEMORY_MIB: positiveInt.default(8192),
   NESTBOX_MAX_UPLOAD_BYTES: positiveInt.default(10 * 1024 ** 3),
   NESTBOX_MAX_FORK_COUNT: positiveInt.default(10),
+  // Disk of each sandbox (its writable layer, a file system of this size of its own: a full disk
+  // is ENOSPC inside the sandbox, never the host's). A fork gets its source's size.
+  NESTBOX_DEFAULT_DISK_GIB: positiveInt.max(16_384).default(10),
+  NESTBOX_MAX_DISK_GIB: positiveInt.max(16_384).default(100),
+  // Inodes (files, directories, links) per GiB of sandbox disk: ext4's own default ratio.
+  NESTBOX_DISK_INODES_PER_GIB: positiveInt.min(1024).max(4_194_304).default(65_536),
+  // Per organisation: sandboxes that are not stopped or deleted, and the vCPUs and memory they
+  // hold. Over a limit, create, fork and resume answer 429 with Retry-After.
+  NESTBOX_ORG_MAX_SANDBOXES: positiveInt.default(50),
+  NESTBOX_ORG_MAX_CPU: positiveInt.default(64),
+  NESTBOX_ORG_MAX_MEMORY_MIB: positiveInt.default(131_072),
+  // Retry-After of a 429 for an organisation limit (a sandbox has to stop before a retry can pass).
+  NESTBOX_QUOTA_RETRY_AFTER_SECONDS: positiveInt.max(3600).default(30),
   // Host agent: where sandbox disks live. "auto" = use the data dir when it supports reflink,
-  // otherwise create a loop-mounted XFS image of NESTBOX_REFLINK_STORE_GIB there; "off" = plain copies.
-  NESTBOX_REFLINK_STORE: z.enum(['auto', 'off']).default('off'),
+  // otherwise create a loop-mounted sparse XFS file of NESTBOX_REFLINK_STORE_GIB there, so forks
+  // and snapshots share blocks instead of copying them; "off" = plain copies (a fork writes a
+  // full copy of its source's disk; a warning says so at start).
+  NESTBOX_REFLINK_STORE: z.enum(['auto', 'off']).default('auto'),
   NESTBOX_REFLINK_STORE_GIB: positiveInt.default(64),
   // Host agent: what runs sandboxes. "cloud-hypervisor" = microVMs; needs /dev/kvm, a pinned
   // cloud-hypervisor binary and the VM image (`nestbox image build --vm`).
@@ -115,7 +130,12 @@ export interface Config {
     maxMemoryMiB: number;
     maxUploadBytes: number;
     maxForkCount: number;
+    defaultDiskGiB: number;
+    maxDiskGiB: number;
+    diskInodesPerGiB: number;
   };
+  /** Per-organisation limits (429 with Retry-After when exceeded). */
+  orgLimits: { maxSandboxes: number; maxCpu: number; maxMemoryMiB: number; retryAfterSeconds: number };
   /** Hosted ports. */
   ports: { publicDomain?: string; publicScheme: 'http' | 'https'; publicUrl?: string };
   backgroundIntervalMs: number;
@@ -140,6 +160,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const e = parsed.data;
   if (e.NESTBOX_DEFAULT_TIMEOUT_SECONDS > e.NESTBOX_MAX_TIMEOUT_SECONDS) {
     throw new ConfigError('invalid configuration:\n  NESTBOX_DEFAULT_TIMEOUT_SECONDS: must not exceed NESTBOX_MAX_TIMEOUT_SECONDS');
+  }
+  if (e.NESTBOX_DEFAULT_DISK_GIB > e.NESTBOX_MAX_DISK_GIB) {
+    throw new ConfigError('invalid configuration:\n  NESTBOX_DEFAULT_DISK_GIB: must not exceed NESTBOX_MAX_DISK_GIB');
   }
   const dataDir = resolve(e.NESTBOX_DATA_DIR);
   return {
@@ -178,6 +201,15 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       maxMemoryMiB: e.NESTBOX_MAX_MEMORY_MIB,
       maxUploadBytes: e.NESTBOX_MAX_UPLOAD_BYTES,
       maxForkCount: e.NESTBOX_MAX_FORK_COUNT,
+      defaultDiskGiB: e.NESTBOX_DEFAULT_DISK_GIB,
+      maxDiskGiB: e.NESTBOX_MAX_DISK_GIB,
+      diskInodesPerGiB: e.NESTBOX_DISK_INODES_PER_GIB,
+    },
+    orgLimits: {
+      maxSandboxes: e.NESTBOX_ORG_MAX_SANDBOXES,
+      maxCpu: e.NESTBOX_ORG_MAX_CPU,
+      maxMemoryMiB: e.NESTBOX_ORG_MAX_MEMORY_MIB,
+      retryAfterSeconds: e.NESTBOX_QUOTA_RETRY_AFTER_SECONDS,
     },
     ports: { publicDomain: e.NESTBOX_PUBLIC_DOMAIN, publicScheme: e.NESTBOX_PUBLIC_SCHEME, publicUrl: e.NESTBOX_PUBLIC_URL?.replace(/\/+$/, '') },
     backgroundIntervalMs: e.NESTBOX_BACKGROUND_INTERVAL_MS,

@@ -69,8 +69,12 @@ export async function startServer(config: Config, log: (m: string) => void = (m)
       maxTimeoutSeconds: config.limits.maxTimeoutSeconds,
       maxListLimit: 1000,
       maxForkCount: config.limits.maxForkCount,
+      defaultDiskGiB: config.limits.defaultDiskGiB,
+      maxDiskGiB: config.limits.maxDiskGiB,
+      diskInodesPerGiB: config.limits.diskInodesPerGiB,
     },
     instanceId,
+    config.orgLimits,
   );
 
   const snapshots = new SnapshotService(db, hosts, sandboxes);

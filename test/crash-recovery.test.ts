@@ -1,12 +1,12 @@
 // kill -9 of the server or of the host agent loses nothing. The server runs as its own process
 // here (the real CLI), so it can be killed for real.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { mkdtempSync, readFileSync, readdirSync, statSync } from 'node:fs';
 import net from 'node:net';
 import knexFactory, { type Knex } from 'knex';
 import supertest from 'supertest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, testEnv, waitFor } from './harness.js';
+import { createTestDatabase, removeDataDir, testEnv, waitFor } from './harness.js';
 import { residueOf, snapshotHostNetwork } from './residue.js';
 import { projectPath } from '../src/paths.js';
 import { TRANSITIONAL_STATES } from '../core/state-machine.js';
@@ -100,7 +100,7 @@ afterAll(async () => {
   }
   await db.destroy();
   await database.drop();
-  rmSync(dataDir, { recursive: true, force: true });
+  removeDataDir(dataDir);
 });
 
 describe('crash recovery', () => {

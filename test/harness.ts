@@ -1,6 +1,6 @@
 // Shared test plumbing: a real server (control plane + local host agent child process) on a
 // fresh database, real PostgreSQL by default, PGlite on request.
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import knexFactory from 'knex';
 import supertest from 'supertest';
@@ -8,6 +8,7 @@ import { loadConfig } from '../src/config.js';
 import { startServer, type RunningServer } from '../src/server.js';
 import { generateApiKey } from '../core/services/auth.js';
 import { serverSentEvents } from '../host/protocol/sse.js';
+import { removeTree } from '../host/images/base-image.js';
 
 export const TEST_IMAGES_DIR = process.env.NESTBOX_TEST_IMAGES_DIR ?? '/var/tmp/nestbox-test-images';
 export const TEST_DATABASE_URL = process.env.NESTBOX_TEST_DATABASE_URL ?? 'postgres://nestbox:nestbox@127.0.0.1:5432/postgres';
@@ -28,6 +29,15 @@ export async function createTestDatabase(): Promise<{ url: string; drop: () => P
       await a.destroy();
     },
   };
+}
+
+/**
+ * Removes a test server's data dir. With the default `NESTBOX_REFLINK_STORE=auto` it holds
+ * mounts (the loop-mounted XFS store, each sandbox's disk and each snapshot's image): they are
+ * unmounted first, deepest first, so nothing of them (loop devices included) outlives the test.
+ */
+export function removeDataDir(dataDir: string): void {
+  removeTree(dataDir);
 }
 
 export interface TestServer {
@@ -115,7 +125,7 @@ export async function startTestServer(opts: { database?: 'postgres' | 'pglite'; 
       await destroyAllSandboxes(server);
       await server.close();
       await db?.drop();
-      rmSync(dataDir, { recursive: true, force: true });
+      removeDataDir(dataDir);
     },
   };
 }

@@ -29,7 +29,8 @@ describe('pause and wake on use', () => {
     expect(paused.status).toBe(200);
     expect(paused.body).toMatchObject({ state: 'paused', pauseReason: 'user' });
     expect((await post(`/sandboxes/${s.id}/pause`)).status).toBe(200); // retry-safe
-    const counterFile = `${t.dataDir}/host/sandboxes/${s.id}/upper/tmp/counter`;
+    // The sandbox's disk (its own file system, mounted on the host) in the default reflink store.
+    const counterFile = `${t.dataDir}/host/store/sandboxes/${s.id}/fs/upper/tmp/counter`;
     const { readFileSync } = await import('node:fs');
     const frozenAt = readFileSync(counterFile, 'utf8');
     await new Promise((r) => setTimeout(r, 500));

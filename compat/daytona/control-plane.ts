@@ -96,7 +96,6 @@ function unhonouredOptions(body: CreateBody): string[] {
   if (body.user !== undefined && body.user !== 'root') out.push(`user (processes run as root)`);
   if (body.public) out.push('public (preview URLs always need a token)');
   if (body.target !== undefined) out.push('target (placement is Nestbox\'s own)');
-  if (body.disk !== undefined) out.push('disk (no per-sandbox disk quota)');
   if (body.gpuType?.length) out.push('gpuType');
   if (body.spot !== undefined) out.push('spot');
   if (body.kvm !== undefined) out.push('kvm');
@@ -145,6 +144,8 @@ export function createInput(body: CreateBody, maxSeconds: number): CreateSandbox
     snapshot: body.snapshot,
     cpu: body.cpu,
     memoryMiB: body.memory === undefined ? undefined : body.memory * 1024,
+    // GiB in both APIs: the size of the sandbox's disk (400 naming `diskGiB` when out of range).
+    diskGiB: body.disk,
     env: body.env,
     labels: body.labels,
     // Daytona sandboxes have no absolute lifetime unless a TTL is set; idleness stops them.
@@ -160,7 +161,7 @@ const SORT_KEYS: Record<string, NonNullable<ListSandboxesInput['sort']>['key']> 
   name: 'name',
   cpu: 'cpu',
   memoryGib: 'memoryMiB',
-  // Every sandbox has the same (unlimited) disk, so creation order is a correct disk order.
+  // Not a sort key of core's list (yet): disk order falls back to creation order.
   diskGib: 'createdAt',
   lastActivityAt: 'lastActivityAt',
   createdAt: 'createdAt',

@@ -4,7 +4,7 @@
 // here; nothing else decides a Daytona status.
 import { STATUS_CODES } from 'node:http';
 import type { Response } from 'express';
-import { NestboxError, toNestboxError } from '../../core/errors.js';
+import { NestboxError, retryAfterSeconds, toNestboxError } from '../../core/errors.js';
 
 export type DaytonaSurface = 'api' | 'toolbox';
 
@@ -58,5 +58,7 @@ export function renderDaytonaError(res: Response, err: unknown, surface: Daytona
     res.destroy();
     return;
   }
+  // The SDK maps 429 to DaytonaRateLimitError.
+  if (e.status === 429) res.setHeader('Retry-After', String(retryAfterSeconds(e)));
   res.status(e.status).json(daytonaErrorBody(e, surface, res.req.originalUrl.split('?')[0], res.req.method));
 }

@@ -72,8 +72,8 @@ export function renderDaytonaSandbox(s: Sandbox, toolboxUrl: string, opts: { ful
     cpu: s.cpu,
     gpu: 0,
     memory: s.memoryMiB / 1024,
-    // Nestbox sets no disk quota per sandbox; 0 says "not limited" rather than inventing a size.
-    disk: 0,
+    // GiB; 0 for a sandbox created before disk quotas (its disk has no limit of its own).
+    disk: s.diskGiB ?? 0,
     state: DAYTONA_STATE[s.state],
     desiredState: DESIRED_STATE[s.state],
     errorReason: s.errorMessage ?? undefined,

@@ -138,7 +138,7 @@ export function createControlPlaneRouter(services: Services, options: ControlPla
       state: e2bState(s.state),
       cpuCount: s.cpu,
       memoryMB: s.memoryMiB,
-      diskSizeMB: 0,
+      diskSizeMB: (s.diskGiB ?? 0) * 1024,
       envdVersion: ENVD_VERSION,
       metadata: s.labels,
       volumeMounts: [],

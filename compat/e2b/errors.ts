@@ -2,7 +2,7 @@
 // wrong and its status; this file only decides how E2B clients must see it.
 import type { Response } from 'express';
 import { Code, ConnectError } from '@connectrpc/connect';
-import { NestboxError, toNestboxError } from '../../core/errors.js';
+import { NestboxError, retryAfterSeconds, toNestboxError } from '../../core/errors.js';
 
 /**
  * Control plane: `{code, message}` with `code` equal to the HTTP status, because the SDK reads
@@ -16,7 +16,8 @@ export function renderControlPlaneError(res: Response, err: unknown, log?: (m: s
     res.destroy();
     return;
   }
-  if (e.code === 'rate_limited' || e.code === 'limit_reached') res.setHeader('Retry-After', '1');
+  // The SDK waits Retry-After and retries (up to its `retries`), then raises RateLimitError.
+  if (e.status === 429) res.setHeader('Retry-After', String(retryAfterSeconds(e)));
   res.status(e.status).json({ code: e.status, message: e.message });
 }
 
@@ -56,6 +57,7 @@ const CONNECT_CODES: Record<string, Code> = {
   range_not_satisfiable: Code.OutOfRange,
   limit_reached: Code.ResourceExhausted,
   rate_limited: Code.ResourceExhausted,
+  quota_exceeded: Code.ResourceExhausted,
   internal: Code.Internal,
   not_supported: Code.Unimplemented,
   host_unavailable: Code.Unavailable,

@@ -152,8 +152,11 @@ describe('Daytona control plane with @daytonaio/sdk', () => {
   it('reports accepted-but-unhonoured create options and refuses unsupported ones with not_supported', async () => {
     const res = await rawFetch(env, '/daytona/api/sandbox', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ env: {}, labels: {}, disk: 10, spot: true, public: true }) });
     expect(res.status).toBe(200);
-    expect(res.headers.get('x-nestbox-unhonoured-options')).toMatch(/disk.*public|public.*disk/);
-    const created = (await res.json()) as { id: string };
+    expect(res.headers.get('x-nestbox-unhonoured-options')).toMatch(/public/);
+    // `disk` is honoured now: the sandbox's own disk of that many GiB.
+    expect(res.headers.get('x-nestbox-unhonoured-options')).not.toMatch(/disk/);
+    const created = (await res.json()) as { id: string; disk: number };
+    expect(created.disk).toBe(10);
     await rawFetch(env, `/daytona/api/sandbox/${created.id}`, { method: 'DELETE' });
 
     const image = await env.daytona.create({ image: 'python:3.12' }).catch((e: unknown) => e);

@@ -9,11 +9,11 @@ export interface DaytonaTestEnv {
   daytona: Daytona;
 }
 
-export async function startDaytonaEnv(): Promise<DaytonaTestEnv> {
+export async function startDaytonaEnv(serverEnv?: Record<string, string>): Promise<DaytonaTestEnv> {
   // The SDK reads DAYTONA_* from the environment only when the config is incomplete; make sure
   // nothing from the machine leaks in.
   for (const k of Object.keys(process.env)) if (k.startsWith('DAYTONA_')) delete process.env[k];
-  const server = await startTestServer();
+  const server = await startTestServer({ env: serverEnv });
   const apiUrl = `${server.url}/daytona/api`;
   const daytona = new Daytona({ apiUrl, apiKey: server.apiKey });
   return { server, apiUrl, daytona };

@@ -8,8 +8,8 @@ export interface E2bTestServer extends TestServer {
   opts: { apiKey: string; apiUrl: string; sandboxUrl: string };
 }
 
-export async function startE2bTestServer(): Promise<E2bTestServer> {
-  const server = await startTestServer();
+export async function startE2bTestServer(env?: Record<string, string>): Promise<E2bTestServer> {
+  const server = await startTestServer({ env });
   return { ...server, opts: { apiKey: server.apiKey, apiUrl: `${server.url}/e2b`, sandboxUrl: server.url } };
 }
 

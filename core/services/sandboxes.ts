@@ -1,5 +1,5 @@
 import type { Readable } from 'node:stream';
-import type { Db } from '../store/db.js';
+import type { Db, DbOrTx } from '../store/db.js';
 import { sandboxRepository, sortValueOf, SANDBOX_SORT_KEYS, type SandboxPatch, type SandboxSortKey } from '../store/repositories/sandboxes.js';
 import { errors, NestboxError, toNestboxError } from '../errors.js';
 import { newOperationId, newSandboxId } from '../ids.js';
@@ -22,6 +22,21 @@ export interface SandboxLimits {
   maxTimeoutSeconds: number;
   maxListLimit: number;
   maxForkCount: number;
+  defaultDiskGiB: number;
+  maxDiskGiB: number;
+  /** Inode limit of a sandbox's disk per GiB of it. */
+  diskInodesPerGiB: number;
+}
+
+/** Per-organisation limits, checked atomically at create, fork and resume. */
+export interface OrganizationLimits {
+  /** Sandboxes that are neither stopped nor deleted. */
+  maxSandboxes: number;
+  /** vCPUs and memory of those sandboxes. */
+  maxCpu: number;
+  maxMemoryMiB: number;
+  /** Retry-After of the 429 when a limit is reached. */
+  retryAfterSeconds: number;
 }
 
 export interface LifecyclePolicy {
@@ -38,6 +53,8 @@ export interface CreateSandboxInput extends LifecyclePolicy {
   snapshot?: string;
   cpu?: number;
   memoryMiB?: number;
+  /** Size of the sandbox's disk (its writable layer), default and maximum from the config. */
+  diskGiB?: number;
   env?: Record<string, string>;
   labels?: Record<string, string>;
   timeoutSeconds?: number;
@@ -190,7 +207,39 @@ export class SandboxService {
     private readonly limits: SandboxLimits,
     /** Id of this control-plane instance, recorded as the owner of operations it runs. */
     private readonly instanceId: string,
+    private readonly orgLimits: OrganizationLimits = { maxSandboxes: Number.MAX_SAFE_INTEGER, maxCpu: Number.MAX_SAFE_INTEGER, maxMemoryMiB: Number.MAX_SAFE_INTEGER, retryAfterSeconds: 30 },
   ) {}
+
+  /**
+   * Runs `task` (the inserts or the state change that makes sandboxes count) in one transaction
+   * with the organisation's row locked, after checking that `ask` more sandboxes, vCPUs and
+   * memory fit in its limits: two concurrent creates serialise on the lock, so they cannot both
+   * pass on the same spare capacity. Nothing here waits for a host agent (PGlite has one
+   * connection; see store/db.ts).
+   */
+  private async withinQuota<T>(organizationId: string, ask: { sandboxes: number; cpu: number; memoryMiB: number }, task: (tx: DbOrTx) => Promise<T>, excludeId?: string): Promise<T> {
+    return this.db.transaction(async (tx) => {
+      await tx('organizations').where({ id: organizationId }).forUpdate().first('id');
+      const used = await sandboxRepository(tx).usageOf(organizationId, excludeId);
+      const l = this.orgLimits;
+      const retryAfterSeconds = l.retryAfterSeconds;
+      const checks = [
+        { limit: 'sandboxes', max: l.maxSandboxes, current: used.sandboxes, requested: ask.sandboxes, what: 'sandboxes that are not stopped', setting: 'NESTBOX_ORG_MAX_SANDBOXES' },
+        { limit: 'cpu', max: l.maxCpu, current: used.cpu, requested: ask.cpu, what: 'vCPUs', setting: 'NESTBOX_ORG_MAX_CPU' },
+        { limit: 'memoryMiB', max: l.maxMemoryMiB, current: used.memoryMiB, requested: ask.memoryMiB, what: 'MiB of memory', setting: 'NESTBOX_ORG_MAX_MEMORY_MIB' },
+      ];
+      for (const c of checks) {
+        if (c.current + c.requested > c.max) {
+          throw errors.quotaExceeded(
+            c.limit,
+            `organisation limit reached: ${c.current} of ${c.max} ${c.what} in use, this call needs ${c.requested} more (stop or delete sandboxes, or raise ${c.setting})`,
+            { max: c.max, current: c.current, requested: c.requested, retryAfterSeconds },
+          );
+        }
+      }
+      return task(tx);
+    });
+  }
 
   private repo() {
     return sandboxRepository(this.db);
@@ -207,20 +256,22 @@ export class SandboxService {
     const host = snapshot ? await this.hosts.aliveHost(snapshot.hostId) : await this.hosts.pickHost();
     const operationId = newOperationId();
     const name = validateName(input.name);
-    const created = await this.repo().insertCreating({
-      id: newSandboxId(),
-      organizationId: principal.organizationId,
-      hostId: host.id,
-      name,
-      ...spec,
-      idleTimeoutSeconds: policy.idleTimeoutSeconds ?? 0,
-      idleAction: policy.idleAction ?? 'pause',
-      autoDeleteSeconds: policy.autoDeleteSeconds ?? null,
-      sourceSnapshotId: snapshot?.id ?? null,
-      egress,
-      operationId,
-      operationOwner: this.instanceId,
-    }).catch((err) => {
+    const created = await this.withinQuota(principal.organizationId, { sandboxes: 1, cpu: spec.cpu, memoryMiB: spec.memoryMiB }, (tx) =>
+      sandboxRepository(tx).insertCreating({
+        id: newSandboxId(),
+        organizationId: principal.organizationId,
+        hostId: host.id,
+        name,
+        ...spec,
+        idleTimeoutSeconds: policy.idleTimeoutSeconds ?? 0,
+        idleAction: policy.idleAction ?? 'pause',
+        autoDeleteSeconds: policy.autoDeleteSeconds ?? null,
+        sourceSnapshotId: snapshot?.id ?? null,
+        egress,
+        operationId,
+        operationOwner: this.instanceId,
+      }),
+    ).catch((err) => {
       throw nameConflict(err, name);
     });
     const client = this.hosts.clientForRecord(host);
@@ -272,7 +323,9 @@ export class SandboxService {
     }
     const image = input.image ?? l.defaultImage;
     if (image !== l.defaultImage) throw errors.validation('image', `unknown image "${image}" (available: ${l.defaultImage})`);
-    return { image, cpu, memoryMiB, env, labels: input.labels ?? {}, timeoutSeconds };
+    const diskGiB = input.diskGiB ?? l.defaultDiskGiB;
+    if (!Number.isInteger(diskGiB) || diskGiB < 1 || diskGiB > l.maxDiskGiB) throw errors.validation('diskGiB', `must be an integer from 1 to ${l.maxDiskGiB}`);
+    return { image, cpu, memoryMiB, diskGiB, env, labels: input.labels ?? {}, timeoutSeconds };
   }
 
   private validatePolicy(input: LifecyclePolicy): LifecyclePolicy {
@@ -311,7 +364,8 @@ export class SandboxService {
   }
 
   private hostSpec(s: Sandbox): HostSandboxSpec {
-    return { id: s.id, image: s.image, cpu: s.cpu, memoryMiB: s.memoryMiB, env: s.env, egress: s.egress };
+    const disk = s.diskGiB === null ? {} : { diskGiB: s.diskGiB, diskInodes: Math.max(1024, s.diskGiB * this.limits.diskInodesPerGiB) };
+    return { id: s.id, image: s.image, cpu: s.cpu, memoryMiB: s.memoryMiB, env: s.env, egress: s.egress, ...disk };
   }
 
   /** The only way handlers load a sandbox: another organisation's (or a key's unlisted) sandbox is simply not found. */
@@ -394,10 +448,10 @@ export class SandboxService {
   }
 
   /** Mark the beginning of `op`: compare-and-set into its transitional state, owned by this instance. */
-  private async begin(sandbox: Sandbox, op: Operation): Promise<{ sandbox: Sandbox; operationId: string }> {
+  private async begin(sandbox: Sandbox, op: Operation, db: DbOrTx = this.db): Promise<{ sandbox: Sandbox; operationId: string }> {
     assertCanBegin(op, sandbox.id, sandbox.state);
     const operationId = newOperationId();
-    const began = await this.repo().transition(sandbox.id, op.from, {
+    const began = await sandboxRepository(db).transition(sandbox.id, op.from, {
       state: op.via,
       operation: op.name,
       operationId,
@@ -405,10 +459,20 @@ export class SandboxService {
       operationStartedAt: new Date(),
     });
     if (!began) {
-      const current = (await this.repo().findById(sandbox.id))?.state ?? 'deleted';
+      const current = (await sandboxRepository(db).findById(sandbox.id))?.state ?? 'deleted';
       throw errors.invalidState('sandbox', sandbox.id, current, op.from, op.name);
     }
     return { sandbox: began, operationId };
+  }
+
+  /**
+   * Start of a stopped sandbox: it begins to count again (a stopped sandbox holds no runtime),
+   * so the organisation's limits are checked under the same lock as creates. A paused sandbox
+   * never stopped counting, so its unpause needs no check.
+   */
+  private beginStart(sandbox: Sandbox): Promise<{ sandbox: Sandbox; operationId: string }> {
+    assertCanBegin(OPERATIONS.start, sandbox.id, sandbox.state);
+    return this.withinQuota(sandbox.organizationId, { sandboxes: 1, cpu: sandbox.cpu, memoryMiB: sandbox.memoryMiB }, (tx) => this.begin(sandbox, OPERATIONS.start, tx), sandbox.id);
   }
 
   async stop(principal: Principal, id: string): Promise<Sandbox> {
@@ -447,7 +511,7 @@ export class SandboxService {
     const sandbox = await this.load(principal, id);
     if (sandbox.state === 'running') return sandbox; // retry-safe
     if (sandbox.state === 'paused') return this.unpause(principal, id);
-    const { operationId } = await this.begin(sandbox, OPERATIONS.start);
+    const { operationId } = await this.beginStart(sandbox);
     return this.finishResume(sandbox, operationId);
   }
 
@@ -534,7 +598,7 @@ export class SandboxService {
       if (sandbox.state === 'running' || !isWakeable(sandbox) && !isTransitional(sandbox.state)) return sandbox;
       try {
         if (sandbox.state === 'paused') return await this.finishUnpause(sandbox, (await this.begin(sandbox, OPERATIONS.unpause)).operationId);
-        if (sandbox.state === 'stopped') return await this.finishResume(sandbox, (await this.begin(sandbox, OPERATIONS.start)).operationId);
+        if (sandbox.state === 'stopped') return await this.finishResume(sandbox, (await this.beginStart(sandbox)).operationId);
       } catch (err) {
         // Another call won the race to wake it; wait for that one below.
         if (!(err instanceof NestboxError && err.code === 'invalid_state')) throw err;
@@ -622,15 +686,18 @@ export class SandboxService {
     const timeoutSeconds = this.validateTimeout(input.timeoutSeconds ?? this.limits.defaultTimeoutSeconds);
     const operationId = newOperationId();
     const children: Sandbox[] = [];
+    await this.withinQuota(source.organizationId, { sandboxes: count, cpu: source.cpu * count, memoryMiB: source.memoryMiB * count }, async (tx) => {
     for (let i = 0; i < count; i++) {
       children.push(
-        await this.repo().insertCreating({
+        await sandboxRepository(tx).insertCreating({
           id: newSandboxId(),
           organizationId: source.organizationId,
           hostId: source.hostId!,
           image: source.image,
           cpu: source.cpu,
           memoryMiB: source.memoryMiB,
+          // A child's disk is a clone of its source's, so it has the same size (and usage).
+          diskGiB: source.diskGiB ?? this.limits.defaultDiskGiB,
           env: source.env,
           labels: { ...source.labels, ...input.labels },
           timeoutSeconds,
@@ -651,6 +718,7 @@ export class SandboxService {
         }),
       );
     }
+    });
     const client = await this.hosts.clientFor(source.hostId!);
     let result;
     try {

@@ -33,6 +33,13 @@ export interface SandboxSpec {
   snapshot?: string;
   /** Outbound network policy (default allow all); drivers without egress control refuse others. */
   egress?: EgressPolicySpec;
+  /**
+   * Size of the sandbox's writable disk in GiB: writes beyond it fail with ENOSPC inside, and
+   * `df` there shows it. Default: the driver's. A fork's children keep their source's size.
+   */
+  diskGiB?: number;
+  /** Inode limit of that disk (default: the driver's inodes per GiB × diskGiB). */
+  diskInodes?: number;
 }
 
 /** Outbound network policy of a sandbox (isolation rules apply whatever it says). */

@@ -134,6 +134,10 @@ export class HttpHostClient implements HostClient {
         reject(new NestboxError('host_unavailable', `host ${this.hostId} is not reachable: ${err.message}`));
       });
       if (o.body) {
+        // A streamed body may be answered before it is all sent (507 disk full, 413): the host
+        // agent then closes the connection, and a keep-alive socket put back in the pool would
+        // fail the next, unrelated request with ECONNRESET. Streamed requests get their own.
+        req.shouldKeepAlive = false;
         pipeline(o.body, req).catch((err) => req.destroy(err));
       } else {
         req.end(payload);

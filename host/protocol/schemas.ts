@@ -39,6 +39,8 @@ export const HostSandboxSpec = z
     env: z.record(z.string(), z.string()),
     snapshot: SnapshotIdParam.optional(),
     egress: EgressPolicy.optional(),
+    diskGiB: z.number().int().min(1).max(16_384).optional(),
+    diskInodes: z.number().int().min(1024).max(2 ** 32 - 1).optional(),
   })
   .strict();
 export type HostSandboxSpec = z.infer<typeof HostSandboxSpec>;

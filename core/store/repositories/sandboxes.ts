@@ -37,6 +37,7 @@ interface SandboxRow {
   forked_from: string | null;
   egress: unknown;
   name: string | null;
+  disk_gib: number | null;
 }
 
 const date = (v: Date | string | null): Date | null => (v === null ? null : v instanceof Date ? v : new Date(v));
@@ -79,6 +80,7 @@ function fromRow(r: SandboxRow): Sandbox {
     forkedFrom: r.forked_from,
     egress: r.egress ? json<Sandbox['egress']>(r.egress) : { mode: 'allow-all' },
     name: r.name ?? null,
+    diskGiB: r.disk_gib ?? null,
   };
 }
 
@@ -165,6 +167,7 @@ export interface NewSandbox {
   egress?: Sandbox['egress'];
   /** Unique per organisation among sandboxes that are not deleted (Daytona addresses sandboxes by name). */
   name?: string | null;
+  diskGiB: number;
 }
 
 export interface ListFilter {
@@ -237,6 +240,7 @@ export function sandboxRepository(db: DbOrTx) {
           forked_from: s.forkedFrom ?? null,
           egress: s.egress ? JSON.stringify(s.egress) : null,
           name: s.name ?? null,
+          disk_gib: s.diskGiB,
           last_activity_at: new Date(),
         })
         .returning('*');
@@ -366,6 +370,21 @@ export function sandboxRepository(db: DbOrTx) {
         .where({ id })
         .where((w) => w.whereNull('last_activity_at').orWhere('last_activity_at', '<', new Date(now.getTime() - granularityMs)))
         .update({ last_activity_at: now });
+    },
+
+    /**
+     * What an organisation holds now: sandboxes that are neither stopped nor deleted (they may
+     * hold a runtime: running, paused, in an operation, or error), and their vCPUs and memory.
+     * Callers take the organisation's row lock first (SandboxService.withinQuota).
+     */
+    async usageOf(organizationId: string, excludeId?: string): Promise<{ sandboxes: number; cpu: number; memoryMiB: number }> {
+      const q = db('sandboxes')
+        .where({ organization_id: organizationId })
+        .whereNotIn('state', ['stopped', 'deleted'])
+        .select(db.raw('count(*) as sandboxes'), db.raw('coalesce(sum(cpu), 0) as cpu'), db.raw('coalesce(sum(memory_mib), 0) as memory_mib'));
+      if (excludeId) q.whereNot({ id: excludeId });
+      const [row] = (await q) as { sandboxes: string | number; cpu: string | number; memory_mib: string | number }[];
+      return { sandboxes: Number(row.sandboxes), cpu: Number(row.cpu), memoryMiB: Number(row.memory_mib) };
     },
 
     async countUsingSnapshot(snapshotId: string): Promise<number> {

@@ -16,6 +16,7 @@ import { copyFile, lstat, mkdir, open, readdir, rename, rm, writeFile } from 'no
 import { dirname, join, resolve } from 'node:path';
 import type { DiskCopyMode } from '../types.js';
 import { assertSafeHostPath } from './spawn.js';
+import { mountPointsUnder } from '../../images/base-image.js';
 
 export type { DiskCopyMode };
 
@@ -73,6 +74,23 @@ export class DiskStore {
     probes.reflinkStoreImage = configured.imagePath;
     probes.diskCopy = 'reflink';
     return new DiskStore(mountPoint, 'reflink', probes);
+  }
+
+  /**
+   * Clones a disk image file (a sandbox's or a snapshot's `disk.img`): on a reflink store the
+   * clone shares every block with its source (FICLONE), otherwise the allocated blocks are
+   * copied and holes stay holes. `target` appears complete or not at all.
+   */
+  async cloneImage(source: string, target: string): Promise<void> {
+    const temp = `${target}.partial-${randomBytes(4).toString('hex')}`;
+    try {
+      if (this.mode === 'reflink') await copyFile(source, temp, fsConstants.COPYFILE_FICLONE_FORCE);
+      else await run('cp', ['--sparse=always', '--', source, temp], 0);
+      await rename(temp, target);
+    } catch (error) {
+      await rm(temp, { force: true }).catch(() => {});
+      throw error;
+    }
   }
 
   /** Copies a directory tree to `target` (which must not exist); on failure nothing is left at `target`. */
@@ -197,6 +215,10 @@ export async function unmountReflinkStore(dataDir: string): Promise<void> {
   if (!mountedFsType(mountPoint)) return;
   const device = loopDeviceOf(mountPoint);
   const backingFile = device ? readFileSync(`/sys/block/${device.slice('/dev/'.length)}/loop/backing_file`, 'utf8').trim() : undefined;
+  // Sandbox disks and snapshot images are mounted inside the store (disk-quota.ts): they go first.
+  for (const nested of mountPointsUnder(mountPoint).filter((path) => path !== mountPoint).reverse()) {
+    await run('umount', ['-l', '--', nested]).catch(() => {});
+  }
   await run('umount', ['--', mountPoint]);
   // Autoclear detaches on the last close. Should the device still be attached (something held
   // it open), detach it — but only a device still backed by our image, never a reused number.

@@ -147,7 +147,7 @@ describe.skipIf(!isRoot)('LocalDriver (real kernel)', () => {
     expect(processStartTime(running.pid!)).not.toBe(running.pidStartTime);
     for (const path of running.cgroupPaths) expect(existsSync(path)).toBe(false);
     expect(existsSync(`/sys/class/net/nbxv${running.slotIndex}`)).toBe(false);
-    expect(existsSync(join(dataDir, 'sandboxes', id, 'upper', 'root', 'kept.txt'))).toBe(true);
+    expect(existsSync(join(dataDir, 'sandboxes', id, 'fs', 'upper', 'root', 'kept.txt'))).toBe(true);
 
     const restarted = await driver.start(spec(id));
     expect(restarted).toMatchObject({ status: 'running', memoryRestored: false, resumeReason: 'driver_has_no_memory_snapshot' });

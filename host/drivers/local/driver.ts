@@ -17,6 +17,7 @@ import { DriverError } from '../errors.js';
 import type { Driver, DriverCapabilities, EgressPolicySpec, EgressResult, FileView, ForkResult, SandboxRuntime, SandboxSpec, SnapshotInfo, SnapshotResult, StartResult } from '../types.js';
 import { Cgroups, type CgroupGroup } from './cgroups.js';
 import { DiskStore, type ReflinkStoreOptions } from './disk-store.js';
+import { createDiskImage, diskImagePath, diskMountPoint, inodesFor, mountDiskImage, withDiskFrozen, type DiskQuota } from './disk-quota.js';
 import { FileViews, readTail } from './file-view.js';
 import { assertSnapshotId, SnapshotStore, type SnapshotMeta } from './snapshots.js';
 import { SlotAllocator, enableIpForwarding, hostDnsServers, slotFor, teardownSlot, VETH_PREFIX, type Slot } from './network.js';
@@ -56,6 +57,10 @@ export interface LocalDriverOptions {
    * XFS (reflink=1) and loop-mounted at `<dataDir>/store`. Default `off` (plain copies).
    */
   reflinkStore?: ReflinkStoreOptions | 'off';
+  /** Disk of a sandbox whose spec names no diskGiB (default 10 GiB). */
+  defaultDiskGiB?: number;
+  /** Inode limit per GiB of disk when the spec names none (default 65536, ext4's ratio). */
+  diskInodesPerGiB?: number;
   /** A file view of a stopped sandbox stops after this long without use (default 60 s). */
   fileViewIdleMs?: number;
   /** Network slots kept built and ready for the next create (default 8; 0 = build on demand). */
@@ -81,6 +86,9 @@ const MOUNT_OPTIONS_MAX = 4_000;
 const MAX_FORK_CHILDREN = 64;
 const DEFAULT_SLOT_POOL_SIZE = 8;
 const DEFAULT_EGRESS_REFRESH_MS = 300_000;
+const DEFAULT_DISK_GIB = 10;
+const DEFAULT_DISK_INODES_PER_GIB = 65_536;
+const MAX_DISK_GIB = 16_384;
 
 export class LocalDriver implements Driver {
   readonly name = 'local' as const;
@@ -139,6 +147,7 @@ export class LocalDriver implements Driver {
     await mkdir(this.sandboxesDir, { recursive: true, mode: 0o700 });
     this.diskStore = await DiskStore.open({ dataDir: this.dataDir, reflinkStore: this.options.reflinkStore, log: this.log });
     if (this.diskStore.root !== this.dataDir) await mkdir(join(this.diskStore.root, 'sandboxes'), { recursive: true, mode: 0o700 });
+    if (this.diskStore.mode === 'copy') this.log('disk store: the data dir cannot reflink and NESTBOX_REFLINK_STORE is off, so every fork and snapshot writes a full copy of its source disk (disk quotas still hold)');
     this.snapshotStore = new SnapshotStore(join(this.diskStore.root, 'snapshots'));
     await this.snapshotStore.init();
     this.fileViews = new FileViews({
@@ -442,6 +451,9 @@ export class LocalDriver implements Driver {
           const record = this.newSandboxRecord(child);
           record.layers = source.layers ? [...source.layers] : undefined;
           record.forkedFrom = sourceId;
+          // A child's disk is a clone of its source's: same size, same usage counted against it.
+          if (source.disk) record.disk = { ...source.disk };
+          else record.disk = undefined;
           await this.makeSandboxDirs(record, { upper: false });
           await writeRecord(this.sandboxDir(child.id), record);
           this.records.set(child.id, record);
@@ -451,8 +463,12 @@ export class LocalDriver implements Driver {
         // The source is frozen for one copy only; further children copy the first child's disk,
         // which nothing runs on yet.
         const [first, ...rest] = made;
-        await this.withFrozen(source, () => this.requireDiskStore().copyTree(this.upperDirOf(source), this.upperDirOf(first)));
-        for (const record of rest) await this.requireDiskStore().copyTree(this.upperDirOf(first), this.upperDirOf(record));
+        if (source.disk) {
+          await this.withFrozen(source, () => this.cloneDisks(source, made));
+        } else {
+          await this.withFrozen(source, () => this.requireDiskStore().copyTree(this.upperDirOf(source), this.upperDirOf(first)));
+          for (const record of rest) await this.requireDiskStore().copyTree(this.upperDirOf(first), this.upperDirOf(record));
+        }
         const copyMs = Date.now() - copyStarted;
         const launches = await Promise.allSettled(made.map((record) => this.launch(record, image.rootfs)));
         const failed = launches.find((outcome): outcome is PromiseRejectedResult => outcome.status === 'rejected');
@@ -487,7 +503,13 @@ export class LocalDriver implements Driver {
         const started = Date.now();
         const meta = await store.create(
           { snapshotId, sourceId: id, image: record.spec.image, parents: record.layers ?? [], diskCopy: this.requireDiskStore().mode },
-          (layerDir) => this.withFrozen(record, () => this.requireDiskStore().copyTree(this.upperDirOf(record), layerDir)),
+          (layerDir) =>
+            this.withFrozen(record, () =>
+              record.disk
+                ? // The snapshot is a clone of the whole disk image, mounted read-only (snapshots.ts).
+                  withDiskFrozen(this.diskDirOf(record), () => this.requireDiskStore().cloneImage(diskImagePath(this.diskDirOf(record)), join(dirname(layerDir), 'disk.img')))
+                : this.requireDiskStore().copyTree(this.upperDirOf(record), layerDir),
+            ),
         );
         this.log(`snapshot ${id} → ${snapshotId}: ${meta.sizeBytes} bytes in ${Date.now() - started} ms (${meta.diskCopy})`);
         return snapshotResult(meta);
@@ -665,14 +687,37 @@ export class LocalDriver implements Driver {
     await mkdir(join(dir, 'run'), { recursive: true, mode: 0o700 });
     const diskDir = this.diskDirOf(record);
     await mkdir(diskDir, { recursive: true, mode: 0o700 });
+    // A fork's disk image is cloned from its source (cloneDisks), work/ and upper/ included.
+    if (record.disk && !options.upper) return;
+    if (record.disk) await createDiskImage(diskDir, record.disk);
     await mkdir(this.workDirOf(record), { recursive: true, mode: 0o755 });
     if (options.upper) await mkdir(this.upperDirOf(record), { recursive: true, mode: 0o755 });
+  }
+
+  /**
+   * Fork: every child's disk image is a clone of the source's, taken while the source's file
+   * system is frozen (so each clone is a clean file system), then mounted. On the reflink store
+   * a clone costs no data blocks; the child's `df` shows the source's usage from the start.
+   */
+  private async cloneDisks(source: SandboxRecord, children: SandboxRecord[]): Promise<void> {
+    const store = this.requireDiskStore();
+    await withDiskFrozen(this.diskDirOf(source), async () => {
+      for (const child of children) await store.cloneImage(diskImagePath(this.diskDirOf(source)), diskImagePath(this.diskDirOf(child)));
+    });
+    for (const child of children) await mountDiskImage(this.diskDirOf(child));
+  }
+
+  /** The disk a new sandbox gets: its spec's size (or the default) and inode limit. */
+  private diskQuotaOf(spec: SandboxSpec): DiskQuota {
+    const sizeBytes = (spec.diskGiB ?? this.options.defaultDiskGiB ?? DEFAULT_DISK_GIB) * 2 ** 30;
+    return { sizeBytes, inodes: spec.diskInodes ?? inodesFor(sizeBytes, this.options.diskInodesPerGiB ?? DEFAULT_DISK_INODES_PER_GIB) };
   }
 
   private newSandboxRecord(spec: SandboxSpec): SandboxRecord {
     const record = newRecord(spec, this.options.ownerId, join(this.sandboxDir(spec.id), 'run', 'agent.sock'), 'creating');
     const diskDir = this.newDiskDir(spec.id);
     if (diskDir !== this.sandboxDir(spec.id)) record.diskDir = diskDir;
+    record.disk = this.diskQuotaOf(spec);
     return record;
   }
 
@@ -686,12 +731,13 @@ export class LocalDriver implements Driver {
     return record.diskDir ?? this.sandboxDir(record.id);
   }
 
+  /** upper/ and work/: on the sandbox's own disk (disk-quota.ts), or in diskDir for sandboxes older than quotas. */
   private upperDirOf(record: SandboxRecord): string {
-    return join(this.diskDirOf(record), 'upper');
+    return join(record.disk ? diskMountPoint(this.diskDirOf(record)) : this.diskDirOf(record), 'upper');
   }
 
   private workDirOf(record: SandboxRecord): string {
-    return join(this.diskDirOf(record), 'work');
+    return join(record.disk ? diskMountPoint(this.diskDirOf(record)) : this.diskDirOf(record), 'work');
   }
 
   /** The snapshot layers under the sandbox's upper dir, topmost first. */
@@ -839,6 +885,10 @@ export class LocalDriver implements Driver {
       await removeRecordTempFiles(dir);
       const record = await readRecord(dir);
       if (record && record.owner !== this.options.ownerId) continue;
+      // After a reboot the sandbox's disk is a file again; mount it (a no-op when it still is).
+      if (record?.disk && record.status !== 'creating') {
+        await mountDiskImage(this.diskDirOf(record)).catch((error) => this.log(`init: sandbox ${id}: mounting its disk failed: ${String(error)}`));
+      }
       await this.withLock(id, () => this.adoptOne(id, record));
     }
   }
@@ -1001,6 +1051,8 @@ export class LocalDriver implements Driver {
     if (!(spec.cpu > 0) || spec.cpu > 1024) throw invalid(`cpu must be a positive number of vCPUs, got ${spec.cpu}`);
     if (!Number.isInteger(spec.memoryMiB) || spec.memoryMiB < 64) throw invalid(`memoryMiB must be an integer of at least 64, got ${spec.memoryMiB}`);
     if (spec.snapshot !== undefined) assertSnapshotId(spec.snapshot);
+    if (spec.diskGiB !== undefined && (!Number.isInteger(spec.diskGiB) || spec.diskGiB < 1 || spec.diskGiB > MAX_DISK_GIB)) throw invalid(`diskGiB must be an integer from 1 to ${MAX_DISK_GIB}, got ${spec.diskGiB}`);
+    if (spec.diskInodes !== undefined && (!Number.isInteger(spec.diskInodes) || spec.diskInodes < 1024)) throw invalid(`diskInodes must be an integer of at least 1024, got ${spec.diskInodes}`);
     try {
       assertValidEnv(spec.env ?? {});
     } catch (error) {

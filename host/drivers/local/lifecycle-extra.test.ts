@@ -308,7 +308,7 @@ describe.skipIf(!isRoot)('LocalDriver: pause, fork, snapshots, file views (real 
     const first = await timed('create from snapshot', () => driver.create(spec(fromOne, { snapshot: snapOne })));
     expect((await sh(first.agentSocket!, 'cat /root/one.txt /opt/tool/version; test -e /etc/motd || echo no-motd; hostname')).stdout).toBe(`layer-one\nv1\nno-motd\n${fromOne}\n`);
     // Its upper starts empty (apart from the per-sandbox /etc files): nothing was copied.
-    expect(readdirSync(join(dataDir, 'sandboxes', fromOne, 'upper')).sort()).toEqual(['etc']);
+    expect(readdirSync(join(dataDir, 'sandboxes', fromOne, 'fs', 'upper')).sort()).toEqual(['etc']);
     await expect(driver.snapshot(fromOne, snapOne)).rejects.toMatchObject({ code: 'conflict' });
 
     // A snapshot of a sandbox created from a snapshot records the chain.
@@ -377,7 +377,7 @@ describe.skipIf(!isRoot)('LocalDriver: pause, fork, snapshots, file views (real 
     } finally {
       client.close();
     }
-    expect(existsSync(join(dataDir, 'sandboxes', id, 'upper', 'root', 'x'))).toBe(false);
+    expect(existsSync(join(dataDir, 'sandboxes', id, 'fs', 'upper', 'root', 'x'))).toBe(false);
     expect(cgroups.exists(cgroups.groupFor(cgroupPath(`${id}-view`)))).toBe(true);
 
     // Through the host agent: the files-view pass-through, and 409 for /files-view of a running one.
@@ -469,8 +469,8 @@ describe.skipIf(!isRoot)('LocalDriver: pause, fork, snapshots, file views (real 
     const grew = usedBytes(store) - usedBefore;
     console.log(`[info] store usage grew by ${(grew / 2 ** 20).toFixed(1)} MiB for a fork of 1 GiB`);
     expect(grew).toBeLessThan(256 * 2 ** 20);
-    const sourceBig = join(store, 'sandboxes', source, 'upper', 'root', 'big');
-    const childBig = join(store, 'sandboxes', big, 'upper', 'root', 'big');
+    const sourceBig = join(store, 'sandboxes', source, 'fs', 'upper', 'root', 'big');
+    const childBig = join(store, 'sandboxes', big, 'fs', 'upper', 'root', 'big');
     execFileSync('cmp', [sourceBig, childBig]); // throws if they differ
     expect((await sh(forkBig.children[0].agentSocket!, 'stat -c %s /root/big; cat /root/small.txt; test -e /etc/motd || echo no-motd')).stdout).toBe(`${2 ** 30}\nsmall\nno-motd\n`);
 

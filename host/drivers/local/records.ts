@@ -43,6 +43,11 @@ export interface SandboxRecord {
   layers?: string[];
   /** Directory holding upper/ and work/ (the reflink store); absent = the sandbox dir itself. */
   diskDir?: string;
+  /**
+   * The sandbox's own disk (disk-quota.ts): upper/ and work/ live in `<diskDir>/fs/`, an ext4 of
+   * this size. Absent on sandboxes made before disk quotas (upper/ and work/ in diskDir itself).
+   */
+  disk?: { sizeBytes: number; inodes: number };
   /** The sandbox this one was forked from, for diagnostics. */
   forkedFrom?: string;
   operation?: RecordOperation;

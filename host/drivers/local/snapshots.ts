@@ -3,15 +3,22 @@
 // snapshot mounts `lowerdir=<layer>:<parent layers…>:<base rootfs>` with a fresh upper dir, so
 // nothing is copied at create. A snapshot taken of such a sandbox lists the chain in `parents`.
 //
+// A snapshot of a sandbox with its own disk (disk-quota.ts) is a clone of that disk's image,
+// `<snapshotId>/disk.img`, mounted read-only at `<snapshotId>/fs`; its layer is `fs/upper`. On
+// the reflink store the clone shares the sandbox's blocks, so a snapshot of a full disk costs
+// metadata only, and it can never be larger than the disk limit of the sandbox it was taken of.
+//
 // Crash safety: a snapshot is built in `.tmp-<id>-<random>/` and published with one rename, and
 // deleted by renaming it to `.trash-…` first; `init()` removes whatever such names a crash left.
 // Snapshot ids start with a letter or digit, so they never collide with those names.
 import { randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
 import { mkdir, readFile, readdir, rename, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { removeTree } from '../../images/base-image.js';
 import { DriverError } from '../errors.js';
 import { treeSizeBytes, type DiskCopyMode } from './disk-store.js';
+import { DISK_IMAGE_FILE, diskMountPoint, mountDiskImage } from './disk-quota.js';
 
 /** Letters, digits, `_`, `.`, `-`; no `:` or `,` (they would split overlay mount options). */
 export const SNAPSHOT_ID = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/;
@@ -46,11 +53,14 @@ export class SnapshotStore {
     await mkdir(this.dir, { recursive: true, mode: 0o700 });
     for (const entry of await readdir(this.dir)) {
       if (entry.startsWith('.tmp-') || entry.startsWith('.trash-')) await removeTree(join(this.dir, entry));
+      // After a reboot a disk-image snapshot is a file again (a no-op while it is mounted).
+      else if (existsSync(join(this.dir, entry, DISK_IMAGE_FILE))) await mountDiskImage(join(this.dir, entry), { readOnly: true });
     }
   }
 
   layerDir(snapshotId: string): string {
-    return join(this.dir, snapshotId, 'layer');
+    const dir = join(this.dir, snapshotId);
+    return existsSync(join(dir, DISK_IMAGE_FILE)) ? join(diskMountPoint(dir), 'upper') : join(dir, 'layer');
   }
 
   async get(snapshotId: string): Promise<SnapshotMeta | undefined> {
@@ -74,8 +84,9 @@ export class SnapshotStore {
   }
 
   /**
-   * Builds a snapshot: `fill(layerDir)` writes the layer (layerDir does not exist yet), then the
-   * meta is written and the whole directory appears under its name in one rename.
+   * Builds a snapshot: `fill(layerDir)` writes the layer (layerDir does not exist yet) or a
+   * disk image beside it (`disk.img`, then mounted read-only), then the meta is written and the
+   * whole directory appears under its name in one rename.
    */
   async create(
     meta: Omit<SnapshotMeta, 'version' | 'createdAt' | 'sizeBytes'>,
@@ -84,8 +95,12 @@ export class SnapshotStore {
     const temp = join(this.dir, `.tmp-${meta.snapshotId}-${randomBytes(4).toString('hex')}`);
     await mkdir(temp, { mode: 0o700 });
     try {
-      const layer = join(temp, 'layer');
+      let layer = join(temp, 'layer');
       await fill(layer);
+      if (existsSync(join(temp, DISK_IMAGE_FILE))) {
+        await mountDiskImage(temp, { readOnly: true });
+        layer = join(diskMountPoint(temp), 'upper');
+      }
       const full: SnapshotMeta = { version: META_VERSION, ...meta, createdAt: new Date().toISOString(), sizeBytes: await treeSizeBytes(layer) };
       await writeFile(join(temp, META_FILE), `${JSON.stringify(full, null, 2)}\n`, { mode: 0o600 });
       try {

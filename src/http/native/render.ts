@@ -11,6 +11,7 @@ export function renderSandbox(s: Sandbox) {
     image: s.image,
     cpu: s.cpu,
     memoryMiB: s.memoryMiB,
+    diskGiB: s.diskGiB,
     labels: s.labels,
     timeoutSeconds: s.timeoutSeconds,
     expiresAt: iso(s.expiresAt),

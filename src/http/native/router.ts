@@ -4,7 +4,7 @@ import express, { type Request, type Response, type Router } from 'express';
 import { OpenAPIBackend, type Context, type Document } from 'openapi-backend';
 import { load as loadYaml } from 'js-yaml';
 import addFormats from 'ajv-formats';
-import { NestboxError, toNestboxError } from '../../../core/errors.js';
+import { NestboxError, retryAfterSeconds, toNestboxError } from '../../../core/errors.js';
 import { requireScope } from '../../../core/services/auth.js';
 import { SCOPES, type Principal, type Scope } from '../../../core/types.js';
 import type { Services } from '../../services.js';
@@ -19,6 +19,7 @@ export function renderNativeError(res: Response, err: unknown, log?: (m: string)
     res.destroy();
     return;
   }
+  if (e.status === 429) res.setHeader('Retry-After', String(retryAfterSeconds(e)));
   res.status(e.status).json({ error: e.toJSON() });
 }
 
