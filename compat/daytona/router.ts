@@ -41,10 +41,7 @@ export function createDaytonaRouter(services: Services): Router {
     if (!req.headers.authorization && signed && req.path === signed.path && typeof req.query.signature === 'string') {
       const sandboxId = String(req.params.sandboxId);
       Promise.resolve()
-        .then(() => {
-          verifySignedFileUrl(services, sandboxId, req.method, String(req.query.path ?? ''), String(req.query.expires ?? ''), String(req.query.signature));
-          return services.sandboxes.sandboxPrincipal(sandboxId, [signed.scope], 'daytona-signed-url');
-        })
+        .then(() => verifySignedFileUrl(services, sandboxId, req.method, String(req.query.path ?? ''), String(req.query.expires ?? ''), String(req.query.signature), signed.scope))
         .then((principal) => {
           res.locals.principal = principal;
           next();
