@@ -9,6 +9,9 @@ import type { Principal, Sandbox, Snapshot } from '../../core/types.js';
 import type { Services } from '../../src/services.js';
 import { notSupported, renderControlPlaneError } from './errors.js';
 import { ENVD_VERSION } from './routing.js';
+import { E2B_CONTROL_PLANE_SCOPES } from './scopes.js';
+import { scopeGate } from '../scope-gate.js';
+import { canSeeSandbox } from '../../core/services/auth.js';
 
 /** E2B's default sandbox lifetime when a create names none (e2b.md (b) create body: "server default 300"). */
 const DEFAULT_TIMEOUT_SECONDS = 300;
@@ -75,11 +78,32 @@ export function createControlPlaneRouter(services: Services, options: ControlPla
   const router = express.Router();
   router.use(express.json({ limit: '1mb' }));
 
+  // Every route: the key (401), then the route's declared scope and, for a key limited to some
+  // sandboxes, the sandbox in the path (scopes.ts), before any handler runs.
+  router.use((req: Request, res: Response, next: NextFunction) => {
+    const key = req.headers['x-api-key'];
+    services.auth
+      .authenticate(typeof key === 'string' ? key.trim() : undefined)
+      .then((principal) => {
+        res.locals.principal = principal;
+        next();
+      })
+      .catch((err) => renderControlPlaneError(res, err, services.log));
+  });
+  router.use(
+    scopeGate(E2B_CONTROL_PLANE_SCOPES, {
+      principalOf: (res) => (res.locals as { principal?: Principal }).principal,
+      sandboxParam: 'sandboxID',
+      checkVisible: async (principal, sandboxId) => {
+        if (!canSeeSandbox(principal, sandboxId)) throw errors.notFound('sandbox', sandboxId);
+      },
+      onError: (res, err) => renderControlPlaneError(res, err, services.log),
+    }),
+  );
+
   const route = (handler: Handler) => async (req: Request, res: Response) => {
     try {
-      const key = req.headers['x-api-key'];
-      const principal = await services.auth.authenticate(typeof key === 'string' ? key.trim() : undefined);
-      await handler(req, res, principal);
+      await handler(req, res, (res.locals as { principal: Principal }).principal);
     } catch (err) {
       renderControlPlaneError(res, err, services.log);
     }
