@@ -91,7 +91,7 @@ export const DAYTONA_TOOLBOX_SCOPES: ScopeTable = [
   ['GET /user-home-dir', 'sandboxes:exec'],
   ['GET /work-dir', 'sandboxes:exec'],
   ['GET /system/metrics', 'sandboxes:exec'],
-  ['GET /version', 'authenticated'],
+  ['GET /version', 'sandboxes:read'],
   ['POST /env', 'authenticated'],
   // Every git operation is a git command run in the sandbox.
   ['POST /git/clone', 'sandboxes:exec'],
