@@ -139,7 +139,12 @@ export async function uploadFiles(services: Services, req: Request, res: Respons
  */
 export async function health(services: Services, res: Response, route: SandboxRoute, req: Request): Promise<void> {
   try {
-    const target = await authenticateSandboxTraffic(services, req.headers, route);
+    // One answer for every credential problem (missing, forged, another sandbox's, expired,
+    // revoked), so it says nothing about the id either.
+    const target = await authenticateSandboxTraffic(services, req.headers, route).catch((err: unknown) => {
+      if (err instanceof NestboxError && err.code === 'unauthorized') throw new NestboxError('unauthorized', 'unauthorized access, please provide a valid access token (X-Access-Token)');
+      throw err;
+    });
     const sandbox = await services.sandboxes.get(target.principal, target.sandboxId);
     if (sandbox.state !== 'running') throw new NestboxError('invalid_state', `sandbox ${sandbox.id} is ${sandbox.state}`, { kind: 'sandbox' });
     res.status(204).end();
