@@ -1,6 +1,7 @@
 // Unit tests of the Daytona translators' pure parts (no server): interval → policy mapping,
 // git status parsing and failure classification, signed-URL signing and lifetime, the DTO's states.
 import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { NestboxError } from '../../core/errors.js';
 import type { Sandbox } from '../../core/types.js';
@@ -69,7 +70,9 @@ describe('Daytona translations', () => {
   });
 
   it('signs file URLs exactly as the SDK does, and refuses URLs that never expire or live too long', () => {
-    const sdk = createRequire(import.meta.url)('@daytonaio/sdk/cjs/utils/fileUrlSigning.js') as { computeFileUrlSignature(k: string, m: string, p: string, e: number): string };
+    // The SDK's own signing code (not exported by name; loaded next to its entry point).
+    const require = createRequire(import.meta.url);
+    const sdk = require(join(dirname(require.resolve('@daytonaio/sdk')), 'utils/fileUrlSigning.js')) as { computeFileUrlSignature(k: string, m: string, p: string, e: number): string };
     const now = Date.now();
     const expires = String(Math.floor(now / 1000) + 60);
     expect(fileUrlSignature('key-1', 'GET', '/root/a.txt', expires)).toBe(sdk.computeFileUrlSignature('key-1', 'GET', '/root/a.txt', Number(expires)));
