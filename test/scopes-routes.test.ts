@@ -175,6 +175,9 @@ describe('native API: every operation of openapi/native.yaml', () => {
       expect((await upgradeStatus(path, keys.revoked.key)).status, `${path} revoked`).toBe(401);
       expect((await upgradeStatus(path, without)).status, `${path} without ${route.scope}`).toBe(403);
       expect((await upgradeStatus(path, keys.limitedToOther.key)).status, `${path} limited to another sandbox`).toBe(404);
+      // Browsers pass the key as ?access_token= instead: the same checks.
+      expect((await upgradeStatus(`${path}?access_token=${keys.revoked.key}`, undefined)).status, `${path}?access_token= revoked`).toBe(401);
+      expect((await upgradeStatus(`${path}?access_token=${without}`, undefined)).status, `${path}?access_token= without ${route.scope}`).toBe(403);
     }
   });
 });
