@@ -100,6 +100,11 @@ export interface Principal {
   keyId: string;
   scopes: ReadonlySet<Scope>;
   sandboxIds: ReadonlySet<string> | null;
+  /**
+   * Set when the caller presented a credential minted from the key (an E2B envd token, a Daytona
+   * signed URL) rather than the key itself; such a principal can never mint further credentials.
+   */
+  credentialId?: string;
 }
 
 export interface HostRecord {

@@ -36,6 +36,12 @@ describe('config', () => {
     expect(() => loadConfig({ NESTBOX_ORG_MAX_SANDBOXES: '0' })).toThrow(/NESTBOX_ORG_MAX_SANDBOXES/);
   });
 
+  it('bounds minted credentials and signed URLs, and keeps a URL from outliving its credential', () => {
+    expect(loadConfig({}).tokens).toEqual({ sandboxTokenTtlSeconds: 86_400, signedUrlMaxSeconds: 43_200 });
+    expect(() => loadConfig({ NESTBOX_SIGNED_URL_MAX_SECONDS: '86400' })).toThrow(/NESTBOX_SIGNED_URL_MAX_SECONDS: must be less than NESTBOX_SANDBOX_TOKEN_TTL_SECONDS/);
+    expect(() => loadConfig({ NESTBOX_SANDBOX_TOKEN_TTL_SECONDS: '0' })).toThrow(/NESTBOX_SANDBOX_TOKEN_TTL_SECONDS/);
+  });
+
   it('refuses a misspelt NESTBOX_ variable but ignores the test suite’s own', () => {
     expect(() => loadConfig({ NESTBOX_PROT: '1' })).toThrow(/NESTBOX_PROT: unknown setting/);
     expect(() => loadConfig({ NESTBOX_TEST_IMAGES_DIR: '/x' })).not.toThrow();

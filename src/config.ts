@@ -88,6 +88,12 @@ const ConfigSchema = z.object({
   NESTBOX_CH_BIN: z.string().min(1).default('/usr/local/bin/cloud-hypervisor'),
   // Guest memory on resume/fork: OnDemand (userfaultfd, pages on first touch) or Copy; auto = probe.
   NESTBOX_CH_MEMORY_RESTORE: z.enum(['auto', 'Copy', 'OnDemand']).default('auto'),
+  // Credentials minted from an API key for one sandbox (E2B envd tokens, Daytona signing keys)
+  // live this long; connecting again (or the SDK's refetch) hands out a fresh one.
+  NESTBOX_SANDBOX_TOKEN_TTL_SECONDS: positiveInt.min(120).default(86_400),
+  // Longest lifetime a signed URL may ask for (Daytona file URLs, E2B signature_expiration,
+  // signed preview URLs); "never expires" is refused. Must be below the token lifetime.
+  NESTBOX_SIGNED_URL_MAX_SECONDS: positiveInt.default(43_200),
   NESTBOX_BACKGROUND_INTERVAL_MS: positiveInt.default(2000),
   NESTBOX_LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error']).default('info'),
 })
@@ -136,6 +142,8 @@ export interface Config {
   };
   /** Per-organisation limits (429 with Retry-After when exceeded). */
   orgLimits: { maxSandboxes: number; maxCpu: number; maxMemoryMiB: number; retryAfterSeconds: number };
+  /** Credentials minted from API keys, and signed URLs. */
+  tokens: { sandboxTokenTtlSeconds: number; signedUrlMaxSeconds: number };
   /** Hosted ports. */
   ports: { publicDomain?: string; publicScheme: 'http' | 'https'; publicUrl?: string };
   backgroundIntervalMs: number;
@@ -163,6 +171,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   }
   if (e.NESTBOX_DEFAULT_DISK_GIB > e.NESTBOX_MAX_DISK_GIB) {
     throw new ConfigError('invalid configuration:\n  NESTBOX_DEFAULT_DISK_GIB: must not exceed NESTBOX_MAX_DISK_GIB');
+  }
+  if (e.NESTBOX_SIGNED_URL_MAX_SECONDS >= e.NESTBOX_SANDBOX_TOKEN_TTL_SECONDS) {
+    // A signed URL can live no longer than the credential that signed it.
+    throw new ConfigError('invalid configuration:\n  NESTBOX_SIGNED_URL_MAX_SECONDS: must be less than NESTBOX_SANDBOX_TOKEN_TTL_SECONDS');
   }
   const dataDir = resolve(e.NESTBOX_DATA_DIR);
   return {
@@ -211,6 +223,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       maxMemoryMiB: e.NESTBOX_ORG_MAX_MEMORY_MIB,
       retryAfterSeconds: e.NESTBOX_QUOTA_RETRY_AFTER_SECONDS,
     },
+    tokens: { sandboxTokenTtlSeconds: e.NESTBOX_SANDBOX_TOKEN_TTL_SECONDS, signedUrlMaxSeconds: e.NESTBOX_SIGNED_URL_MAX_SECONDS },
     ports: { publicDomain: e.NESTBOX_PUBLIC_DOMAIN, publicScheme: e.NESTBOX_PUBLIC_SCHEME, publicUrl: e.NESTBOX_PUBLIC_URL?.replace(/\/+$/, '') },
     backgroundIntervalMs: e.NESTBOX_BACKGROUND_INTERVAL_MS,
     logLevel: e.NESTBOX_LOG_LEVEL,

@@ -10,7 +10,7 @@ import type { Services } from '../../src/services.js';
 import { handle, principalOf, toolboxProxyUrl } from './context.js';
 import { notSupported } from './errors.js';
 import { CORE_STATES_OF, renderDaytonaSandbox, renderDaytonaSnapshot } from './sandbox-dto.js';
-import { signingKeyFor } from './signing.js';
+import { requireScope } from '../../core/services/auth.js';
 
 const Minutes = z.number().int();
 
@@ -366,9 +366,17 @@ export function createControlPlaneRouter(services: Services): Router {
     res.json(dto(req, await sandboxes.get(principal, s.id)));
   }));
 
+  // The key is minted for the calling API key (core/services/sandbox-tokens.ts): it carries that
+  // key's file scopes and no more, expires, and dies with the key or the sandbox.
   router.get('/sandbox/:sandboxId/signing-key', api(async (req, res, principal) => {
     const s = await resolve(principal, req);
-    res.json(signingKeyFor(services, s.id));
+    res.json(await services.sandboxTokens.daytonaSigningKey(principal, s.id));
+  }));
+  // Every signing key of the sandbox (whoever fetched it) stops working; the caller gets a new one.
+  router.post('/sandbox/:sandboxId/signing-key/rotate', api(async (req, res, principal) => {
+    requireScope(principal, 'sandboxes:operate');
+    const s = await resolve(principal, req);
+    res.json(await services.sandboxTokens.rotateDaytonaSigningKeys(principal, s.id));
   }));
 
   const unsupportedSandboxRoute = (method: 'get' | 'post' | 'put' | 'delete', path: string, feature: string, why?: string) =>
@@ -376,7 +384,6 @@ export function createControlPlaneRouter(services: Services): Router {
       if (req.params.sandboxId) await resolve(principal, req);
       throw notSupported(feature, why);
     }));
-  unsupportedSandboxRoute('post', '/sandbox/:sandboxId/signing-key/rotate', 'rotating the signing key', 'the key is derived from the server secret; delete the sandbox to invalidate its URLs');
   // Preview link = a private hosted port (core/services/ports.ts). The token goes as `?_token=`
   // or the X-Nestbox-Port-Token header. Tokens are stored hashed, so each call mints a new one
   // and the previous token of that port stops working.

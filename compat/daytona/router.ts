@@ -11,6 +11,9 @@ import { createControlPlaneRouter } from './control-plane.js';
 import { renderDaytonaError, type DaytonaSurface } from './errors.js';
 import { verifySignedFileUrl } from './signing.js';
 import { createToolboxRouter } from './toolbox.js';
+import { DAYTONA_API_SCOPES, DAYTONA_TOOLBOX_SCOPES } from './scopes.js';
+import { scopeGate, type ScopeTable } from '../scope-gate.js';
+import type { Principal } from '../../core/types.js';
 
 export { attachDaytonaWebSockets } from './websockets.js';
 
@@ -41,10 +44,7 @@ export function createDaytonaRouter(services: Services): Router {
     if (!req.headers.authorization && signed && req.path === signed.path && typeof req.query.signature === 'string') {
       const sandboxId = String(req.params.sandboxId);
       Promise.resolve()
-        .then(() => {
-          verifySignedFileUrl(services, sandboxId, req.method, String(req.query.path ?? ''), String(req.query.expires ?? ''), String(req.query.signature));
-          return services.sandboxes.sandboxPrincipal(sandboxId, [signed.scope], 'daytona-signed-url');
-        })
+        .then(() => verifySignedFileUrl(services, sandboxId, req.method, String(req.query.path ?? ''), String(req.query.expires ?? ''), String(req.query.signature), signed.scope))
         .then((principal) => {
           res.locals.principal = principal;
           next();
@@ -62,15 +62,27 @@ export function createDaytonaRouter(services: Services): Router {
     renderDaytonaError(res, status === 413 ? new NestboxError('payload_too_large', 'body: too large') : new NestboxError('validation_failed', `body: ${(err as Error).message}`), surface, services.log);
   };
 
+  // Declared scopes (scopes.ts), checked before bodies are parsed and before any handler runs.
+  const gate = (table: ScopeTable, surface: DaytonaSurface) =>
+    scopeGate(table, {
+      principalOf: (res) => (res.locals as { principal?: Principal }).principal,
+      sandboxParam: 'sandboxId',
+      // Visibility only (ids or names; a limited key sees the others as absent): no scope is used.
+      checkVisible: async (principal, idOrName) => {
+        if (principal.sandboxIds?.has(idOrName)) return;
+        await services.sandboxes.getByIdOrName({ ...principal, scopes: new Set(['sandboxes:read']) }, idOrName);
+      },
+      onError: (res, err) => renderDaytonaError(res, err, surface, services.log),
+    });
   const toolbox = createToolboxRouter(services);
-  const toolboxChain = [toolboxAuth, json, jsonErrors('toolbox'), toolbox];
+  const toolboxChain = [toolboxAuth, gate(DAYTONA_TOOLBOX_SCOPES, 'toolbox'), json, jsonErrors('toolbox'), toolbox];
 
   // /config needs no auth on the real server; SDK 0.113–0.13x read proxyToolboxUrl from it (appendix A).
   router.get('/api/config', handle(services, 'api', async (req, res) => {
     res.json({ proxyToolboxUrl: toolboxProxyUrl(req), version: 'nestbox', defaultSnapshot: null, dashboardUrl: null, maintananceMode: false });
   }));
   router.use('/api/toolbox/:sandboxId/toolbox', ...toolboxChain);
-  router.use('/api', authenticate('api'), json, jsonErrors('api'), createControlPlaneRouter(services));
+  router.use('/api', authenticate('api'), gate(DAYTONA_API_SCOPES, 'api'), json, jsonErrors('api'), createControlPlaneRouter(services));
   router.use('/toolbox/:sandboxId', ...toolboxChain);
 
   router.use('/api', (req: Request, res: Response) => renderDaytonaError(res, new NestboxError('not_found', `no route ${req.method} ${req.originalUrl.split('?')[0]}`), 'api'));

@@ -9,6 +9,9 @@ import type { Principal, Sandbox, Snapshot } from '../../core/types.js';
 import type { Services } from '../../src/services.js';
 import { notSupported, renderControlPlaneError } from './errors.js';
 import { ENVD_VERSION } from './routing.js';
+import { E2B_CONTROL_PLANE_SCOPES } from './scopes.js';
+import { scopeGate } from '../scope-gate.js';
+import { canSeeSandbox } from '../../core/services/auth.js';
 
 /** E2B's default sandbox lifetime when a create names none (e2b.md (b) create body: "server default 300"). */
 const DEFAULT_TIMEOUT_SECONDS = 300;
@@ -75,11 +78,32 @@ export function createControlPlaneRouter(services: Services, options: ControlPla
   const router = express.Router();
   router.use(express.json({ limit: '1mb' }));
 
+  // Every route: the key (401), then the route's declared scope and, for a key limited to some
+  // sandboxes, the sandbox in the path (scopes.ts), before any handler runs.
+  router.use((req: Request, res: Response, next: NextFunction) => {
+    const key = req.headers['x-api-key'];
+    services.auth
+      .authenticate(typeof key === 'string' ? key.trim() : undefined)
+      .then((principal) => {
+        res.locals.principal = principal;
+        next();
+      })
+      .catch((err) => renderControlPlaneError(res, err, services.log));
+  });
+  router.use(
+    scopeGate(E2B_CONTROL_PLANE_SCOPES, {
+      principalOf: (res) => (res.locals as { principal?: Principal }).principal,
+      sandboxParam: 'sandboxID',
+      checkVisible: async (principal, sandboxId) => {
+        if (!canSeeSandbox(principal, sandboxId)) throw errors.notFound('sandbox', sandboxId);
+      },
+      onError: (res, err) => renderControlPlaneError(res, err, services.log),
+    }),
+  );
+
   const route = (handler: Handler) => async (req: Request, res: Response) => {
     try {
-      const key = req.headers['x-api-key'];
-      const principal = await services.auth.authenticate(typeof key === 'string' ? key.trim() : undefined);
-      await handler(req, res, principal);
+      await handler(req, res, (res.locals as { principal: Principal }).principal);
     } catch (err) {
       renderControlPlaneError(res, err, services.log);
     }
@@ -110,16 +134,26 @@ export function createControlPlaneRouter(services: Services, options: ControlPla
     return s.sourceSnapshotId ? (names.get(s.sourceSnapshotId) ?? s.sourceSnapshotId) : 'base';
   }
 
+  /**
+   * The key's envd credential for the sandbox: a token limited to what the key may do (a
+   * read-only key's token reads files and nothing else), expiring, and dead once the key is
+   * revoked or the sandbox deleted. A key that could do nothing with one gets none; the SDK then
+   * sends no token (e2b.md (b) "envdAccessToken: optional").
+   */
+  async function envdTokens(principal: Principal, s: Sandbox): Promise<{ envdAccessToken?: string; trafficAccessToken: string | null }> {
+    const credential = await services.sandboxTokens.envdCredential(principal, s.id);
+    return credential ? { envdAccessToken: credential.accessToken, trafficAccessToken: credential.trafficToken } : { trafficAccessToken: null };
+  }
+
   /** The "Sandbox" object of create and connect (e2b.md (b) "Create / connect response"). */
-  async function sandboxResponse(s: Sandbox, names: Map<string, string>) {
+  async function sandboxResponse(principal: Principal, s: Sandbox, names: Map<string, string>) {
     return {
       sandboxID: s.id,
       templateID: templateIdOf(s, names),
       alias: templateIdOf(s, names),
       clientID: 'nestbox',
       envdVersion: ENVD_VERSION,
-      envdAccessToken: await services.sandboxTokens.register(s.id),
-      trafficAccessToken: services.sandboxTokens.tokenFor(s.id, 'traffic'),
+      ...(await envdTokens(principal, s)),
       domain: options.publicDomain ?? null,
       // Not E2B's; unknown fields are ignored by the SDK. Says whether a resume kept memory.
       memoryRestored: s.memoryRestored,
@@ -127,7 +161,7 @@ export function createControlPlaneRouter(services: Services, options: ControlPla
   }
 
   /** ListedSandbox (list) and, with `detail`, SandboxDetail (get) — e2b.md (b). */
-  async function listedSandbox(s: Sandbox, names: Map<string, string>, detail: boolean) {
+  async function listedSandbox(principal: Principal, s: Sandbox, names: Map<string, string>, detail: boolean) {
     const listed = {
       sandboxID: s.id,
       templateID: templateIdOf(s, names),
@@ -147,7 +181,7 @@ export function createControlPlaneRouter(services: Services, options: ControlPla
     return {
       ...listed,
       domain: options.publicDomain ?? null,
-      envdAccessToken: await services.sandboxTokens.register(s.id),
+      envdAccessToken: (await envdTokens(principal, s)).envdAccessToken,
       lifecycle: { onTimeout: s.autoDeleteSeconds === 0 ? 'kill' : 'pause', autoResume: false },
       memoryRestored: s.memoryRestored,
       resumeReason: s.resumeReason,
@@ -171,7 +205,7 @@ export function createControlPlaneRouter(services: Services, options: ControlPla
       // sandbox stays and lists as paused (connect resumes it, without its memory).
       autoDeleteSeconds: b.autoPause === true ? null : 0,
     });
-    res.status(201).json(await sandboxResponse(sandbox, await snapshotNames(principal)));
+    res.status(201).json(await sandboxResponse(principal, sandbox, await snapshotNames(principal)));
   };
 
   /**
@@ -196,7 +230,7 @@ export function createControlPlaneRouter(services: Services, options: ControlPla
     const wasRunning = sandbox.state === 'running';
     if (!wasRunning) sandbox = await services.sandboxes.resume(principal, sandbox.id);
     if (timeout !== undefined) sandbox = await services.sandboxes.update(principal, sandbox.id, { timeoutSeconds: Math.min(timeout, services.config.limits.maxTimeoutSeconds) });
-    res.status(wasRunning ? 200 : 201).json(await sandboxResponse(sandbox, await snapshotNames(principal)));
+    res.status(wasRunning ? 200 : 201).json(await sandboxResponse(principal, sandbox, await snapshotNames(principal)));
   };
 
   /** 2.0–2.5 resume: 201 when resumed, body code 409 when it was not paused. */
@@ -207,7 +241,7 @@ export function createControlPlaneRouter(services: Services, options: ControlPla
     let sandbox = await services.sandboxes.resume(principal, current.id);
     const timeout = timeoutOf(b);
     if (timeout !== undefined) sandbox = await services.sandboxes.update(principal, sandbox.id, { timeoutSeconds: Math.min(timeout, services.config.limits.maxTimeoutSeconds) });
-    res.status(201).json(await sandboxResponse(sandbox, await snapshotNames(principal)));
+    res.status(201).json(await sandboxResponse(principal, sandbox, await snapshotNames(principal)));
   };
 
   const list = (v2: boolean): Handler => async (req, res, principal) => {
@@ -227,7 +261,7 @@ export function createControlPlaneRouter(services: Services, options: ControlPla
       cursor: typeof q.nextToken === 'string' && q.nextToken ? q.nextToken : undefined,
     });
     const names = await snapshotNames(principal);
-    const items = await Promise.all(page.items.map((s) => listedSandbox(s, names, false)));
+    const items = await Promise.all(page.items.map((s) => listedSandbox(principal, s, names, false)));
     // An empty or missing header ends the SDK's paging (e2b.md (b) "Pagination").
     if (page.nextCursor) res.setHeader('x-next-token', page.nextCursor);
     res.status(200).json(items);
@@ -252,7 +286,7 @@ export function createControlPlaneRouter(services: Services, options: ControlPla
   }));
   router.get('/sandboxes/:sandboxID', route(async (req, res, principal) => {
     const sandbox = await services.sandboxes.get(principal, id(req));
-    res.status(200).json(await listedSandbox(sandbox, await snapshotNames(principal), true));
+    res.status(200).json(await listedSandbox(principal, sandbox, await snapshotNames(principal), true));
   }));
   router.delete('/sandboxes/:sandboxID', route(async (req, res, principal) => {
     await services.sandboxes.delete(principal, id(req));
@@ -311,7 +345,7 @@ export function createControlPlaneRouter(services: Services, options: ControlPla
       timeoutSeconds: timeoutOf(b),
     });
     const names = await snapshotNames(principal);
-    res.status(201).json(await Promise.all(result.sandboxes.map(async (s) => ({ sandbox: await sandboxResponse(s, names) }))));
+    res.status(201).json(await Promise.all(result.sandboxes.map(async (s) => ({ sandbox: await sandboxResponse(principal, s, names) }))));
   }));
 
   // Template builds, volumes and secrets have no Nestbox counterpart yet.

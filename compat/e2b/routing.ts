@@ -68,13 +68,6 @@ export async function authenticateSandboxTraffic(
   throw errors.unauthorized('unauthorized access, please provide a valid access token (X-Access-Token)');
 }
 
-/** The sandbox named by the route, without a credential (`/health` needs none upstream). */
-export async function unauthenticatedTarget(services: Services, route: SandboxRoute): Promise<SandboxTarget> {
-  const owner = route.sandboxId ? await services.sandboxTokens.owner(route.sandboxId) : undefined;
-  if (!owner) throw errors.notFound('sandbox', route.sandboxId ?? '(none named)');
-  return { principal: services.sandboxTokens.principalFor(owner), sandboxId: owner.id };
-}
-
 /**
  * Signed `/files` URLs (e2b.md (d) "Signature algorithm"):
  * `v1_` + unpadded base64(sha256("<path>:<operation>:<username>:<token>[:<expiry>]")).
@@ -86,7 +79,11 @@ export function fileSignature(path: string, operation: 'read' | 'write', usernam
 
 /**
  * A signed URL proves the sandbox without any header. With a routed sandbox id only that
- * sandbox's token is tried; otherwise every live sandbox's (one shared host, no headers).
+ * sandbox's credentials are tried; otherwise those of every live sandbox (one shared host, no
+ * headers). The URL acts with the scopes of the key its token came from, so a read-only key's
+ * upload URL is refused. Its lifetime is bounded twice: `signature_expiration`, when given, may
+ * lie at most NESTBOX_SIGNED_URL_MAX_SECONDS ahead; and the token it hashes expires itself
+ * (NESTBOX_SANDBOX_TOKEN_TTL_SECONDS), so even a URL signed without an expiration dies with it.
  */
 export async function authenticateSignature(
   services: Services,
@@ -96,14 +93,15 @@ export async function authenticateSignature(
 ): Promise<SandboxTarget> {
   if (q.expiration !== undefined) {
     const expiry = Number(q.expiration);
-    if (!Number.isInteger(expiry) || expiry * 1000 < Date.now()) throw new NestboxError('unauthorized', 'signature has expired');
+    const now = Date.now() / 1000;
+    if (!/^\d{1,12}$/.test(q.expiration) || expiry < now) throw new NestboxError('unauthorized', 'signature has expired');
+    const max = services.sandboxTokens.signedUrlMaxSeconds;
+    if (expiry > now + max) throw new NestboxError('unauthorized', `signature_expiration: more than ${max} seconds ahead (this server's maximum for signed URLs)`);
   }
-  const candidates = route.sandboxId
-    ? await services.sandboxTokens.owner(route.sandboxId).then((o) => (o ? [{ ...o, token: services.sandboxTokens.tokenFor(o.id) }] : []))
-    : await services.sandboxTokens.liveSandboxTokens();
+  const candidates = await services.sandboxTokens.signatureCandidates('envd', route.sandboxId ? { sandboxId: route.sandboxId } : { sandboxStates: ['running', 'paused'] });
   for (const c of candidates) {
-    if (fileSignature(q.path, operation, q.username, c.token, q.expiration) === q.signature) {
-      return { principal: services.sandboxTokens.principalFor(c), sandboxId: c.id };
+    if (fileSignature(q.path, operation, q.username, c.secret, q.expiration) === q.signature) {
+      return { principal: c.principal, sandboxId: c.sandboxId };
     }
   }
   throw new NestboxError('unauthorized', 'invalid signature');

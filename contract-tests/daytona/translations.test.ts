@@ -1,12 +1,13 @@
 // Unit tests of the Daytona translators' pure parts (no server): interval → policy mapping,
-// git status parsing and failure classification, signed-URL verification, the DTO's states.
+// git status parsing and failure classification, signed-URL signing and lifetime, the DTO's states.
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { NestboxError } from '../../core/errors.js';
 import type { Sandbox } from '../../core/types.js';
-import type { Services } from '../../src/services.js';
 import { createInput, intervalsToPolicy } from '../../compat/daytona/control-plane.js';
 import { classifyGitFailure, parsePorcelainStatus } from '../../compat/daytona/git.js';
-import { fileUrlSignature, signingKeyFor, verifySignedFileUrl } from '../../compat/daytona/signing.js';
+import { checkExpiry, fileUrlSignature } from '../../compat/daytona/signing.js';
 import { renderDaytonaSandbox } from '../../compat/daytona/sandbox-dto.js';
 import { daytonaFileInfo } from '../../compat/daytona/toolbox.js';
 import { parseToolboxPath } from '../../compat/daytona/websockets.js';
@@ -68,19 +69,19 @@ describe('Daytona translations', () => {
     expect(classifyGitFailure("fatal: Authentication failed for 'https://x/'")).toEqual({ code: 'unauthorized', daytona: 'GIT_AUTH_FAILED' });
   });
 
-  it('verifies signed file URLs exactly as the SDK signs them', () => {
-    const services = { hostSecret: 'x'.repeat(40) } as Services;
-    const key = signingKeyFor(services, 'sbx1');
-    expect(key).not.toBe(signingKeyFor(services, 'sbx2'));
-    const expires = String(Math.floor(Date.now() / 1000) + 60);
-    const sig = fileUrlSignature(key, 'GET', '/root/a.txt', expires);
-    expect(sig).toMatch(/^v1_[A-Za-z0-9_-]+$/);
-    expect(() => verifySignedFileUrl(services, 'sbx1', 'GET', '/root/a.txt', expires, sig)).not.toThrow();
-    expect(() => verifySignedFileUrl(services, 'sbx2', 'GET', '/root/a.txt', expires, sig)).toThrow(/signature/);
-    expect(() => verifySignedFileUrl(services, 'sbx1', 'POST', '/root/a.txt', expires, sig)).toThrow(/signature/);
-    const past = String(Math.floor(Date.now() / 1000) - 1);
-    expect(() => verifySignedFileUrl(services, 'sbx1', 'GET', '/root/a.txt', past, fileUrlSignature(key, 'GET', '/root/a.txt', past))).toThrow(/expired/);
-    expect(() => verifySignedFileUrl(services, 'sbx1', 'GET', '/root/a.txt', '0', fileUrlSignature(key, 'GET', '/root/a.txt', '0'))).not.toThrow();
+  it('signs file URLs exactly as the SDK does, and refuses URLs that never expire or live too long', () => {
+    // The SDK's own signing code (not exported by name; loaded next to its entry point).
+    const require = createRequire(import.meta.url);
+    const sdk = require(join(dirname(require.resolve('@daytonaio/sdk')), 'utils/fileUrlSigning.js')) as { computeFileUrlSignature(k: string, m: string, p: string, e: number): string };
+    const now = Date.now();
+    const expires = String(Math.floor(now / 1000) + 60);
+    expect(fileUrlSignature('key-1', 'GET', '/root/a.txt', expires)).toBe(sdk.computeFileUrlSignature('key-1', 'GET', '/root/a.txt', Number(expires)));
+    expect(() => checkExpiry(expires, 3600, now)).not.toThrow();
+    // The SDK's ttlSeconds <= 0 gives expires=0, "never": refused (issue 11, finding 2).
+    expect(() => checkExpiry('0', 3600, now)).toThrow(/never expires/);
+    expect(() => checkExpiry(String(Math.floor(now / 1000) - 1), 3600, now)).toThrow(/expired/);
+    expect(() => checkExpiry(String(Math.floor(now / 1000) + 3601), 3600, now)).toThrow(/3600 seconds/);
+    expect(() => checkExpiry('soon', 3600, now)).toThrow(/unix seconds/);
   });
 
   it('renders states the SDK waits for, and list items without env', () => {

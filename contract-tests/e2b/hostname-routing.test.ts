@@ -39,8 +39,12 @@ describe('e2b per-sandbox host names', () => {
     const token = (await (await fetch(`${t.url}/e2b/sandboxes/${sbx.sandboxId}`, { headers: { 'X-API-KEY': t.apiKey } })).json()) as { envdAccessToken: string; domain: string };
     expect(token.domain).toBe(DOMAIN);
 
-    const health = await request(`49983-${sbx.sandboxId}.${DOMAIN}`, 'GET', '/health', {});
+    const health = await request(`49983-${sbx.sandboxId}.${DOMAIN}`, 'GET', '/health', { 'X-Access-Token': token.envdAccessToken });
     expect(health.status).toBe(204);
+    // Without its token /health says nothing about whether the sandbox exists (issue 11).
+    const anonymous = await request(`49983-${sbx.sandboxId}.${DOMAIN}`, 'GET', '/health', {});
+    expect(anonymous.status).toBe(401);
+    expect(await request(`49983-nosuchsandbox.${DOMAIN}`, 'GET', '/health', {})).toEqual(anonymous);
     const file = await request(`49983-${sbx.sandboxId}.${DOMAIN}:443`, 'GET', '/files?path=%2Fetc%2Fhostname', { 'X-Access-Token': token.envdAccessToken });
     expect(file.status).toBe(200);
     expect(file.text.trim().length).toBeGreaterThan(0);

@@ -89,13 +89,10 @@ export class AuthService {
     const record = await apiKeyRepository(this.db).findActiveByHash(hashApiKey(token));
     if (!record) throw errors.unauthorized();
     void apiKeyRepository(this.db).touch(record.id, new Date()).catch(() => undefined);
-    // Scopes follow the preset as it is defined now, so a preset that gains a scope (a new
-    // feature) extends existing keys too; the stored list is the fallback for unknown presets.
-    const scopes = KEY_PRESETS[record.preset as KeyPreset] ?? record.scopes;
     return {
       organizationId: record.organizationId,
       keyId: record.id,
-      scopes: new Set(scopes),
+      scopes: new Set(scopesOfKey(record.preset, record.scopes)),
       sandboxIds: record.sandboxIds ? new Set(record.sandboxIds) : null,
     };
   }
@@ -122,6 +119,15 @@ export class AuthService {
     const created = await this.createApiKey(org.id, { name: 'bootstrap', preset: 'admin' });
     return { generatedKey: created.key, organizationId: org.id };
   }
+}
+
+/**
+ * Scopes follow the preset as it is defined now, so a preset that gains a scope (a new feature)
+ * extends existing keys too; the stored list is the fallback for unknown presets. Credentials
+ * minted from a key (core/services/sandbox-tokens.ts) are limited by this same set.
+ */
+export function scopesOfKey(preset: string, storedScopes: readonly Scope[]): readonly Scope[] {
+  return KEY_PRESETS[preset as KeyPreset] ?? storedScopes;
 }
 
 export function requireScope(principal: Principal, scope: Scope): void {

@@ -25,6 +25,8 @@ export interface PortServiceOptions {
   baseUrl: () => string;
   /** Key for signed, expiring port tokens (derived from the server's master secret). */
   signingKey: string;
+  /** Longest lifetime of a signed preview URL (NESTBOX_SIGNED_URL_MAX_SECONDS). */
+  signedUrlMaxSeconds: number;
 }
 
 export interface PublishPortInput {
@@ -55,8 +57,10 @@ export type PortLookup =
 const ACTIVITY_EVERY_MS = 5_000;
 const TOKEN_PREFIX = 'nbxp_';
 const SIGNED_TOKEN_PREFIX = 'nbxs_';
-/** Signed URLs live at most a week. */
-const MAX_SIGNED_SECONDS = 7 * 24 * 3600;
+/** `nbxs_<expires>_<api key id>_<mac>`: the key that signed it is in the token, so revoking the key ends it. */
+const SIGNED_TOKEN = /^nbxs_(\d{1,12})_([a-z0-9]{1,40})_([A-Za-z0-9_-]{43})$/;
+/** How long "this key is not revoked" is believed for signed preview tokens (they are checked per request). */
+const KEY_STATE_CACHE_MS = 1_000;
 
 export function hashPortToken(token: string): string {
   return createHash('sha256').update(token).digest('hex');
@@ -73,6 +77,7 @@ const LOOKUP_CACHE_MAX = 10_000;
 export class PortService {
   private readonly activityNoted = new Map<string, number>();
   private readonly lookupCache = new Map<string, { at: number; record: PortRecord }>();
+  private readonly keyStateCache = new Map<string, { at: number; active: boolean }>();
 
   constructor(
     private readonly db: Db,
@@ -83,6 +88,7 @@ export class PortService {
 
   async publish(principal: Principal, sandboxId: string, input: PublishPortInput): Promise<PublishedPort> {
     requireScope(principal, 'sandboxes:operate');
+    noCredential(principal);
     const sandbox = await this.sandboxes.get(principal, sandboxId);
     const port = validatePort(input.port);
     if (input.public !== undefined && typeof input.public !== 'boolean') throw errors.validation('public', 'must be true or false');
@@ -94,6 +100,7 @@ export class PortService {
       organizationId: sandbox.organizationId,
       public: isPublic,
       tokenHash: token ? hashPortToken(token) : null,
+      tokenApiKeyId: token ? principal.keyId : null,
     });
     this.forget(sandbox.id, port);
     return { ...this.render(record), ...(token ? { token } : {}) };
@@ -139,48 +146,69 @@ export class PortService {
   }
 
 
-  /** Constant-time check of a presented token against the stored hash. */
-  tokenMatches(record: PortRecord, presented: string | undefined): boolean {
+  /**
+   * May a request presenting `presented` pass? Public ports: yes. Private ports: the port's own
+   * token, unless the key that minted it was revoked; or a signed token that has not expired and
+   * whose key is not revoked. Constant-time comparisons throughout.
+   */
+  async authorizes(record: PortRecord, presented: string | undefined): Promise<boolean> {
     if (record.public) return true;
     if (presented?.startsWith(SIGNED_TOKEN_PREFIX)) return this.signedTokenValid(record, presented);
-    if (!presented || !record.tokenHash) return false;
+    if (!presented || !record.tokenHash || record.tokenKeyRevoked) return false;
     const given = Buffer.from(hashPortToken(presented), 'hex');
     const expected = Buffer.from(record.tokenHash, 'hex');
     return given.length === expected.length && timingSafeEqual(given, expected);
   }
 
   /**
-   * A URL that opens a private port until `expiresInSeconds` from now, without the port's own
-   * token: the token in it is an HMAC of (sandbox, port, expiry), so nothing is stored and any
-   * replica can check it. Publishes the port (private) if it was not published yet.
+   * A URL that opens a private port until `expiresInSeconds` from now (at most
+   * NESTBOX_SIGNED_URL_MAX_SECONDS), without the port's own token: the token in it is an HMAC of
+   * (sandbox, port, expiry, signing key id), so nothing is stored, any replica can check it, and
+   * it stops working when that API key is revoked or the sandbox deleted. Publishes the port
+   * (private) if it was not published yet.
    */
   async signedUrl(principal: Principal, sandboxId: string, input: { port: number; expiresInSeconds: number }): Promise<{ url: string; token: string; expiresAt: Date }> {
     requireScope(principal, 'sandboxes:operate');
+    noCredential(principal);
     const sandbox = await this.sandboxes.get(principal, sandboxId);
     const port = validatePort(input.port);
-    if (!Number.isInteger(input.expiresInSeconds) || input.expiresInSeconds < 1 || input.expiresInSeconds > MAX_SIGNED_SECONDS) {
-      throw errors.validation('expiresInSeconds', `must be an integer from 1 to ${MAX_SIGNED_SECONDS}`);
+    const max = this.options.signedUrlMaxSeconds;
+    if (!Number.isInteger(input.expiresInSeconds) || input.expiresInSeconds < 1 || input.expiresInSeconds > max) {
+      throw errors.validation('expiresInSeconds', `must be an integer from 1 to ${max}`);
     }
     const existing = await portRepository(this.db).find(sandbox.id, port);
     if (!existing) await this.publish(principal, sandbox.id, { port, public: false });
     const expiresAt = new Date(Date.now() + input.expiresInSeconds * 1000);
-    const token = this.signToken(sandbox.id, port, Math.floor(expiresAt.getTime() / 1000));
+    const token = this.signToken(sandbox.id, port, Math.floor(expiresAt.getTime() / 1000), principal.keyId);
     const base = (existing ? this.render(existing) : this.render((await portRepository(this.db).find(sandbox.id, port))!)).url;
     return { url: `${base}?_token=${encodeURIComponent(token)}`, token, expiresAt };
   }
 
-  private signToken(sandboxId: string, port: number, expiresUnix: number): string {
-    const mac = createHmac('sha256', this.options.signingKey).update(`${sandboxId}:${port}:${expiresUnix}`).digest('base64url');
-    return `${SIGNED_TOKEN_PREFIX}${expiresUnix}_${mac}`;
+  private signToken(sandboxId: string, port: number, expiresUnix: number, keyId: string): string {
+    const mac = createHmac('sha256', this.options.signingKey).update(`v2:${sandboxId}:${port}:${expiresUnix}:${keyId}`).digest('base64url');
+    return `${SIGNED_TOKEN_PREFIX}${expiresUnix}_${keyId}_${mac}`;
   }
 
-  private signedTokenValid(record: PortRecord, presented: string): boolean {
-    const [expires, mac] = presented.slice(SIGNED_TOKEN_PREFIX.length).split('_');
-    const expiresUnix = Number(expires);
-    if (!Number.isInteger(expiresUnix) || expiresUnix * 1000 < Date.now() || !mac) return false;
-    const expected = Buffer.from(this.signToken(record.sandboxId, record.port, expiresUnix));
+  private async signedTokenValid(record: PortRecord, presented: string): Promise<boolean> {
+    const m = SIGNED_TOKEN.exec(presented);
+    if (!m) return false;
+    const expiresUnix = Number(m[1]);
+    if (expiresUnix * 1000 < Date.now()) return false;
+    const expected = Buffer.from(this.signToken(record.sandboxId, record.port, expiresUnix, m[2]));
     const given = Buffer.from(presented);
-    return given.length === expected.length && timingSafeEqual(given, expected);
+    if (given.length !== expected.length || !timingSafeEqual(given, expected)) return false;
+    return this.keyActive(m[2]);
+  }
+
+  /** Is this API key still valid (not revoked)? Cached briefly: it is asked on every proxied request. */
+  private async keyActive(keyId: string): Promise<boolean> {
+    const cached = this.keyStateCache.get(keyId);
+    if (cached && Date.now() - cached.at < KEY_STATE_CACHE_MS) return cached.active;
+    const row = (await this.db('api_keys').select('revoked_at').where({ id: keyId }).first()) as { revoked_at: Date | null } | undefined;
+    const active = row !== undefined && row.revoked_at === null;
+    if (this.keyStateCache.size >= LOOKUP_CACHE_MAX) this.keyStateCache.clear();
+    this.keyStateCache.set(keyId, { at: Date.now(), active });
+    return active;
   }
 
   /**
@@ -235,4 +263,9 @@ export class PortService {
 function validatePort(port: unknown): number {
   if (typeof port !== 'number' || !Number.isInteger(port) || port < 1 || port > 65535) throw errors.validation('port', 'must be an integer from 1 to 65535');
   return port;
+}
+
+/** Port tokens are minted by API keys only: a credential minted from a key never mints another. */
+function noCredential(principal: Principal): void {
+  if (principal.credentialId !== undefined) throw errors.forbidden('a sandbox credential cannot publish ports or sign preview URLs; use the API key');
 }

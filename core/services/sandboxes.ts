@@ -744,16 +744,6 @@ export class SandboxService {
     return { sandboxes: running, memoryCopied: result.memoryCopied, diskCopy: result.diskCopy };
   }
 
-  /**
-   * A principal that may act only on sandbox `id` with `scopes`, for a request that proved
-   * itself some other way than an API key (a signed file URL checked by the front door).
-   */
-  async sandboxPrincipal(id: string, scopes: readonly Scope[], keyId: string): Promise<Principal> {
-    const sandbox = await this.repo().findById(id);
-    if (!sandbox || sandbox.state === 'deleted') throw errors.notFound('sandbox', id);
-    return { organizationId: sandbox.organizationId, keyId, scopes: new Set(scopes), sandboxIds: new Set([id]) };
-  }
-
   /** Several sandboxes by id, as the principal may see them (for idempotent replays). */
   async getMany(principal: Principal, ids: string[]): Promise<Sandbox[]> {
     const out: Sandbox[] = [];

@@ -57,14 +57,43 @@ export class SnapshotService {
 
   async list(principal: Principal): Promise<Snapshot[]> {
     requireScope(principal, 'snapshots:read');
-    return snapshotRepository(this.db).listLive(principal.organizationId);
+    const all = await snapshotRepository(this.db).listLive(principal.organizationId);
+    const visible = await this.visibility(principal);
+    return visible ? all.filter(visible) : all;
   }
 
   async get(principal: Principal, name: string): Promise<Snapshot> {
     requireScope(principal, 'snapshots:read');
     const snapshot = await snapshotRepository(this.db).findLiveByName(principal.organizationId, name);
-    if (!snapshot) throw errors.notFound('snapshot', name);
+    const visible = snapshot ? await this.visibility(principal) : undefined;
+    if (!snapshot || (visible && !visible(snapshot))) throw errors.notFound('snapshot', name);
     return snapshot;
+  }
+
+  /**
+   * A key limited to some sandboxes sees only the snapshots that concern them (issue 11): those
+   * taken from them, and those they were created from (with the layers under those). The rest of
+   * the organisation's snapshots are absent (404), like another organisation's. Undefined: no limit.
+   */
+  private async visibility(principal: Principal): Promise<((s: Snapshot) => boolean) | undefined> {
+    if (principal.sandboxIds === null) return undefined;
+    const sources = new Set<string>();
+    for (const id of principal.sandboxIds) {
+      const sandbox = await sandboxRepository(this.db).findById(id);
+      if (sandbox && sandbox.organizationId === principal.organizationId && sandbox.sourceSnapshotId) sources.add(sandbox.sourceSnapshotId);
+    }
+    // Walk down each source's parents: a snapshot of a sandbox made from a snapshot stacks on it.
+    const repo = snapshotRepository(this.db);
+    const pending = [...sources];
+    for (let i = 0; i < pending.length && i < 1000; i++) {
+      const parent = (await repo.findById(pending[i]))?.parentSnapshotId;
+      if (parent && !sources.has(parent)) {
+        sources.add(parent);
+        pending.push(parent);
+      }
+    }
+    const sandboxIds = principal.sandboxIds;
+    return (s) => (s.sourceSandboxId !== null && sandboxIds.has(s.sourceSandboxId)) || sources.has(s.id);
   }
 
   async delete(principal: Principal, name: string): Promise<void> {

@@ -362,7 +362,7 @@ export class PortProxy {
     // Daytona's SDKs send preview tokens in their own header; it means the same here.
     const headerToken = [PORT_TOKEN_HEADER, 'x-daytona-preview-token'].map((h) => req.headers[h]).find((v): v is string => typeof v === 'string');
     const presented = route.queryToken ?? headerToken ?? cookieToken(req, route);
-    if (!ports.tokenMatches(lookup.port, presented)) return { ok: false, page: pages.unauthorized(route) };
+    if (!(await ports.authorizes(lookup.port, presented))) return { ok: false, page: pages.unauthorized(route) };
     const sandbox = await ports.readyForTraffic(lookup.sandbox);
     if (!sandbox) return { ok: false, page: pages.unknown(route) };
     if (sandbox.state !== 'running') return { ok: false, page: pages.notRunning(route, sandbox) };

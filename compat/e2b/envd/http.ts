@@ -11,7 +11,7 @@ import type { Services } from '../../../src/services.js';
 import { limitStream } from '../../../src/http/limit-stream.js';
 import { renderEnvdHttpError } from '../errors.js';
 import { guestError, guestJson, guestPath, guestRequest, type SandboxTarget } from '../guest.js';
-import { authenticateSandboxTraffic, authenticateSignature, unauthenticatedTarget, type SandboxRoute } from '../routing.js';
+import { authenticateSandboxTraffic, authenticateSignature, type SandboxRoute } from '../routing.js';
 
 const PASSED_DOWNLOAD_HEADERS = ['content-length', 'content-range', 'accept-ranges'];
 
@@ -131,10 +131,20 @@ export async function uploadFiles(services: Services, req: Request, res: Respons
   }
 }
 
-/** 204 when the sandbox runs, 502 otherwise, as E2B's proxy answers for a dead sandbox (isRunning() → false). */
+/**
+ * 204 when the sandbox runs, 502 otherwise, as E2B's proxy answers for a dead sandbox
+ * (isRunning() → false). Upstream envd needs no token here, but then anyone could probe which
+ * sandbox ids exist (issue 11): without a valid token of this sandbox the answer is the same 401
+ * for every id. The SDK always sends its token (it has one from create/connect).
+ */
 export async function health(services: Services, res: Response, route: SandboxRoute, req: Request): Promise<void> {
   try {
-    const target = req.headers['x-access-token'] ? await authenticateSandboxTraffic(services, req.headers, route) : await unauthenticatedTarget(services, route);
+    // One answer for every credential problem (missing, forged, another sandbox's, expired,
+    // revoked), so it says nothing about the id either.
+    const target = await authenticateSandboxTraffic(services, req.headers, route).catch((err: unknown) => {
+      if (err instanceof NestboxError && err.code === 'unauthorized') throw new NestboxError('unauthorized', 'unauthorized access, please provide a valid access token (X-Access-Token)');
+      throw err;
+    });
     const sandbox = await services.sandboxes.get(target.principal, target.sandboxId);
     if (sandbox.state !== 'running') throw new NestboxError('invalid_state', `sandbox ${sandbox.id} is ${sandbox.state}`, { kind: 'sandbox' });
     res.status(204).end();

@@ -5,6 +5,7 @@ import * as networking from './20261129140000_networking.js';
 import * as e2b from './20261129150000_e2b.js';
 import * as daytona from './20261129160000_daytona.js';
 import * as quotas from './20261201100000_quotas.js';
+import * as sandboxCredentials from './20261201100000_sandbox_credentials.js';
 
 // Migrations are imported modules rather than files knex discovers at run time, so the same
 // list works from TypeScript sources (tests) and compiled JavaScript (the server).
@@ -15,6 +16,7 @@ const MIGRATIONS: Record<string, Knex.Migration> = {
   '20261129150000_e2b': e2b,
   '20261129160000_daytona': daytona,
   '20261201100000_quotas': quotas,
+  '20261201100000_sandbox_credentials': sandboxCredentials,
 };
 
 export const migrationSource: Knex.MigrationSource<string> = {

@@ -6,6 +6,8 @@ interface PortRow {
   organization_id: string;
   public: boolean;
   token_hash: string | null;
+  token_api_key_id: string | null;
+  token_key_revoked_at?: Date | string | null;
   created_at: Date | string;
   updated_at: Date | string;
 }
@@ -17,6 +19,10 @@ export interface PortRecord {
   organizationId: string;
   public: boolean;
   tokenHash: string | null;
+  /** The API key that minted the private token; the token dies with it. */
+  tokenApiKeyId: string | null;
+  /** Whether that key has been revoked (as of this read). */
+  tokenKeyRevoked: boolean;
   createdAt: Date;
   updatedAt: Date;
 }
@@ -30,6 +36,8 @@ function fromRow(r: PortRow): PortRecord {
     organizationId: r.organization_id,
     public: r.public,
     tokenHash: r.token_hash,
+    tokenApiKeyId: r.token_api_key_id,
+    tokenKeyRevoked: r.token_key_revoked_at !== null && r.token_key_revoked_at !== undefined,
     createdAt: date(r.created_at),
     updatedAt: date(r.updated_at),
   };
@@ -38,18 +46,24 @@ function fromRow(r: PortRow): PortRecord {
 export function portRepository(db: DbOrTx) {
   return {
     /** Insert or replace (visibility and token) in one statement, so racing publishes cannot both insert. */
-    async upsert(p: { sandboxId: string; port: number; organizationId: string; public: boolean; tokenHash: string | null }): Promise<PortRecord> {
+    async upsert(p: { sandboxId: string; port: number; organizationId: string; public: boolean; tokenHash: string | null; tokenApiKeyId: string | null }): Promise<PortRecord> {
       const now = new Date();
       const [row] = await db<PortRow>('ports')
-        .insert({ sandbox_id: p.sandboxId, port: p.port, organization_id: p.organizationId, public: p.public, token_hash: p.tokenHash, created_at: now, updated_at: now })
+        .insert({ sandbox_id: p.sandboxId, port: p.port, organization_id: p.organizationId, public: p.public, token_hash: p.tokenHash, token_api_key_id: p.tokenApiKeyId, created_at: now, updated_at: now })
         .onConflict(['sandbox_id', 'port'])
-        .merge({ public: p.public, token_hash: p.tokenHash, updated_at: now })
+        .merge({ public: p.public, token_hash: p.tokenHash, token_api_key_id: p.tokenApiKeyId, updated_at: now })
         .returning('*');
-      return fromRow(row as PortRow);
+      // Just minted by a key that authenticated this request: not revoked.
+      return fromRow({ ...(row as PortRow), token_key_revoked_at: null });
     },
 
+    /** With the revocation state of the key that minted its token (one read for the proxy). */
     async find(sandboxId: string, port: number): Promise<PortRecord | undefined> {
-      const row = await db<PortRow>('ports').where({ sandbox_id: sandboxId, port }).first();
+      const row = await db('ports as p')
+        .leftJoin('api_keys as k', 'k.id', 'p.token_api_key_id')
+        .select('p.*', 'k.revoked_at as token_key_revoked_at')
+        .where({ 'p.sandbox_id': sandboxId, 'p.port': port })
+        .first();
       return row ? fromRow(row as PortRow) : undefined;
     },
 

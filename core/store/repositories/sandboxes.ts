@@ -242,6 +242,10 @@ export function sandboxRepository(db: DbOrTx) {
           name: s.name ?? null,
           disk_gib: s.diskGiB,
           last_activity_at: new Date(),
+          // Set here, not by the column's now(): PostgreSQL keeps microseconds, a paging cursor
+          // carries a JS Date (milliseconds), and rows created within the same millisecond
+          // would otherwise fall between two pages.
+          created_at: new Date(),
         })
         .returning('*');
       return fromRow(row as SandboxRow);

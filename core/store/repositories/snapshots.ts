@@ -49,6 +49,11 @@ export function snapshotRepository(db: DbOrTx) {
       const row = await db<SnapshotRow>('snapshots').where({ organization_id: organizationId, name }).whereNull('deleted_at').first();
       return row ? fromRow(row as SnapshotRow) : undefined;
     },
+    /** Deleted ones too (a layer chain is walked through them). */
+    async findById(id: string): Promise<Snapshot | undefined> {
+      const row = await db<SnapshotRow>('snapshots').where({ id }).first();
+      return row ? fromRow(row as SnapshotRow) : undefined;
+    },
     async listLive(organizationId: string): Promise<Snapshot[]> {
       const rows = await db<SnapshotRow>('snapshots').where({ organization_id: organizationId }).whereNull('deleted_at').orderBy('created_at', 'desc');
       return (rows as SnapshotRow[]).map(fromRow);

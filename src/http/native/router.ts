@@ -4,8 +4,8 @@ import express, { type Request, type Response, type Router } from 'express';
 import { OpenAPIBackend, type Context, type Document } from 'openapi-backend';
 import { load as loadYaml } from 'js-yaml';
 import addFormats from 'ajv-formats';
-import { NestboxError, retryAfterSeconds, toNestboxError } from '../../../core/errors.js';
-import { requireScope } from '../../../core/services/auth.js';
+import { errors, NestboxError, retryAfterSeconds, toNestboxError } from '../../../core/errors.js';
+import { canSeeSandbox, requireScope } from '../../../core/services/auth.js';
 import { SCOPES, type Principal, type Scope } from '../../../core/types.js';
 import type { Services } from '../../services.js';
 import { nativeHandlers } from './handlers/index.js';
@@ -90,6 +90,13 @@ export function createNativeRouter(services: Services): Router {
     await handler({ api: c, req, res, principal, services });
   };
 
+  /**
+   * Who calls, and may they call this operation at all: key (401), the operation's
+   * `x-nestbox-scope` (403), and for a key limited to some sandboxes, the sandbox in the path
+   * (404, as if absent). This runs before the request is validated too (see validationFail), so
+   * a caller without the right learns nothing about what a valid request would look like, and
+   * the answers do not depend on the body.
+   */
   const authenticate = async (c: Context, req: Request): Promise<Principal | undefined> => {
     const operation = c.operation as { security?: unknown[]; 'x-nestbox-scope'?: string };
     if (Array.isArray(operation.security) && operation.security.length === 0) return undefined;
@@ -99,6 +106,8 @@ export function createNativeRouter(services: Services): Router {
     const scope = operation['x-nestbox-scope'];
     if (!scope || !SCOPES.includes(scope as Scope)) throw new NestboxError('internal', `operation ${c.operation.operationId} declares no valid x-nestbox-scope`);
     requireScope(principal, scope as Scope);
+    const sandboxId = c.request.params?.sandboxId;
+    if (typeof sandboxId === 'string' && !canSeeSandbox(principal, sandboxId)) throw errors.notFound('sandbox', sandboxId);
     return principal;
   };
 
@@ -106,7 +115,8 @@ export function createNativeRouter(services: Services): Router {
   for (const [operationId, handler] of Object.entries(nativeHandlers)) handlers[operationId] = wrap(handler);
   api.register({
     ...handlers,
-    validationFail: async (c: Context) => {
+    validationFail: async (c: Context, req: Request) => {
+      if (c.operation) await authenticate(c, req);
       throw describeValidationErrors(c.validation.errors as AjvError[]);
     },
     notFound: async (c: Context) => {
