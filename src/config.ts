@@ -25,6 +25,9 @@ const ConfigSchema = z.object({
   NESTBOX_IMAGES_DIR: z.string().min(1).optional(),
   // false = the server does not start a local host agent (host agents run elsewhere).
   NESTBOX_LOCAL_HOST_AGENT: z.enum(['true', 'false']).default('true'),
+  // true = `nestbox server` runs the control plane in a worker process and restarts it with
+  // backoff if it dies; false = one process (when systemd or another supervisor restarts it).
+  NESTBOX_SERVER_SUPERVISOR: z.enum(['true', 'false']).default('true'),
 
   // Host agent (nestbox host-agent).
   NESTBOX_HOST_ID: z.string().regex(/^[a-z0-9][a-z0-9-]{0,62}$/, 'must be lowercase letters, digits and dashes').default('local'),
@@ -88,6 +91,8 @@ export interface Config {
   bootstrapApiKey?: string;
   hostSecret?: string;
   localHostAgent: boolean;
+  /** `nestbox server` supervises a worker process (src/supervisor.ts). */
+  serverSupervisor: boolean;
   hostAgent: {
     hostId: string;
     listenHost: string;
@@ -151,6 +156,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     bootstrapApiKey: e.NESTBOX_BOOTSTRAP_API_KEY,
     hostSecret: e.NESTBOX_HOST_SECRET,
     localHostAgent: e.NESTBOX_LOCAL_HOST_AGENT === 'true',
+    serverSupervisor: e.NESTBOX_SERVER_SUPERVISOR === 'true',
     hostAgent: {
       hostId: e.NESTBOX_HOST_ID,
       listenHost: e.NESTBOX_HOST_AGENT_HOST,

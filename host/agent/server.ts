@@ -12,6 +12,7 @@ import { driverErrorStatus } from '../drivers/errors.js';
 import { AgentClient, AgentRequestError } from '../agent-protocol/client.js';
 import { EgressPolicy, HostForkRequest, HostSandboxSpec, HostSnapshotRequest, PORT_PROXY_AUTH_HEADER, PORT_PROXY_ERROR_HEADER, SandboxIdParam, SnapshotIdParam } from '../protocol/schemas.js';
 import { acceptAndRelay, connectUpstream, refuseUpgrade } from '../protocol/ws-relay.js';
+import { clientGoneSignal } from '../protocol/client-gone.js';
 import { forwardableHeaders, proxyHttp, proxyUpgrade, writeRawResponse, type ProxyTarget } from '../protocol/http-proxy.js';
 
 export interface HostAgentServerOptions {
@@ -386,12 +387,13 @@ export class HostAgentServer {
       if (typeof value === 'string') headers[name] = value;
     }
     const hasBody = req.method !== 'GET' && req.method !== 'HEAD';
-    const upstream = await agent.request({ method: req.method ?? 'GET', path: agentPath, headers, body: hasBody ? req : undefined });
-    // If our caller goes away (a client cancelled exec), drop the upstream request too, so the
-    // guest agent sees the disconnect and kills the command.
-    res.on('close', () => {
-      if (!res.writableFinished) upstream.destroy();
-    });
+    // If our caller goes away (a client cancelled exec, an upload dropped mid-body), drop the
+    // upstream request too, before or after its answer started, so the guest agent sees the
+    // disconnect: it kills the command or discards the half-written file.
+    const signal = clientGoneSignal(req, res);
+    const upstream = await agent.request({ method: req.method ?? 'GET', path: agentPath, headers, body: hasBody ? req : undefined, signal });
+    signal.addEventListener('abort', () => upstream.destroy(), { once: true });
+    if (signal.aborted) upstream.destroy();
     const passHeaders: Record<string, string> = {};
     for (const name of ['content-type', 'content-length', 'content-range', 'accept-ranges']) {
       const value = upstream.headers[name];

@@ -7,7 +7,7 @@ import { pipeline } from 'node:stream/promises';
 import { NestboxError } from '../../../core/errors.js';
 import { SCOPES, type Scope } from '../../../core/types.js';
 import type { NativeContext } from './context.js';
-import { limitStream } from '../limit-stream.js';
+import { clientGoneSignal, streamedBody } from '../request-body.js';
 import { keepActiveWhileOpen } from './websocket.js';
 import { principalOf, sandboxIdOf } from './context.js';
 
@@ -59,14 +59,14 @@ export async function forwardToAgent(ctx: NativeContext, o: ForwardOptions): Pro
       const v = ctx.req.headers[name];
       if (typeof v === 'string') headers[name] = v;
     }
-    if (o.maxBodyBytes !== undefined) {
-      const declared = Number(ctx.req.headers['content-length'] ?? 0);
-      if (declared > o.maxBodyBytes) throw new NestboxError('payload_too_large', `body: ${declared} bytes exceeds the limit of ${o.maxBodyBytes} bytes`);
-      delete headers['content-length'];
-      body = limitStream(ctx.req, o.maxBodyBytes);
-    } else {
-      body = ctx.req;
-    }
+    const max = o.maxBodyBytes ?? ctx.services.config.limits.maxUploadBytes;
+    const declared = Number(ctx.req.headers['content-length'] ?? 0);
+    if (declared > max) throw new NestboxError('payload_too_large', `body: ${declared} bytes exceeds the limit of ${max} bytes`);
+    // Sent on chunked: the limiter may cut the body short, and the upstream must then see an
+    // incomplete request rather than a short one.
+    delete headers['content-length'];
+    // Never the bare request: see request-body.ts for why every streamed body goes through it.
+    body = streamedBody(ctx.req, max);
   } else {
     const accept = ctx.req.headers.accept;
     if (typeof accept === 'string') headers.accept = accept;
@@ -77,11 +77,8 @@ export async function forwardToAgent(ctx: NativeContext, o: ForwardOptions): Pro
     }
   }
   // A client that goes away cancels the guest-agent request (and whatever it was doing).
-  const abort = new AbortController();
-  ctx.res.on('close', () => {
-    if (!ctx.res.writableFinished) abort.abort();
-  });
-  const request = { method: o.method ?? ctx.req.method, path: o.path + guestQuery(ctx, o.query ?? []), headers, body, signal: abort.signal };
+  const signal = clientGoneSignal(ctx.req, ctx.res);
+  const request = { method: o.method ?? ctx.req.method, path: o.path + guestQuery(ctx, o.query ?? []), headers, body, signal };
   const { sandboxes } = ctx.services;
   const upstream = o.fileRead
     ? await sandboxes.fileReadRequest(principalOf(ctx), sandboxIdOf(ctx), o.operation, request)
