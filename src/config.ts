@@ -66,6 +66,18 @@ const ConfigSchema = z.object({
   NESTBOX_MAX_MEMORY_MIB: positiveInt.default(8192),
   NESTBOX_MAX_UPLOAD_BYTES: positiveInt.default(10 * 1024 ** 3),
   NESTBOX_MAX_FORK_COUNT: positiveInt.default(10),
+  // Concurrent long-lived streams (WebSockets, SSE, Connect server streams, hosted-port
+  // upgrades): per API key and per sandbox; beyond them a stream is refused with 429.
+  NESTBOX_MAX_STREAMS_PER_KEY: positiveInt.default(256),
+  NESTBOX_MAX_STREAMS_PER_SANDBOX: positiveInt.default(64),
+  // Slow clients. Request headers must arrive within HEADERS_TIMEOUT, the whole request (body
+  // included) within REQUEST_TIMEOUT (0 = no limit; big uploads over slow links need time), and a
+  // body may not stall for longer than BODY_IDLE_TIMEOUT. An upgrade (WebSocket) request must be
+  // answered within UPGRADE_TIMEOUT (covers waking a paused sandbox), or its socket is closed.
+  NESTBOX_HEADERS_TIMEOUT_MS: positiveInt.default(60_000),
+  NESTBOX_REQUEST_TIMEOUT_MS: nonNegativeInt.default(3_600_000),
+  NESTBOX_BODY_IDLE_TIMEOUT_MS: positiveInt.default(30_000),
+  NESTBOX_UPGRADE_TIMEOUT_MS: positiveInt.default(90_000),
   // Host agent: where sandbox disks live. "auto" = use the data dir when it supports reflink,
   // otherwise create a loop-mounted XFS image of NESTBOX_REFLINK_STORE_GIB there; "off" = plain copies.
   NESTBOX_REFLINK_STORE: z.enum(['auto', 'off']).default('off'),
@@ -120,7 +132,11 @@ export interface Config {
     maxMemoryMiB: number;
     maxUploadBytes: number;
     maxForkCount: number;
+    maxStreamsPerKey: number;
+    maxStreamsPerSandbox: number;
   };
+  /** Timeouts for slow or stalled clients (src/http/slow-clients.ts). */
+  http: { headersTimeoutMs: number; requestTimeoutMs: number; bodyIdleTimeoutMs: number; upgradeTimeoutMs: number };
   /** Hosted ports. */
   ports: { publicDomain?: string; publicScheme: 'http' | 'https'; publicUrl?: string };
   backgroundIntervalMs: number;
@@ -184,6 +200,14 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       maxMemoryMiB: e.NESTBOX_MAX_MEMORY_MIB,
       maxUploadBytes: e.NESTBOX_MAX_UPLOAD_BYTES,
       maxForkCount: e.NESTBOX_MAX_FORK_COUNT,
+      maxStreamsPerKey: e.NESTBOX_MAX_STREAMS_PER_KEY,
+      maxStreamsPerSandbox: e.NESTBOX_MAX_STREAMS_PER_SANDBOX,
+    },
+    http: {
+      headersTimeoutMs: e.NESTBOX_HEADERS_TIMEOUT_MS,
+      requestTimeoutMs: e.NESTBOX_REQUEST_TIMEOUT_MS,
+      bodyIdleTimeoutMs: e.NESTBOX_BODY_IDLE_TIMEOUT_MS,
+      upgradeTimeoutMs: e.NESTBOX_UPGRADE_TIMEOUT_MS,
     },
     ports: { publicDomain: e.NESTBOX_PUBLIC_DOMAIN, publicScheme: e.NESTBOX_PUBLIC_SCHEME, publicUrl: e.NESTBOX_PUBLIC_URL?.replace(/\/+$/, '') },
     backgroundIntervalMs: e.NESTBOX_BACKGROUND_INTERVAL_MS,

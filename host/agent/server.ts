@@ -113,6 +113,10 @@ export class HostAgentServer {
       this.handle(req, res).catch((err) => sendError(res, err));
     });
     this.server.on('upgrade', (req, socket, head) => this.handleUpgrade(req, socket as Socket, head));
+    // Only the control plane talks to a host agent, and it bounds its clients' deadlines itself:
+    // Node's default 5-minute request timeout would cut a big upload streaming through here.
+    this.server.requestTimeout = 0;
+    this.server.headersTimeout = 60_000;
   }
 
   private authorized(req: http.IncomingMessage): boolean {

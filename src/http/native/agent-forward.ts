@@ -29,6 +29,8 @@ export interface ForwardOptions {
   maxBodyBytes?: number;
   /** A read of files that a stopped sandbox can answer too (from a read-only view of its disk). */
   fileRead?: boolean;
+  /** A long-lived stream (Server-Sent Events): counted against the stream caps while open. */
+  stream?: boolean;
 }
 
 const PASSED_RESPONSE_HEADERS = ['content-type', 'content-length', 'content-range', 'accept-ranges', 'content-disposition', 'cache-control'];
@@ -76,6 +78,7 @@ export async function forwardToAgent(ctx: NativeContext, o: ForwardOptions): Pro
       headers['content-type'] = 'application/json';
     }
   }
+  if (o.stream) ctx.services.streams.acquireUntilClosed({ keyId: principalOf(ctx).keyId, sandboxId: sandboxIdOf(ctx) }, ctx.res);
   // A client that goes away cancels the guest-agent request (and whatever it was doing).
   const signal = clientGoneSignal(ctx.req, ctx.res);
   const request = { method: o.method ?? ctx.req.method, path: o.path + guestQuery(ctx, o.query ?? []), headers, body, signal };
