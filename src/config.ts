@@ -162,6 +162,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   if (e.NESTBOX_DEFAULT_TIMEOUT_SECONDS > e.NESTBOX_MAX_TIMEOUT_SECONDS) {
     throw new ConfigError('invalid configuration:\n  NESTBOX_DEFAULT_TIMEOUT_SECONDS: must not exceed NESTBOX_MAX_TIMEOUT_SECONDS');
   }
+  if (e.NESTBOX_REQUEST_TIMEOUT_MS > 0 && e.NESTBOX_HEADERS_TIMEOUT_MS > e.NESTBOX_REQUEST_TIMEOUT_MS) {
+    throw new ConfigError('invalid configuration:\n  NESTBOX_HEADERS_TIMEOUT_MS: must not exceed NESTBOX_REQUEST_TIMEOUT_MS');
+  }
   const dataDir = resolve(e.NESTBOX_DATA_DIR);
   return {
     port: e.NESTBOX_PORT,
