@@ -229,7 +229,7 @@ describe('slow clients', () => {
     // Bounded generously: the cut is due after BODY_IDLE_MS; the bound only ends a broken run.
     const result = await rawExchange((socket) => {
       socket.write(`PUT /api/v1/sandboxes/${a}/files?path=/tmp/stalled HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${t.apiKey}\r\nContent-Type: application/octet-stream\r\nContent-Length: 1000\r\n\r\n0123456789`);
-    }, 60_000);
+    }, 30_000);
     expect(result.closed).toBe(true);
     expect(result.received).toMatch(/^HTTP\/1\.1 408 /);
     expect(result.received).toContain('"code":"timeout"');
@@ -247,7 +247,7 @@ describe('slow clients', () => {
         socket.write('s');
         if (++sent === chunks) clearInterval(timer);
       }, BODY_IDLE_MS / 5);
-    }, 60_000);
+    }, 30_000);
     expect(result.received).toMatch(/^HTTP\/1\.1 200 /);
     expect((await sh(a, 'cat /tmp/slow')).stdout).toBe('s'.repeat(chunks));
   });
@@ -256,7 +256,7 @@ describe('slow clients', () => {
     // The sandbox accepts the connection and says nothing; no 101 and no refusal ever comes back.
     const result = await rawExchange((socket) => {
       socket.write(`GET /p/${a}/${SILENT_PORT}/ HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n`);
-    }, 60_000);
+    }, 30_000);
     expect(result.closed).toBe(true);
     // Closed by the upgrade guard, not answered (the proxy's own 502 would come after 10 s).
     expect(result.received).toBe('');
