@@ -95,6 +95,8 @@ function routes(id: string, n: string): Record<string, Drop> {
     'native POST /commands (JSON)': { head: [`POST /api/v1/sandboxes/${id}/commands HTTP/1.1`, host, bearer, 'Content-Type: application/json'], prefix: Buffer.from('{"cmd":"echo ') },
     'hosted port POST /p/{id}/{port}/': { head: [`POST /p/${id}/${PORT}/upload HTTP/1.1`, host, 'Content-Type: application/octet-stream'] },
     'daytona POST /files/upload': { head: [`POST /daytona/toolbox/${id}/files/upload?path=${DROP_DIR}/dt-single-${n} HTTP/1.1`, host, bearer, `Content-Type: ${daytonaSingle.contentType}`], prefix: daytonaSingle.prefix },
+    'daytona POST /files/upload-v2': { head: [`POST /daytona/toolbox/${id}/files/upload-v2?path=${DROP_DIR}/dt-v2-${n} HTTP/1.1`, host, bearer, `Content-Type: ${daytonaSingle.contentType}`], prefix: daytonaSingle.prefix },
+    'daytona POST /api/toolbox/…/files/upload (legacy path)': { head: [`POST /daytona/api/toolbox/${id}/toolbox/files/upload?path=${DROP_DIR}/dt-legacy-${n} HTTP/1.1`, host, bearer, `Content-Type: ${daytonaSingle.contentType}`], prefix: daytonaSingle.prefix },
     'daytona POST /files/bulk-upload': { head: [`POST /daytona/toolbox/${id}/files/bulk-upload HTTP/1.1`, host, bearer, `Content-Type: ${daytonaBulk.contentType}`], prefix: daytonaBulk.prefix },
     'daytona POST /process/execute (JSON)': { head: [`POST /daytona/toolbox/${id}/process/execute HTTP/1.1`, host, bearer, 'Content-Type: application/json'], prefix: Buffer.from('{"command":"echo ') },
     'e2b POST /files (octet-stream)': { head: [`POST /files?path=${DROP_DIR}/e2b-raw-${n} HTTP/1.1`, ...envd, 'Content-Type: application/octet-stream'] },
