@@ -38,8 +38,9 @@ export function watchBodyIdle(req: http.IncomingMessage, res: http.ServerRespons
   const stop = () => clearInterval(timer);
   const timer = setInterval(() => {
     if (req.complete || req.destroyed || socket.destroyed) return stop();
-    if (socket.bytesRead !== seenBytes || req.readableLength > 0) {
-      // Bytes came in, or we hold bytes nobody has read yet: the wait is ours, not the client's.
+    if (socket.bytesRead !== seenBytes || req.readableLength > 0 || req.readableFlowing === false) {
+      // Bytes came in, or we hold bytes nobody has read yet, or the reader paused the body
+      // (backpressure from upstream): the wait is ours, not the client's.
       seenBytes = socket.bytesRead;
       quietSince = Date.now();
       return;
