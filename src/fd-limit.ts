@@ -23,7 +23,8 @@ export function openFileLimit(pid: number | 'self' = 'self'): OpenFileLimit | un
       .find((l) => l.startsWith('Max open files'));
     const [soft, hard] = (line ?? '').replace('Max open files', '').trim().split(/\s+/);
     const value = (v: string | undefined) => (v === 'unlimited' ? Infinity : Number(v));
-    return Number.isFinite(value(soft)) || value(soft) === Infinity ? { soft: value(soft), hard: value(hard) } : undefined;
+    const limit = { soft: value(soft), hard: value(hard) };
+    return Number.isNaN(limit.soft) || Number.isNaN(limit.hard) ? undefined : limit;
   } catch {
     return undefined;
   }
