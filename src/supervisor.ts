@@ -72,6 +72,13 @@ export function superviseServer(config: Config, log: (m: string) => void = (m) =
     // worker sees its end (EOF) the moment this process dies, even by kill -9.
     const worker = spawn(process.execPath, [...process.execArgv, CLI_ENTRY(), 'server', WORKER_FLAG], { stdio: ['pipe', 'inherit', 'inherit'], env: process.env });
     child = worker;
+    // A spawn that fails (no exit follows) is retried like a crash.
+    worker.once('error', (err) => {
+      log(`[supervisor] could not run the worker: ${err.message}`);
+      if (worker.pid === undefined && !stopping) restartTimer = setTimeout(() => void start(), 5_000);
+    });
+    // The pipe to a worker that died mid-write must not fail the supervisor.
+    worker.stdin?.on('error', () => undefined);
     log(`[supervisor] control plane worker started (pid ${worker.pid})`);
     worker.once('exit', (code, signal) => {
       child = undefined;
