@@ -201,6 +201,30 @@ export interface TestServerProcess {
 }
 
 /**
+ * Sandboxes a server process could not delete (it died, or the test failed first) would keep
+ * running on the machine: an in-process server on the same data dir and database adopts and
+ * destroys them.
+ */
+async function removeLeftSandboxes(dataDir: string, databaseUrl: string): Promise<void> {
+  const db = knexFactory({ client: 'pg', connection: databaseUrl, pool: { min: 0, max: 1 } });
+  const left = (await db('sandboxes').whereNot({ state: 'deleted' }).count<{ count: string }[]>('id as count'))[0];
+  await db.destroy();
+  if (Number(left.count) === 0) return;
+  const server = await startServer(loadConfig(testEnv(dataDir, { NESTBOX_DATABASE_URL: databaseUrl })), () => undefined);
+  try {
+    const started = new Date();
+    // Only once this server's own host agent has registered (the row's URL is then its own).
+    await waitFor('the cleanup host agent', async () => {
+      const rows = (await server.db('hosts').where('last_heartbeat_at', '>', started).select('id')) as unknown[];
+      return rows.length > 0;
+    }, 120_000);
+    await destroyAllSandboxes(server);
+  } finally {
+    await server.close();
+  }
+}
+
+/**
  * The real program (`node dist/src/cli.js server`, supervised) in its own process, for tests
  * that must see what a user sees when something kills a process. Needs `npm run build`.
  */
@@ -221,13 +245,15 @@ export async function startServerProcess(opts: { env?: Record<string, string> } 
   const workerPid = () => childPids(supervisor.pid!, ' server --worker')[0];
   const auth = { Authorization: `Bearer ${apiKey}` };
   const close = async () => {
-    if (supervisor.exitCode === null) {
+    // A process ended by a signal has no exit code, only a signal code.
+    if (supervisor.exitCode === null && supervisor.signalCode === null) {
       const listed = await http.get('/api/v1/sandboxes?limit=1000').set(auth).catch(() => undefined);
-      for (const s of (listed?.body?.sandboxes ?? []) as { id: string }[]) await http.delete(`/api/v1/sandboxes/${s.id}`).set(auth).catch(() => undefined);
+      for (const s of (listed?.body?.items ?? []) as { id: string }[]) await http.delete(`/api/v1/sandboxes/${s.id}`).set(auth).catch(() => undefined);
       const exited = new Promise((r) => supervisor.once('exit', r));
       supervisor.kill('SIGTERM');
       await exited;
     }
+    await removeLeftSandboxes(dataDir, db.url);
     await db.drop();
     rmSync(dataDir, { recursive: true, force: true });
   };
