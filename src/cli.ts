@@ -4,7 +4,8 @@ import { ConfigError, loadConfig } from './config.js';
 
 const usage = `usage: nestbox <command>
 
-  server        control plane + local host agent (+ PGlite unless NESTBOX_DATABASE_URL is set)
+  server        control plane + local host agent (+ PGlite unless NESTBOX_DATABASE_URL is set),
+                run in a worker process that is restarted if it dies (NESTBOX_SERVER_SUPERVISOR)
   host-agent    run a host agent alone (needs NESTBOX_CONTROL_PLANE_URL, NESTBOX_HOST_AGENT_SECRET)
   host-secret <hostId>
                 print the secret a remote host agent with this id must use
@@ -24,9 +25,33 @@ async function main(argv: string[]): Promise<void> {
   };
   switch (command) {
     case 'server': {
+      const { WORKER_FLAG, superviseServer } = await import('./supervisor.js');
+      const isWorker = rest.includes(WORKER_FLAG);
+      if (config.serverSupervisor && !isWorker) {
+        const supervisor = superviseServer(config);
+        stopOn(supervisor.stop);
+        return;
+      }
+      if (isWorker) {
+        // A rejected promise nobody awaited is a bug in one request's handling, not a reason to
+        // drop every other request: log it and keep serving. Exceptions still end the worker
+        // (its state may be broken), and the supervisor starts a fresh one.
+        process.on('unhandledRejection', (reason) => {
+          console.error(`unhandled rejection (the worker keeps running): ${reason instanceof Error ? (reason.stack ?? reason.message) : String(reason)}`);
+        });
+      }
       const { startServer } = await import('./server.js');
       const server = await startServer(config);
-      stopOn(server.close);
+      let closing: Promise<void> | undefined;
+      const close = () => (closing ??= server.close());
+      stopOn(close);
+      if (isWorker) {
+        // stdin is the supervisor's pipe: its end means the supervisor is gone (even by kill -9).
+        const orphaned = () => void close().then(() => process.exit(0));
+        process.stdin.once('end', orphaned);
+        process.stdin.once('error', orphaned);
+        process.stdin.resume();
+      }
       return;
     }
     case 'host-agent': {
@@ -66,7 +91,9 @@ async function main(argv: string[]): Promise<void> {
   process.exit(2);
 }
 
-main(process.argv.slice(2)).catch((err: unknown) => {
+main(process.argv.slice(2)).catch(async (err: unknown) => {
   console.error(err instanceof ConfigError ? err.message : err instanceof Error ? (err.stack ?? err.message) : String(err));
-  process.exit(1);
+  // A supervised worker that cannot start because of its configuration is not restarted.
+  const { WORKER_FATAL_EXIT_CODE, WORKER_FLAG } = await import('./supervisor.js');
+  process.exit(err instanceof ConfigError && process.argv.includes(WORKER_FLAG) ? WORKER_FATAL_EXIT_CODE : 1);
 });

@@ -11,6 +11,17 @@ describe('config', () => {
     expect(c.imagesDir).toBe(`${c.dataDir}/images`);
   });
 
+  it('has stream caps and slow-client timeouts with defaults, and checks them', () => {
+    const c = loadConfig({});
+    expect(c.limits.maxStreamsPerKey).toBe(256);
+    expect(c.limits.maxStreamsPerSandbox).toBe(64);
+    expect(c.http).toEqual({ headersTimeoutMs: 60_000, requestTimeoutMs: 3_600_000, bodyIdleTimeoutMs: 30_000, upgradeTimeoutMs: 90_000 });
+    expect(c.serverSupervisor).toBe(true);
+    expect(() => loadConfig({ NESTBOX_HEADERS_TIMEOUT_MS: '5000', NESTBOX_REQUEST_TIMEOUT_MS: '1000' })).toThrow(/NESTBOX_HEADERS_TIMEOUT_MS/);
+    expect(() => loadConfig({ NESTBOX_MAX_STREAMS_PER_KEY: '0' })).toThrow(ConfigError);
+    expect(loadConfig({ NESTBOX_REQUEST_TIMEOUT_MS: '0' }).http.requestTimeoutMs).toBe(0);
+  });
+
   it('uses PostgreSQL when a URL is given', () => {
     expect(loadConfig({ NESTBOX_DATABASE_URL: 'postgres://u:p@db/x' }).database).toEqual({ kind: 'postgres', url: 'postgres://u:p@db/x' });
   });

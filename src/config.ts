@@ -25,6 +25,9 @@ const ConfigSchema = z.object({
   NESTBOX_IMAGES_DIR: z.string().min(1).optional(),
   // false = the server does not start a local host agent (host agents run elsewhere).
   NESTBOX_LOCAL_HOST_AGENT: z.enum(['true', 'false']).default('true'),
+  // true = `nestbox server` runs the control plane in a worker process and restarts it with
+  // backoff if it dies; false = one process (when systemd or another supervisor restarts it).
+  NESTBOX_SERVER_SUPERVISOR: z.enum(['true', 'false']).default('true'),
 
   // Host agent (nestbox host-agent).
   NESTBOX_HOST_ID: z.string().regex(/^[a-z0-9][a-z0-9-]{0,62}$/, 'must be lowercase letters, digits and dashes').default('local'),
@@ -76,6 +79,18 @@ const ConfigSchema = z.object({
   NESTBOX_ORG_MAX_MEMORY_MIB: positiveInt.default(131_072),
   // Retry-After of a 429 for an organisation limit (a sandbox has to stop before a retry can pass).
   NESTBOX_QUOTA_RETRY_AFTER_SECONDS: positiveInt.max(3600).default(30),
+  // Concurrent long-lived streams (WebSockets, SSE, Connect server streams, hosted-port
+  // upgrades): per API key and per sandbox; beyond them a stream is refused with 429.
+  NESTBOX_MAX_STREAMS_PER_KEY: positiveInt.default(256),
+  NESTBOX_MAX_STREAMS_PER_SANDBOX: positiveInt.default(64),
+  // Slow clients. Request headers must arrive within HEADERS_TIMEOUT, the whole request (body
+  // included) within REQUEST_TIMEOUT (0 = no limit; big uploads over slow links need time), and a
+  // body may not stall for longer than BODY_IDLE_TIMEOUT. An upgrade (WebSocket) request must be
+  // answered within UPGRADE_TIMEOUT (covers waking a paused sandbox), or its socket is closed.
+  NESTBOX_HEADERS_TIMEOUT_MS: positiveInt.default(60_000),
+  NESTBOX_REQUEST_TIMEOUT_MS: nonNegativeInt.default(3_600_000),
+  NESTBOX_BODY_IDLE_TIMEOUT_MS: positiveInt.default(30_000),
+  NESTBOX_UPGRADE_TIMEOUT_MS: positiveInt.default(90_000),
   // Host agent: where sandbox disks live. "auto" = use the data dir when it supports reflink,
   // otherwise create a loop-mounted sparse XFS file of NESTBOX_REFLINK_STORE_GIB there, so forks
   // and snapshots share blocks instead of copying them; "off" = plain copies (a fork writes a
@@ -109,6 +124,8 @@ export interface Config {
   bootstrapApiKey?: string;
   hostSecret?: string;
   localHostAgent: boolean;
+  /** `nestbox server` supervises a worker process (src/supervisor.ts). */
+  serverSupervisor: boolean;
   hostAgent: {
     hostId: string;
     listenHost: string;
@@ -139,11 +156,15 @@ export interface Config {
     defaultDiskGiB: number;
     maxDiskGiB: number;
     diskInodesPerGiB: number;
+    maxStreamsPerKey: number;
+    maxStreamsPerSandbox: number;
   };
   /** Per-organisation limits (429 with Retry-After when exceeded). */
   orgLimits: { maxSandboxes: number; maxCpu: number; maxMemoryMiB: number; retryAfterSeconds: number };
   /** Credentials minted from API keys, and signed URLs. */
   tokens: { sandboxTokenTtlSeconds: number; signedUrlMaxSeconds: number };
+  /** Timeouts for slow or stalled clients (src/http/slow-clients.ts). */
+  http: { headersTimeoutMs: number; requestTimeoutMs: number; bodyIdleTimeoutMs: number; upgradeTimeoutMs: number };
   /** Hosted ports. */
   ports: { publicDomain?: string; publicScheme: 'http' | 'https'; publicUrl?: string };
   backgroundIntervalMs: number;
@@ -176,6 +197,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     // A signed URL can live no longer than the credential that signed it.
     throw new ConfigError('invalid configuration:\n  NESTBOX_SIGNED_URL_MAX_SECONDS: must be less than NESTBOX_SANDBOX_TOKEN_TTL_SECONDS');
   }
+  if (e.NESTBOX_REQUEST_TIMEOUT_MS > 0 && e.NESTBOX_HEADERS_TIMEOUT_MS > e.NESTBOX_REQUEST_TIMEOUT_MS) {
+    throw new ConfigError('invalid configuration:\n  NESTBOX_HEADERS_TIMEOUT_MS: must not exceed NESTBOX_REQUEST_TIMEOUT_MS');
+  }
   const dataDir = resolve(e.NESTBOX_DATA_DIR);
   return {
     port: e.NESTBOX_PORT,
@@ -186,6 +210,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     bootstrapApiKey: e.NESTBOX_BOOTSTRAP_API_KEY,
     hostSecret: e.NESTBOX_HOST_SECRET,
     localHostAgent: e.NESTBOX_LOCAL_HOST_AGENT === 'true',
+    serverSupervisor: e.NESTBOX_SERVER_SUPERVISOR === 'true',
     hostAgent: {
       hostId: e.NESTBOX_HOST_ID,
       listenHost: e.NESTBOX_HOST_AGENT_HOST,
@@ -216,6 +241,14 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       defaultDiskGiB: e.NESTBOX_DEFAULT_DISK_GIB,
       maxDiskGiB: e.NESTBOX_MAX_DISK_GIB,
       diskInodesPerGiB: e.NESTBOX_DISK_INODES_PER_GIB,
+      maxStreamsPerKey: e.NESTBOX_MAX_STREAMS_PER_KEY,
+      maxStreamsPerSandbox: e.NESTBOX_MAX_STREAMS_PER_SANDBOX,
+    },
+    http: {
+      headersTimeoutMs: e.NESTBOX_HEADERS_TIMEOUT_MS,
+      requestTimeoutMs: e.NESTBOX_REQUEST_TIMEOUT_MS,
+      bodyIdleTimeoutMs: e.NESTBOX_BODY_IDLE_TIMEOUT_MS,
+      upgradeTimeoutMs: e.NESTBOX_UPGRADE_TIMEOUT_MS,
     },
     orgLimits: {
       maxSandboxes: e.NESTBOX_ORG_MAX_SANDBOXES,

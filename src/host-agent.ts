@@ -9,6 +9,7 @@ import type { Driver } from '../host/drivers/types.js';
 import { ensureBaseImage } from '../host/images/base-image.js';
 import { HEARTBEAT_PATH, type Heartbeat } from '../host/protocol/schemas.js';
 import { GUEST_AGENT_BUNDLE } from './paths.js';
+import { raiseOpenFileLimit } from './fd-limit.js';
 
 export interface RunningHostAgent {
   url: string;
@@ -19,6 +20,7 @@ export async function startHostAgent(config: Config, log: (m: string) => void = 
   const ha = config.hostAgent;
   if (!ha.secret) throw new ConfigError('invalid configuration:\n  NESTBOX_HOST_AGENT_SECRET: required for a host agent');
   if (!ha.controlPlaneUrl) throw new ConfigError('invalid configuration:\n  NESTBOX_CONTROL_PLANE_URL: required for a host agent');
+  raiseOpenFileLimit(log);
   mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
 
   // Build (or reuse) the base image before registering, so the first create is not the one

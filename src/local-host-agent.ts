@@ -1,10 +1,12 @@
 // The server's own host agent, run as a child process: a real process boundary and the same
 // HTTP protocol as a remote host, so single-machine mode exercises the production path.
 import { spawn, type ChildProcess } from 'node:child_process';
+import { rmSync, writeFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { join } from 'node:path';
 import type { Config } from './config.js';
 import { CLI_ENTRY } from './paths.js';
+import { hostAgentPidFile } from './supervisor.js';
 
 export interface SupervisorOptions {
   config: Config;
@@ -45,11 +47,15 @@ export class LocalHostAgentSupervisor {
     };
     const child = spawn(process.execPath, [CLI_ENTRY(), 'host-agent'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
     this.child = child;
+    // The server's supervisor waits for this pid to be gone before it starts a new worker, so
+    // two host agents never run on one data dir (src/supervisor.ts).
+    if (child.pid) writeFileSync(hostAgentPidFile(config), `${child.pid}\n`);
     for (const stream of [child.stdout!, child.stderr!]) {
       createInterface({ input: stream }).on('line', (line) => this.opts.log(`[host-agent] ${line}`));
     }
     child.on('exit', (code, signal) => {
       this.child = undefined;
+      rmSync(hostAgentPidFile(config), { force: true });
       if (this.stopping) return;
       // Back off so a host agent that cannot start (e.g. missing tools) does not spin.
       const delay = Math.min(30_000, 1000 * 2 ** Math.min(this.restarts++, 5));

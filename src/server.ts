@@ -20,6 +20,9 @@ import { PortService } from '../core/services/ports.js';
 import { attachDaytonaWebSockets } from '../compat/daytona/router.js';
 import { LocalHostAgentSupervisor } from './local-host-agent.js';
 import { projectPath } from './paths.js';
+import { raiseOpenFileLimit } from './fd-limit.js';
+import { applyServerTimeouts, guardUpgrades } from './http/slow-clients.js';
+import { StreamLimits } from './http/stream-limits.js';
 import type { Services } from './services.js';
 
 export interface RunningServer {
@@ -42,6 +45,7 @@ function dataDirSecret(config: Config, file: string, make: () => string): string
 }
 
 export async function startServer(config: Config, log: (m: string) => void = (m) => console.log(m)): Promise<RunningServer> {
+  raiseOpenFileLimit(log);
   mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
   chmodSync(config.dataDir, 0o700);
   const db = openDatabase(config.database);
@@ -105,19 +109,20 @@ export async function startServer(config: Config, log: (m: string) => void = (m)
       signedUrlMaxSeconds: config.tokens.signedUrlMaxSeconds,
     }),
     sandboxTokens: new SandboxTokenService(db, hostSecret, { ttlSeconds: config.tokens.sandboxTokenTtlSeconds, signedUrlMaxSeconds: config.tokens.signedUrlMaxSeconds }),
+    streams: new StreamLimits({ perKey: config.limits.maxStreamsPerKey, perSandbox: config.limits.maxStreamsPerSandbox }),
     hostSecret,
     nativeSpecText: readFileSync(projectPath('openapi/native.yaml'), 'utf8'),
     log,
   };
   const server = http.createServer(createApp(services));
+  // Slow clients: header, request and upgrade deadlines (bodies stalling: createApp).
+  applyServerTimeouts(server, config.http);
+  guardUpgrades(server, config.http.upgradeTimeoutMs);
   // Hosted-port upgrades are claimed before any other front door looks at them.
   attachPortProxyUpgrades(server, services);
   // Compat front doors claim their upgrades first; the native listener answers the rest.
   attachDaytonaWebSockets(server, services);
   attachNativeWebSockets(server, services);
-  // Long foreground commands and big uploads must not be cut by Node's default timeouts.
-  server.requestTimeout = 0;
-  server.headersTimeout = 60_000;
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(config.port, config.host, () => resolve());

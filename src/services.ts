@@ -7,6 +7,7 @@ import type { SnapshotService } from '../core/services/snapshots.js';
 import type { IdempotencyService } from '../core/services/idempotency.js';
 import type { PortService } from '../core/services/ports.js';
 import type { SandboxTokenService } from '../core/services/sandbox-tokens.js';
+import type { StreamLimits } from './http/stream-limits.js';
 
 /** Everything a front door (native, compat) may call. Built once by the server. */
 export interface Services {
@@ -21,6 +22,8 @@ export interface Services {
   ports: PortService;
   /** Per-sandbox access tokens (E2B's envdAccessToken). */
   sandboxTokens: SandboxTokenService;
+  /** Caps on concurrent long-lived streams per key and per sandbox. */
+  streams: StreamLimits;
   /** Master secret from which host-agent secrets are derived. */
   hostSecret: string;
   nativeSpecText: string;

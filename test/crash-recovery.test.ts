@@ -37,7 +37,8 @@ async function freePort(): Promise<number> {
 function startServerProcess(): ServerProcess {
   const output: string[] = [];
   const child = spawn(process.execPath, [projectPath('dist/src/cli.js'), 'server'], {
-    env: { PATH: process.env.PATH, ...testEnv(dataDir, { NESTBOX_PORT: String(port), NESTBOX_DATABASE_URL: database.url }) },
+    // One process (no supervisor): the kill -9s here are meant for the control plane itself.
+    env: { PATH: process.env.PATH, ...testEnv(dataDir, { NESTBOX_PORT: String(port), NESTBOX_DATABASE_URL: database.url, NESTBOX_SERVER_SUPERVISOR: 'false' }) },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   child.stdout!.on('data', (d) => output.push(String(d)));

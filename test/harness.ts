@@ -1,6 +1,8 @@
 // Shared test plumbing: a real server (control plane + local host agent child process) on a
 // fresh database, real PostgreSQL by default, PGlite on request.
-import { mkdtempSync } from 'node:fs';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
+import net from 'node:net';
 import { randomBytes } from 'node:crypto';
 import knexFactory from 'knex';
 import supertest from 'supertest';
@@ -9,6 +11,7 @@ import { startServer, type RunningServer } from '../src/server.js';
 import { generateApiKey } from '../core/services/auth.js';
 import { serverSentEvents } from '../host/protocol/sse.js';
 import { removeTree } from '../host/images/base-image.js';
+import { projectPath } from '../src/paths.js';
 
 export const TEST_IMAGES_DIR = process.env.NESTBOX_TEST_IMAGES_DIR ?? '/var/tmp/nestbox-test-images';
 export const TEST_DATABASE_URL = process.env.NESTBOX_TEST_DATABASE_URL ?? 'postgres://nestbox:nestbox@127.0.0.1:5432/postgres';
@@ -163,4 +166,127 @@ export function outputOf(events: { type?: unknown; data?: unknown }[], stream: '
     .filter((e) => e.type === stream)
     .map((e) => Buffer.from(String(e.data), 'base64').toString('utf8'))
     .join('');
+}
+
+/** The pids of `pid`'s direct children whose command line contains `match`. */
+export function childPids(pid: number, match = ''): number[] {
+  const found: number[] = [];
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      if (ppid === pid && readFileSync(`/proc/${entry}/cmdline`, 'utf8').replace(/\0/g, ' ').includes(match)) found.push(Number(entry));
+    } catch {
+      // gone
+    }
+  }
+  return found;
+}
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolve) => {
+    const s = net.createServer().listen(0, '127.0.0.1', () => {
+      const p = (s.address() as net.AddressInfo).port;
+      s.close(() => resolve(p));
+    });
+  });
+}
+
+export interface TestServerProcess {
+  url: string;
+  port: number;
+  apiKey: string;
+  dataDir: string;
+  output: string[];
+  http: ReturnType<typeof supertest>;
+  auth: { Authorization: string };
+  /** `nestbox server` as a user starts it: the supervisor. */
+  supervisor: ChildProcess;
+  /** The control plane worker now running under the supervisor. */
+  workerPid(): number | undefined;
+  /** The worker's local host agent. */
+  hostAgentPid(): number | undefined;
+  close(): Promise<void>;
+}
+
+/**
+ * Sandboxes a server process could not delete (it died, or the test failed first) would keep
+ * running on the machine: an in-process server on the same data dir and database adopts and
+ * destroys them.
+ */
+async function removeLeftSandboxes(dataDir: string, databaseUrl: string): Promise<void> {
+  const db = knexFactory({ client: 'pg', connection: databaseUrl, pool: { min: 0, max: 1 } });
+  const left = (await db('sandboxes').whereNot({ state: 'deleted' }).count<{ count: string }[]>('id as count'))[0];
+  await db.destroy();
+  if (Number(left.count) === 0) return;
+  const server = await startServer(loadConfig(testEnv(dataDir, { NESTBOX_DATABASE_URL: databaseUrl })), () => undefined);
+  try {
+    const started = new Date();
+    // Only once this server's own host agent has registered (the row's URL is then its own).
+    await waitFor('the cleanup host agent', async () => {
+      const rows = (await server.db('hosts').where('last_heartbeat_at', '>', started).select('id')) as unknown[];
+      return rows.length > 0;
+    }, 120_000);
+    await destroyAllSandboxes(server);
+  } finally {
+    await server.close();
+  }
+}
+
+/**
+ * The real program (`node dist/src/cli.js server`, supervised) in its own process, for tests
+ * that must see what a user sees when something kills a process. Needs `npm run build`.
+ */
+export async function startServerProcess(opts: { env?: Record<string, string> } = {}): Promise<TestServerProcess> {
+  const dataDir = mkdtempSync('/tmp/nbx-proc-');
+  const db = await createTestDatabase();
+  const apiKey = generateApiKey();
+  const port = await freePort();
+  const output: string[] = [];
+  const supervisor = spawn(process.execPath, [projectPath('dist/src/cli.js'), 'server'], {
+    env: { PATH: process.env.PATH, ...testEnv(dataDir, { NESTBOX_PORT: String(port), NESTBOX_DATABASE_URL: db.url, NESTBOX_BOOTSTRAP_API_KEY: apiKey, ...opts.env }) },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  supervisor.stdout!.on('data', (d) => output.push(String(d)));
+  supervisor.stderr!.on('data', (d) => output.push(String(d)));
+  const url = `http://127.0.0.1:${port}`;
+  const http = supertest(url);
+  const workerPid = () => childPids(supervisor.pid!, ' server --worker')[0];
+  const auth = { Authorization: `Bearer ${apiKey}` };
+  const close = async () => {
+    // A process ended by a signal has no exit code, only a signal code.
+    if (supervisor.exitCode === null && supervisor.signalCode === null) {
+      const listed = await http.get('/api/v1/sandboxes?limit=1000').set(auth).catch(() => undefined);
+      for (const s of (listed?.body?.items ?? []) as { id: string }[]) await http.delete(`/api/v1/sandboxes/${s.id}`).set(auth).catch(() => undefined);
+      const exited = new Promise((r) => supervisor.once('exit', r));
+      supervisor.kill('SIGTERM');
+      await exited;
+    }
+    await removeLeftSandboxes(dataDir, db.url);
+    await db.drop();
+    removeDataDir(dataDir);
+  };
+  try {
+    await waitFor('a registered host agent', async () => (await http.get('/api/v1/health')).body.hostsAvailable >= 1, 120_000);
+  } catch (err) {
+    await close();
+    throw new Error(`${(err as Error).message}\nserver output:\n${output.join('').slice(-4000)}`);
+  }
+  return {
+    url,
+    port,
+    apiKey,
+    dataDir,
+    output,
+    http,
+    auth,
+    supervisor,
+    workerPid,
+    hostAgentPid: () => {
+      const worker = workerPid();
+      return worker ? childPids(worker, 'host-agent')[0] : undefined;
+    },
+    close,
+  };
 }

@@ -10,7 +10,7 @@ import type { FileInfo } from '../../host/agent-protocol/types.js';
 import type { FindResponse, ReplaceResponse, SearchResponse, UploadResponse } from '../../host/agent-protocol/files.js';
 import type { OutputResponse, ProcessInfo, ProcessList, SessionCommand, SessionInfo, SessionList } from '../../host/agent-protocol/processes.js';
 import type { Services } from '../../src/services.js';
-import { limitStream } from '../../src/http/limit-stream.js';
+import { streamedBody } from '../../src/http/request-body.js';
 import {
   agentFailure, agentJson, agentRaw, FILE_CODES, handle, markedText, PROCESS_CODES, principalOf, q, queryString, requireQuery, wantsMarkedText,
 } from './context.js';
@@ -378,7 +378,7 @@ export function createToolboxRouter(services: Services): Router {
     // The same upload limit as the native API, enforced while streaming (bulk uploads are chunked).
     const max = services.config.limits.maxUploadBytes;
     if (Number(c.req.headers['content-length'] ?? 0) > max) throw new NestboxError('payload_too_large', `body: exceeds the upload limit of ${max} bytes`);
-    const res = await agentRaw(services, c.principal, c.sandboxId, { method: 'POST', path: guestPath, body: limitStream(c.req, max), headers, scope: 'files:write', operation: 'upload files to', daytonaCodes: FILE_CODES, signal: abortOnClose(c.res) });
+    const res = await agentRaw(services, c.principal, c.sandboxId, { method: 'POST', path: guestPath, body: streamedBody(c.req, max), headers, scope: 'files:write', operation: 'upload files to', daytonaCodes: FILE_CODES, signal: abortOnClose(c.res) });
     if ((res.statusCode ?? 500) >= 400) throw await agentFailure(res, FILE_CODES);
     const chunks: Buffer[] = [];
     for await (const chunk of res) chunks.push(chunk as Buffer);

@@ -10,6 +10,7 @@ import { NestboxError, toNestboxError } from '../../core/errors.js';
 import type { Principal } from '../../core/types.js';
 import type { ProcessEvent } from '../../host/agent-protocol/processes.js';
 import { keepActiveWhileOpen } from '../../src/http/native/websocket.js';
+import { UPSTREAM_HANDSHAKE_TIMEOUT_MS } from '../../host/protocol/ws-relay.js';
 import { claimUpgrade } from '../../src/http/upgrade-claims.js';
 import type { Services } from '../../src/services.js';
 import { agentJson, DAYTONA_PREFIX, PROCESS_CODES, STDERR_MARKER, STDOUT_MARKER } from './context.js';
@@ -31,10 +32,10 @@ function refuse(socket: Duplex, err: unknown, path: string): void {
   const text = JSON.stringify(daytonaErrorBody(e, 'toolbox', path, 'GET'));
   socket.end(`HTTP/1.1 ${e.status} ${http_status(e.status)}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(text)}\r\nconnection: close\r\n\r\n${text}`);
 }
-const http_status = (s: number) => ({ 400: 'Bad Request', 401: 'Unauthorized', 403: 'Forbidden', 404: 'Not Found', 409: 'Conflict', 501: 'Not Implemented' } as Record<number, string>)[s] ?? 'Error';
+const http_status = (s: number) => ({ 400: 'Bad Request', 401: 'Unauthorized', 403: 'Forbidden', 404: 'Not Found', 409: 'Conflict', 429: 'Too Many Requests', 501: 'Not Implemented' } as Record<number, string>)[s] ?? 'Error';
 
 function openUpstream(url: string, headers: Record<string, string>): Promise<WebSocket> {
-  const ws = new WebSocket(url, { headers });
+  const ws = new WebSocket(url, { headers, handshakeTimeout: UPSTREAM_HANDSHAKE_TIMEOUT_MS });
   return new Promise((resolve, reject) => {
     ws.once('open', () => {
       ws.pause();
@@ -187,6 +188,8 @@ export function attachDaytonaWebSockets(server: http.Server, services: Services)
     const header = req.headers.authorization;
     const principal = await services.auth.authenticate(header?.startsWith('Bearer ') ? header.slice(7).trim() : undefined);
     const { sandboxId, path } = target;
+    // Counted until the client's socket closes; beyond the caps a 429 in Daytona's shape.
+    services.streams.acquireUntilClosed({ keyId: principal.keyId, sandboxId }, socket);
     let m: RegExpExecArray | null;
     if ((m = /^\/process\/session\/([^/]+)\/command\/([^/]+)\/logs$/.exec(path))) {
       return followLogs(services, principal, sandboxId, decodeURIComponent(m[1]), decodeURIComponent(m[2]), req, socket, head);

@@ -11,7 +11,8 @@ import { KeyedLocks } from '../keyed-locks.js';
 import { driverErrorStatus } from '../drivers/errors.js';
 import { AgentClient, AgentRequestError } from '../agent-protocol/client.js';
 import { EgressPolicy, HostForkRequest, HostSandboxSpec, HostSnapshotRequest, PORT_PROXY_AUTH_HEADER, PORT_PROXY_ERROR_HEADER, SandboxIdParam, SnapshotIdParam } from '../protocol/schemas.js';
-import { acceptAndRelay, refuseUpgrade } from '../protocol/ws-relay.js';
+import { acceptAndRelay, connectUpstream, refuseUpgrade } from '../protocol/ws-relay.js';
+import { clientGoneSignal } from '../protocol/client-gone.js';
 import { forwardableHeaders, proxyHttp, proxyUpgrade, writeRawResponse, type ProxyTarget } from '../protocol/http-proxy.js';
 
 export interface HostAgentServerOptions {
@@ -116,6 +117,10 @@ export class HostAgentServer {
       this.handle(req, res).catch((err) => sendError(res, err));
     });
     this.server.on('upgrade', (req, socket, head) => this.handleUpgrade(req, socket as Socket, head));
+    // Only the control plane talks to a host agent, and it bounds its clients' deadlines itself:
+    // Node's default 5-minute request timeout would cut a big upload streaming through here.
+    this.server.requestTimeout = 0;
+    this.server.headersTimeout = 60_000;
   }
 
   private authorized(req: http.IncomingMessage): boolean {
@@ -396,18 +401,19 @@ export class HostAgentServer {
       if (typeof value === 'string') headers[name] = value;
     }
     const hasBody = req.method !== 'GET' && req.method !== 'HEAD';
+    // If our caller goes away (a client cancelled exec, an upload dropped mid-body), drop the
+    // upstream request too, before or after its answer started, so the guest agent sees the
+    // disconnect: it kills the command or discards the half-written file.
+    const signal = clientGoneSignal(req, res);
     let upstream: http.IncomingMessage;
     try {
-      upstream = await agent.request({ method: req.method ?? 'GET', path: agentPath, headers, body: hasBody ? req : undefined });
+      upstream = await agent.request({ method: req.method ?? 'GET', path: agentPath, headers, body: hasBody ? req : undefined, signal });
     } catch (error) {
       if (error instanceof AgentRequestError && error.code === 'agent_unavailable') this.noteForgedAnswer(agentPath, error.message);
       throw error;
     }
-    // If our caller goes away (a client cancelled exec), drop the upstream request too, so the
-    // guest agent sees the disconnect and kills the command.
-    res.on('close', () => {
-      if (!res.writableFinished) upstream.destroy();
-    });
+    signal.addEventListener('abort', () => upstream.destroy(), { once: true });
+    if (signal.aborted) upstream.destroy();
     const passHeaders: Record<string, string> = {};
     for (const name of ['content-type', 'content-length', 'content-range', 'accept-ranges']) {
       const value = upstream.headers[name];

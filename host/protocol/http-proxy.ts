@@ -155,6 +155,16 @@ export function proxyUpgrade(req: http.IncomingMessage, socket: Duplex, head: Bu
       socket.once('close', close);
       upstreamSocket.once('error', close);
       socket.once('error', close);
+      // HTTP server sockets allow half-open connections, so a peer's FIN alone closes nothing:
+      // a client that hangs up would leave both hops open for as long as the far end stays
+      // (holding descriptors and a stream slot). Either side ending ends the relay, once what
+      // is already buffered has been written.
+      const finish = () => {
+        (upstreamSocket as Duplex & { destroySoon?: () => void }).destroySoon?.() ?? upstreamSocket.end();
+        (socket as Duplex & { destroySoon?: () => void }).destroySoon?.() ?? socket.end();
+      };
+      upstreamSocket.once('end', finish);
+      socket.once('end', finish);
     });
     upstreamSocket.pipe(socket);
     socket.pipe(upstreamSocket);

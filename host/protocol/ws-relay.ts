@@ -8,6 +8,8 @@ import { WebSocket, WebSocketServer } from 'ws';
 
 /** A client that reads slower than the sandbox writes is cut off beyond this much buffered data. */
 export const MAX_BUFFERED_BYTES = 16 * 1024 * 1024;
+/** An upstream (host agent, guest agent) that has not completed the handshake by then never will. */
+export const UPSTREAM_HANDSHAKE_TIMEOUT_MS = 30_000;
 
 export type UpstreamResult = { ok: true; ws: WebSocket } | { ok: false; status: number; body: string };
 
@@ -34,7 +36,7 @@ export function connectUpstream(url: string, headers: Record<string, string>, re
     .split(',')
     .map((p) => p.trim())
     .filter(Boolean);
-  const ws = new WebSocket(url, protocols, { headers });
+  const ws = new WebSocket(url, protocols, { headers, handshakeTimeout: UPSTREAM_HANDSHAKE_TIMEOUT_MS });
   return new Promise((resolve) => {
     // ws emits 'upgrade' with the 101 before 'open'; terminating here means 'open' never comes.
     ws.once('upgrade', (res) => {

@@ -5,6 +5,7 @@ import { Heartbeat, HEARTBEAT_PATH } from '../../host/protocol/schemas.js';
 import type { Services } from '../services.js';
 import { createNativeRouter, renderNativeError } from './native/router.js';
 import { PortProxy } from './port-proxy.js';
+import { bodyIdleTimeout } from './slow-clients.js';
 import { createDaytonaRouter } from '../../compat/daytona/router.js';
 import { createE2bControlPlaneRouter, createE2bSandboxTrafficHandler } from '../../compat/e2b/index.js';
 
@@ -12,6 +13,8 @@ import { createE2bControlPlaneRouter, createE2bSandboxTrafficHandler } from '../
 export function createApp(services: Services): Express {
   const app = express();
   app.disable('x-powered-by');
+  // Before every route: a body that stops arriving is cut, whatever reads it.
+  app.use(bodyIdleTimeout(services.config.http.bodyIdleTimeoutMs));
   // Hosted ports first: a host-form request (`<port>-<id>.<domain>`) belongs to the sandbox
   // whatever its path, and path-form URLs must reach the sandbox exactly as sent.
   // E2B in-sandbox traffic (envd, code interpreter) is recognised by its routing headers or by

@@ -261,6 +261,7 @@ const pages = {
     title: "The sandbox's host is not reachable",
     message: `Could not reach the host of sandbox ${route.sandboxId}: ${detail}`,
   }),
+  tooManyStreams: (detail: string): ProxyPage => ({ status: 429, code: 'rate_limited', title: 'Too many open connections', message: detail }),
   internal: (detail: string): ProxyPage => ({ status: 500, code: 'internal', title: 'Proxy error', message: detail }),
 };
 
@@ -333,6 +334,13 @@ export class PortProxy {
     this.decide(req, route)
       .then((decision) => {
         if (!decision.ok) return refuse(decision.page);
+        // An open upgrade holds sockets on every hop: counted against the sandbox's stream cap
+        // until the client's socket closes (hosted-port traffic has no API key).
+        try {
+          this.services.streams.acquireUntilClosed({ sandboxId: route.sandboxId }, socket);
+        } catch (error) {
+          return refuse(pages.tooManyStreams(error instanceof Error ? error.message : String(error)));
+        }
         proxyUpgrade(req, socket, head, decision.target, {
           onUpstreamError: (error) => refuse(pages.hostUnavailable(route, error.code ?? error.message)),
           onRefused: (upstream) => {

@@ -38,6 +38,8 @@ function optionalString(value: unknown, field: string): string | undefined {
 }
 
 export async function execute(services: Services, target: SandboxTarget, req: Request, res: Response): Promise<void> {
+  // The answer streams for as long as the code runs: counted against the stream caps (429 beyond).
+  services.streams.acquireUntilClosed({ keyId: target.principal.keyId, sandboxId: target.sandboxId }, res);
   const body = (req.body ?? {}) as ExecuteBody;
   const code = optionalString(body.code, 'code');
   if (code === undefined) throw new NestboxError('validation_failed', 'code: required', { field: 'code' });

@@ -149,6 +149,8 @@ export function filesystemService(services: Services, resolve: ResolveTarget): P
     watchDir: async function* (req, ctx) {
       try {
         const target = await resolve(ctx);
+        // A server stream for as long as it runs: counted against the stream caps (429 beyond them).
+        services.streams.acquireUntilAborted({ keyId: target.principal.keyId, sandboxId: target.sandboxId }, ctx.signal);
         const root = (await stat(target, req.path, ctx.signal)).path;
         const events = await guestEvents<WatchEvent>(services, target, {
           scope: 'files:read',

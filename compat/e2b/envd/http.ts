@@ -8,7 +8,7 @@ import { NestboxError } from '../../../core/errors.js';
 import type { FileInfo } from '../../../host/agent-protocol/types.js';
 import type { UploadResponse } from '../../../host/agent-protocol/files.js';
 import type { Services } from '../../../src/services.js';
-import { limitStream } from '../../../src/http/limit-stream.js';
+import { clientGoneSignal, streamedBody, streamedThrough } from '../../../src/http/request-body.js';
 import { renderEnvdHttpError } from '../errors.js';
 import { guestError, guestJson, guestPath, guestRequest, type SandboxTarget } from '../guest.js';
 import { authenticateSandboxTraffic, authenticateSignature, type SandboxRoute } from '../routing.js';
@@ -91,8 +91,10 @@ export async function uploadFiles(services: Services, req: Request, res: Respons
     if (declared > max) throw new NestboxError('payload_too_large', `body: ${declared} bytes exceeds the upload limit of ${max} bytes`);
     const contentType = String(req.headers['content-type'] ?? '');
     const path = queryValue(req, 'path');
-    let body: Readable = limitStream(req, max);
-    if (String(req.headers['content-encoding'] ?? '').toLowerCase() === 'gzip') body = body.pipe(createGunzip());
+    let body: Readable = streamedBody(req, max);
+    if (String(req.headers['content-encoding'] ?? '').toLowerCase() === 'gzip') body = streamedThrough(body, createGunzip());
+    // A client that vanishes mid-body (or while a paused sandbox wakes) cancels the upstream write.
+    const signal = clientGoneSignal(req, res);
 
     if (contentType.startsWith('multipart/form-data')) {
       // The guest agent reads E2B's form itself: parts named `file` whose filename is the full
@@ -104,6 +106,7 @@ export async function uploadFiles(services: Services, req: Request, res: Respons
         path: `/files/upload${path ? `?path=${encodeURIComponent(guestPath(path))}` : ''}`,
         headers: { 'content-type': contentType },
         body,
+        signal,
       });
       if ((upstream.statusCode ?? 502) >= 400) throw await guestError(upstream);
       const chunks: Buffer[] = [];
@@ -124,6 +127,7 @@ export async function uploadFiles(services: Services, req: Request, res: Respons
       path: `/files/content?path=${encodeURIComponent(guestPath(path))}`,
       headers: { 'content-type': 'application/octet-stream' },
       body,
+      signal,
     });
     res.status(200).json([writtenEntry(info.path)]);
   } catch (err) {

@@ -124,6 +124,8 @@ export function processService(services: Services, resolve: ResolveTarget): Part
   return {
     start: withStreamErrors(async function* (req, ctx) {
       const target = await resolve(ctx);
+      // A server stream for as long as it runs: counted against the stream caps (429 beyond them).
+      services.streams.acquireUntilAborted({ keyId: target.principal.keyId, sandboxId: target.sandboxId }, ctx.signal);
       const config = req.process;
       if (!config?.cmd) throw new ConnectError('process.cmd: required', Code.InvalidArgument);
       const pty = ptySize(req.pty);
@@ -145,6 +147,8 @@ export function processService(services: Services, resolve: ResolveTarget): Part
 
     connect: withStreamErrors(async function* (req, ctx) {
       const target = await resolve(ctx);
+      // A server stream for as long as it runs: counted against the stream caps (429 beyond them).
+      services.streams.acquireUntilAborted({ keyId: target.principal.keyId, sandboxId: target.sandboxId }, ctx.signal);
       const info = await findProcess(services, target, req.process, ctx.signal);
       if (info.status !== 'running') {
         // Upstream replays start + end for a process that just ended.

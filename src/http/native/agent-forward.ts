@@ -7,7 +7,7 @@ import { pipeline } from 'node:stream/promises';
 import { NestboxError } from '../../../core/errors.js';
 import { SCOPES, type Scope } from '../../../core/types.js';
 import type { NativeContext } from './context.js';
-import { limitStream } from '../limit-stream.js';
+import { clientGoneSignal, streamedBody } from '../request-body.js';
 import { keepActiveWhileOpen } from './websocket.js';
 import { principalOf, sandboxIdOf } from './context.js';
 
@@ -29,6 +29,8 @@ export interface ForwardOptions {
   maxBodyBytes?: number;
   /** A read of files that a stopped sandbox can answer too (from a read-only view of its disk). */
   fileRead?: boolean;
+  /** A long-lived stream (Server-Sent Events): counted against the stream caps while open. */
+  stream?: boolean;
 }
 
 const PASSED_RESPONSE_HEADERS = ['content-type', 'content-length', 'content-range', 'accept-ranges', 'content-disposition', 'cache-control'];
@@ -59,14 +61,14 @@ export async function forwardToAgent(ctx: NativeContext, o: ForwardOptions): Pro
       const v = ctx.req.headers[name];
       if (typeof v === 'string') headers[name] = v;
     }
-    if (o.maxBodyBytes !== undefined) {
-      const declared = Number(ctx.req.headers['content-length'] ?? 0);
-      if (declared > o.maxBodyBytes) throw new NestboxError('payload_too_large', `body: ${declared} bytes exceeds the limit of ${o.maxBodyBytes} bytes`);
-      delete headers['content-length'];
-      body = limitStream(ctx.req, o.maxBodyBytes);
-    } else {
-      body = ctx.req;
-    }
+    const max = o.maxBodyBytes ?? ctx.services.config.limits.maxUploadBytes;
+    const declared = Number(ctx.req.headers['content-length'] ?? 0);
+    if (declared > max) throw new NestboxError('payload_too_large', `body: ${declared} bytes exceeds the limit of ${max} bytes`);
+    // Sent on chunked: the limiter may cut the body short, and the upstream must then see an
+    // incomplete request rather than a short one.
+    delete headers['content-length'];
+    // Never the bare request: see request-body.ts for why every streamed body goes through it.
+    body = streamedBody(ctx.req, max);
   } else {
     const accept = ctx.req.headers.accept;
     if (typeof accept === 'string') headers.accept = accept;
@@ -76,12 +78,10 @@ export async function forwardToAgent(ctx: NativeContext, o: ForwardOptions): Pro
       headers['content-type'] = 'application/json';
     }
   }
+  if (o.stream) ctx.services.streams.acquireUntilClosed({ keyId: principalOf(ctx).keyId, sandboxId: sandboxIdOf(ctx) }, ctx.res);
   // A client that goes away cancels the guest-agent request (and whatever it was doing).
-  const abort = new AbortController();
-  ctx.res.on('close', () => {
-    if (!ctx.res.writableFinished) abort.abort();
-  });
-  const request = { method: o.method ?? ctx.req.method, path: o.path + guestQuery(ctx, o.query ?? []), headers, body, signal: abort.signal };
+  const signal = clientGoneSignal(ctx.req, ctx.res);
+  const request = { method: o.method ?? ctx.req.method, path: o.path + guestQuery(ctx, o.query ?? []), headers, body, signal };
   const { sandboxes } = ctx.services;
   const upstream = o.fileRead
     ? await sandboxes.fileReadRequest(principalOf(ctx), sandboxIdOf(ctx), o.operation, request)

@@ -67,6 +67,8 @@ export function attachNativeWebSockets(server: http.Server, services: Services):
     const query = new URLSearchParams();
     for (const name of route.query) for (const v of url.searchParams.getAll(name)) query.append(name, v);
     const guestPath = route.guestPath(match) + (query.size ? `?${query}` : '');
+    // Counted from here until the client's socket closes (refused or relayed): a 429 beyond the caps.
+    services.streams.acquireUntilClosed({ keyId: principal.keyId, sandboxId: match[1] }, socket);
     const target = await services.sandboxes.agentWebSocket(principal, match[1], route.scope, route.operation, guestPath);
 
     const upstream = await connectUpstream(target.url, target.headers, req);

@@ -7,4 +7,5 @@ export const streamCommand: NativeHandler = (ctx) =>
     path: `/processes/${param(ctx, 'processId')}/events`,
     operation: 'stream process output of',
     query: ['stdoutOffset', 'stderrOffset'],
+    stream: true,
   });

@@ -1,7 +1,7 @@
 import type { NativeHandler } from '../context.js';
 import { principalOf, queryString, sandboxIdOf } from '../context.js';
 import { NestboxError } from '../../../../core/errors.js';
-import { limitStream } from '../../limit-stream.js';
+import { streamedBody } from '../../request-body.js';
 
 export const uploadFile: NativeHandler = async (ctx) => {
   const max = ctx.services.config.limits.maxUploadBytes;
@@ -15,7 +15,7 @@ export const uploadFile: NativeHandler = async (ctx) => {
     principalOf(ctx),
     sandboxIdOf(ctx),
     queryString(ctx, 'path')!,
-    limitStream(ctx.req, max),
+    streamedBody(ctx.req, max),
     queryString(ctx, 'mode'),
   );
   ctx.res.status(200).json(info);

@@ -7,4 +7,5 @@ export const watchFiles: NativeHandler = (ctx) =>
     path: '/files/watch',
     operation: 'watch files of',
     query: ['path', 'recursive'],
+    stream: true,
   });
