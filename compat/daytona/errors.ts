@@ -4,7 +4,7 @@
 // here; nothing else decides a Daytona status.
 import { STATUS_CODES } from 'node:http';
 import type { Response } from 'express';
-import { NestboxError, toNestboxError } from '../../core/errors.js';
+import { NestboxError, publicError } from '../../core/errors.js';
 
 export type DaytonaSurface = 'api' | 'toolbox';
 
@@ -51,8 +51,8 @@ export function daytonaErrorBody(err: NestboxError, surface: DaytonaSurface, pat
 }
 
 export function renderDaytonaError(res: Response, err: unknown, surface: DaytonaSurface, log?: (m: string) => void): void {
-  const e = toNestboxError(err);
-  if (e.code === 'internal' && log) log(`daytona ${surface} error: ${e.message}${err instanceof Error && err.stack ? `\n${err.stack}` : ''}`);
+  // The last-resort guard: a 500 shows only a reference, the log has the rest.
+  const e = publicError(err, log, `daytona ${surface}`);
   if (res.headersSent) {
     // The answer is already streaming: cutting the connection is the only honest signal left.
     res.destroy();

@@ -9,6 +9,7 @@ import type { Principal, Sandbox, Snapshot } from '../../core/types.js';
 import type { Services } from '../../src/services.js';
 import { notSupported, renderControlPlaneError } from './errors.js';
 import { ENVD_VERSION } from './routing.js';
+import { rejectNulInJsonBody } from '../../src/http/request-checks.js';
 
 /** E2B's default sandbox lifetime when a create names none (e2b.md (b) create body: "server default 300"). */
 const DEFAULT_TIMEOUT_SECONDS = 300;
@@ -74,6 +75,7 @@ export function parseMetadataFilter(value: unknown): Record<string, string> | un
 export function createControlPlaneRouter(services: Services, options: ControlPlaneOptions = {}): Router {
   const router = express.Router();
   router.use(express.json({ limit: '1mb' }));
+  router.use(rejectNulInJsonBody((res, err) => renderControlPlaneError(res, err)));
 
   const route = (handler: Handler) => async (req: Request, res: Response) => {
     try {
@@ -328,10 +330,10 @@ export function createControlPlaneRouter(services: Services, options: ControlPla
   router.use((req: Request, res: Response) => {
     renderControlPlaneError(res, new NestboxError('not_found', `no E2B route ${req.method} ${req.path}`));
   });
-  // Malformed JSON and the like: E2B's error shape, never the native one.
+  // Malformed JSON, an unknown charset and the like: E2B's error shape, never the native one
+  // (core's toNestboxError gives each its 4xx).
   router.use((err: unknown, _req: Request, res: Response, _next: NextFunction) => {
-    const status = (err as { status?: number }).status;
-    renderControlPlaneError(res, status === 400 ? new NestboxError('validation_failed', `body: ${(err as Error).message}`) : err, services.log);
+    renderControlPlaneError(res, err, services.log);
   });
   return router;
 }

@@ -2,7 +2,7 @@
 // wrong and its status; this file only decides how E2B clients must see it.
 import type { Response } from 'express';
 import { Code, ConnectError } from '@connectrpc/connect';
-import { NestboxError, toNestboxError } from '../../core/errors.js';
+import { NestboxError, publicError } from '../../core/errors.js';
 
 /**
  * Control plane: `{code, message}` with `code` equal to the HTTP status, because the SDK reads
@@ -10,8 +10,8 @@ import { NestboxError, toNestboxError } from '../../core/errors.js';
  * false) apart (e2b.md (f) "Observed trap").
  */
 export function renderControlPlaneError(res: Response, err: unknown, log?: (m: string) => void): void {
-  const e = toNestboxError(err);
-  if (e.code === 'internal') log?.(`e2b control plane: internal error: ${e.message}`);
+  // The last-resort guard: a 500 shows only a reference, the log has the rest.
+  const e = publicError(err, log, 'e2b control plane');
   if (res.headersSent) {
     res.destroy();
     return;
@@ -33,8 +33,7 @@ export function isSandboxUnavailable(e: NestboxError): boolean {
  * (e2b.md (f) "envd HTTP").
  */
 export function renderEnvdHttpError(res: Response, err: unknown, log?: (m: string) => void): void {
-  const e = toNestboxError(err);
-  if (e.code === 'internal') log?.(`e2b envd: internal error: ${e.message}`);
+  const e = publicError(err, log, 'e2b envd');
   if (res.headersSent) {
     res.destroy();
     return;
@@ -68,9 +67,9 @@ const CONNECT_CODES: Record<string, Code> = {
  * Connect errors"). A sandbox that is gone or not running is `unavailable`, which the SDK
  * reports as "sandbox is probably not running anymore".
  */
-export function toConnectError(err: unknown): ConnectError {
+export function toConnectError(err: unknown, log?: (m: string) => void): ConnectError {
   if (err instanceof ConnectError) return err;
-  const e = toNestboxError(err);
+  const e = publicError(err, log, 'e2b envd rpc');
   if (isSandboxUnavailable(e)) return new ConnectError(e.message, Code.Unavailable);
   return new ConnectError(e.message, CONNECT_CODES[e.code] ?? Code.Unknown);
 }

@@ -70,15 +70,17 @@ function decodeWatcherId(id: string): { guestId: string; root: string; includeEn
   return { guestId, includeEntry: include === '1', root: Buffer.from(root, 'base64url').toString('utf8') };
 }
 
-const withErrors = <A extends unknown[], R>(fn: (...a: A) => Promise<R>) => async (...a: A): Promise<R> => {
+/** RPC errors as Connect errors; a 500's details go to the log, not the client. */
+const errorsTo = (log: (m: string) => void) => <A extends unknown[], R>(fn: (...a: A) => Promise<R>) => async (...a: A): Promise<R> => {
   try {
     return await fn(...a);
   } catch (err) {
-    throw toConnectError(err);
+    throw toConnectError(err, log);
   }
 };
 
 export function filesystemService(services: Services, resolve: ResolveTarget): Partial<ServiceImpl<typeof Filesystem>> {
+  const withErrors = errorsTo(services.log);
   const stat = async (target: SandboxTarget, path: string, signal?: AbortSignal): Promise<FileInfo> =>
     (await guestJson<FileInfo>(services, target, { scope: 'files:read', operation: 'read files of', method: 'GET', path: `/files/stat?path=${encodeURIComponent(guestPath(path))}`, signal, fileRead: true })).body;
 
@@ -166,7 +168,7 @@ export function filesystemService(services: Services, resolve: ResolveTarget): P
           }
         }
       } catch (err) {
-        throw toConnectError(err);
+        throw toConnectError(err, services.log);
       }
     },
 

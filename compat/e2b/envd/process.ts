@@ -87,24 +87,27 @@ function ptySize(pty: PTY | undefined): { cols: number; rows: number } | undefin
   return pty?.size ? { cols: pty.size.cols || 80, rows: pty.size.rows || 24 } : undefined;
 }
 
-const withErrors = <A extends unknown[], R>(fn: (...a: A) => Promise<R>) => async (...a: A): Promise<R> => {
+/** RPC errors as Connect errors; a 500's details go to the log, not the client. */
+const errorsTo = (log: (m: string) => void) => <A extends unknown[], R>(fn: (...a: A) => Promise<R>) => async (...a: A): Promise<R> => {
   try {
     return await fn(...a);
   } catch (err) {
-    throw toConnectError(err);
+    throw toConnectError(err, log);
   }
 };
 
-const withStreamErrors = <A extends unknown[], R>(fn: (...a: A) => AsyncGenerator<R>) =>
+const streamErrorsTo = (log: (m: string) => void) => <A extends unknown[], R>(fn: (...a: A) => AsyncGenerator<R>) =>
   async function* (...a: A): AsyncGenerator<R> {
     try {
       yield* fn(...a);
     } catch (err) {
-      throw toConnectError(err);
+      throw toConnectError(err, log);
     }
   };
 
 export function processService(services: Services, resolve: ResolveTarget): Partial<ServiceImpl<typeof Process>> {
+  const withErrors = errorsTo(services.log);
+  const withStreamErrors = streamErrorsTo(services.log);
   const exec = (target: SandboxTarget, method: string, path: string, json?: unknown, signal?: AbortSignal) =>
     guestJson(services, target, { scope: 'sandboxes:exec', operation: 'control processes of', method, path, json, signal });
 
