@@ -13,6 +13,14 @@ import { compressionBrotli, compressionGzip, universalRequestFromNodeRequest, un
 /** Largest request message accepted (connect-es's default is 4 GiB). Unary envd messages are small; stdin chunks are well below. */
 export const MAX_RPC_MESSAGE_BYTES = 16 * 1024 * 1024;
 
+/**
+ * Longest client deadline honoured (24 h, the native API's command limit). connect-es arms a
+ * timer with the deadline, and past 2^31 ms a Node timer fires at once: a Connect-Timeout-Ms
+ * of 9999999999 (10 digits are allowed) cancelled the call immediately. Longer Connect
+ * deadlines are shortened to this; other protocols' are refused (maxTimeoutMs).
+ */
+export const MAX_RPC_DEADLINE_MS = 86_400_000;
+
 const COMPRESSIONS = [compressionGzip, compressionBrotli];
 const UNARY_BINARY = /^application\/proto$/i;
 
@@ -35,13 +43,15 @@ async function readBody(req: http.IncomingMessage, max: number): Promise<Buffer 
 }
 
 export function envdConnectHandler(routes: (router: ConnectRouter) => void, log: (m: string) => void) {
-  const router = createConnectRouter({ acceptCompression: COMPRESSIONS, readMaxBytes: MAX_RPC_MESSAGE_BYTES });
+  const router = createConnectRouter({ acceptCompression: COMPRESSIONS, readMaxBytes: MAX_RPC_MESSAGE_BYTES, maxTimeoutMs: MAX_RPC_DEADLINE_MS });
   routes(router);
   const handlers = new Map(router.handlers.map((h) => [h.requestPath, h]));
 
   return async (req: http.IncomingMessage, res: http.ServerResponse): Promise<void> => {
     const handler = handlers.get((req.url ?? '').split('?', 2)[0]);
     if (!handler) return writeConnectError(res, 404, 'unimplemented', `no RPC ${(req.url ?? '').split('?', 2)[0]}`);
+    const deadline = req.headers['connect-timeout-ms'];
+    if (typeof deadline === 'string' && /^\d{1,10}$/.test(deadline) && Number(deadline) > MAX_RPC_DEADLINE_MS) req.headers['connect-timeout-ms'] = String(MAX_RPC_DEADLINE_MS);
     let body: AsyncIterable<Uint8Array> | undefined;
     if (handler.method.methodKind === 'unary' && req.method === 'POST' && UNARY_BINARY.test(String(req.headers['content-type'] ?? ''))) {
       let bytes: Uint8Array | undefined;

@@ -19,6 +19,9 @@ import { guestEvents, guestJson, type SandboxTarget } from '../guest.js';
 import { unixUserOf } from '../routing.js';
 import { KERNEL_TAG_PREFIX } from '../code-interpreter/kernels.js';
 
+/** Longest process lifetime passed to the guest (the native API's `timeoutMs` maximum, 24 h). */
+const MAX_PROCESS_TIMEOUT_MS = 86_400_000;
+
 type ProcessEventInit = MessageInitShape<typeof ProcessEventSchema>;
 export type ResolveTarget = (ctx: HandlerContext) => Promise<SandboxTarget>;
 
@@ -138,7 +141,9 @@ export function processService(services: Services, resolve: ResolveTarget): Part
         ...(Object.keys(config.envs).length ? { env: config.envs } : {}),
         ...(config.cwd ? { cwd: config.cwd } : {}),
         ...(unixUserOf(ctx.requestHeader) ? { user: unixUserOf(ctx.requestHeader) } : {}),
-        ...(timeoutMs !== undefined ? { timeoutMs: Math.max(1, Math.floor(timeoutMs)) } : {}),
+        // Capped at the native API's 24 h: Connect allows deadlines of up to 10 digits of ms, and
+        // past 2^31 ms the guest's timer would fire at once and kill the process immediately.
+        ...(timeoutMs !== undefined ? { timeoutMs: Math.min(MAX_PROCESS_TIMEOUT_MS, Math.max(1, Math.floor(timeoutMs))) } : {}),
         ...(req.tag !== undefined ? { tag: req.tag } : {}),
         ...(pty ? { pty } : { stdin: req.stdin ?? true }),
       }, ctx.signal);
