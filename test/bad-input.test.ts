@@ -172,3 +172,37 @@ describe('the last-resort guard', () => {
     expect(r.json).toMatchObject({ statusCode: r.status });
   });
 });
+
+describe('huge command timeouts (found by the fuzz suite)', () => {
+  let id: string;
+  let envdToken: string;
+  beforeAll(async () => {
+    const created = await t.http.post('/api/v1/sandboxes').set(t.auth).send({ timeoutSeconds: 0, memoryMiB: 512, egress: { mode: 'deny-all' } });
+    expect(created.status, JSON.stringify(created.body)).toBe(201);
+    id = created.body.id;
+    envdToken = (await t.http.get(`/e2b/sandboxes/${id}`).set('X-API-Key', t.apiKey)).body.envdAccessToken;
+  }, 120_000);
+
+  it('Daytona: a timeout past 24 h is a 400 naming it (it ended the command at once with a 504)', async () => {
+    const r = await raw('POST', `/daytona/toolbox/${id}/process/execute`, { ...bearer(), 'content-type': 'application/json' }, JSON.stringify({ command: 'exit 3', timeout: 1e9 }));
+    expect(r.status).toBe(400);
+    expect(r.json.message).toContain('timeout');
+    const ok = await raw('POST', `/daytona/toolbox/${id}/process/execute`, { ...bearer(), 'content-type': 'application/json' }, JSON.stringify({ command: 'sleep 0.2; exit 3', timeout: 86_400 }));
+    expect(ok.status, ok.text).toBe(200);
+    expect(ok.json.exitCode).toBe(3);
+  });
+
+  it('E2B: a Connect deadline past 2^31 ms does not kill the process at once', async () => {
+    const message = Buffer.from(JSON.stringify({ process: { cmd: '/bin/sh', args: ['-c', 'sleep 0.3; echo done'] } }));
+    const head = Buffer.alloc(5);
+    head.writeUInt32BE(message.length, 1);
+    const r = await raw('POST', '/process.Process/Start', {
+      'content-type': 'application/connect+json', 'connect-protocol-version': '1', 'connect-timeout-ms': '9999999999', 'e2b-sandbox-id': id, 'x-access-token': envdToken,
+    }, Buffer.concat([head, message]));
+    expect(r.status).toBe(200);
+    // Envelopes of JSON: start, data "done", end with exit code 0 (before the fix: end "signal: killed").
+    expect(r.text).toContain(Buffer.from('done\n').toString('base64'));
+    expect(r.text).toMatch(/"exitCode":0|"exited":true/);
+    expect(r.text).not.toContain('killed');
+  });
+});

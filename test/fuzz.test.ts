@@ -41,6 +41,8 @@ const started = Date.now();
 let deadline = 0;
 const failures: string[] = [];
 const stats = { sent: 0, byApi: {} as Record<string, number>, statuses: {} as Record<string, number>, slowestMs: 0, clientRefused: 0 };
+/** NESTBOX_FUZZ_VERBOSE=1 prints the statuses per generator (how deep each route got). */
+const perLabel = new Map<string, Record<number, number>>();
 
 beforeAll(async () => {
   t = await startTestServer();
@@ -63,6 +65,7 @@ beforeAll(async () => {
 afterAll(async () => {
   destroyAgent();
   console.log(`fuzz: ${stats.sent} requests in ${Math.round((Date.now() - started) / 1000)} s (${JSON.stringify(stats.byApi)}); statuses ${JSON.stringify(stats.statuses)}; slowest ${stats.slowestMs} ms; ${stats.clientRefused} refused by the client library`);
+  if (process.env.NESTBOX_FUZZ_VERBOSE) for (const [label, s] of [...perLabel].sort()) console.log(`fuzz: ${label}: ${JSON.stringify(s)}`);
   await t?.close();
 });
 
@@ -111,6 +114,9 @@ async function fuzz(name: string, arb: fc.Arbitrary<FuzzRequest>, count: number,
         try {
           const res = await send(t.url, r);
           stats.statuses[res.status] = (stats.statuses[res.status] ?? 0) + 1;
+          const seen = perLabel.get(r.label) ?? {};
+          seen[res.status] = (seen[res.status] ?? 0) + 1;
+          perLabel.set(r.label, seen);
           stats.slowestMs = Math.max(stats.slowestMs, res.headersMs);
           judge(r, res);
         } catch (err) {

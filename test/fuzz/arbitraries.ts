@@ -76,7 +76,12 @@ export interface SchemaContext {
   resolve(ref: string): Schema;
   /** Fields whose values must come from elsewhere (paths of write operations, commands). */
   override?: (name: string) => fc.Arbitrary<unknown> | undefined;
+  /** Values the schema accepts (plain strings, numbers in range, required fields): requests that get past validation. */
+  valid?: boolean;
 }
+
+/** A string that fits most `type: string` fields (and the id patterns). */
+const plainString = fc.string({ minLength: 1, maxLength: 12, unit: fc.constantFrom(...'abcdefghijklmnopqrstuvwxyz0123456789') });
 
 const anyJson: fc.Arbitrary<unknown> = fc.oneof(
   fc.jsonValue({ maxDepth: 2 }),
@@ -86,6 +91,7 @@ const anyJson: fc.Arbitrary<unknown> = fc.oneof(
 
 /** A value that is usually valid for the schema and sometimes subtly not. */
 export function fromSchema(schema: Schema | undefined, ctx: SchemaContext, depth = 0): fc.Arbitrary<unknown> {
+  if (ctx.valid && schema && depth <= 5) return validFromSchema(schema, ctx, depth);
   if (!schema || depth > 5) return anyJson;
   if (typeof schema.$ref === 'string') return fromSchema(ctx.resolve(schema.$ref), ctx, depth + 1);
   const variants = (schema.oneOf ?? schema.anyOf ?? schema.allOf) as Schema[] | undefined;
@@ -135,6 +141,32 @@ export function fromSchema(schema: Schema | undefined, ctx: SchemaContext, depth
         { weight: 1, arbitrary: fc.tuple(fc.record(record), fc.constantFrom(...mutable), anyJson).map(([o, k, v]) => ({ ...o, [k]: v })) },
         { weight: 1, arbitrary: anyJson },
       );
+    }
+  }
+}
+
+function validFromSchema(schema: Schema, ctx: SchemaContext, depth: number): fc.Arbitrary<unknown> {
+  if (typeof schema.$ref === 'string') return fromSchema(ctx.resolve(schema.$ref), ctx, depth + 1);
+  const variants = (schema.oneOf ?? schema.anyOf) as Schema[] | undefined;
+  if (variants?.length) return fc.oneof(...variants.map((v) => fromSchema(v, ctx, depth + 1)));
+  if (Array.isArray(schema.enum)) return fc.constantFrom(...(schema.enum as unknown[]));
+  switch (schema.type) {
+    case 'string':
+      return typeof schema.format === 'string' && schema.format === 'date-time' ? fc.date({ noInvalidDate: true }).map((d) => d.toISOString()) : fc.oneof({ weight: 3, arbitrary: plainString }, { weight: 1, arbitrary: fuzzText.filter((s) => s.length > 0 && s.length < 200 && !s.includes('\0')) });
+    case 'integer':
+    case 'number':
+      return fc.integer({ min: typeof schema.minimum === 'number' ? schema.minimum : 0, max: typeof schema.maximum === 'number' ? Math.min(schema.maximum, 1e6) : 1000 });
+    case 'boolean':
+      return fc.boolean();
+    case 'array':
+      return fc.array(fromSchema(schema.items as Schema, ctx, depth + 1), { minLength: typeof schema.minItems === 'number' ? schema.minItems : 0, maxLength: 3 });
+    default: {
+      const props = (schema.properties ?? {}) as Record<string, Schema>;
+      const names = Object.keys(props);
+      if (!names.length) return fc.dictionary(plainString, typeof schema.additionalProperties === 'object' ? fromSchema(schema.additionalProperties as Schema, ctx, depth + 1) : plainString, { maxKeys: 3 });
+      const record: Record<string, fc.Arbitrary<unknown>> = {};
+      for (const n of names) record[n] = ctx.override?.(n) ?? fromSchema(props[n], ctx, depth + 1);
+      return fc.record(record, { requiredKeys: ((schema.required ?? []) as string[]).filter((r) => names.includes(r)) });
     }
   }
 }

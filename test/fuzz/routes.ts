@@ -96,10 +96,12 @@ export function nativeOperations(spec: Record<string, unknown>): NativeOperation
 export function nativeRequests(spec: Record<string, unknown>, t: FuzzTargets): fc.Arbitrary<FuzzRequest> {
   const resolve = (ref: string): Schema => ref.replace(/^#\//, '').split('/').reduce<Record<string, unknown>>((o, k) => o[k] as Record<string, unknown>, spec) as Schema;
   const ops = nativeOperations(spec);
-  return fc.oneof(...ops.map((op) => nativeOperation(op, t, resolve)));
+  // Half the requests are well formed (they get past validation into core and the sandbox),
+  // half hostile (odd encodings, wrong types, bad auth, garbage bodies).
+  return fc.oneof(...ops.flatMap((op) => [nativeOperation(op, t, resolve, true), nativeOperation(op, t, resolve, false)]));
 }
 
-function nativeOperation(op: NativeOperation, t: FuzzTargets, resolve: (ref: string) => Schema): fc.Arbitrary<FuzzRequest> {
+function nativeOperation(op: NativeOperation, t: FuzzTargets, resolve: (ref: string) => Schema, valid: boolean): fc.Arbitrary<FuzzRequest> {
   const guarded = NATIVE_GUARDED.has(op.operationId);
   const writes = op.scope === 'files:write';
   const exec = op.scope === 'sandboxes:exec';
@@ -112,10 +114,11 @@ function nativeOperation(op: NativeOperation, t: FuzzTargets, resolve: (ref: str
     if (name === 'path' || name === 'paths') return name === 'paths' ? fc.array(boundedReadPath, { maxLength: 3 }) : op.operationId === 'statFile' ? readPath : boundedReadPath;
     return undefined;
   };
-  const ctx = { resolve, override };
+  const ctx = { resolve, override, valid };
   const pathParams = op.params.filter((p) => p.in === 'path');
   const queryParams = op.params.filter((p) => p.in === 'query');
   const segment = (p: NativeOperation['params'][number]): fc.Arbitrary<string> => {
+    if (valid) return p.name === 'sandboxId' ? fc.constant(guarded ? t.missingId : t.sandboxId) : fromSchema(p.schema, ctx).map((v) => safeEncode(String(v)));
     if (p.name === 'sandboxId') {
       return fc.oneof({ weight: 6, arbitrary: fc.constant(guarded ? t.missingId : t.sandboxId) }, { weight: 1, arbitrary: fc.constant(t.missingId) }, { weight: 2, arbitrary: encodedSegment(fuzzText) });
     }
@@ -125,22 +128,28 @@ function nativeOperation(op: NativeOperation, t: FuzzTargets, resolve: (ref: str
     ...queryParams.map((p) => {
       const fixed = override(p.name);
       // Constrained fields (write paths) keep their constraint: no free-form alternative.
-      const value = fixed ? fixed.map((v) => safeEncode(String(v))) : fc.oneof({ weight: 3, arbitrary: fromSchema(p.schema, ctx).map((v) => safeEncode(String(v))) }, { weight: 1, arbitrary: encodedSegment(fuzzText) });
+      const value = fixed || valid ? (fixed ?? fromSchema(p.schema, ctx)).map((v) => safeEncode(String(v))) : fc.oneof({ weight: 3, arbitrary: fromSchema(p.schema, ctx).map((v) => safeEncode(String(v))) }, { weight: 1, arbitrary: encodedSegment(fuzzText) });
       return fc.option(value.map((v) => [p.name, v] as [string, string]), { nil: undefined });
     }),
-    fc.option(fc.tuple(encodedSegment(fuzzText), encodedSegment(fuzzText)), { nil: undefined, freq: 8 }),
+    valid ? fc.constant(undefined) : fc.option(fc.tuple(encodedSegment(fuzzText), encodedSegment(fuzzText)), { nil: undefined, freq: 8 }),
   ).map((pairs) => pairs.filter((x): x is [string, string] => x !== undefined));
   // Guarded operations reach validation and auth, never the action: a key without the scope.
-  const auth = authHeader(t, guarded || (exec && op.template.endsWith('/sessions')) ? 'readonly' : 'admin', 'bearer');
-  const body: fc.Arbitrary<FuzzBody> = op.bodyType && op.bodyType !== 'application/json'
+  const authAs = guarded || (exec && op.template.endsWith('/sessions')) ? 'readonly' : 'admin';
+  const auth = valid ? fc.constant({ authorization: `Bearer ${authAs === 'admin' ? t.adminKey : t.readOnlyKey}` }) : authHeader(t, authAs, 'bearer');
+  const body: fc.Arbitrary<FuzzBody> = valid
+    ? op.bodyType === 'multipart/form-data' ? multipart('file')
+      : op.bodyType && op.bodyType !== 'application/json' ? fc.uint8Array({ maxLength: 256 }).map((b) => ({ contentType: op.bodyType, data: Buffer.from(b) }))
+      : op.bodySchema ? fromSchema(op.bodySchema, ctx).map((v) => ({ contentType: 'application/json', data: Buffer.from(JSON.stringify(v)) }))
+      : fc.constant({})
+    : op.bodyType && op.bodyType !== 'application/json'
     ? fc.oneof(fc.uint8Array({ maxLength: 256 }).map((b) => ({ contentType: op.bodyType, data: Buffer.from(b) })), bodyFrom(fromSchema(undefined, ctx)))
     : op.bodySchema ? bodyFrom(fromSchema(op.bodySchema, ctx)) : fc.oneof({ weight: 4, arbitrary: fc.constant({} as FuzzBody) }, { weight: 1, arbitrary: bodyFrom(fromSchema(undefined, ctx)) });
   // Only methods that read: a mutated DELETE on /sandboxes/{id} would be deleteSandbox.
-  const method = fc.oneof({ weight: 12, arbitrary: fc.constant(op.method) }, { weight: 1, arbitrary: fc.constantFrom('GET', 'HEAD', 'OPTIONS', 'TRACE', 'PROPFIND') });
+  const method = valid ? fc.constant(op.method) : fc.oneof({ weight: 12, arbitrary: fc.constant(op.method) }, { weight: 1, arbitrary: fc.constantFrom('GET', 'HEAD', 'OPTIONS', 'TRACE', 'PROPFIND') });
   return fc.tuple(method, fc.tuple(...pathParams.map(segment)), queryString(query), auth, body).map(([m, segs, qs, headers, b]) => {
     let path = `/api/v1${op.template}`;
     pathParams.forEach((p, i) => { path = path.replace(`{${p.name}}`, segs[i] || 'x'); });
-    return withBody(m, path + qs, headers, m === op.method && m !== 'GET' ? b : {}, 'native', `native ${op.operationId}`);
+    return withBody(m, path + qs, headers, m === op.method && m !== 'GET' ? b : {}, 'native', `native ${op.operationId}${valid ? '' : ' (hostile)'}`);
   });
 }
 
@@ -248,7 +257,27 @@ const DAYTONA_TOOLBOX: RouteSpec[] = [
 ];
 
 function routeRequests(routes: RouteSpec[], prefix: (id: string) => string, api: ApiShape, style: 'bearer' | 'x-api-key', t: FuzzTargets, label: string): fc.Arbitrary<FuzzRequest> {
-  return fc.oneof(...routes.map((r) => {
+  return fc.oneof(...routes.flatMap((r) => [validRouteRequest(r, prefix, api, style, t, label), hostileRouteRequest(r, prefix, api, style, t, label)]));
+}
+
+/** A well-formed request for the route: right id, key, encodings and a JSON body of its fields. */
+function validRouteRequest(r: RouteSpec, prefix: (id: string) => string, api: ApiShape, style: 'bearer' | 'x-api-key', t: FuzzTargets, label: string): fc.Arbitrary<FuzzRequest> {
+  const names = [...r.path.matchAll(/:(\w+)/g)].map((m) => m[1]).filter((n) => n !== 'id');
+  const segs = fc.tuple(...names.map(() => fc.constantFrom('1', '3000', 'x', 'entrypoint', 'abc123')));
+  const q = queryString(fc.tuple(...Object.entries(r.query ?? {}).map(([k, v]) => fc.option(v.map((x) => [k, x] as [string, string]), { nil: undefined }))).map((p) => p.filter((x): x is [string, string] => x !== undefined)));
+  const body: fc.Arbitrary<FuzzBody> = r.raw ?? (r.body ? r.body.map((v) => ({ contentType: 'application/json', data: Buffer.from(JSON.stringify(v) ?? 'null') })) : fc.constant({}));
+  const key = r.guarded ? t.readOnlyKey : t.adminKey;
+  const headers: Record<string, string> = style === 'bearer' ? { authorization: `Bearer ${key}` } : { 'x-api-key': key };
+  const id = r.guarded ? t.missingId : t.sandboxId;
+  return fc.tuple(segs, q, body).map(([s, qs, b]) => {
+    let path = prefix(id) + r.path.replace(':id', id);
+    names.forEach((n, i) => { path = path.replace(`:${n}`, s[i]); });
+    return withBody(r.method, path + qs, headers, r.method === 'GET' ? {} : b, api, `${label} ${r.method} ${r.path}`);
+  });
+}
+
+function hostileRouteRequest(r: RouteSpec, prefix: (id: string) => string, api: ApiShape, style: 'bearer' | 'x-api-key', t: FuzzTargets, label: string): fc.Arbitrary<FuzzRequest> {
+  {
     const id = fc.oneof({ weight: 6, arbitrary: fc.constant(r.guarded ? t.missingId : t.sandboxId) }, { weight: 1, arbitrary: fc.constant(t.missingId) }, { weight: 2, arbitrary: encodedSegment(fuzzText) });
     const names = [...r.path.matchAll(/:(\w+)/g)].map((m) => m[1]).filter((n) => n !== 'id');
     const segs = fc.tuple(...names.map(() => fc.oneof(fc.constantFrom('1', '3000', 'x', 'entrypoint'), encodedSegment(fuzzText))));
@@ -261,9 +290,9 @@ function routeRequests(routes: RouteSpec[], prefix: (id: string) => string, api:
       const id = sid || 'x';
       let path = prefix(id) + r.path.replace(':id', id);
       names.forEach((n, i) => { path = path.replace(`:${n}`, s[i] || 'x'); });
-      return withBody(r.method, path + qs, headers, r.method === 'GET' ? {} : b, api, `${label} ${r.method} ${r.path}`);
+      return withBody(r.method, path + qs, headers, r.method === 'GET' ? {} : b, api, `${label} ${r.method} ${r.path} (hostile)`);
     });
-  }));
+  }
 }
 
 export function daytonaRequests(t: FuzzTargets): fc.Arbitrary<FuzzRequest> {
