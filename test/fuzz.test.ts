@@ -43,6 +43,7 @@ const failures: string[] = [];
 const stats = { sent: 0, byApi: {} as Record<string, number>, statuses: {} as Record<string, number>, slowestMs: 0, clientRefused: 0 };
 /** NESTBOX_FUZZ_VERBOSE=1 prints the statuses per generator (how deep each route got). */
 const perLabel = new Map<string, Record<number, number>>();
+const first400 = new Map<string, string>();
 
 beforeAll(async () => {
   t = await startTestServer();
@@ -65,7 +66,7 @@ beforeAll(async () => {
 afterAll(async () => {
   destroyAgent();
   console.log(`fuzz: ${stats.sent} requests in ${Math.round((Date.now() - started) / 1000)} s (${JSON.stringify(stats.byApi)}); statuses ${JSON.stringify(stats.statuses)}; slowest ${stats.slowestMs} ms; ${stats.clientRefused} refused by the client library`);
-  if (process.env.NESTBOX_FUZZ_VERBOSE) for (const [label, s] of [...perLabel].sort()) console.log(`fuzz: ${label}: ${JSON.stringify(s)}`);
+  if (process.env.NESTBOX_FUZZ_VERBOSE) for (const [label, s] of [...perLabel].sort()) console.log(`fuzz: ${label}: ${JSON.stringify(s)}${first400.has(label) ? `\n    first 400: ${first400.get(label)}` : ''}`);
   await t?.close();
 });
 
@@ -117,6 +118,7 @@ async function fuzz(name: string, arb: fc.Arbitrary<FuzzRequest>, count: number,
           const seen = perLabel.get(r.label) ?? {};
           seen[res.status] = (seen[res.status] ?? 0) + 1;
           perLabel.set(r.label, seen);
+          if (res.status === 400 && !first400.has(r.label)) first400.set(r.label, `${r.path.slice(0, 160)} ${r.body?.subarray(0, 160).toString() ?? ''} → ${res.text.slice(0, 200)}`);
           stats.slowestMs = Math.max(stats.slowestMs, res.headersMs);
           judge(r, res);
         } catch (err) {

@@ -40,11 +40,12 @@ export const readPath: fc.Arbitrary<string> = fc.oneof(
 export function shellQuote(s: string): string {
   return `'${s.replace(/'/g, `'\\''`)}'`;
 }
-export const safeCommand: fc.Arbitrary<string> = fc.oneof(
+/** Commands that are also valid input (no NUL, not empty). */
+export const validCommand: fc.Arbitrary<string> = fc.oneof(
   fc.constantFrom('true', 'echo hi', 'exit 3', 'sleep 0.05', 'echo err >&2', 'printf "\\x00\\xff"'),
-  fuzzText.map((s) => `printf %s ${shellQuote(s)}`),
-  fc.constantFrom('a\0b', '', 'x'.repeat(70_000)),
+  fuzzText.filter((s) => !s.includes('\0')).map((s) => `printf %s ${shellQuote(s)}`),
 );
+export const safeCommand: fc.Arbitrary<string> = fc.oneof(validCommand, fc.constantFrom('a\0b', '', 'x'.repeat(70_000)));
 
 /** A URL path segment or query value, encoded in ways clients get right and wrong. */
 export const encodedSegment = (value: fc.Arbitrary<string>): fc.Arbitrary<string> =>
@@ -152,6 +153,10 @@ function validFromSchema(schema: Schema, ctx: SchemaContext, depth: number): fc.
   if (Array.isArray(schema.enum)) return fc.constantFrom(...(schema.enum as unknown[]));
   switch (schema.type) {
     case 'string':
+      if (typeof schema.pattern === 'string') {
+        const max = typeof schema.maxLength === 'number' ? schema.maxLength : 200;
+        return fc.stringMatching(new RegExp(schema.pattern)).filter((s) => s.length <= max && s.length >= (typeof schema.minLength === 'number' ? schema.minLength : 0));
+      }
       return typeof schema.format === 'string' && schema.format === 'date-time' ? fc.date({ noInvalidDate: true }).map((d) => d.toISOString()) : fc.oneof({ weight: 3, arbitrary: plainString }, { weight: 1, arbitrary: fuzzText.filter((s) => s.length > 0 && s.length < 200 && !s.includes('\0')) });
     case 'integer':
     case 'number':

@@ -15,7 +15,7 @@ import {
   CreateWatcherRequestSchema, GetWatcherEventsRequestSchema, ListDirRequestSchema, MakeDirRequestSchema, MoveRequestSchema, RemoveRequestSchema, RemoveWatcherRequestSchema, StatRequestSchema, WatchDirRequestSchema,
 } from '../../compat/e2b/gen/filesystem/filesystem_pb.js';
 import {
-  bodyFrom, encodedSegment, fromSchema, fuzzName, fuzzText, headerSafe, queryString, readPath, safeCommand, safeEncode, writePath, FUZZ_DIR, type FuzzBody, type Schema,
+  validCommand, bodyFrom, encodedSegment, fromSchema, fuzzName, fuzzText, headerSafe, queryString, readPath, safeCommand, safeEncode, writePath, FUZZ_DIR, type FuzzBody, type Schema,
 } from './arbitraries.js';
 import type { ApiShape, FuzzRequest } from './client.js';
 
@@ -70,7 +70,7 @@ interface NativeOperation {
   method: string;
   template: string;
   scope?: string;
-  params: { name: string; in: string; schema?: Schema }[];
+  params: { name: string; in: string; required?: boolean; schema?: Schema }[];
   bodySchema?: Schema;
   bodyType?: string;
 }
@@ -106,7 +106,7 @@ function nativeOperation(op: NativeOperation, t: FuzzTargets, resolve: (ref: str
   const writes = op.scope === 'files:write';
   const exec = op.scope === 'sandboxes:exec';
   const override = (name: string): fc.Arbitrary<unknown> | undefined => {
-    if (exec && name === 'cmd') return safeCommand;
+    if (exec && name === 'cmd') return valid ? validCommand : safeCommand;
     if (exec && name === 'argv') return fc.tuple(fc.constantFrom('/bin/echo', '/bin/true', 'printf', '/nonexistent', ''), fc.array(fuzzText, { maxLength: 3 })).map(([a, rest]) => [a, ...rest]);
     if (exec && name === 'shell') return fc.constantFrom('/bin/true', '/nonexistent/sh', 'relative', 'a\0b', '');
     if (exec && name === 'timeoutMs') return fc.integer({ min: 1, max: 3000 });
@@ -129,7 +129,8 @@ function nativeOperation(op: NativeOperation, t: FuzzTargets, resolve: (ref: str
       const fixed = override(p.name);
       // Constrained fields (write paths) keep their constraint: no free-form alternative.
       const value = fixed || valid ? (fixed ?? fromSchema(p.schema, ctx)).map((v) => safeEncode(String(v))) : fc.oneof({ weight: 3, arbitrary: fromSchema(p.schema, ctx).map((v) => safeEncode(String(v))) }, { weight: 1, arbitrary: encodedSegment(fuzzText) });
-      return fc.option(value.map((v) => [p.name, v] as [string, string]), { nil: undefined });
+      const pair = value.map((v) => [p.name, v] as [string, string]);
+      return valid && p.required ? pair : fc.option(pair, { nil: undefined });
     }),
     valid ? fc.constant(undefined) : fc.option(fc.tuple(encodedSegment(fuzzText), encodedSegment(fuzzText)), { nil: undefined, freq: 8 }),
   ).map((pairs) => pairs.filter((x): x is [string, string] => x !== undefined));
@@ -139,7 +140,7 @@ function nativeOperation(op: NativeOperation, t: FuzzTargets, resolve: (ref: str
   const body: fc.Arbitrary<FuzzBody> = valid
     ? op.bodyType === 'multipart/form-data' ? multipart('file')
       : op.bodyType && op.bodyType !== 'application/json' ? fc.uint8Array({ maxLength: 256 }).map((b) => ({ contentType: op.bodyType, data: Buffer.from(b) }))
-      : op.bodySchema ? fromSchema(op.bodySchema, ctx).map((v) => ({ contentType: 'application/json', data: Buffer.from(JSON.stringify(v)) }))
+      : op.bodySchema ? fromSchema(op.bodySchema, ctx).map((v) => ({ contentType: 'application/json', data: Buffer.from(JSON.stringify(op.operationId === 'runCommand' ? oneOfCmdArgv(v) : v)) }))
       : fc.constant({})
     : op.bodyType && op.bodyType !== 'application/json'
     ? fc.oneof(fc.uint8Array({ maxLength: 256 }).map((b) => ({ contentType: op.bodyType, data: Buffer.from(b) })), bodyFrom(fromSchema(undefined, ctx)))
@@ -149,8 +150,18 @@ function nativeOperation(op: NativeOperation, t: FuzzTargets, resolve: (ref: str
   return fc.tuple(method, fc.tuple(...pathParams.map(segment)), queryString(query), auth, body).map(([m, segs, qs, headers, b]) => {
     let path = `/api/v1${op.template}`;
     pathParams.forEach((p, i) => { path = path.replace(`{${p.name}}`, segs[i] || 'x'); });
-    return withBody(m, path + qs, headers, m === op.method && m !== 'GET' ? b : {}, 'native', `native ${op.operationId}${valid ? '' : ' (hostile)'}`);
+    // Stream routes answer a plain GET with 400 (they need SSE or a WebSocket).
+    const h = valid && /\/(stream|watch)$/.test(op.template) ? { ...headers, accept: 'text/event-stream' } : headers;
+    return withBody(m, path + qs, h, m === op.method && m !== 'GET' ? b : {}, 'native', `native ${op.operationId}${valid ? '' : ' (hostile)'}`);
   });
+}
+
+/** runCommand takes exactly one of cmd and argv. */
+function oneOfCmdArgv(v: unknown): unknown {
+  const o = { ...(v as Record<string, unknown>) };
+  if (o.cmd !== undefined && o.argv !== undefined) delete o.argv;
+  if (o.cmd === undefined && o.argv === undefined) o.cmd = 'true';
+  return o;
 }
 
 // ---- Daytona ---------------------------------------------------------------------------------
