@@ -206,3 +206,17 @@ describe('huge command timeouts (found by the fuzz suite)', () => {
     expect(r.text).not.toContain('killed');
   });
 });
+
+describe('envd upload with a body that is not the gzip it claims (found by the fuzz suite)', () => {
+  it('is a 400 naming the body (was 502 "host local is not reachable: socket hang up")', async () => {
+    const created = await t.http.post('/api/v1/sandboxes').set(t.auth).send({ timeoutSeconds: 0, memoryMiB: 512, egress: { mode: 'deny-all' } });
+    expect(created.status, JSON.stringify(created.body)).toBe(201);
+    const token = (await t.http.get(`/e2b/sandboxes/${created.body.id}`).set('X-API-Key', t.apiKey)).body.envdAccessToken;
+    const headers = { 'e2b-sandbox-id': created.body.id, 'x-access-token': token, 'content-encoding': 'gzip' };
+    for (const contentType of ['application/octet-stream', 'multipart/form-data; boundary=zz']) {
+      const r = await raw('POST', '/files?path=%2Ftmp%2Fx', { ...headers, 'content-type': contentType, 'content-length': '9' }, 'not gzip!');
+      expect(r.status, `${contentType}: ${r.text}`).toBe(400);
+      expect(r.json).toMatchObject({ code: 400, message: expect.stringContaining('gzip') });
+    }
+  }, 120_000);
+});

@@ -64,7 +64,10 @@ function sendOnce(baseUrl: string, r: FuzzRequest, viaAgent: http.Agent | false)
     };
     let req: http.ClientRequest;
     try {
-      req = http.request({ host: u.hostname, port: u.port, method: r.method, path: r.path, headers: r.headers, agent: viaAgent });
+      // node sends a DELETE's (or GET's) body without any framing unless told its length: the
+      // server would read it as the next request. Every body gets a Content-Length.
+      const headers = r.body !== undefined ? { ...r.headers, 'content-length': String(r.body.length) } : r.headers;
+      req = http.request({ host: u.hostname, port: u.port, method: r.method, path: r.path, headers, agent: viaAgent });
     } catch (err) {
       // node refused to send it (e.g. an invalid header): not the server's doing.
       return reject(Object.assign(err as Error, { clientSide: true }));
