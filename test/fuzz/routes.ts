@@ -425,7 +425,7 @@ export function envdRequests(t: FuzzTargets): fc.Arbitrary<FuzzRequest> {
       const query = m === 'GET' ? q : { ...q, path: q.path && decodeURIComponentSafe(q.path).startsWith(`${FUZZ_DIR}`) ? q.path : safeEncode(`${FUZZ_DIR}/up`) };
       const qs = Object.entries(query).map(([k, v]) => `${k}=${v}`).join('&');
       const headers: Record<string, string> = { ...a, ...b };
-      return withBody(m, `/files${qs ? `?${qs}` : ''}`, headers, m === 'GET' ? {} : body, envdOrNative(headers, 'signature' in query), `envd ${m} /files`);
+      return withBody(m, `/files${qs ? `?${qs}` : ''}`, headers, m === 'GET' ? {} : body, envdOrNative(headers, Boolean(query.signature)), `envd ${m} /files`);
     });
   const health = fc.tuple(routing, token).map(([a, b]) => withBody('GET', '/health', { ...a, ...b }, {}, envdOrNative({ ...a, ...b }, false), 'envd /health'));
   const interpreter = fc.tuple(
