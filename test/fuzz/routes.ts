@@ -439,7 +439,8 @@ export function envdRequests(t: FuzzTargets): fc.Arbitrary<FuzzRequest> {
 
 /** /files and /health are envd's only with a routing header, a token or a signature (compat/e2b/index.ts); otherwise they are native paths. */
 function envdOrNative(headers: Record<string, string>, signed: boolean): ApiShape {
-  return headers['e2b-sandbox-id'] || headers['x-access-token'] || signed ? 'envd-http' : 'native';
+  // Node trims header values: a blank one is no header at all.
+  return headers['e2b-sandbox-id']?.trim() || headers['x-access-token']?.trim() || signed ? 'envd-http' : 'native';
 }
 
 function decodeURIComponentSafe(s: string): string {
