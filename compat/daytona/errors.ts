@@ -5,6 +5,7 @@
 import { STATUS_CODES } from 'node:http';
 import type { Response } from 'express';
 import { NestboxError, publicError } from '../../core/errors.js';
+import { clientHasGone } from '../../src/http/request-checks.js';
 
 export type DaytonaSurface = 'api' | 'toolbox';
 
@@ -51,6 +52,8 @@ export function daytonaErrorBody(err: NestboxError, surface: DaytonaSurface, pat
 }
 
 export function renderDaytonaError(res: Response, err: unknown, surface: DaytonaSurface, log?: (m: string) => void): void {
+  // A client that went away mid-answer: nobody to tell, nothing internal to log.
+  if (clientHasGone(res)) return void res.destroy();
   // The last-resort guard: a 500 shows only a reference, the log has the rest.
   const e = publicError(err, log, `daytona ${surface}`);
   if (res.headersSent) {

@@ -3,6 +3,7 @@
 import type { Response } from 'express';
 import { Code, ConnectError } from '@connectrpc/connect';
 import { NestboxError, publicError } from '../../core/errors.js';
+import { clientHasGone } from '../../src/http/request-checks.js';
 
 /**
  * Control plane: `{code, message}` with `code` equal to the HTTP status, because the SDK reads
@@ -10,6 +11,8 @@ import { NestboxError, publicError } from '../../core/errors.js';
  * false) apart (e2b.md (f) "Observed trap").
  */
 export function renderControlPlaneError(res: Response, err: unknown, log?: (m: string) => void): void {
+  // A client that went away mid-answer: nobody to tell, nothing internal to log.
+  if (clientHasGone(res)) return void res.destroy();
   // The last-resort guard: a 500 shows only a reference, the log has the rest.
   const e = publicError(err, log, 'e2b control plane');
   if (res.headersSent) {
@@ -33,6 +36,7 @@ export function isSandboxUnavailable(e: NestboxError): boolean {
  * (e2b.md (f) "envd HTTP").
  */
 export function renderEnvdHttpError(res: Response, err: unknown, log?: (m: string) => void): void {
+  if (clientHasGone(res)) return void res.destroy();
   const e = publicError(err, log, 'e2b envd');
   if (res.headersSent) {
     res.destroy();

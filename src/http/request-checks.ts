@@ -1,6 +1,7 @@
 // Checks every front door runs on a request before any of it reaches core, the database or a
 // guest agent. No Nestbox API accepts a NUL byte in a URL or a JSON string: PostgreSQL cannot
 // store one in text, and no path, command or name can contain one. Each check names the field.
+import type { ServerResponse } from 'node:http';
 import type { NextFunction, Request, Response } from 'express';
 import { NestboxError } from '../../core/errors.js';
 
@@ -74,4 +75,13 @@ export function rejectNulInJsonBody(render: (res: Response, err: NestboxError) =
     if (field !== undefined) return render(res, nulError(field ? `body.${field}` : 'body'));
     next();
   };
+}
+
+/**
+ * Has the client gone (closed its connection) before the answer was complete? Then an error
+ * from the stream being written ("Premature close", EPIPE) is the client's leaving, not a
+ * server fault: there is nobody to answer and nothing to log as internal.
+ */
+export function clientHasGone(res: ServerResponse): boolean {
+  return !res.writableFinished && (res.destroyed || res.socket === null || res.socket.destroyed);
 }

@@ -3,6 +3,7 @@
 import type { Request, Response } from 'express';
 import { randomBytes } from 'node:crypto';
 import { NestboxError, publicError } from '../../../core/errors.js';
+import { clientHasGone } from '../../../src/http/request-checks.js';
 import type { ProcessEvent } from '../../../host/agent-protocol/processes.js';
 import type { Services } from '../../../src/services.js';
 import { isSandboxUnavailable } from '../errors.js';
@@ -14,6 +15,7 @@ import { createContext, kernelFor, listContexts, removeContext, restartContext }
  * else → SandboxError("<status> <statusText>"); the body text is the message.
  */
 export function renderCodeInterpreterError(res: Response, err: unknown, log?: (m: string) => void): void {
+  if (clientHasGone(res)) return void res.destroy();
   const e = publicError(err, log, 'e2b code interpreter');
   if (res.headersSent) {
     res.destroy();

@@ -10,9 +10,10 @@ import { SCOPES, type Principal, type Scope } from '../../../core/types.js';
 import type { Services } from '../../services.js';
 import { nativeHandlers } from './handlers/index.js';
 import type { NativeHandler } from './context.js';
-import { rejectNulInJsonBody } from '../request-checks.js';
+import { clientHasGone, rejectNulInJsonBody } from '../request-checks.js';
 
 export function renderNativeError(res: Response, err: unknown, log?: (m: string) => void): void {
+  if (clientHasGone(res)) return void res.destroy();
   // publicError is the last-resort guard: a 500 shows only a reference, the log has the rest.
   const e = publicError(err, log, 'native API');
   if (e.status > 500 && log) log(`native API ${e.code}: ${e.message}`);
