@@ -78,6 +78,19 @@ export function toConnectError(err: unknown, log?: (m: string) => void): Connect
   return new ConnectError(e.message, CONNECT_CODES[e.code] ?? Code.Unknown);
 }
 
+/**
+ * The error an RPC ends with when it failed because its client cancelled it (closed the
+ * stream, hit its own deadline): the guest call it was waiting on breaks too, which is the
+ * client's doing, not an internal error.
+ */
+export function rpcError(err: unknown, signal: AbortSignal, log?: (m: string) => void): ConnectError {
+  if (signal.aborted && !(err instanceof ConnectError)) {
+    // Its own deadline (Connect-Timeout-Ms) aborts the call with deadline_exceeded as the reason.
+    return signal.reason instanceof ConnectError ? signal.reason : new ConnectError('the call was cancelled by the client', Code.Canceled);
+  }
+  return toConnectError(err, log);
+}
+
 export function notSupported(what: string): NestboxError {
   return new NestboxError('not_supported', `${what} is not supported by this Nestbox server`);
 }

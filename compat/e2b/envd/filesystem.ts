@@ -9,7 +9,7 @@ import type { FileInfo, ListResponse } from '../../../host/agent-protocol/types.
 import { NestboxError } from '../../../core/errors.js';
 import type { Services } from '../../../src/services.js';
 import { EventType, FileType, Filesystem, type EntryInfoSchema, type FilesystemEventSchema } from '../gen/filesystem/filesystem_pb.js';
-import { toConnectError } from '../errors.js';
+import { rpcError } from '../errors.js';
 import { guestEvents, guestJson, guestPath, type SandboxTarget } from '../guest.js';
 
 type EntryInit = MessageInitShape<typeof EntryInfoSchema>;
@@ -75,7 +75,7 @@ const errorsTo = (log: (m: string) => void) => <A extends unknown[], R>(fn: (...
   try {
     return await fn(...a);
   } catch (err) {
-    throw toConnectError(err, log);
+    throw rpcError(err, (a[1] as HandlerContext).signal, log);
   }
 };
 
@@ -168,7 +168,7 @@ export function filesystemService(services: Services, resolve: ResolveTarget): P
           }
         }
       } catch (err) {
-        throw toConnectError(err, services.log);
+        throw rpcError(err, ctx.signal, services.log);
       }
     },
 

@@ -14,7 +14,7 @@ import {
   type ProcessSelector,
   type PTY,
 } from '../gen/process/process_pb.js';
-import { toConnectError } from '../errors.js';
+import { rpcError } from '../errors.js';
 import { guestEvents, guestJson, type SandboxTarget } from '../guest.js';
 import { unixUserOf } from '../routing.js';
 import { KERNEL_TAG_PREFIX } from '../code-interpreter/kernels.js';
@@ -95,7 +95,7 @@ const errorsTo = (log: (m: string) => void) => <A extends unknown[], R>(fn: (...
   try {
     return await fn(...a);
   } catch (err) {
-    throw toConnectError(err, log);
+    throw rpcError(err, (a[1] as HandlerContext).signal, log);
   }
 };
 
@@ -104,7 +104,7 @@ const streamErrorsTo = (log: (m: string) => void) => <A extends unknown[], R>(fn
     try {
       yield* fn(...a);
     } catch (err) {
-      throw toConnectError(err, log);
+      throw rpcError(err, (a[1] as HandlerContext).signal, log);
     }
   };
 
