@@ -88,9 +88,108 @@ export function retryAfterSeconds(err: NestboxError): number {
   return typeof value === 'number' && Number.isInteger(value) && value > 0 ? value : 1;
 }
 
-/** Turn anything thrown into a NestboxError without leaking internals for unexpected errors. */
+
+/** What a client sees for every 500: the details stay in the server log, under this reference. */
+export const INTERNAL_ERROR_MESSAGE = 'internal error; the server log has the details';
+
+/** body-parser / http-errors objects: `status` + `expose` mean the message was written for clients. */
+interface HttpError {
+  status?: number;
+  statusCode?: number;
+  expose?: boolean;
+  type?: string;
+  message?: string;
+}
+
+const CLIENT_ERROR_CODES: Record<number, ErrorCode> = {
+  400: 'validation_failed',
+  401: 'unauthorized',
+  403: 'forbidden',
+  404: 'not_found',
+  405: 'method_not_allowed',
+  409: 'conflict',
+  413: 'payload_too_large',
+  415: 'unsupported_media_type',
+  416: 'range_not_satisfiable',
+  429: 'rate_limited',
+};
+
+/** A client mistake reported by express or body-parser (bad JSON, unknown charset, bad percent-encoding in a route parameter…). */
+function fromHttpError(err: HttpError): NestboxError | undefined {
+  const status = err.status ?? err.statusCode;
+  if (typeof status !== 'number' || status < 400 || status >= 500 || err.expose !== true) return undefined;
+  const code = CLIENT_ERROR_CODES[status] ?? 'validation_failed';
+  switch (err.type) {
+    case 'entity.parse.failed':
+      return new NestboxError('validation_failed', 'body: is not valid JSON', { field: 'body' });
+    case 'entity.too.large':
+      return new NestboxError('payload_too_large', 'body: is larger than this route accepts', { field: 'body' });
+    case 'charset.unsupported':
+      return new NestboxError('unsupported_media_type', `content-type: ${err.message ?? 'unsupported charset'}; send UTF-8`, { field: 'content-type' });
+    case 'encoding.unsupported':
+      return new NestboxError('unsupported_media_type', `content-encoding: ${err.message ?? 'unsupported'}`, { field: 'content-encoding' });
+    case 'request.aborted':
+    case 'request.size.invalid':
+      return new NestboxError('validation_failed', 'body: ended before its declared length', { field: 'body' });
+    default:
+      return new NestboxError(code, err.message ?? ERROR_CATALOGUE[code].title);
+  }
+}
+
+/**
+ * PostgreSQL "data exception" errors (SQLSTATE class 22: NUL bytes or invalid UTF-8 in text,
+ * numbers out of range, malformed values) are always caused by a value the client sent that
+ * no validation caught. They are the client's mistake (400), and their text (which quotes the
+ * SQL) never reaches the client. PGlite raises the same codes.
+ */
+function fromDatabaseDataError(err: { code?: unknown }): NestboxError | undefined {
+  if (typeof err.code !== 'string' || !/^22[0-9A-Z]{3}$/.test(err.code)) return undefined;
+  const problem: Record<string, string> = {
+    '22021': 'a text value contains a NUL byte or invalid UTF-8',
+    '22P05': 'a text value contains a NUL byte or a character that cannot be stored',
+    '22003': 'a number is out of range',
+    '22001': 'a text value is too long',
+    '22P02': 'a value is not in the expected form',
+    '22007': 'a date or time is not valid',
+    '22008': 'a date or time is out of range',
+  };
+  return new NestboxError('validation_failed', `request: ${problem[err.code] ?? 'a value is not valid'}`);
+}
+
+/**
+ * Turn anything thrown into a NestboxError. Errors Nestbox did not raise itself (a bug, a
+ * library's surprise) become `internal`, keeping their text for logs and the original as
+ * `cause`; that text may quote SQL, stack frames or host paths, so front doors render errors
+ * through publicError, never this directly.
+ */
 export function toNestboxError(err: unknown): NestboxError {
   if (err instanceof NestboxError) return err;
-  const message = err instanceof Error ? err.message : String(err);
-  return new NestboxError('internal', message);
+  // decodeURIComponent / encodeURIComponent only throw on what a client sent: malformed
+  // percent-encoding, or text with an unpaired UTF-16 surrogate (possible in JSON strings).
+  if (err instanceof URIError) return new NestboxError('validation_failed', 'request: a value is not valid percent-encoded UTF-8 (or holds an unpaired surrogate)');
+  if (err && typeof err === 'object') {
+    const known = fromHttpError(err as HttpError) ?? fromDatabaseDataError(err as { code?: unknown });
+    if (known) return known;
+  }
+  const internal = new NestboxError('internal', err instanceof Error ? err.message : String(err));
+  (internal as { cause?: unknown }).cause = err;
+  return internal;
+}
+
+let internalErrorCount = 0;
+
+/**
+ * The error a front door may show a client: the last-resort guard of every API's error
+ * renderer. 4xx and the meaningful 5xx (501, 502, 503, 504, 507) keep their message; a 500
+ * (whatever raised it: a bug, or a lower layer's `internal` whose text may quote host paths)
+ * is logged in full with a reference and shown only as that reference.
+ */
+export function publicError(err: unknown, log?: (m: string) => void, where = 'api'): NestboxError {
+  const e = toNestboxError(err);
+  if (e.status !== 500) return e;
+  const ref = `${Date.now().toString(36)}-${(++internalErrorCount).toString(36)}`;
+  const cause = (e as { cause?: unknown }).cause ?? e;
+  const detail = cause instanceof Error ? `${cause.message}${cause.stack ? `\n${cause.stack}` : ''}` : String(cause);
+  (log ?? ((m: string) => console.error(m)))(`${where}: internal error ${ref}: ${e === cause ? '' : `${e.message}: `}${detail}`);
+  return new NestboxError('internal', `${INTERNAL_ERROR_MESSAGE} (reference ${ref})`, { reference: ref });
 }

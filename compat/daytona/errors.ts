@@ -4,7 +4,8 @@
 // here; nothing else decides a Daytona status.
 import { STATUS_CODES } from 'node:http';
 import type { Response } from 'express';
-import { NestboxError, retryAfterSeconds, toNestboxError } from '../../core/errors.js';
+import { NestboxError, publicError, retryAfterSeconds, toNestboxError } from '../../core/errors.js';
+import { clientHasGone } from '../../src/http/request-checks.js';
 
 export type DaytonaSurface = 'api' | 'toolbox';
 
@@ -51,8 +52,10 @@ export function daytonaErrorBody(err: NestboxError, surface: DaytonaSurface, pat
 }
 
 export function renderDaytonaError(res: Response, err: unknown, surface: DaytonaSurface, log?: (m: string) => void): void {
-  const e = toNestboxError(err);
-  if (e.code === 'internal' && log) log(`daytona ${surface} error: ${e.message}${err instanceof Error && err.stack ? `\n${err.stack}` : ''}`);
+  // A client that went away mid-answer: nobody to tell, nothing internal to log.
+  if (clientHasGone(res)) return void res.destroy();
+  // The last-resort guard: a 500 shows only a reference, the log has the rest.
+  const e = publicError(err, log, `daytona ${surface}`);
   if (res.headersSent) {
     // The answer is already streaming: cutting the connection is the only honest signal left.
     res.destroy();

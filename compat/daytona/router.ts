@@ -14,6 +14,7 @@ import { createToolboxRouter } from './toolbox.js';
 import { DAYTONA_API_SCOPES, DAYTONA_TOOLBOX_SCOPES } from './scopes.js';
 import { scopeGate, type ScopeTable } from '../scope-gate.js';
 import type { Principal } from '../../core/types.js';
+import { rejectNulInJsonBody } from '../../src/http/request-checks.js';
 
 export { attachDaytonaWebSockets } from './websockets.js';
 
@@ -55,12 +56,13 @@ export function createDaytonaRouter(services: Services): Router {
     authenticate('toolbox')(req, res, next);
   };
 
-  // Body-parser failures (bad JSON) are a 400 in Daytona's shape, not express's HTML page.
+  // Body-parser failures (bad JSON 400, too large 413, a charset other than UTF-8 415) in
+  // Daytona's shape, not express's HTML page; core's toNestboxError gives each its status.
   const jsonErrors = (surface: DaytonaSurface) => (err: unknown, _req: Request, res: Response, next: NextFunction): void => {
     if (!err) return next();
-    const status = (err as { status?: number }).status;
-    renderDaytonaError(res, status === 413 ? new NestboxError('payload_too_large', 'body: too large') : new NestboxError('validation_failed', `body: ${(err as Error).message}`), surface, services.log);
+    renderDaytonaError(res, err, surface, services.log);
   };
+  const noNul = (surface: DaytonaSurface) => rejectNulInJsonBody((res, err) => renderDaytonaError(res, err, surface));
 
   // Declared scopes (scopes.ts), checked before bodies are parsed and before any handler runs.
   const gate = (table: ScopeTable, surface: DaytonaSurface) =>
@@ -75,14 +77,14 @@ export function createDaytonaRouter(services: Services): Router {
       onError: (res, err) => renderDaytonaError(res, err, surface, services.log),
     });
   const toolbox = createToolboxRouter(services);
-  const toolboxChain = [toolboxAuth, gate(DAYTONA_TOOLBOX_SCOPES, 'toolbox'), json, jsonErrors('toolbox'), toolbox];
+  const toolboxChain = [toolboxAuth, gate(DAYTONA_TOOLBOX_SCOPES, 'toolbox'), json, jsonErrors('toolbox'), noNul('toolbox'), toolbox];
 
   // /config needs no auth on the real server; SDK 0.113–0.13x read proxyToolboxUrl from it (appendix A).
   router.get('/api/config', handle(services, 'api', async (req, res) => {
     res.json({ proxyToolboxUrl: toolboxProxyUrl(req), version: 'nestbox', defaultSnapshot: null, dashboardUrl: null, maintananceMode: false });
   }));
   router.use('/api/toolbox/:sandboxId/toolbox', ...toolboxChain);
-  router.use('/api', authenticate('api'), gate(DAYTONA_API_SCOPES, 'api'), json, jsonErrors('api'), createControlPlaneRouter(services));
+  router.use('/api', authenticate('api'), gate(DAYTONA_API_SCOPES, 'api'), json, jsonErrors('api'), noNul('api'), createControlPlaneRouter(services));
   router.use('/toolbox/:sandboxId', ...toolboxChain);
 
   router.use('/api', (req: Request, res: Response) => renderDaytonaError(res, new NestboxError('not_found', `no route ${req.method} ${req.originalUrl.split('?')[0]}`), 'api'));

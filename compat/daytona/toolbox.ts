@@ -124,6 +124,9 @@ disk = shutil.disk_usage('/')
 print(json.dumps({'cpuCount': os.cpu_count() or 0, 'cpuUsedPct': round(used, 2), 'memTotal': total, 'memUsed': min(usedmem, total), 'memCache': mem.get('Cached', 0), 'diskTotal': disk.total, 'diskUsed': disk.used}))
 `;
 
+/** Longest timeout a toolbox command may ask for, as the native API's `timeoutMs` maximum. */
+const MAX_COMMAND_TIMEOUT_SECONDS = 86_400;
+
 export function createToolboxRouter(services: Services): Router {
   const router = express.Router({ mergeParams: true });
   const { sandboxes } = services;
@@ -155,6 +158,9 @@ export function createToolboxRouter(services: Services): Router {
   const timeoutOf = (v: unknown): number | undefined => {
     if (v === undefined || v === null) return undefined;
     if (typeof v !== 'number' || !Number.isFinite(v) || v < 0) throw errors.validation('timeout', 'must be a number of seconds');
+    // The native API's limit for a command (24 h). Past 2^31 ms a timer fires at once, so a
+    // huge timeout used to end the command immediately with a 504 (found by the fuzz suite).
+    if (v > MAX_COMMAND_TIMEOUT_SECONDS) throw errors.validation('timeout', `must be at most ${MAX_COMMAND_TIMEOUT_SECONDS} seconds (0 = none)`);
     return Math.round(v * 1000);
   };
 

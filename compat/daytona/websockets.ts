@@ -6,7 +6,7 @@ import type http from 'node:http';
 import { constants as osConstants } from 'node:os';
 import type { Duplex } from 'node:stream';
 import { WebSocket, WebSocketServer } from 'ws';
-import { NestboxError, toNestboxError } from '../../core/errors.js';
+import { NestboxError, publicError } from '../../core/errors.js';
 import type { Principal } from '../../core/types.js';
 import type { ProcessEvent } from '../../host/agent-protocol/processes.js';
 import { keepActiveWhileOpen } from '../../src/http/native/websocket.js';
@@ -28,7 +28,7 @@ export function parseToolboxPath(pathname: string): { sandboxId: string; path: s
 }
 
 function refuse(socket: Duplex, err: unknown, path: string): void {
-  const e = toNestboxError(err);
+  const e = publicError(err, undefined, 'daytona WebSocket');
   const text = JSON.stringify(daytonaErrorBody(e, 'toolbox', path, 'GET'));
   socket.end(`HTTP/1.1 ${e.status} ${http_status(e.status)}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(text)}\r\nconnection: close\r\n\r\n${text}`);
 }

@@ -12,6 +12,7 @@ import { ENVD_VERSION } from './routing.js';
 import { E2B_CONTROL_PLANE_SCOPES } from './scopes.js';
 import { scopeGate } from '../scope-gate.js';
 import { canSeeSandbox } from '../../core/services/auth.js';
+import { rejectNulInJsonBody } from '../../src/http/request-checks.js';
 
 /** E2B's default sandbox lifetime when a create names none (e2b.md (b) create body: "server default 300"). */
 const DEFAULT_TIMEOUT_SECONDS = 300;
@@ -77,6 +78,7 @@ export function parseMetadataFilter(value: unknown): Record<string, string> | un
 export function createControlPlaneRouter(services: Services, options: ControlPlaneOptions = {}): Router {
   const router = express.Router();
   router.use(express.json({ limit: '1mb' }));
+  router.use(rejectNulInJsonBody((res, err) => renderControlPlaneError(res, err)));
 
   // Every route: the key (401), then the route's declared scope and, for a key limited to some
   // sandboxes, the sandbox in the path (scopes.ts), before any handler runs.
@@ -362,10 +364,10 @@ export function createControlPlaneRouter(services: Services, options: ControlPla
   router.use((req: Request, res: Response) => {
     renderControlPlaneError(res, new NestboxError('not_found', `no E2B route ${req.method} ${req.path}`));
   });
-  // Malformed JSON and the like: E2B's error shape, never the native one.
+  // Malformed JSON, an unknown charset and the like: E2B's error shape, never the native one
+  // (core's toNestboxError gives each its 4xx).
   router.use((err: unknown, _req: Request, res: Response, _next: NextFunction) => {
-    const status = (err as { status?: number }).status;
-    renderControlPlaneError(res, status === 400 ? new NestboxError('validation_failed', `body: ${(err as Error).message}`) : err, services.log);
+    renderControlPlaneError(res, err, services.log);
   });
   return router;
 }

@@ -2,7 +2,8 @@
 // wrong and its status; this file only decides how E2B clients must see it.
 import type { Response } from 'express';
 import { Code, ConnectError } from '@connectrpc/connect';
-import { NestboxError, retryAfterSeconds, toNestboxError } from '../../core/errors.js';
+import { NestboxError, publicError, retryAfterSeconds, toNestboxError } from '../../core/errors.js';
+import { clientHasGone } from '../../src/http/request-checks.js';
 
 /**
  * Control plane: `{code, message}` with `code` equal to the HTTP status, because the SDK reads
@@ -10,8 +11,10 @@ import { NestboxError, retryAfterSeconds, toNestboxError } from '../../core/erro
  * false) apart (e2b.md (f) "Observed trap").
  */
 export function renderControlPlaneError(res: Response, err: unknown, log?: (m: string) => void): void {
-  const e = toNestboxError(err);
-  if (e.code === 'internal') log?.(`e2b control plane: internal error: ${e.message}`);
+  // A client that went away mid-answer: nobody to tell, nothing internal to log.
+  if (clientHasGone(res)) return void res.destroy();
+  // The last-resort guard: a 500 shows only a reference, the log has the rest.
+  const e = publicError(err, log, 'e2b control plane');
   if (res.headersSent) {
     res.destroy();
     return;
@@ -34,8 +37,8 @@ export function isSandboxUnavailable(e: NestboxError): boolean {
  * (e2b.md (f) "envd HTTP").
  */
 export function renderEnvdHttpError(res: Response, err: unknown, log?: (m: string) => void): void {
-  const e = toNestboxError(err);
-  if (e.code === 'internal') log?.(`e2b envd: internal error: ${e.message}`);
+  if (clientHasGone(res)) return void res.destroy();
+  const e = publicError(err, log, 'e2b envd');
   if (res.headersSent) {
     res.destroy();
     return;
@@ -71,11 +74,24 @@ const CONNECT_CODES: Record<string, Code> = {
  * Connect errors"). A sandbox that is gone or not running is `unavailable`, which the SDK
  * reports as "sandbox is probably not running anymore".
  */
-export function toConnectError(err: unknown): ConnectError {
+export function toConnectError(err: unknown, log?: (m: string) => void): ConnectError {
   if (err instanceof ConnectError) return err;
-  const e = toNestboxError(err);
+  const e = publicError(err, log, 'e2b envd rpc');
   if (isSandboxUnavailable(e)) return new ConnectError(e.message, Code.Unavailable);
   return new ConnectError(e.message, CONNECT_CODES[e.code] ?? Code.Unknown);
+}
+
+/**
+ * The error an RPC ends with when it failed because its client cancelled it (closed the
+ * stream, hit its own deadline): the guest call it was waiting on breaks too, which is the
+ * client's doing, not an internal error.
+ */
+export function rpcError(err: unknown, signal: AbortSignal, log?: (m: string) => void): ConnectError {
+  if (signal.aborted && !(err instanceof ConnectError)) {
+    // Its own deadline (Connect-Timeout-Ms) aborts the call with deadline_exceeded as the reason.
+    return signal.reason instanceof ConnectError ? signal.reason : new ConnectError('the call was cancelled by the client', Code.Canceled);
+  }
+  return toConnectError(err, log);
 }
 
 export function notSupported(what: string): NestboxError {

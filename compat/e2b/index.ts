@@ -5,7 +5,6 @@
 //   headers or its fallbacks (e2b.md (a) "One-server recipe"): envd's Connect RPCs and
 //   /files + /health (port 49983), and the code interpreter (port 49999).
 import express, { type NextFunction, type Request, type RequestHandler, type Response, type Router } from 'express';
-import { connectNodeAdapter } from '@connectrpc/connect-node';
 import type { HandlerContext } from '@connectrpc/connect';
 import { NestboxError } from '../../core/errors.js';
 import type { Services } from '../../src/services.js';
@@ -17,6 +16,8 @@ import { processService } from './envd/process.js';
 import { downloadFile, health, uploadFiles } from './envd/http.js';
 import { handleCodeInterpreter, renderCodeInterpreterError } from './code-interpreter/routes.js';
 import { renderEnvdHttpError } from './errors.js';
+import { envdConnectHandler } from './envd/connect-adapter.js';
+import { rejectNulInJsonBody, requestTargetProblem } from '../../src/http/request-checks.js';
 import { authenticateSandboxTraffic, CODE_INTERPRETER_PORT, ENVD_PORT, sandboxRouteOf, type SandboxRoute } from './routing.js';
 
 export interface E2bOptions {
@@ -38,30 +39,38 @@ function isSandboxTraffic(req: Request, route: SandboxRoute): boolean {
 
 export function createE2bSandboxTrafficHandler(services: Services, options: E2bOptions = {}): RequestHandler {
   const resolveRpc = async (ctx: HandlerContext) => authenticateSandboxTraffic(services, ctx.requestHeader, sandboxRouteOf(ctx.requestHeader, options.publicDomain));
-  const connect = connectNodeAdapter({
-    routes: (router) => {
-      router.service(Process, processService(services, resolveRpc));
-      router.service(Filesystem, filesystemService(services, resolveRpc));
-    },
-  });
+  const connect = envdConnectHandler((router) => {
+    router.service(Process, processService(services, resolveRpc));
+    router.service(Filesystem, filesystemService(services, resolveRpc));
+  }, services.log);
   const json = express.json({ limit: '16mb' });
+  const noNulInBody = rejectNulInJsonBody((res, err) => renderCodeInterpreterError(res, err));
 
   return (req: Request, res: Response, next: NextFunction) => {
     const route = sandboxRouteOf(req.headers, options.publicDomain);
     if (!isSandboxTraffic(req, route)) return next();
     const port = route.port ?? ENVD_PORT;
+    // Any other port is the sandbox's own service: the hosted-port proxy's business.
+    if (port !== ENVD_PORT && port !== CODE_INTERPRETER_PORT) return next();
+    // A malformed URL (bad percent-encoding, NUL bytes) is a 400 in the shape of the service asked.
+    const problem = requestTargetProblem(req);
+    if (problem) {
+      if (port === CODE_INTERPRETER_PORT) return renderCodeInterpreterError(res, problem);
+      if (RPC_PATH.test(req.path)) return void res.status(400).json({ code: 'invalid_argument', message: problem.message });
+      return renderEnvdHttpError(res, problem);
+    }
     if (port === CODE_INTERPRETER_PORT) {
       // The code interpreter sends X-Access-Token on /execute only; /contexts carry the traffic token (e2b.md (e)).
       return json(req, res, (err?: unknown) => {
-        if (err) return renderCodeInterpreterError(res, new NestboxError('validation_failed', `body: ${(err as Error).message}`));
-        void authenticateSandboxTraffic(services, req.headers, route, { allowTrafficToken: true })
-          .then((target) => handleCodeInterpreter(services, target, req, res))
-          .catch((e) => renderCodeInterpreterError(res, e, services.log));
+        if (err) return renderCodeInterpreterError(res, err, services.log);
+        noNulInBody(req, res, () => {
+          void authenticateSandboxTraffic(services, req.headers, route, { allowTrafficToken: true })
+            .then((target) => handleCodeInterpreter(services, target, req, res))
+            .catch((e) => renderCodeInterpreterError(res, e, services.log));
+        });
       });
     }
-    // Any other port is the sandbox's own service: the hosted-port proxy's business.
-    if (port !== ENVD_PORT) return next();
-    if (RPC_PATH.test(req.path)) return connect(req, res);
+    if (RPC_PATH.test(req.path)) return void connect(req, res);
     if (req.path === '/files' && req.method === 'GET') return void downloadFile(services, req, res, route);
     if (req.path === '/files' && req.method === 'POST') return void uploadFiles(services, req, res, route);
     if (req.path === '/health') return void health(services, res, route, req);

@@ -1,4 +1,4 @@
-import express, { type Express, type Request, type Response } from 'express';
+import express, { type Express, type NextFunction, type Request, type Response } from 'express';
 import { NestboxError } from '../../core/errors.js';
 import { hostSecretMatches } from '../../core/services/hosts.js';
 import { Heartbeat, HEARTBEAT_PATH } from '../../host/protocol/schemas.js';
@@ -8,6 +8,21 @@ import { PortProxy } from './port-proxy.js';
 import { bodyIdleTimeout } from './slow-clients.js';
 import { createDaytonaRouter } from '../../compat/daytona/router.js';
 import { createE2bControlPlaneRouter, createE2bSandboxTrafficHandler } from '../../compat/e2b/index.js';
+import { renderDaytonaError } from '../../compat/daytona/errors.js';
+import { renderControlPlaneError } from '../../compat/e2b/errors.js';
+import { requestTargetProblem } from './request-checks.js';
+
+/**
+ * Render an error in the shape of the API the path belongs to. Used where no front door has
+ * taken the request yet (a malformed URL) and by the last-resort error handler.
+ */
+export function renderErrorForPath(req: Request, res: Response, err: unknown, log?: (m: string) => void): void {
+  const path = req.path;
+  if (/^\/daytona\/(toolbox\/|api\/toolbox\/)/.test(path)) return renderDaytonaError(res, err, 'toolbox', log);
+  if (path.startsWith('/daytona/')) return renderDaytonaError(res, err, 'api', log);
+  if (path === '/e2b' || path.startsWith('/e2b/')) return renderControlPlaneError(res, err, log);
+  renderNativeError(res, err, log);
+}
 
 /** One HTTP app on one port: the native API, the internal host-agent routes, later the compat layers. */
 export function createApp(services: Services): Express {
@@ -24,6 +39,13 @@ export function createApp(services: Services): Express {
   // Collapse duplicate slashes so `//api/v1/...` from sloppy URL joining still routes.
   app.use((req, _res, next) => {
     if (req.url.includes('//')) req.url = req.url.replace(/\/{2,}/g, '/');
+    next();
+  });
+  // Malformed percent-encoding or NUL bytes in the URL: a 400 in the API's own shape, before
+  // any router decodes (and throws on) it or an id reaches the database.
+  app.use((req, res, next) => {
+    const problem = requestTargetProblem(req);
+    if (problem) return renderErrorForPath(req, res, problem, services.log);
     next();
   });
 
@@ -49,6 +71,11 @@ export function createApp(services: Services): Express {
 
   app.use((req: Request, res: Response) => {
     renderNativeError(res, new NestboxError('not_found', `no route ${req.method} ${req.path}`));
+  });
+  // Last resort: whatever a router passed on with next(err) is answered in that API's shape,
+  // never with express's HTML page (which quotes the stack and host paths).
+  app.use((err: unknown, req: Request, res: Response, _next: NextFunction) => {
+    renderErrorForPath(req, res, err, services.log);
   });
   return app;
 }

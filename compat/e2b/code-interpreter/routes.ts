@@ -2,7 +2,8 @@
 // kernel's NDJSON for one cell; /contexts manages kernels (kernels.ts).
 import type { Request, Response } from 'express';
 import { randomBytes } from 'node:crypto';
-import { NestboxError, toNestboxError } from '../../../core/errors.js';
+import { NestboxError, publicError } from '../../../core/errors.js';
+import { clientHasGone } from '../../../src/http/request-checks.js';
 import type { ProcessEvent } from '../../../host/agent-protocol/processes.js';
 import type { Services } from '../../../src/services.js';
 import { isSandboxUnavailable } from '../errors.js';
@@ -14,8 +15,8 @@ import { createContext, kernelFor, listContexts, removeContext, restartContext }
  * else → SandboxError("<status> <statusText>"); the body text is the message.
  */
 export function renderCodeInterpreterError(res: Response, err: unknown, log?: (m: string) => void): void {
-  const e = toNestboxError(err);
-  if (e.code === 'internal') log?.(`e2b code interpreter: internal error: ${e.message}`);
+  if (clientHasGone(res)) return void res.destroy();
+  const e = publicError(err, log, 'e2b code interpreter');
   if (res.headersSent) {
     res.destroy();
     return;

@@ -9,7 +9,7 @@ import type { FileInfo, ListResponse } from '../../../host/agent-protocol/types.
 import { NestboxError } from '../../../core/errors.js';
 import type { Services } from '../../../src/services.js';
 import { EventType, FileType, Filesystem, type EntryInfoSchema, type FilesystemEventSchema } from '../gen/filesystem/filesystem_pb.js';
-import { toConnectError } from '../errors.js';
+import { rpcError } from '../errors.js';
 import { guestEvents, guestJson, guestPath, type SandboxTarget } from '../guest.js';
 
 type EntryInit = MessageInitShape<typeof EntryInfoSchema>;
@@ -70,15 +70,17 @@ function decodeWatcherId(id: string): { guestId: string; root: string; includeEn
   return { guestId, includeEntry: include === '1', root: Buffer.from(root, 'base64url').toString('utf8') };
 }
 
-const withErrors = <A extends unknown[], R>(fn: (...a: A) => Promise<R>) => async (...a: A): Promise<R> => {
+/** RPC errors as Connect errors; a 500's details go to the log, not the client. */
+const errorsTo = (log: (m: string) => void) => <A extends unknown[], R>(fn: (...a: A) => Promise<R>) => async (...a: A): Promise<R> => {
   try {
     return await fn(...a);
   } catch (err) {
-    throw toConnectError(err);
+    throw rpcError(err, (a[1] as HandlerContext).signal, log);
   }
 };
 
 export function filesystemService(services: Services, resolve: ResolveTarget): Partial<ServiceImpl<typeof Filesystem>> {
+  const withErrors = errorsTo(services.log);
   const stat = async (target: SandboxTarget, path: string, signal?: AbortSignal): Promise<FileInfo> =>
     (await guestJson<FileInfo>(services, target, { scope: 'files:read', operation: 'read files of', method: 'GET', path: `/files/stat?path=${encodeURIComponent(guestPath(path))}`, signal, fileRead: true })).body;
 
@@ -168,7 +170,7 @@ export function filesystemService(services: Services, resolve: ResolveTarget): P
           }
         }
       } catch (err) {
-        throw toConnectError(err);
+        throw rpcError(err, ctx.signal, services.log);
       }
     },
 

@@ -80,6 +80,10 @@ export async function downloadFile(services: Services, req: Request, res: Respon
 }
 
 export async function uploadFiles(services: Services, req: Request, res: Response, route: SandboxRoute): Promise<void> {
+  // A body that says gzip but is not: the gunzip stream fails, which cuts the upload to the
+  // guest mid-way; the client must hear that its body was bad (400), not that the host is
+  // unreachable (502 "socket hang up", found by the fuzz suite).
+  let badGzip: NestboxError | undefined;
   try {
     const target = await filesTarget(services, req, route, 'write');
     // File metadata (xattrs) has no Nestbox counterpart yet: say so instead of dropping it.
@@ -92,7 +96,13 @@ export async function uploadFiles(services: Services, req: Request, res: Respons
     const contentType = String(req.headers['content-type'] ?? '');
     const path = queryValue(req, 'path');
     let body: Readable = streamedBody(req, max);
-    if (String(req.headers['content-encoding'] ?? '').toLowerCase() === 'gzip') body = streamedThrough(body, createGunzip());
+    if (String(req.headers['content-encoding'] ?? '').toLowerCase() === 'gzip') {
+      const gunzip = createGunzip();
+      gunzip.once('error', (err) => {
+        badGzip = new NestboxError('validation_failed', `body: is not valid gzip (Content-Encoding: gzip): ${err.message}`, { field: 'body' });
+      });
+      body = streamedThrough(body, gunzip);
+    }
     // A client that vanishes mid-body (or while a paused sandbox wakes) cancels the upstream write.
     const signal = clientGoneSignal(req, res);
 
@@ -109,6 +119,7 @@ export async function uploadFiles(services: Services, req: Request, res: Respons
         signal,
       });
       if ((upstream.statusCode ?? 502) >= 400) throw await guestError(upstream);
+      if (badGzip) throw badGzip;
       const chunks: Buffer[] = [];
       for await (const c of upstream) chunks.push(c as Buffer);
       const result = JSON.parse(Buffer.concat(chunks).toString('utf8')) as UploadResponse;
@@ -129,9 +140,10 @@ export async function uploadFiles(services: Services, req: Request, res: Respons
       body,
       signal,
     });
+    if (badGzip) throw badGzip;
     res.status(200).json([writtenEntry(info.path)]);
   } catch (err) {
-    renderEnvdHttpError(res, err, services.log);
+    renderEnvdHttpError(res, badGzip ?? err, services.log);
   }
 }
 

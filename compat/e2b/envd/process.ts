@@ -14,10 +14,13 @@ import {
   type ProcessSelector,
   type PTY,
 } from '../gen/process/process_pb.js';
-import { toConnectError } from '../errors.js';
+import { rpcError } from '../errors.js';
 import { guestEvents, guestJson, type SandboxTarget } from '../guest.js';
 import { unixUserOf } from '../routing.js';
 import { KERNEL_TAG_PREFIX } from '../code-interpreter/kernels.js';
+
+/** Longest process lifetime passed to the guest (the native API's `timeoutMs` maximum, 24 h). */
+const MAX_PROCESS_TIMEOUT_MS = 86_400_000;
 
 type ProcessEventInit = MessageInitShape<typeof ProcessEventSchema>;
 export type ResolveTarget = (ctx: HandlerContext) => Promise<SandboxTarget>;
@@ -87,24 +90,27 @@ function ptySize(pty: PTY | undefined): { cols: number; rows: number } | undefin
   return pty?.size ? { cols: pty.size.cols || 80, rows: pty.size.rows || 24 } : undefined;
 }
 
-const withErrors = <A extends unknown[], R>(fn: (...a: A) => Promise<R>) => async (...a: A): Promise<R> => {
+/** RPC errors as Connect errors; a 500's details go to the log, not the client. */
+const errorsTo = (log: (m: string) => void) => <A extends unknown[], R>(fn: (...a: A) => Promise<R>) => async (...a: A): Promise<R> => {
   try {
     return await fn(...a);
   } catch (err) {
-    throw toConnectError(err);
+    throw rpcError(err, (a[1] as HandlerContext).signal, log);
   }
 };
 
-const withStreamErrors = <A extends unknown[], R>(fn: (...a: A) => AsyncGenerator<R>) =>
+const streamErrorsTo = (log: (m: string) => void) => <A extends unknown[], R>(fn: (...a: A) => AsyncGenerator<R>) =>
   async function* (...a: A): AsyncGenerator<R> {
     try {
       yield* fn(...a);
     } catch (err) {
-      throw toConnectError(err);
+      throw rpcError(err, (a[1] as HandlerContext).signal, log);
     }
   };
 
 export function processService(services: Services, resolve: ResolveTarget): Partial<ServiceImpl<typeof Process>> {
+  const withErrors = errorsTo(services.log);
+  const withStreamErrors = streamErrorsTo(services.log);
   const exec = (target: SandboxTarget, method: string, path: string, json?: unknown, signal?: AbortSignal) =>
     guestJson(services, target, { scope: 'sandboxes:exec', operation: 'control processes of', method, path, json, signal });
 
@@ -137,7 +143,9 @@ export function processService(services: Services, resolve: ResolveTarget): Part
         ...(Object.keys(config.envs).length ? { env: config.envs } : {}),
         ...(config.cwd ? { cwd: config.cwd } : {}),
         ...(unixUserOf(ctx.requestHeader) ? { user: unixUserOf(ctx.requestHeader) } : {}),
-        ...(timeoutMs !== undefined ? { timeoutMs: Math.max(1, Math.floor(timeoutMs)) } : {}),
+        // Capped at the native API's 24 h: Connect allows deadlines of up to 10 digits of ms, and
+        // past 2^31 ms the guest's timer would fire at once and kill the process immediately.
+        ...(timeoutMs !== undefined ? { timeoutMs: Math.min(MAX_PROCESS_TIMEOUT_MS, Math.max(1, Math.floor(timeoutMs))) } : {}),
         ...(req.tag !== undefined ? { tag: req.tag } : {}),
         ...(pty ? { pty } : { stdin: req.stdin ?? true }),
       }, ctx.signal);

@@ -4,16 +4,19 @@ import express, { type Request, type Response, type Router } from 'express';
 import { OpenAPIBackend, type Context, type Document } from 'openapi-backend';
 import { load as loadYaml } from 'js-yaml';
 import addFormats from 'ajv-formats';
-import { errors, NestboxError, retryAfterSeconds, toNestboxError } from '../../../core/errors.js';
+import { errors, NestboxError, publicError, retryAfterSeconds, toNestboxError } from '../../../core/errors.js';
 import { canSeeSandbox, requireScope } from '../../../core/services/auth.js';
 import { SCOPES, type Principal, type Scope } from '../../../core/types.js';
 import type { Services } from '../../services.js';
 import { nativeHandlers } from './handlers/index.js';
 import type { NativeHandler } from './context.js';
+import { clientHasGone, rejectNulInJsonBody } from '../request-checks.js';
 
 export function renderNativeError(res: Response, err: unknown, log?: (m: string) => void): void {
-  const e = toNestboxError(err);
-  if (e.status >= 500 && log) log(`native API ${e.code}: ${e.message}`);
+  if (clientHasGone(res)) return void res.destroy();
+  // publicError is the last-resort guard: a 500 shows only a reference, the log has the rest.
+  const e = publicError(err, log, 'native API');
+  if (e.status > 500 && log) log(`native API ${e.code}: ${e.message}`);
   if (res.headersSent) {
     // The body was already streaming: the only honest signal left is to cut the connection.
     res.destroy();
@@ -137,6 +140,7 @@ export function createNativeRouter(services: Services): Router {
   const router = express.Router();
   // Only JSON bodies are parsed; file uploads stay a stream for the handler.
   router.use(express.json({ limit: '2mb', type: ['application/json', 'application/*+json'] }));
+  router.use(rejectNulInJsonBody((res, err) => renderNativeError(res, err)));
   router.use(async (req: Request, res: Response) => {
     try {
       const isJson = req.is(['application/json', 'application/*+json']);
@@ -158,11 +162,10 @@ export function createNativeRouter(services: Services): Router {
       renderNativeError(res, err, services.log);
     }
   });
-  // express.json parse failures (invalid JSON, too large) arrive here.
+  // express.json failures (invalid JSON, too large, a charset other than UTF-8) arrive here;
+  // core's toNestboxError gives each its 4xx.
   router.use((err: unknown, _req: Request, res: Response, _next: unknown) => {
-    const e = err as { type?: string; status?: number; message?: string };
-    if (e.type === 'entity.parse.failed') return renderNativeError(res, new NestboxError('validation_failed', 'body: is not valid JSON', { field: 'body' }));
-    if (e.type === 'entity.too.large') return renderNativeError(res, new NestboxError('payload_too_large', 'body: JSON body larger than 2 MiB'));
+    if ((err as { type?: string }).type === 'entity.too.large') return renderNativeError(res, new NestboxError('payload_too_large', 'body: JSON body larger than 2 MiB'));
     renderNativeError(res, err, services.log);
   });
   return router;

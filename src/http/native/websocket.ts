@@ -3,7 +3,7 @@
 // message-by-message relay to the guest agent through the sandbox's host agent.
 import type http from 'node:http';
 import type { Duplex } from 'node:stream';
-import { NestboxError, toNestboxError } from '../../../core/errors.js';
+import { NestboxError, publicError } from '../../../core/errors.js';
 import type { Scope } from '../../../core/types.js';
 import { acceptAndRelay, connectUpstream, refuseUpgrade } from '../../../host/protocol/ws-relay.js';
 import type { Services } from '../../services.js';
@@ -50,7 +50,7 @@ export function attachNativeWebSockets(server: http.Server, services: Services):
     // A compat front door (listening before this one) already took it: see upgrade-claims.ts.
     if (isUpgradeClaimed(req)) return;
     void handleUpgrade(req, socket, head).catch((err) => {
-      const e = toNestboxError(err);
+      const e = publicError(err, services.log, 'native WebSocket');
       refuseUpgrade(socket, e.status, { error: e.toJSON() });
     });
   });

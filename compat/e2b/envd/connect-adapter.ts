@@ -1,0 +1,94 @@
+// The Node adapter for envd's Connect services: connect-node's connectNodeAdapter, plus one
+// thing it gets wrong for a server facing untrusted clients. connect-es reports a request body
+// that is not a valid protobuf message as `internal` (HTTP 500: "parse binary: premature EOF")
+// although it is the client's mistake; JSON bodies that fail to parse are `invalid_argument`.
+// So unary binary requests are decoded here first, and a malformed one is answered 400
+// invalid_argument in Connect's error shape before the RPC runs. Everything else (protocols,
+// streaming, compression, timeouts) is connect-es's own code.
+import type http from 'node:http';
+import { fromBinary } from '@bufbuild/protobuf';
+import { Code, ConnectError, createConnectRouter, type ConnectRouter } from '@connectrpc/connect';
+import { compressionBrotli, compressionGzip, universalRequestFromNodeRequest, universalResponseToNodeResponse } from '@connectrpc/connect-node';
+
+/** Largest request message accepted (connect-es's default is 4 GiB). Unary envd messages are small; stdin chunks are well below. */
+export const MAX_RPC_MESSAGE_BYTES = 16 * 1024 * 1024;
+
+/**
+ * Longest client deadline honoured (24 h, the native API's command limit). connect-es arms a
+ * timer with the deadline, and past 2^31 ms a Node timer fires at once: a Connect-Timeout-Ms
+ * of 9999999999 (10 digits are allowed) cancelled the call immediately. Longer Connect
+ * deadlines are shortened to this; other protocols' are refused (maxTimeoutMs).
+ */
+export const MAX_RPC_DEADLINE_MS = 86_400_000;
+
+const COMPRESSIONS = [compressionGzip, compressionBrotli];
+const UNARY_BINARY = /^application\/proto$/i;
+
+/** Connect's unary error: HTTP status from the code, body `{code, message}`. */
+function writeConnectError(res: http.ServerResponse, status: number, code: string, message: string): void {
+  const body = JSON.stringify({ code, message });
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+  res.end(body);
+}
+
+async function readBody(req: http.IncomingMessage, max: number): Promise<Buffer | undefined> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req) {
+    size += (chunk as Buffer).length;
+    if (size > max) return undefined;
+    chunks.push(chunk as Buffer);
+  }
+  return Buffer.concat(chunks);
+}
+
+export function envdConnectHandler(routes: (router: ConnectRouter) => void, log: (m: string) => void) {
+  const router = createConnectRouter({ acceptCompression: COMPRESSIONS, readMaxBytes: MAX_RPC_MESSAGE_BYTES, maxTimeoutMs: MAX_RPC_DEADLINE_MS });
+  routes(router);
+  const handlers = new Map(router.handlers.map((h) => [h.requestPath, h]));
+
+  return async (req: http.IncomingMessage, res: http.ServerResponse): Promise<void> => {
+    const handler = handlers.get((req.url ?? '').split('?', 2)[0]);
+    if (!handler) return writeConnectError(res, 404, 'unimplemented', `no RPC ${(req.url ?? '').split('?', 2)[0]}`);
+    const deadline = req.headers['connect-timeout-ms'];
+    if (typeof deadline === 'string' && /^\d{1,10}$/.test(deadline) && Number(deadline) > MAX_RPC_DEADLINE_MS) req.headers['connect-timeout-ms'] = String(MAX_RPC_DEADLINE_MS);
+    let body: AsyncIterable<Uint8Array> | undefined;
+    if (handler.method.methodKind === 'unary' && req.method === 'POST' && UNARY_BINARY.test(String(req.headers['content-type'] ?? ''))) {
+      let bytes: Uint8Array | undefined;
+      try {
+        bytes = await readBody(req, MAX_RPC_MESSAGE_BYTES);
+      } catch {
+        // The client went away mid-body: nobody is left to answer.
+        res.destroy();
+        return;
+      }
+      if (!bytes) return writeConnectError(res, 413, 'resource_exhausted', `body: larger than ${MAX_RPC_MESSAGE_BYTES} bytes`);
+      const raw = bytes;
+      const encoding = String(req.headers['content-encoding'] ?? 'identity').toLowerCase();
+      try {
+        const compression = COMPRESSIONS.find((c) => c.name === encoding);
+        const message = compression ? await compression.decompress(raw, MAX_RPC_MESSAGE_BYTES) : raw;
+        // Unknown encodings are connect-es's to refuse (unimplemented); only the message is checked here.
+        if (compression || encoding === 'identity') fromBinary(handler.method.input, message);
+      } catch (err) {
+        const reason = err instanceof ConnectError ? err.rawMessage : err instanceof Error ? err.message : String(err);
+        return writeConnectError(res, 400, 'invalid_argument', `body: is not a valid ${handler.method.input.typeName} protobuf message (${reason})`);
+      }
+      // connect-es reads the (still compressed) bytes again from this iterable.
+      body = (async function* () {
+        yield raw;
+      })();
+    }
+    const uReq = universalRequestFromNodeRequest(req, res, undefined, undefined);
+    if (body) uReq.body = body;
+    try {
+      const uRes = await handler(uReq);
+      await universalResponseToNodeResponse(uRes, res);
+    } catch (reason) {
+      if (ConnectError.from(reason).code === Code.Aborted) return;
+      log(`e2b envd: rpc ${handler.method.name} of ${handler.service.typeName} failed: ${reason instanceof Error ? reason.stack ?? reason.message : String(reason)}`);
+      if (!res.headersSent) writeConnectError(res, 500, 'internal', 'internal error; the server log has the details');
+      else res.destroy();
+    }
+  };
+}
