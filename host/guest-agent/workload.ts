@@ -28,10 +28,14 @@ export class WorkloadLauncher {
     this.available = existsSync(helper);
   }
 
-  wrap(file: string, args: string[], runAs?: { uid?: number; gid?: number }): WorkloadSpawn {
+  /**
+   * `stdioCount`: how many of the child's first descriptors are its stdio (3, or 5 for the PTY
+   * helper's control and status pipes); the helper closes every descriptor above them.
+   */
+  wrap(file: string, args: string[], runAs?: { uid?: number; gid?: number }, stdioCount = 3): WorkloadSpawn {
     if (!this.available) return { file, args, uid: runAs?.uid, gid: runAs?.gid, adjusted: false };
     const id = (v: number | undefined) => (v === undefined ? '-' : String(v));
     const oom = this.oomScoreAdj === undefined ? '-' : String(this.oomScoreAdj);
-    return { file: this.helper, args: [oom, id(runAs?.uid), id(runAs?.gid), file, ...args], adjusted: true };
+    return { file: this.helper, args: [`--keep-fds=${stdioCount}`, oom, id(runAs?.uid), id(runAs?.gid), file, ...args], adjusted: true };
   }
 }

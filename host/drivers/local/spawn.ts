@@ -3,6 +3,7 @@
 // (overlayfs + /proc + /dev + /sys + /.nestbox) inside the new mount namespace, switches root,
 // drops capabilities and execs tini → guest agent.
 //
+//   perl (stage 0, host)         closes every inherited descriptor but stdio, execs stage 1
 //   /bin/sh (stage 1, host)      joins the cgroups by writing its own pid, then
 //   nsenter --net → unshare      new mount/pid/uts/ipc namespaces; unshare stays as the parent
 //   /bin/sh (stage 2, PID 1)     builds the root under <sandbox>/rootfs with host binaries
@@ -14,6 +15,12 @@
 // sandbox can write, the sandbox could swap the socket for a symlink to any host socket and
 // the host agent would connect there as root. Bound before the root switch, the socket lives
 // in a host directory the sandbox never sees; the agent only gets the file descriptor.
+//
+// Why stage 0: Node marks its own descriptors close-on-exec, but not ones it inherited without
+// that flag from whoever started the host agent (a shell's `exec 251>…`, a supervisor's pipe).
+// Without stage 0 those reach the launcher and, through it, tini, the agent and every workload.
+// Stage 3 closes everything again right before exec, keeping only the descriptors it means to
+// pass (see PASSED_FDS), so a later stage opening something by mistake cannot leak it either.
 //
 // Why perl for stage 3: after pivot_root every path lookup resolves inside the sandbox's root,
 // whose upper layer the sandbox itself can write. Executing any dynamically linked program
@@ -75,7 +82,18 @@ export async function lastCapability(): Promise<number> {
   return Number((await readFile('/proc/sys/kernel/cap_last_cap', 'utf8')).trim());
 }
 
-// Stage 1: runs on the host as the spawned process. Args: netns path, cgroup.procs files, "--",
+// Stage 0: the spawned process. Closes every descriptor but 0-2, then execs stage 1 (argv).
+const STAGE0 = `use strict;
+use POSIX ();
+opendir(my $fds, '/proc/self/fd') or die "nestbox launcher: /proc/self/fd: $!\\n";
+my @open = grep { /^\\d+$/ && $_ > 2 } readdir($fds);
+closedir($fds);
+POSIX::close($_) for @open;
+exec { $ARGV[0] } @ARGV;
+die "nestbox launcher: exec $ARGV[0]: $!\\n";
+`;
+
+// Stage 1: runs on the host (exec'd by stage 0). Args: netns path, cgroup.procs files, "--",
 // then everything for stage 2.
 const STAGE1 = `set -eu
 netns=$1; shift
@@ -174,6 +192,7 @@ exec perl -e 'eval $ENV{NESTBOX_STAGE3}; die $@ if $@;' -- "$root" "$run/agent.s
 const STAGE3 = `use strict;
 use Socket qw(PF_UNIX SOCK_STREAM pack_sockaddr_un);
 use Fcntl qw(F_GETFD F_SETFD FD_CLOEXEC);
+use POSIX ();
 my ($root, $socketPath, $hostname, $lastCap, $keptCaps, $nrPivot, $nrUmount2, $nrPrctl, $nrSethostname) = splice(@ARGV, 0, 9);
 my %kept = map { ($_ => 1) } split(/,/, $keptCaps);
 my %env = map { /^NESTBOX_ENV_(.+)$/ ? ($1 => $ENV{$_}) : () } keys %ENV;
@@ -199,6 +218,12 @@ for my $cap (0 .. $lastCap) {
   syscall($nrPrctl + 0, 24, $cap, 0, 0, 0) == 0 or fail("drop capability $cap");
 }
 %ENV = %env;
+# Only stdio and what we mean to pass survive into the sandbox (see the header comment).
+my %passed = map { ($_ => 1) } (0, 1, 2, $listenFd);
+opendir(my $fds, '/proc/self/fd') or fail('/proc/self/fd');
+my @unexpected = grep { /^\\d+$/ && !$passed{$_} } readdir($fds);
+closedir($fds);
+POSIX::close($_) for @unexpected;
 exec { $command[0] } @command;
 fail("exec $command[0]");
 `;
@@ -294,7 +319,7 @@ export function buildLaunchArgs(plan: LaunchPlan): string[] {
 /**
  * Starts the chain detached (own session, stdio to the sandbox log, unref'd) so the sandbox
  * outlives the host agent. The returned child's pid is the launcher (unshare) for the whole
- * sandbox lifetime: sh and nsenter exec into it.
+ * sandbox lifetime: perl, sh and nsenter exec into it.
  */
 export function launchSandbox(plan: LaunchPlan): ChildProcess {
   const readOnly = plan.upperDir === '' && plan.workDir === '';
@@ -318,7 +343,7 @@ export function launchSandbox(plan: LaunchPlan): ChildProcess {
   assertValidEnv(plan.env);
   const logFd = openSync(plan.logFile, 'a', 0o600);
   try {
-    const child = spawn('/bin/sh', buildLaunchArgs(plan), {
+    const child = spawn('/usr/bin/perl', ['-e', 'eval $ENV{NESTBOX_STAGE0}; die $@ if $@;', '--', '/bin/sh', ...buildLaunchArgs(plan)], {
       detached: true,
       stdio: ['ignore', logFd, logFd],
       cwd: '/',
@@ -328,6 +353,7 @@ export function launchSandbox(plan: LaunchPlan): ChildProcess {
       env: {
         PATH: '/usr/sbin:/usr/bin:/sbin:/bin',
         LC_ALL: 'C',
+        NESTBOX_STAGE0: STAGE0,
         NESTBOX_STAGE2: STAGE2,
         NESTBOX_STAGE3: STAGE3,
         ...(plan.enterHelperBinary ? { NESTBOX_ENTER: plan.enterHelperBinary } : {}),

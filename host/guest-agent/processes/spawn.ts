@@ -191,7 +191,7 @@ export async function startPtyProcess(id: string, prepared: PreparedStart, setti
   const oom = settings.oomScoreAdj === undefined ? '-' : String(settings.oomScoreAdj);
   // nestbox-enter (when present) puts the helper, and so the command it forks, in the workload
   // cgroup as the target user; the helper then has nothing left to adjust.
-  const launch = settings.launcher.wrap(settings.ptyHelper, [String(size.cols), String(size.rows), oom, prepared.file, ...prepared.args], prepared.runAs);
+  const launch = settings.launcher.wrap(settings.ptyHelper, [String(size.cols), String(size.rows), oom, prepared.file, ...prepared.args], prepared.runAs, 5);
   const helper = spawn(launch.file, launch.args, {
     cwd: prepared.cwd,
     env: prepared.env,

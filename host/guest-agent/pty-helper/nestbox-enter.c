@@ -1,9 +1,13 @@
 /*
  * nestbox-enter: the first step of every workload process the guest agent starts.
  *
- *   nestbox-enter OOM_SCORE_ADJ UID GID PROGRAM [ARG...]        ("-" = leave as is)
+ *   nestbox-enter [--keep-fds=N] OOM_SCORE_ADJ UID GID PROGRAM [ARG...]   ("-" = leave as is)
  *
  * In order, in its own process, before PROGRAM runs:
+ *   0. close every descriptor from N on (default 3: only stdio survives). The agent's own
+ *      descriptors are close-on-exec, but anything it inherited without that flag, or a
+ *      descriptor passed on purpose for this helper's own use, must never reach the workload;
+ *      the PTY helper is started with N=5 because fds 3 and 4 are its control and status pipes;
  *   1. join the sandbox's workload cgroup: its own pid is written to every file matching
  *      "<name>.procs" in /.nestbox/cgroup (the launcher bind-mounts the `work` group's cgroup.procs files
  *      there; the guest agent itself stays in the `agent` group). The workload group has the
@@ -26,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <linux/close_range.h>
 
 #define CGROUP_DIR "/.nestbox/cgroup"
 
@@ -70,11 +75,26 @@ static long parse_id(const char *text, const char *name) {
   return value;
 }
 
+static void usage(void) {
+  fprintf(stderr, "usage: nestbox-enter [--keep-fds=N] OOM_SCORE_ADJ UID GID PROGRAM [ARG...]\n");
+  exit(125);
+}
+
 int main(int argc, char **argv) {
-  if (argc < 5) {
-    fprintf(stderr, "usage: nestbox-enter OOM_SCORE_ADJ UID GID PROGRAM [ARG...]\n");
-    return 125;
+  unsigned int keep_fds = 3;
+  while (argc > 1 && strncmp(argv[1], "--", 2) == 0) {
+    if (strncmp(argv[1], "--keep-fds=", 11) == 0) {
+      long value = parse_id(argv[1] + 11, "--keep-fds");
+      if (value < 3 || value > 64) usage();
+      keep_fds = (unsigned int)value;
+    } else {
+      usage();
+    }
+    argv++;
+    argc--;
   }
+  if (argc < 5) usage();
+  if (close_range(keep_fds, ~0U, 0) < 0) fail("close_range");
   long uid = parse_id(argv[2], "UID");
   long gid = parse_id(argv[3], "GID");
   join_workload_cgroup();
