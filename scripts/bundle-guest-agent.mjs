@@ -43,3 +43,15 @@ console.log(`pty helper built to ${ptyHelper}`);
 const enterHelper = resolve(dirname(outfile), 'nestbox-enter');
 execFileSync('cc', ['-static', '-O2', '-Wall', '-Wextra', '-o', enterHelper, resolve(repoRoot, 'host/guest-agent/pty-helper/nestbox-enter.c')], { stdio: 'inherit' });
 console.log(`workload launcher built to ${enterHelper}`);
+
+// nestbox-rootfs (host/guest-agent/pty-helper/nestbox-rootfs.c): runs on the host in the launcher
+// (stage 2) to make the sandbox's user namespace and mount its root from idmapped layers.
+const rootfsHelper = resolve(dirname(outfile), 'nestbox-rootfs');
+execFileSync('cc', ['-static', '-O2', '-Wall', '-Wextra', '-o', rootfsHelper, resolve(repoRoot, 'host/guest-agent/pty-helper/nestbox-rootfs.c')], { stdio: 'inherit' });
+console.log(`root filesystem helper built to ${rootfsHelper}`);
+
+// nestbox-seccomp (host/guest-agent/pty-helper/nestbox-seccomp.c): installs the sandbox's seccomp
+// profile before tini; linked statically with libseccomp (libseccomp-dev).
+const seccompHelper = resolve(dirname(outfile), 'nestbox-seccomp');
+execFileSync('cc', ['-static', '-O2', '-Wall', '-Wextra', '-o', seccompHelper, resolve(repoRoot, 'host/guest-agent/pty-helper/nestbox-seccomp.c'), '-lseccomp'], { stdio: 'inherit' });
+console.log(`seccomp helper built to ${seccompHelper}`);

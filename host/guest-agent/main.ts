@@ -1,5 +1,8 @@
 // Entry point of the guest agent inside a sandbox:
-//   node guest-agent.mjs --listen-fd <n>     serve a listening socket inherited from the launcher
+//   node guest-agent.mjs --listen-fd <n> [--work-cgroup-fds <a,b,…>|-]
+//                                            serve a listening socket inherited from the launcher;
+//                                            the workload cgroup's procs files come as inherited
+//                                            descriptors too (handed to nestbox-enter, see workload.ts)
 //   node guest-agent.mjs --socket <path>     bind a Unix socket itself (tests, other transports)
 // The local driver uses --listen-fd: the socket is bound on the host side, in a directory the
 // sandbox cannot see, so the sandbox cannot replace it. It runs under tini as PID 1, which
@@ -18,13 +21,20 @@ function log(message: string): void {
 
 type ListenTarget = { socket: string } | { fd: number };
 
-function listenTargetFromArgs(): ListenTarget {
-  const { values } = parseArgs({ options: { socket: { type: 'string' }, 'listen-fd': { type: 'string' } }, strict: true });
-  const fd = values['listen-fd'];
-  if (fd !== undefined && /^\d+$/.test(fd) && values.socket === undefined) return { fd: Number(fd) };
-  if (values.socket && fd === undefined) return { socket: values.socket };
-  log('usage: guest-agent --socket <path> | --listen-fd <n>');
+function usage(): never {
+  log('usage: guest-agent --socket <path> | --listen-fd <n> [--work-cgroup-fds <a,b,…>|-]');
   process.exit(2);
+}
+
+function argsOf(): { target: ListenTarget; workCgroupFds: number[] } {
+  const { values } = parseArgs({ options: { socket: { type: 'string' }, 'listen-fd': { type: 'string' }, 'work-cgroup-fds': { type: 'string' } }, strict: true });
+  const fd = values['listen-fd'];
+  const cgroupList = values['work-cgroup-fds'];
+  if (cgroupList !== undefined && cgroupList !== '-' && !/^\d+(,\d+)*$/.test(cgroupList)) usage();
+  const workCgroupFds = cgroupList && cgroupList !== '-' ? cgroupList.split(',').map(Number) : [];
+  if (fd !== undefined && /^\d+$/.test(fd) && values.socket === undefined) return { target: { fd: Number(fd) }, workCgroupFds };
+  if (values.socket && fd === undefined) return { target: { socket: values.socket }, workCgroupFds };
+  usage();
 }
 
 /** A socket file left by a previous agent would make listen fail with EADDRINUSE. */
@@ -63,9 +73,9 @@ function installCrashGuards(): void {
 
 async function main(): Promise<void> {
   installCrashGuards();
-  const target = listenTargetFromArgs();
+  const { target, workCgroupFds } = argsOf();
   const home = process.env.HOME || '/root';
-  const server = createAgentServer({ home, env: process.env });
+  const server = createAgentServer({ home, env: process.env, processes: { workCgroupFds } });
   if ('fd' in target) {
     await listen(server, { fd: target.fd });
   } else {

@@ -22,6 +22,7 @@ import { applyNftRuleset, nftAvailable, renderNftRuleset, renderSlotEgress } fro
 import { SlotPool, type SlotPoolStats } from './slot-pool.js';
 import { resolveEgress, systemResolver, type EgressResolver } from './egress.js';
 import { newRecord, readRecord, removeRecordTempFiles, writeRecord, type SandboxRecord } from './records.js';
+import { DEFAULT_ID_BASE, DEFAULT_MAX_ID_RANGES, IdRangeAllocator } from './id-ranges.js';
 import { lastCapability, launchSandbox, assertSafeHostPath, assertValidEnv, overlayLowerOption, SANDBOX_PATH, syscallNumbers } from './spawn.js';
 import { KeyedLocks } from '../../keyed-locks.js';
 
@@ -39,6 +40,19 @@ export interface LocalDriverOptions {
   ptyHelperBinary?: string;
   /** The static workload launcher (dist/nestbox-enter next to the bundle by default). */
   enterHelperBinary?: string;
+  /** The static user-namespace and root-filesystem helper (dist/nestbox-rootfs by default). */
+  rootfsHelperBinary?: string;
+  /** The static seccomp helper (dist/nestbox-seccomp by default). */
+  seccompHelperBinary?: string;
+  /**
+   * Host ids for sandbox user namespaces: root of the n-th concurrently running sandbox is host
+   * uid `userNamespaceBase + n × 65536`; at most `maxUserNamespaces` at once (id-ranges.ts).
+   * Every host agent on the machine must use the same values.
+   */
+  userNamespaceBase?: number;
+  maxUserNamespaces?: number;
+  /** Where id range claims live (default /run/nestbox/idranges; tests). */
+  idRangesDir?: string;
   /** Sandbox subnet; every host agent on the machine must use the same one. */
   subnet?: string;
   pidsMax?: number;
@@ -88,6 +102,9 @@ export class LocalDriver implements Driver {
   private readonly tiniBinary: string;
   private readonly ptyHelperBinary: string;
   private readonly enterHelperBinary: string;
+  private readonly rootfsHelperBinary: string;
+  private readonly seccompHelperBinary: string;
+  private readonly idRanges: IdRangeAllocator;
   private readonly subnet: string;
   private readonly ownerKey: string;
   private readonly slots: SlotAllocator;
@@ -117,6 +134,9 @@ export class LocalDriver implements Driver {
     this.tiniBinary = options.tiniBinary ?? '/usr/bin/tini-static';
     this.ptyHelperBinary = options.ptyHelperBinary ?? join(dirname(resolve(options.guestAgentBundle)), 'nestbox-pty');
     this.enterHelperBinary = options.enterHelperBinary ?? join(dirname(resolve(options.guestAgentBundle)), 'nestbox-enter');
+    this.rootfsHelperBinary = options.rootfsHelperBinary ?? join(dirname(resolve(options.guestAgentBundle)), 'nestbox-rootfs');
+    this.seccompHelperBinary = options.seccompHelperBinary ?? join(dirname(resolve(options.guestAgentBundle)), 'nestbox-seccomp');
+    this.idRanges = new IdRangeAllocator(options.userNamespaceBase ?? DEFAULT_ID_BASE, options.maxUserNamespaces ?? DEFAULT_MAX_ID_RANGES, options.idRangesDir);
     this.subnet = options.subnet ?? '10.200.0.0/16';
     this.ownerKey = ownerKeyFor(options.ownerId);
     this.slots = new SlotAllocator(this.subnet, options.slotsDir);
@@ -143,6 +163,11 @@ export class LocalDriver implements Driver {
       nodeBinary: this.nodeBinary,
       tiniBinary: this.tiniBinary,
       guestAgentBundle: resolve(this.options.guestAgentBundle),
+      rootfsHelperBinary: this.rootfsHelperBinary,
+      seccompHelperBinary: this.seccompHelperBinary,
+      enterHelperBinary: this.enterHelperBinary,
+      idRanges: this.idRanges,
+      owner: this.options.ownerId,
       lastCapability: this.lastCap,
       readyTimeoutMs: this.options.readyTimeoutMs ?? 20_000,
       idleMs: this.options.fileViewIdleMs ?? 60_000,
@@ -216,6 +241,8 @@ export class LocalDriver implements Driver {
       ['tini', this.tiniBinary],
       ['pty helper (npm run build)', this.ptyHelperBinary],
       ['workload launcher (npm run build)', this.enterHelperBinary],
+      ['root filesystem helper (npm run build)', this.rootfsHelperBinary],
+      ['seccomp helper (npm run build; needs libseccomp-dev)', this.seccompHelperBinary],
       ['guest agent bundle', this.options.guestAgentBundle],
       ['perl', '/usr/bin/perl'],
       ['nsenter', '/usr/bin/nsenter'],
@@ -239,6 +266,7 @@ export class LocalDriver implements Driver {
       memorySnapshot: 'unavailable: CRIU cannot dump processes on this kernel (host-runtime.md §10); stop keeps the disk only',
       freezer: true,
       subnet: this.subnet,
+      userNamespaces: `host ids from ${this.idRanges.base}, ${this.idRanges.maxRanges} ranges of 65536`,
     };
     if (missing.length) throw new Error(`local driver cannot run on this host; missing: ${missing.join(', ')}`);
   }
@@ -591,6 +619,8 @@ export class LocalDriver implements Driver {
     });
     record.cgroup = { version: group.version, paths: group.paths };
     await writeRecord(dir, record);
+    record.idRange = await this.idRanges.claim(this.options.ownerId, id);
+    await writeRecord(dir, record);
 
     await rm(record.agentSocket, { force: true });
     await appendLog(join(dir, 'sandbox.log'), `--- nestbox: starting ${id} at ${new Date().toISOString()} ---\n`);
@@ -599,6 +629,9 @@ export class LocalDriver implements Driver {
       cgroupProcsFiles: cgroups.procsFiles(agent),
       workProcsFiles: cgroups.procsFiles(work),
       enterHelperBinary: this.enterHelperBinary,
+      rootfsHelperBinary: this.rootfsHelperBinary,
+      seccompHelperBinary: this.seccompHelperBinary,
+      idRange: record.idRange,
       lowerDir,
       layerDirs,
       upperDir: this.upperDirOf(record),
@@ -722,7 +755,12 @@ export class LocalDriver implements Driver {
     }
     this.egressApplied.delete(id);
     await cgroups.remove(group);
+    // The id range goes last: no process of the sandbox is left that could still use it.
+    for (const claim of await this.idRanges.claims()) {
+      if (claim.owner === this.options.ownerId && claim.holder === id) await this.idRanges.release(claim.index, claim.owner, claim.holder);
+    }
     if (record) {
+      record.idRange = undefined;
       record.slot = undefined;
       record.cgroup = undefined;
       record.pid = undefined;
@@ -901,6 +939,10 @@ export class LocalDriver implements Driver {
       await cgroups.remove(group);
     }
     for (const record of this.records.values()) await removeTree(join(this.sandboxDir(record.id), 'view'));
+    // Id ranges of ours that no live sandbox holds (views included: they were just killed).
+    for (const claim of await this.idRanges.claims()) {
+      if (claim.owner === this.options.ownerId && !running.has(claim.holder)) await this.idRanges.release(claim.index, claim.owner, claim.holder);
+    }
     // Disks in the reflink store whose sandbox dir is gone: a destroy that crashed half-way.
     const store = this.requireDiskStore();
     if (store.root !== this.dataDir) {

@@ -6,7 +6,8 @@
 // close-on-exec, exactly like a shell or supervisor would.
 import { execFileSync, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { Readable } from 'node:stream';
 import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -14,6 +15,7 @@ import { AgentClient } from '../../agent-protocol/client.js';
 import type { SandboxSpec } from '../types.js';
 import { Cgroups } from './cgroups.js';
 import { LocalDriver } from './driver.js';
+import { DEFAULT_ID_BASE, IDS_PER_SANDBOX } from './id-ranges.js';
 
 const IMAGES_DIR = process.env.NESTBOX_TEST_IMAGES_DIR ?? '/var/tmp/nestbox-test-images';
 const REPO = resolve(import.meta.dirname, '../../..');
@@ -60,7 +62,7 @@ async function sandboxPids(cgroups: Cgroups, ownerId: string, id: string): Promi
 function agentPidOf(pids: number[]): number {
   const agent = pids.find((pid) => {
     try {
-      return readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('guest-agent.mjs') && readFileSync(`/proc/${pid}/comm`, 'utf8').trim() !== 'tini';
+      return readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('guest-agent.mjs') && readFileSync(`/proc/${pid}/comm`, 'utf8').trim() === 'node';
     } catch {
       return false;
     }
@@ -126,10 +128,15 @@ describe.skipIf(!isRoot)('escape tests (real sandboxes)', () => {
           const holding = [...fdsOf(pid)].filter(([, target]) => target === leaked);
           expect(holding, `process ${pid} (${readFileSync(`/proc/${pid}/comm`, 'utf8').trim()}) holds the host's descriptor`).toEqual([]);
         }
-        // tini and the agent: stdio, then only the agent's listening socket (tini passes it on).
+        // tini (which passes them on to the agent): stdio, the agent's listening socket and the
+        // workload cgroup's procs files, nothing else.
         const tini = pids.find((pid) => readFileSync(`/proc/${pid}/comm`, 'utf8').trim() === 'tini')!;
-        expect([...fdsOf(tini).keys()].sort((a, b) => a - b)).toEqual([0, 1, 2, 3]);
-        expect(fdsOf(tini).get(3)).toMatch(/^socket:/);
+        const tiniFds = [...fdsOf(tini)].filter(([fd]) => fd > 2).map(([, target]) => target);
+        expect(tiniFds.filter((target) => target.startsWith('socket:'))).toHaveLength(1);
+        // (shown relative to their cgroup file system: the sandbox's root does not contain them)
+        const others = tiniFds.filter((target) => !target.startsWith('socket:'));
+        expect(others).toHaveLength(cgroups.procsFiles(cgroups.groupFor(`nestbox/${childOwner}/${id}/work`)).length);
+        for (const target of others) expect(target).toMatch(new RegExp(`/nestbox/${childOwner}/${id}/work/cgroup\\.procs$`));
         // A workload: stdio and the directory `ls` itself opened, nothing else.
         const listing = await sh(runtime.agentSocket, 'ls -l /proc/self/fd');
         const links = Object.fromEntries([...listing.stdout.matchAll(/ (\d+) -> (.+)$/gm)].map((match) => [Number(match[1]), match[2]]));
@@ -147,4 +154,104 @@ describe.skipIf(!isRoot)('escape tests (real sandboxes)', () => {
       }
     }, 180_000);
   });
+
+  describe('finding 3: a user namespace and a seccomp profile per sandbox', () => {
+    it('root inside is an unprivileged host range of its own; image files are root-owned inside, disk ids stay unshifted', async () => {
+      const [a, b] = [uniqueId('usa'), uniqueId('usb')];
+      created.add(a).add(b);
+      const [first, second] = await Promise.all([driver.create(spec(a, { egress: { mode: 'deny-all' } })), driver.create(spec(b, { egress: { mode: 'deny-all' } }))]);
+      const mapOf = async (socket: string) => (await sh(socket, 'cat /proc/self/uid_map /proc/self/gid_map')).stdout.trim().split('\n').map((line) => line.trim().split(/\s+/).map(Number));
+      const [mapA, mapB] = [await mapOf(first.agentSocket!), await mapOf(second.agentSocket!)];
+      for (const map of [mapA, mapB]) {
+        expect(map).toHaveLength(2);
+        for (const [inside, outside, count] of map) {
+          expect(inside).toBe(0);
+          expect(outside).toBeGreaterThanOrEqual(DEFAULT_ID_BASE);
+          expect(count).toBe(IDS_PER_SANDBOX);
+        }
+      }
+      // One range each: two sandboxes never share a host uid.
+      expect(Math.abs(mapA[0][1] - mapB[0][1])).toBeGreaterThanOrEqual(IDS_PER_SANDBOX);
+      // Seen from the host, the agent runs as that unprivileged uid.
+      const agent = agentPidOf(await sandboxPids(cgroups, ownerId, a));
+      expect(readFileSync(`/proc/${agent}/status`, 'utf8')).toMatch(new RegExp(`^Uid:\\s+${mapA[0][1]}\\s+${mapA[0][1]}\\s+${mapA[0][1]}\\s+${mapA[0][1]}$`, 'm'));
+
+      const owners = await sh(first.agentSocket!, 'stat -c "%U:%G %n" /etc/passwd /usr/bin /root /dev/null /dev/shm; id -u; touch /root/by-root; mkdir /home/u1; chown 1000:1000 /home/u1; echo ok');
+      expect(owners.stdout).toBe('root:root /etc/passwd\nroot:root /usr/bin\nroot:root /root\nroot:root /dev/null\nroot:root /dev/shm\n0\nok\n');
+      const client = new AgentClient(first.agentSocket!);
+      await client.writeFile('/root/uploaded.txt', Readable.from([Buffer.from('up')]));
+      client.close();
+      expect((await sh(first.agentSocket!, 'stat -c "%u:%g" /root/uploaded.txt')).stdout).toBe('0:0\n');
+      const upper = join(dataDir, 'sandboxes', a, 'upper');
+      for (const [path, uid] of [['root/by-root', 0], ['root/uploaded.txt', 0], ['home/u1', 1000]] as const) expect(statSync(join(upper, path)).uid, path).toBe(uid);
+    }, 120_000);
+
+    it('programs keep working: setuid drops (su, apt\'s _apt sandbox), apt failing only on the network, git, python, node', async () => {
+      const id = uniqueId('prg');
+      created.add(id);
+      const runtime = await driver.create(spec(id, { egress: { mode: 'deny-all' } }));
+      const socket = runtime.agentSocket!;
+      expect((await sh(socket, 'su -s /bin/sh _apt -c "id -u; id -g"')).stdout).toBe('42\n65534\n');
+      const apt = await sh(socket, 'timeout 60 apt-get update 2>&1; ls -ldn /var/lib/apt/lists/auxfiles', 90_000);
+      expect(apt.stdout).toMatch(/Temporary failure resolving|Could not resolve|Failed to fetch/);
+      expect(apt.stdout).not.toMatch(/seteuid|setgroups|Permission denied|Operation not permitted/);
+      // apt's download sandbox ran as _apt (uid 42) and owns what it made.
+      expect(apt.stdout).toMatch(/drwx\S*\s+\d+\s+42\s+0\s/);
+      const tools = await sh(socket, 'cd /tmp && git init -q r && cd r && git -c user.email=a@b -c user.name=n commit -q --allow-empty -m x && git log --oneline | wc -l; python3 -c "print(6*7)"; /.nestbox/bin/node -e "console.log(process.getuid())"');
+      expect(tools).toMatchObject({ stdout: '1\n42\n0\n', exitCode: 0 });
+    }, 180_000);
+
+    it('keyrings: the kernel keyring calls are denied in the sandbox, and a key the host holds is out of its reach', async () => {
+      const id = uniqueId('key');
+      created.add(id);
+      const runtime = await driver.create(spec(id));
+      // A key in the host's user keyring (KEY_SPEC_USER_KEYRING = -4), added by this test's root.
+      const description = `nestbox-escape-${randomBytes(4).toString('hex')}`;
+      const hostKey = execFileSync('python3', ['-c', `import ctypes; l = ctypes.CDLL(None, use_errno=True); print(l.syscall(248, b"user", b"${description}", b"host-secret", 11, -4))`], { encoding: 'utf8' }).trim();
+      expect(Number(hostKey)).toBeGreaterThan(0);
+      try {
+        const probe = await sh(runtime.agentSocket!, `python3 -c '
+import ctypes
+l = ctypes.CDLL(None, use_errno=True)
+def call(*args):
+    r = l.syscall(*args)
+    return (r, ctypes.get_errno() if r < 0 else 0)
+print("add_key", *call(248, b"user", b"sandbox-key", b"x", 1, -3))
+print("request_key", *call(249, b"user", b"${description}", None, 0))
+print("keyctl_read", *call(250, 11, ${hostKey}, None, 0))
+print("keyctl_search", *call(250, 10, -4, b"user", b"${description}", 0))
+'; cat /proc/keys | wc -l`);
+        expect(probe.stdout).toBe('add_key -1 1\nrequest_key -1 1\nkeyctl_read -1 1\nkeyctl_search -1 1\n0\n');
+      } finally {
+        execFileSync('python3', ['-c', `import ctypes; ctypes.CDLL(None).syscall(250, 3, ${hostKey})`]);
+      }
+    });
+
+    it('seccomp: the profile is on every sandbox process and denies the dangerous calls', async () => {
+      const id = uniqueId('sec');
+      created.add(id);
+      const runtime = await driver.create(spec(id));
+      for (const pid of await sandboxPids(cgroups, ownerId, id)) {
+        const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+        if (readFileSync(`/proc/${pid}/comm`, 'utf8').trim() === 'unshare') continue; // the launcher, on the host side
+        expect(status, `process ${pid}`).toMatch(/^Seccomp:\s+2$/m);
+      }
+      const denied = await sh(runtime.agentSocket!, `python3 -c '
+import ctypes
+l = ctypes.CDLL(None, use_errno=True)
+for name, nr in [("bpf", 321), ("perf_event_open", 298), ("userfaultfd", 323), ("io_uring_setup", 425), ("keyctl", 250), ("kexec_load", 246), ("init_module", 175), ("finit_module", 313), ("open_by_handle_at", 304), ("unshare", 272), ("setns", 308), ("mount", 165), ("clone3", 435)]:
+    r = l.syscall(nr, 0, 0, 0, 0, 0)
+    print(name, r, ctypes.get_errno())
+'; unshare -U true 2>/dev/null; echo "unshare -U: $?"; grep CapBnd /proc/self/status`);
+      const lines = denied.stdout.trim().split('\n');
+      for (const line of lines.slice(0, -3)) expect(line, line).toMatch(/ -1 1$/);
+      expect(lines.at(-3)).toBe('clone3 -1 38');
+      expect(lines.at(-2)).toBe('unshare -U: 1');
+      const capBnd = BigInt(`0x${lines.at(-1)!.split(/\s+/)[1]}`);
+      expect((capBnd >> 21n) & 1n, 'CAP_SYS_ADMIN').toBe(0n);
+    });
+  });
+
+
+
 });

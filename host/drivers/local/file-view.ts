@@ -17,6 +17,7 @@ import { AgentClient } from '../../agent-protocol/client.js';
 import { processStartTime, removeTree } from '../../images/base-image.js';
 import type { FileView } from '../types.js';
 import type { Cgroups, CgroupGroup } from './cgroups.js';
+import type { IdRangeAllocator } from './id-ranges.js';
 import { launchSandbox, SANDBOX_PATH } from './spawn.js';
 
 const VIEW_LIMITS = { memoryBytes: 256 * 1024 * 1024, cpus: 1, pidsMax: 64 };
@@ -29,6 +30,12 @@ export interface FileViewDeps {
   nodeBinary: string;
   tiniBinary: string;
   guestAgentBundle: string;
+  rootfsHelperBinary: string;
+  seccompHelperBinary: string;
+  enterHelperBinary: string;
+  /** A view gets a user namespace of its own, like any running sandbox. */
+  idRanges: IdRangeAllocator;
+  owner: string;
   lastCapability: number;
   readyTimeoutMs: number;
   idleMs: number;
@@ -119,6 +126,10 @@ export class FileViews {
       }
     }
     await this.deps.cgroups.remove(group);
+    const holder = viewCgroupName(sandboxId);
+    for (const claim of await this.deps.idRanges.claims()) {
+      if (claim.owner === this.deps.owner && claim.holder === holder) await this.deps.idRanges.release(claim.index, claim.owner, claim.holder);
+    }
     await removeTree(join(sandboxDir, 'view'));
   }
 
@@ -148,7 +159,11 @@ export class FileViews {
     await mkdir(join(viewDir, 'root'), { mode: 0o755 });
     const logFile = join(viewDir, 'view.log');
     const group = await this.deps.cgroups.create(this.deps.cgroupPath(viewCgroupName(sandboxId)), VIEW_LIMITS);
+    const idRange = await this.deps.idRanges.claim(this.deps.owner, viewCgroupName(sandboxId));
     const child = launchSandbox({
+      rootfsHelperBinary: this.deps.rootfsHelperBinary,
+      seccompHelperBinary: this.deps.seccompHelperBinary,
+      idRange,
       netnsPath: '',
       cgroupProcsFiles: this.deps.cgroups.procsFiles(group),
       lowerDir: launch.baseRootfs,

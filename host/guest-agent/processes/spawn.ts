@@ -139,7 +139,7 @@ export async function startPipeProcess(id: string, prepared: PreparedStart, sett
     gid: launch.gid,
     // Own process group (setsid), so one kill(-pid) reaches every descendant that stays in it.
     detached: true,
-    stdio: [prepared.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe'],
+    stdio: [prepared.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe', ...launch.extraStdio],
   });
   if (child.pid !== undefined && !launch.adjusted) adjustOomScore(child.pid, settings);
   // Listeners first: output can only arrive on a later tick, so nothing is missed.
@@ -198,7 +198,7 @@ export async function startPtyProcess(id: string, prepared: PreparedStart, setti
     uid: launch.uid,
     gid: launch.gid,
     detached: true,
-    stdio: ['pipe', 'pipe', 'pipe', 'pipe', 'pipe'],
+    stdio: ['pipe', 'pipe', 'pipe', 'pipe', 'pipe', ...launch.extraStdio],
   });
   const [input, output, diagnostics, control, status] = helper.stdio as [Writable, Readable, Readable, Writable, Readable];
   output.on('data', (chunk: Buffer) => managed.append('stdout', chunk));
