@@ -23,6 +23,7 @@ import { SlotPool, type SlotPoolStats } from './slot-pool.js';
 import { resolveEgress, systemResolver, type EgressResolver } from './egress.js';
 import { newRecord, readRecord, removeRecordTempFiles, writeRecord, type SandboxRecord } from './records.js';
 import { DEFAULT_ID_BASE, DEFAULT_MAX_ID_RANGES, IdRangeAllocator } from './id-ranges.js';
+import { executeOnlyCopy } from './runtime-binaries.js';
 import { lastCapability, launchSandbox, assertSafeHostPath, assertValidEnv, overlayLowerOption, SANDBOX_PATH, syscallNumbers } from './spawn.js';
 import { KeyedLocks } from '../../keyed-locks.js';
 
@@ -98,10 +99,11 @@ export class LocalDriver implements Driver {
   readonly name = 'local' as const;
   private readonly dataDir: string;
   private readonly sandboxesDir: string;
-  private readonly nodeBinary: string;
-  private readonly tiniBinary: string;
-  private readonly ptyHelperBinary: string;
-  private readonly enterHelperBinary: string;
+  // Replaced by execute-only copies at init (runtime-binaries.ts).
+  private nodeBinary: string;
+  private tiniBinary: string;
+  private ptyHelperBinary: string;
+  private enterHelperBinary: string;
   private readonly rootfsHelperBinary: string;
   private readonly seccompHelperBinary: string;
   private readonly idRanges: IdRangeAllocator;
@@ -148,6 +150,13 @@ export class LocalDriver implements Driver {
 
   async init(): Promise<void> {
     await this.probe();
+    // The programs that hold the agent's socket and the cgroup descriptors must not be
+    // traceable by the sandbox's workloads (same uid): see runtime-binaries.ts.
+    const runtimeDir = join(this.dataDir, 'runtime');
+    this.nodeBinary = await executeOnlyCopy(this.nodeBinary, runtimeDir, 'node');
+    this.tiniBinary = await executeOnlyCopy(this.tiniBinary, runtimeDir, 'tini');
+    this.ptyHelperBinary = await executeOnlyCopy(this.ptyHelperBinary, runtimeDir, 'nestbox-pty');
+    this.enterHelperBinary = await executeOnlyCopy(this.enterHelperBinary, runtimeDir, 'nestbox-enter');
     await enableIpForwarding();
     const found = this.options.dnsServers ?? (await hostDnsServers());
     this.dnsServers = found.length ? found : FALLBACK_DNS;

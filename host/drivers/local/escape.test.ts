@@ -253,5 +253,69 @@ for name, nr in [("bpf", 321), ("perf_event_open", 298), ("userfaultfd", 323), (
   });
 
 
+  describe('finding 7: a workload cannot take over its guest agent', () => {
+    it('ptrace, pidfd_getfd and /proc of the agent and tini are refused; the program files are execute-only', async () => {
+      const id = uniqueId('agt');
+      created.add(id);
+      const runtime = await driver.create(spec(id));
+      const attack = await sh(runtime.agentSocket!, `python3 - <<'PY'
+import ctypes, os
+l = ctypes.CDLL(None, use_errno=True)
+def call(*args):
+    r = l.syscall(*args)
+    return "%d/%d" % (r, ctypes.get_errno() if r < 0 else 0)
+def agent_pid():
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                argv = open("/proc/%s/cmdline" % p, "rb").read().split(b"\\0")
+            except OSError:
+                continue
+            if argv[0].endswith(b"/node") and any(a.endswith(b"guest-agent.mjs") for a in argv):
+                return int(p)
+for name, pid in [("agent", agent_pid()), ("tini", 1)]:
+    print(name, "ptrace_attach", call(101, 16, pid, 0, 0))
+    print(name, "ptrace_seize", call(101, 0x4206, pid, 0, 0))
+    pidfd = l.syscall(434, pid, 0)
+    stolen = [fd for fd in range(0, 64) if l.syscall(438, pidfd, fd, 0) >= 0]
+    print(name, "pidfd_getfd", "stolen" if stolen else "none")
+    for entry in ["fd", "mem", "environ"]:
+        try:
+            if entry == "fd":
+                os.listdir("/proc/%d/fd" % pid)
+            else:
+                open("/proc/%d/%s" % (pid, entry), "rb").read(1)
+            print(name, entry, "readable")
+        except OSError as error:
+            print(name, entry, "refused")
+PY
+for program in node tini nestbox-enter nestbox-pty; do head -c1 /.nestbox/bin/$program >/dev/null 2>&1 && echo "$program readable" || echo "$program execute-only"; done`);
+      expect(attack.stdout).toBe(
+        ['agent', 'tini']
+          .flatMap((name) => [`${name} ptrace_attach -1/1`, `${name} ptrace_seize -1/1`, `${name} pidfd_getfd none`, `${name} fd refused`, `${name} mem refused`, `${name} environ refused`])
+          .concat(['node execute-only', 'tini execute-only', 'nestbox-enter execute-only', 'nestbox-pty execute-only'])
+          .join('\n') + '\n',
+      );
+      // The agent still answers: nothing above disturbed it.
+      expect((await sh(runtime.agentSocket!, 'echo alive')).stdout).toBe('alive\n');
+    });
+
+    it('the sandbox has no writable cgroup file: the agent stays in `agent`, workloads stay in `work`', async () => {
+      const id = uniqueId('cgv');
+      created.add(id);
+      const runtime = await driver.create(spec(id));
+      const agent = agentPidOf(await sandboxPids(cgroups, ownerId, id));
+      const attempt = await sh(runtime.agentSocket!, [
+        'ls -A /sys/fs/cgroup | wc -l',
+        'find / -xdev \\( -name cgroup.procs -o -name tasks \\) 2>/dev/null | wc -l',
+        'mkdir -p /tmp/cg && mount -t cgroup -o pids none /tmp/cg 2>/dev/null && echo MOUNTED || echo no-mount',
+        'mount -t cgroup2 none /tmp/cg 2>/dev/null && echo MOUNTED || echo no-mount',
+        'grep -E "^[0-9]+:pids:" /proc/self/cgroup | sed "s/.*\\///"',
+      ].join('; '));
+      expect(attempt.stdout).toBe('0\n0\nno-mount\nno-mount\nwork\n');
+      const pidsCgroup = (pid: number) => readFileSync(`/proc/${pid}/cgroup`, 'utf8').split('\n').find((line) => /^\d+:(pids|):/.test(line) && line.includes('/nestbox/'))!;
+      expect(pidsCgroup(agent)).toMatch(new RegExp(`/nestbox/${ownerId}/${id}/agent$`));
+    });
+  });
 
 });
