@@ -23,7 +23,7 @@ import { SlotPool, type SlotPoolStats } from './slot-pool.js';
 import { resolveEgress, systemResolver, type EgressResolver } from './egress.js';
 import { newRecord, readRecord, removeRecordTempFiles, writeRecord, type SandboxRecord } from './records.js';
 import { DEFAULT_ID_BASE, DEFAULT_MAX_ID_RANGES, IdRangeAllocator } from './id-ranges.js';
-import { executeOnlyCopy } from './runtime-binaries.js';
+import { DEFAULT_RUNTIME_DIR, executeOnlyCopy, runtimeCopy } from './runtime-binaries.js';
 import { lastCapability, launchSandbox, assertSafeHostPath, assertValidEnv, overlayLowerOption, SANDBOX_PATH, syscallNumbers } from './spawn.js';
 import { KeyedLocks } from '../../keyed-locks.js';
 
@@ -54,6 +54,8 @@ export interface LocalDriverOptions {
   maxUserNamespaces?: number;
   /** Where id range claims live (default /run/nestbox/idranges; tests). */
   idRangesDir?: string;
+  /** Where the copies of what is mounted into sandboxes live (default /var/lib/nestbox/runtime). */
+  runtimeDir?: string;
   /** Sandbox subnet; every host agent on the machine must use the same one. */
   subnet?: string;
   pidsMax?: number;
@@ -105,7 +107,8 @@ export class LocalDriver implements Driver {
   private ptyHelperBinary: string;
   private enterHelperBinary: string;
   private readonly rootfsHelperBinary: string;
-  private readonly seccompHelperBinary: string;
+  private seccompHelperBinary: string;
+  private agentBundle: string;
   private readonly idRanges: IdRangeAllocator;
   private readonly subnet: string;
   private readonly ownerKey: string;
@@ -138,6 +141,7 @@ export class LocalDriver implements Driver {
     this.enterHelperBinary = options.enterHelperBinary ?? join(dirname(resolve(options.guestAgentBundle)), 'nestbox-enter');
     this.rootfsHelperBinary = options.rootfsHelperBinary ?? join(dirname(resolve(options.guestAgentBundle)), 'nestbox-rootfs');
     this.seccompHelperBinary = options.seccompHelperBinary ?? join(dirname(resolve(options.guestAgentBundle)), 'nestbox-seccomp');
+    this.agentBundle = resolve(options.guestAgentBundle);
     this.idRanges = new IdRangeAllocator(options.userNamespaceBase ?? DEFAULT_ID_BASE, options.maxUserNamespaces ?? DEFAULT_MAX_ID_RANGES, options.idRangesDir);
     this.subnet = options.subnet ?? '10.200.0.0/16';
     this.ownerKey = ownerKeyFor(options.ownerId);
@@ -151,12 +155,15 @@ export class LocalDriver implements Driver {
   async init(): Promise<void> {
     await this.probe();
     // The programs that hold the agent's socket and the cgroup descriptors must not be
-    // traceable by the sandbox's workloads (same uid): see runtime-binaries.ts.
-    const runtimeDir = join(this.dataDir, 'runtime');
+    // traceable by the sandbox's workloads (same uid), and nothing mounted into a sandbox may
+    // come from the data dir (mountinfo shows a bind mount's source): see runtime-binaries.ts.
+    const runtimeDir = this.options.runtimeDir ?? DEFAULT_RUNTIME_DIR;
     this.nodeBinary = await executeOnlyCopy(this.nodeBinary, runtimeDir, 'node');
     this.tiniBinary = await executeOnlyCopy(this.tiniBinary, runtimeDir, 'tini');
     this.ptyHelperBinary = await executeOnlyCopy(this.ptyHelperBinary, runtimeDir, 'nestbox-pty');
     this.enterHelperBinary = await executeOnlyCopy(this.enterHelperBinary, runtimeDir, 'nestbox-enter');
+    this.seccompHelperBinary = await executeOnlyCopy(this.seccompHelperBinary, runtimeDir, 'nestbox-seccomp');
+    this.agentBundle = await runtimeCopy(resolve(this.options.guestAgentBundle), runtimeDir, 'guest-agent.mjs', 0o644);
     await enableIpForwarding();
     const found = this.options.dnsServers ?? (await hostDnsServers());
     this.dnsServers = found.length ? found : FALLBACK_DNS;
@@ -171,7 +178,7 @@ export class LocalDriver implements Driver {
       cgroupPath: (name) => this.cgroupPath(name),
       nodeBinary: this.nodeBinary,
       tiniBinary: this.tiniBinary,
-      guestAgentBundle: resolve(this.options.guestAgentBundle),
+      guestAgentBundle: this.agentBundle,
       rootfsHelperBinary: this.rootfsHelperBinary,
       seccompHelperBinary: this.seccompHelperBinary,
       enterHelperBinary: this.enterHelperBinary,
@@ -238,6 +245,11 @@ export class LocalDriver implements Driver {
     await this.fileViews?.closeAll((id) => this.sandboxDir(id));
     for (const child of this.children.values()) child.removeAllListeners('exit');
     this.children.clear();
+    // Running sandboxes outlive us and keep their groups; with none left, this owner's
+    // directory (in every hierarchy) would stay behind empty forever.
+    if (this.cgroups) {
+      await this.cgroups.removeIfEmpty(join('nestbox', this.ownerKey)).catch((error) => this.log(`close: could not remove the empty cgroup of ${this.ownerKey}: ${String(error)}`));
+    }
   }
 
   private async probe(): Promise<void> {
@@ -650,7 +662,7 @@ export class LocalDriver implements Driver {
       nodeBinary: this.nodeBinary,
       tiniBinary: this.tiniBinary,
       ptyHelperBinary: this.ptyHelperBinary,
-      guestAgentBundle: resolve(this.options.guestAgentBundle),
+      guestAgentBundle: this.agentBundle,
       hostname: id,
       env: { HOME: '/root', PATH: SANDBOX_PATH, ...record.spec.env, HOSTNAME: id },
       logFile: join(dir, 'sandbox.log'),

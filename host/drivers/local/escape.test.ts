@@ -318,4 +318,35 @@ for program in node tini nestbox-enter nestbox-pty; do head -c1 /.nestbox/bin/$p
     });
   });
 
+
+  describe('finding 11: no host paths in mountinfo, no empty cgroups left', () => {
+    it('/proc/self/mountinfo names neither the data dir nor the image cache', async () => {
+      const id = uniqueId('mnt');
+      created.add(id);
+      const runtime = await driver.create(spec(id));
+      const mountinfo = await sh(runtime.agentSocket!, 'cat /proc/self/mountinfo /proc/1/mountinfo');
+      expect(mountinfo.stdout).toContain(' / / ');
+      for (const hostPath of [dataDir, IMAGES_DIR, REPO, id]) expect(mountinfo.stdout, hostPath).not.toContain(hostPath);
+      expect(mountinfo.stdout).not.toMatch(/(lower|upper|work)dir\+?=[^,]*\/(sandboxes|snapshots|rootfs)/);
+    });
+
+    it("a clean shutdown leaves no empty cgroup directory of the host agent's own", async () => {
+      const owner = uniqueId('escgc');
+      const ownerGroup = cgroups.groupFor(`nestbox/${owner}`);
+      const newDriver = () => new LocalDriver({ dataDir, imagesDir: IMAGES_DIR, guestAgentBundle: AGENT_BUNDLE, ownerId: owner, slotPoolSize: 0 });
+      const first = newDriver();
+      await first.init();
+      const id = uniqueId('gc');
+      await first.create(spec(id));
+      // A running sandbox outlives its host agent, and keeps its groups.
+      await first.close();
+      for (const path of ownerGroup.paths) expect(existsSync(join(path, id)), path).toBe(true);
+      const second = newDriver();
+      await second.init();
+      await second.destroy(id);
+      await second.close();
+      for (const path of ownerGroup.paths) expect(existsSync(path), path).toBe(false);
+    }, 120_000);
+  });
+
 });

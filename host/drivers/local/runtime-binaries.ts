@@ -13,30 +13,36 @@
 // uid (host root is unmapped inside, so no capability there overrides the mode). The
 // protection holds from the first instruction, with no window between exec and a prctl.
 //
-// The copies live in `<dataDir>/runtime/` and are refreshed when the source changes (size or
-// modification time differ), so an upgraded node is picked up at the next host-agent start.
+// The copies live in one host directory (default /var/lib/nestbox/runtime), named after their
+// source's size and modification time, so host agents of different builds sharing a machine
+// never replace each other's files and an upgraded node is picked up at the next start. Not in
+// the data dir: a bind mount's source path shows in the sandbox's /proc/self/mountinfo, and the
+// data dir's path (sandbox ids, layout) is none of the sandbox's business.
 import { chmod, copyFile, mkdir, rename, rm, stat, utimes } from 'node:fs/promises';
 import { basename, join } from 'node:path';
 
 export const EXECUTE_ONLY_MODE = 0o711;
+export const DEFAULT_RUNTIME_DIR = '/var/lib/nestbox/runtime';
 
-/** Returns the path of an execute-only copy of `source` in `dir` (made or refreshed as needed). */
+/** Returns the path of an execute-only copy of `source` in `dir` (made if needed). */
 export async function executeOnlyCopy(source: string, dir: string, name = basename(source)): Promise<string> {
+  return runtimeCopy(source, dir, name, EXECUTE_ONLY_MODE);
+}
+
+/**
+ * A copy of `source` in `dir` with `mode` (0644 for files the agent must read, such as its
+ * bundle), named `<name>-<size>-<mtime>`.
+ */
+export async function runtimeCopy(source: string, dir: string, name: string, mode: number): Promise<string> {
   await mkdir(dir, { recursive: true, mode: 0o711 });
-  await chmod(dir, 0o711);
-  const target = join(dir, name);
-  const [from, existing] = await Promise.all([stat(source), stat(target).catch(() => undefined)]);
-  const current =
-    existing &&
-    existing.size === from.size &&
-    Math.trunc(existing.mtimeMs) === Math.trunc(from.mtimeMs) &&
-    (existing.mode & 0o7777) === EXECUTE_ONLY_MODE &&
-    existing.uid === 0;
-  if (current) return target;
+  const from = await stat(source);
+  const target = join(dir, `${name}-${from.size}-${Math.trunc(from.mtimeMs)}`);
+  const existing = await stat(target).catch(() => undefined);
+  if (existing && existing.size === from.size && (existing.mode & 0o7777) === mode && existing.uid === 0) return target;
   const temp = `${target}.tmp-${process.pid}`;
   await rm(temp, { force: true });
   await copyFile(source, temp);
-  await chmod(temp, EXECUTE_ONLY_MODE);
+  await chmod(temp, mode);
   await utimes(temp, from.atime, from.mtime);
   // Atomic: a sandbox starting right now execs either the old copy or the new one.
   await rename(temp, target);
