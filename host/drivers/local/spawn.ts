@@ -106,11 +106,13 @@ export async function lastCapability(): Promise<number> {
   return Number((await readFile('/proc/sys/kernel/cap_last_cap', 'utf8')).trim());
 }
 
-// Stage 0: the spawned process. Closes every descriptor but 0-2, then execs stage 1 (argv).
+// Stage 0: the spawned process. Closes every descriptor but 0-2 and the NESTBOX_PASSED_FDS
+// descriptors from 3 on (LaunchPlan.passedFds), then execs stage 1 (argv).
 const STAGE0 = `use strict;
 use POSIX ();
+my $lastPassed = 2 + ($ENV{NESTBOX_PASSED_FDS} // 0);
 opendir(my $fds, '/proc/self/fd') or die "nestbox launcher: /proc/self/fd: $!\\n";
-my @open = grep { /^\\d+$/ && $_ > 2 } readdir($fds);
+my @open = grep { /^\\d+$/ && $_ > $lastPassed } readdir($fds);
 closedir($fds);
 POSIX::close($_) for @open;
 exec { $ARGV[0] } @ARGV;
@@ -220,6 +222,8 @@ use POSIX ();
 my ($root, $socketPath, $usernsPath, $hostname, $lastCap, $keptCaps, $nrPivot, $nrUmount2, $nrPrctl, $nrSethostname, $nrSetns, $nrSetgroups, $nrSetresgid, $nrSetresuid, $nrKeyctl) = splice(@ARGV, 0, 15);
 my %kept = map { ($_ => 1) } split(/,/, $keptCaps);
 my %env = map { /^NESTBOX_ENV_(.+)$/ ? ($1 => $ENV{$_}) : () } keys %ENV;
+# Descriptors 3.. that the spawner passes through to the agent (LaunchPlan.passedFds).
+my $passedCount = $ENV{NESTBOX_PASSED_FDS} // 0;
 my @command = @ARGV;
 sub fail { my $what = shift; print STDERR "nestbox launcher: $what: $!\\n"; exit 1; }
 unlink($socketPath);
@@ -263,7 +267,7 @@ for my $cap (0 .. $lastCap) {
 }
 %ENV = %env;
 # Only stdio and what we mean to pass survive into the sandbox (see the header comment).
-my %passed = map { ($_ => 1) } (0, 1, 2, $listenFd, @workFds);
+my %passed = map { ($_ => 1) } (0 .. 2 + $passedCount, $listenFd, @workFds);
 opendir(my $fds, '/proc/self/fd') or fail('/proc/self/fd');
 my @unexpected = grep { /^\\d+$/ && !$passed{$_} } readdir($fds);
 closedir($fds);
@@ -301,6 +305,11 @@ export interface LaunchPlan {
   idRange: { base: number; count: number };
   guestAgentBundle: string;
   hostname: string;
+  /**
+   * Descriptors the spawner hands the launcher at 3, 4, … (extra `stdio` entries) that must reach
+   * the guest agent unchanged; every other inherited descriptor is closed. Default 0.
+   */
+  passedFds?: number;
   /** The guest agent's complete environment. */
   env: Record<string, string>;
   logFile: string;
@@ -406,6 +415,7 @@ export function launchSandbox(plan: LaunchPlan): ChildProcess {
   }
   (plan.workProcsFiles ?? []).forEach((file, index) => assertSafeHostPath(`workload cgroup ${index}`, file));
   assertValidEnv(plan.env);
+  if (!Number.isInteger(plan.passedFds ?? 0) || (plan.passedFds ?? 0) < 0 || (plan.passedFds ?? 0) > 8) throw new Error('passedFds must be an integer from 0 to 8');
   const logFd = openSync(plan.logFile, 'a', 0o600);
   try {
     const child = spawn('/usr/bin/perl', ['-e', 'eval $ENV{NESTBOX_STAGE0}; die $@ if $@;', '--', '/bin/sh', ...buildLaunchArgs(plan)], {
@@ -421,6 +431,7 @@ export function launchSandbox(plan: LaunchPlan): ChildProcess {
         NESTBOX_STAGE0: STAGE0,
         NESTBOX_STAGE2: STAGE2,
         NESTBOX_STAGE3: STAGE3,
+        NESTBOX_PASSED_FDS: String(plan.passedFds ?? 0),
         NESTBOX_ROOTFS: plan.rootfsHelperBinary,
         NESTBOX_SECCOMP: plan.seccompHelperBinary,
         NESTBOX_ID_BASE: String(plan.idRange.base),
