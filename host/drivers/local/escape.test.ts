@@ -300,6 +300,23 @@ for program in node tini nestbox-enter nestbox-pty; do head -c1 /.nestbox/bin/$p
       expect((await sh(runtime.agentSocket!, 'echo alive')).stdout).toBe('alive\n');
     });
 
+    it('the agent loads no module from the sandbox: a package planted in /node_modules never runs', async () => {
+      const id = uniqueId('mod');
+      created.add(id);
+      const runtime = await driver.create(spec(id));
+      // ws (inside the agent bundle) would look for its optional add-ons from /.nestbox/lib up to /node_modules.
+      const plant = await sh(runtime.agentSocket!, [
+        'for name in bufferutil utf-8-validate; do mkdir -p /node_modules/$name',
+        `printf '%s' "require('fs').writeFileSync('/tmp/agent-hijacked-'+process.pid, 'x'); module.exports = { mask() {}, unmask() {} };" > /node_modules/$name/index.js`,
+        'echo \'{"name":"x","main":"index.js"}\' > /node_modules/$name/package.json; done; echo planted',
+      ].join('\n'));
+      expect(plant.stdout).toBe('planted\n');
+      await driver.stop(id);
+      const restarted = await driver.start(spec(id));
+      const check = await sh(restarted.agentSocket!, 'ls /tmp | grep -c agent-hijacked || true');
+      expect(check.stdout.trim()).toBe('0');
+    });
+
     it('the sandbox has no writable cgroup file: the agent stays in `agent`, workloads stay in `work`', async () => {
       const id = uniqueId('cgv');
       created.add(id);
