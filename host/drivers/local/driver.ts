@@ -23,7 +23,7 @@ import { SlotPool, type SlotPoolStats } from './slot-pool.js';
 import { resolveEgress, systemResolver, type EgressResolver } from './egress.js';
 import { newRecord, readRecord, removeRecordTempFiles, writeRecord, type SandboxRecord } from './records.js';
 import { DEFAULT_ID_BASE, DEFAULT_MAX_ID_RANGES, IdRangeAllocator } from './id-ranges.js';
-import { DEFAULT_RUNTIME_DIR, executeOnlyCopy, runtimeCopy } from './runtime-binaries.js';
+import { DEFAULT_RUNTIME_DIR, executeOnlyCopy, hostLoaderFor, runtimeCopy, type HostLoader } from './runtime-binaries.js';
 import { lastCapability, launchSandbox, assertSafeHostPath, assertValidEnv, overlayLowerOption, SANDBOX_PATH, syscallNumbers } from './spawn.js';
 import { KeyedLocks } from '../../keyed-locks.js';
 
@@ -109,6 +109,7 @@ export class LocalDriver implements Driver {
   private readonly rootfsHelperBinary: string;
   private seccompHelperBinary: string;
   private agentBundle: string;
+  private hostLoader?: HostLoader;
   private readonly idRanges: IdRangeAllocator;
   private readonly subnet: string;
   private readonly ownerKey: string;
@@ -158,7 +159,9 @@ export class LocalDriver implements Driver {
     // traceable by the sandbox's workloads (same uid), and nothing mounted into a sandbox may
     // come from the data dir (mountinfo shows a bind mount's source): see runtime-binaries.ts.
     const runtimeDir = this.options.runtimeDir ?? DEFAULT_RUNTIME_DIR;
-    this.nodeBinary = await executeOnlyCopy(this.nodeBinary, runtimeDir, 'node');
+    // node runs on the host's loader (exec'd, execute-only) and so is only mapped: readable.
+    this.hostLoader = await hostLoaderFor(this.nodeBinary, runtimeDir);
+    this.nodeBinary = await runtimeCopy(this.nodeBinary, runtimeDir, 'node-mapped', 0o755);
     this.tiniBinary = await executeOnlyCopy(this.tiniBinary, runtimeDir, 'tini');
     this.ptyHelperBinary = await executeOnlyCopy(this.ptyHelperBinary, runtimeDir, 'nestbox-pty');
     this.enterHelperBinary = await executeOnlyCopy(this.enterHelperBinary, runtimeDir, 'nestbox-enter');
@@ -181,6 +184,7 @@ export class LocalDriver implements Driver {
       guestAgentBundle: this.agentBundle,
       rootfsHelperBinary: this.rootfsHelperBinary,
       seccompHelperBinary: this.seccompHelperBinary,
+      hostLoader: this.hostLoader,
       enterHelperBinary: this.enterHelperBinary,
       idRanges: this.idRanges,
       owner: this.options.ownerId,
@@ -652,6 +656,7 @@ export class LocalDriver implements Driver {
       enterHelperBinary: this.enterHelperBinary,
       rootfsHelperBinary: this.rootfsHelperBinary,
       seccompHelperBinary: this.seccompHelperBinary,
+      hostLoader: this.hostLoader,
       idRange: record.idRange,
       lowerDir,
       layerDirs,

@@ -62,7 +62,8 @@ async function sandboxPids(cgroups: Cgroups, ownerId: string, id: string): Promi
 function agentPidOf(pids: number[]): number {
   const agent = pids.find((pid) => {
     try {
-      return readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('guest-agent.mjs') && readFileSync(`/proc/${pid}/comm`, 'utf8').trim() === 'node';
+      const comm = readFileSync(`/proc/${pid}/comm`, 'utf8').trim();
+      return readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('guest-agent.mjs') && comm !== 'tini' && comm !== 'unshare';
     } catch {
       return false;
     }
@@ -271,7 +272,7 @@ def agent_pid():
                 argv = open("/proc/%s/cmdline" % p, "rb").read().split(b"\\0")
             except OSError:
                 continue
-            if argv[0].endswith(b"/node") and any(a.endswith(b"guest-agent.mjs") for a in argv):
+            if not argv[0].endswith(b"/tini") and any(a.endswith(b"guest-agent.mjs") for a in argv):
                 return int(p)
 for name, pid in [("agent", agent_pid()), ("tini", 1)]:
     print(name, "ptrace_attach", call(101, 16, pid, 0, 0))
@@ -289,11 +290,11 @@ for name, pid in [("agent", agent_pid()), ("tini", 1)]:
         except OSError as error:
             print(name, entry, "refused")
 PY
-for program in node tini nestbox-enter nestbox-pty; do head -c1 /.nestbox/bin/$program >/dev/null 2>&1 && echo "$program readable" || echo "$program execute-only"; done`);
+for program in bin/tini bin/nestbox-enter bin/nestbox-pty bin/nestbox-seccomp lib/host/ld.so; do head -c1 /.nestbox/$program >/dev/null 2>&1 && echo "$program readable" || echo "$program execute-only"; done`);
       expect(attack.stdout).toBe(
         ['agent', 'tini']
           .flatMap((name) => [`${name} ptrace_attach -1/1`, `${name} ptrace_seize -1/1`, `${name} pidfd_getfd none`, `${name} fd refused`, `${name} mem refused`, `${name} environ refused`])
-          .concat(['node execute-only', 'tini execute-only', 'nestbox-enter execute-only', 'nestbox-pty execute-only'])
+          .concat(['bin/tini', 'bin/nestbox-enter', 'bin/nestbox-pty', 'bin/nestbox-seccomp', 'lib/host/ld.so'].map((program) => `${program} execute-only`))
           .join('\n') + '\n',
       );
       // The agent still answers: nothing above disturbed it.
@@ -315,6 +316,33 @@ for program in node tini nestbox-enter nestbox-pty; do head -c1 /.nestbox/bin/$p
       const restarted = await driver.start(spec(id));
       const check = await sh(restarted.agentSocket!, 'ls /tmp | grep -c agent-hijacked || true');
       expect(check.stdout.trim()).toBe('0');
+    });
+
+    it("the agent uses no library of the sandbox's: a replaced libstdc++ and an /etc/ld.so.preload never run in it", async () => {
+      const id = uniqueId('lib');
+      created.add(id);
+      const runtime = await driver.create(spec(id));
+      // A library whose constructor leaves /tmp/trojan-<program name> behind.
+      const build = mkdtempSync('/tmp/nbxe-trojan-');
+      try {
+        writeFileSync(
+          join(build, 'trojan.c'),
+          '#include <fcntl.h>\n#include <stdio.h>\n#include <unistd.h>\n__attribute__((constructor)) static void ran(void) { char comm[64] = {0}, path[128]; int fd = open("/proc/self/comm", O_RDONLY); if (fd >= 0) { read(fd, comm, sizeof comm - 1); close(fd); } for (char *c = comm; *c; c++) if (*c == 10) *c = 0; snprintf(path, sizeof path, "/tmp/trojan-%s", comm); close(open(path, O_CREAT | O_WRONLY, 0644)); }\n',
+        );
+        execFileSync('cc', ['-shared', '-fPIC', '-o', join(build, 'trojan.so'), join(build, 'trojan.c')]);
+        const client = new AgentClient(runtime.agentSocket!);
+        await client.writeFile('/opt/trojan.so', Readable.from([readFileSync(join(build, 'trojan.so'))]));
+        client.close();
+      } finally {
+        rmSync(build, { recursive: true, force: true });
+      }
+      const plant = await sh(runtime.agentSocket!, 'stdcxx=$(readlink -f /usr/lib/x86_64-linux-gnu/libstdc++.so.6 2>/dev/null || readlink -f /usr/lib/aarch64-linux-gnu/libstdc++.so.6) && cp /opt/trojan.so "$stdcxx" && echo /opt/trojan.so > /etc/ld.so.preload && find /tmp -name "trojan-*" -delete && echo planted');
+      expect(plant.stdout).toBe('planted\n');
+      await driver.stop(id);
+      const restarted = await driver.start(spec(id));
+      const markers = await sh(restarted.agentSocket!, 'ls /tmp | grep trojan- || true; cat /etc/ld.so.preload | wc -c');
+      // Nothing at all ran it: the preload file was masked before anything started.
+      expect(markers.stdout).toBe('0\n');
     });
 
     it('the sandbox has no writable cgroup file: the agent stays in `agent`, workloads stay in `work`', async () => {

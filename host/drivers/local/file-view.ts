@@ -32,6 +32,7 @@ export interface FileViewDeps {
   guestAgentBundle: string;
   rootfsHelperBinary: string;
   seccompHelperBinary: string;
+  hostLoader?: { loader: string; libs: { soname: string; path: string }[] };
   enterHelperBinary: string;
   /** A view gets a user namespace of its own, like any running sandbox. */
   idRanges: IdRangeAllocator;
@@ -163,6 +164,7 @@ export class FileViews {
     const child = launchSandbox({
       rootfsHelperBinary: this.deps.rootfsHelperBinary,
       seccompHelperBinary: this.deps.seccompHelperBinary,
+      hostLoader: this.deps.hostLoader,
       idRange,
       netnsPath: '',
       cgroupProcsFiles: this.deps.cgroups.procsFiles(group),

@@ -1,7 +1,7 @@
 // Execute-only copies of the programs that hold the sandbox's privileged descriptors (the
-// agent's listening socket, the workload cgroup's procs files): node (the guest agent), tini
-// (which passes them on), nestbox-enter (which holds the cgroup files until it closes them)
-// and nestbox-pty.
+// agent's listening socket, the workload cgroup's procs files): the loader the guest agent's
+// node is exec'd through (see hostLoaderFor), tini (which passes them on), nestbox-enter (which
+// holds the cgroup files until it closes them), nestbox-pty and nestbox-seccomp.
 //
 // Why: those processes run as the sandbox's root, the same uid as its workloads, and the kernel
 // lets a process ptrace (or pidfd_getfd from, or read /proc/<pid>/fd|mem of) any process of its
@@ -47,4 +47,42 @@ export async function runtimeCopy(source: string, dir: string, name: string, mod
   // Atomic: a sandbox starting right now execs either the old copy or the new one.
   await rename(temp, target);
   return target;
+}
+
+/** The host's dynamic loader and the shared libraries a host program needs (from `ldd`). */
+export interface HostLoader {
+  /** Execute-only copy of the host's ld.so. */
+  loader: string;
+  /** Readable copies of the libraries, by the name the loader looks for. */
+  libs: { soname: string; path: string }[];
+}
+
+/**
+ * Why the guest agent runs on the host's loader and libraries: node is dynamically linked, and
+ * started the usual way inside the sandbox's root it would get its ld.so and libc from the
+ * sandbox's own disk, which the sandbox can replace — and so run its code inside its agent at
+ * the next start. Exec'd as `ld.so --inhibit-cache --library-path <host libs> node …`, every
+ * library comes from these copies (--library-path also replaces LD_LIBRARY_PATH; the cache is
+ * not read). The loader is the program the kernel execs, so its copy is the execute-only one
+ * (the agent stays non-dumpable); node itself is then only mapped and must be readable.
+ */
+export async function hostLoaderFor(program: string, dir: string): Promise<HostLoader> {
+  const { execFile } = await import('node:child_process');
+  const output = await new Promise<string>((resolveOutput, reject) =>
+    execFile('ldd', [program], { encoding: 'utf8' }, (error, stdout) => (error ? reject(new Error(`ldd ${program}: ${error.message}`)) : resolveOutput(stdout))),
+  );
+  let interpreter: string | undefined;
+  const libs: { soname: string; path: string }[] = [];
+  for (const line of output.split('\n')) {
+    const linked = /^\s*(\S+) => (\/\S+) \(0x[0-9a-f]+\)$/.exec(line);
+    if (linked) {
+      libs.push({ soname: linked[1], path: await runtimeCopy(linked[2], dir, linked[1], 0o644) });
+      continue;
+    }
+    const loader = /^\s*(\/\S+) \(0x[0-9a-f]+\)$/.exec(line);
+    if (loader) interpreter = loader[1];
+  }
+  if (!interpreter) throw new Error(`ldd ${program} names no dynamic loader`);
+  for (const { soname } of libs) if (!/^[A-Za-z0-9._+-]+$/.test(soname)) throw new Error(`unexpected library name ${soname}`);
+  return { loader: await executeOnlyCopy(interpreter, dir, 'ld.so'), libs };
 }

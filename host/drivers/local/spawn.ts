@@ -51,6 +51,9 @@ import { basename, dirname, join } from 'node:path';
 
 export const IN_SANDBOX_NODE = '/.nestbox/bin/node';
 export const IN_SANDBOX_TINI = '/.nestbox/bin/tini';
+/** The host's loader and libraries for the agent (runtime-binaries.ts hostLoaderFor). */
+export const IN_SANDBOX_LOADER = '/.nestbox/lib/host/ld.so';
+export const IN_SANDBOX_HOST_LIBS = '/.nestbox/lib/host';
 /** Installs the seccomp profile, then execs tini (nestbox-seccomp.c). */
 export const IN_SANDBOX_SECCOMP = '/.nestbox/bin/nestbox-seccomp';
 export const IN_SANDBOX_AGENT = '/.nestbox/lib/guest-agent.mjs';
@@ -89,11 +92,12 @@ interface SyscallNumbers {
   setresgid: number;
   setresuid: number;
   keyctl: number;
+  mount: number;
 }
 
 const SYSCALLS: Partial<Record<NodeJS.Architecture, SyscallNumbers>> = {
-  x64: { pivotRoot: 155, umount2: 166, prctl: 157, sethostname: 170, setns: 308, setgroups: 116, setresgid: 119, setresuid: 117, keyctl: 250 },
-  arm64: { pivotRoot: 41, umount2: 39, prctl: 167, sethostname: 161, setns: 268, setgroups: 159, setresgid: 149, setresuid: 147, keyctl: 219 },
+  x64: { pivotRoot: 155, umount2: 166, prctl: 157, sethostname: 170, setns: 308, setgroups: 116, setresgid: 119, setresuid: 117, keyctl: 250, mount: 165 },
+  arm64: { pivotRoot: 41, umount2: 39, prctl: 167, sethostname: 161, setns: 268, setgroups: 159, setresgid: 149, setresuid: 147, keyctl: 219, mount: 40 },
 };
 
 export function syscallNumbers(arch: NodeJS.Architecture = process.arch): SyscallNumbers {
@@ -196,6 +200,17 @@ mount --bind -o ro,nosuid,nodev "$node" "$root/.nestbox/bin/node"
 mount --bind -o ro,nosuid,nodev "$tini" "$root/.nestbox/bin/tini"
 mount --bind -o ro,nosuid,nodev "$NESTBOX_SECCOMP" "$root/.nestbox/bin/nestbox-seccomp"
 mount --bind -o ro,nosuid,nodev "$agent" "$root/.nestbox/lib/guest-agent.mjs"
+if [ -n "\${NESTBOX_HOST_LIBS:-}" ]; then
+  mkdir "$root/.nestbox/lib/host"
+  chown "$ids:$ids" "$root/.nestbox/lib/host"
+  old_ifs=$IFS; IFS=:
+  for entry in $NESTBOX_HOST_LIBS; do
+    name=\${entry%%=*}
+    touch "$root/.nestbox/lib/host/$name"
+    mount --bind -o ro,nosuid,nodev "\${entry#*=}" "$root/.nestbox/lib/host/$name"
+  done
+  IFS=$old_ifs
+fi
 if [ -n "$pty" ]; then
   touch "$root/.nestbox/bin/nestbox-pty"
   mount --bind -o ro,nosuid,nodev "$pty" "$root/.nestbox/bin/nestbox-pty"
@@ -219,7 +234,7 @@ const STAGE3 = `use strict;
 use Socket qw(PF_UNIX SOCK_STREAM pack_sockaddr_un);
 use Fcntl qw(F_GETFD F_SETFD FD_CLOEXEC O_WRONLY O_RDONLY);
 use POSIX ();
-my ($root, $socketPath, $usernsPath, $hostname, $lastCap, $keptCaps, $nrPivot, $nrUmount2, $nrPrctl, $nrSethostname, $nrSetns, $nrSetgroups, $nrSetresgid, $nrSetresuid, $nrKeyctl) = splice(@ARGV, 0, 15);
+my ($root, $socketPath, $usernsPath, $hostname, $lastCap, $keptCaps, $nrPivot, $nrUmount2, $nrPrctl, $nrSethostname, $nrSetns, $nrSetgroups, $nrSetresgid, $nrSetresuid, $nrKeyctl, $nrMount) = splice(@ARGV, 0, 16);
 my %kept = map { ($_ => 1) } split(/,/, $keptCaps);
 my %env = map { /^NESTBOX_ENV_(.+)$/ ? ($1 => $ENV{$_}) : () } keys %ENV;
 # Descriptors 3.. that the spawner passes through to the agent (LaunchPlan.passedFds).
@@ -249,6 +264,13 @@ syscall($nrPivot + 0, $dot, $dot) == 0 or fail('pivot_root');
 syscall($nrUmount2 + 0, $dot, 2) == 0 or fail('detach the old root');
 chdir('/') or fail('chdir /');
 syscall($nrSethostname + 0, $hostname, length($hostname)) == 0 or fail('sethostname');
+# Even the host's loader reads /etc/ld.so.preload, a file of the sandbox's: one that exists now
+# (nothing in the sandbox runs yet) is masked with /dev/null, for the agent and everyone else.
+# A symlink is followed, so its target is masked; a directory or a dangling link preloads nothing.
+if (-f '/etc/ld.so.preload') {
+  my ($devnull, $preload, $none) = ('/dev/null', '/etc/ld.so.preload', '');
+  syscall($nrMount + 0, $devnull, $preload, $none, 4096, 0) == 0 or fail('mask /etc/ld.so.preload');
+}
 # Into the sandbox's user namespace (CLONE_NEWUSER), as its root: from here on every
 # capability is one over the sandbox's own namespace only.
 syscall($nrSetns + 0, fileno($userns), 0x10000000) == 0 or fail('join the user namespace');
@@ -310,6 +332,8 @@ export interface LaunchPlan {
    * the guest agent unchanged; every other inherited descriptor is closed. Default 0.
    */
   passedFds?: number;
+  /** Run node on the host's loader and libraries (see hostLoaderFor); absent = node as is. */
+  hostLoader?: { loader: string; libs: { soname: string; path: string }[] };
   /** The guest agent's complete environment. */
   env: Record<string, string>;
   logFile: string;
@@ -370,11 +394,16 @@ export function buildLaunchArgs(plan: LaunchPlan): string[] {
     String(numbers.setresgid),
     String(numbers.setresuid),
     String(numbers.keyctl),
+    String(numbers.mount),
     IN_SANDBOX_SECCOMP,
     IN_SANDBOX_TINI,
     '-s',
     '--',
+    // The agent: on the host's loader (no library from the sandbox's disk) and with an empty
+    // OpenSSL configuration (the sandbox's /etc/ssl/openssl.cnf could load an engine into it).
+    ...(plan.hostLoader ? [IN_SANDBOX_LOADER, '--inhibit-cache', '--library-path', IN_SANDBOX_HOST_LIBS] : []),
     IN_SANDBOX_NODE,
+    '--openssl-config=/dev/null',
     IN_SANDBOX_AGENT,
     '--listen-fd',
     LISTEN_FD_PLACEHOLDER,
@@ -415,6 +444,13 @@ export function launchSandbox(plan: LaunchPlan): ChildProcess {
   }
   (plan.workProcsFiles ?? []).forEach((file, index) => assertSafeHostPath(`workload cgroup ${index}`, file));
   assertValidEnv(plan.env);
+  if (plan.hostLoader) {
+    assertSafeHostPath('loader', plan.hostLoader.loader);
+    for (const lib of plan.hostLoader.libs) {
+      assertSafeHostPath(`library ${lib.soname}`, lib.path);
+      if (!/^[A-Za-z0-9._+-]+$/.test(lib.soname) || lib.soname === 'ld.so') throw new Error(`invalid library name ${lib.soname}`);
+    }
+  }
   if (!Number.isInteger(plan.passedFds ?? 0) || (plan.passedFds ?? 0) < 0 || (plan.passedFds ?? 0) > 8) throw new Error('passedFds must be an integer from 0 to 8');
   const logFd = openSync(plan.logFile, 'a', 0o600);
   try {
@@ -432,6 +468,7 @@ export function launchSandbox(plan: LaunchPlan): ChildProcess {
         NESTBOX_STAGE2: STAGE2,
         NESTBOX_STAGE3: STAGE3,
         NESTBOX_PASSED_FDS: String(plan.passedFds ?? 0),
+        ...(plan.hostLoader ? { NESTBOX_HOST_LIBS: [`ld.so=${plan.hostLoader.loader}`, ...plan.hostLoader.libs.map((lib) => `${lib.soname}=${lib.path}`)].join(':') } : {}),
         NESTBOX_ROOTFS: plan.rootfsHelperBinary,
         NESTBOX_SECCOMP: plan.seccompHelperBinary,
         NESTBOX_ID_BASE: String(plan.idRange.base),
