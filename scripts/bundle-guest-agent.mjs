@@ -6,6 +6,8 @@
 // Also builds the PTY helper next to the bundle (dist/nestbox-pty); needs cc and libc6-dev.
 import { build } from 'esbuild';
 import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { builtinModules } from 'node:module';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
@@ -24,12 +26,21 @@ await build({
   sourcemap: false,
   legalComments: 'none',
   logLevel: 'warning',
+  // ws tries optional native add-ons (bufferutil, utf-8-validate) with a runtime require; inside
+  // a sandbox that lookup walks up to /node_modules, which the sandbox itself can write, so a
+  // planted package would run inside the agent. Folded to constants, the lookups are dead code.
+  define: { 'process.env.WS_NO_BUFFER_UTIL': '"1"', 'process.env.WS_NO_UTF_8_VALIDATE': '"1"' },
   // An ESM bundle has no `require`; give one to any CommonJS code that esbuild inlines so a
   // dependency calling require('node:…') keeps working.
   banner: {
     js: "import { createRequire as __nestboxCreateRequire } from 'node:module'; const require = __nestboxCreateRequire(import.meta.url);",
   },
 });
+// The agent must never load code from the sandbox's file system: any runtime require left in the
+// bundle must name a Node built-in.
+const builtins = new Set([...builtinModules, ...builtinModules.map((name) => `node:${name}`)]);
+const foreign = [...readFileSync(outfile, 'utf8').matchAll(/__require\(["']([^"']+)["']\)/g)].map((match) => match[1]).filter((name) => !builtins.has(name));
+if (foreign.length) throw new Error(`the guest agent bundle would load ${[...new Set(foreign)].join(', ')} at run time from the sandbox's file system`);
 console.log(`guest agent bundled to ${outfile}`);
 
 // The PTY helper (host/guest-agent/pty-helper/nestbox-pty.c): static, so it runs in any sandbox
@@ -43,3 +54,15 @@ console.log(`pty helper built to ${ptyHelper}`);
 const enterHelper = resolve(dirname(outfile), 'nestbox-enter');
 execFileSync('cc', ['-static', '-O2', '-Wall', '-Wextra', '-o', enterHelper, resolve(repoRoot, 'host/guest-agent/pty-helper/nestbox-enter.c')], { stdio: 'inherit' });
 console.log(`workload launcher built to ${enterHelper}`);
+
+// nestbox-rootfs (host/guest-agent/pty-helper/nestbox-rootfs.c): runs on the host in the launcher
+// (stage 2) to make the sandbox's user namespace and mount its root from idmapped layers.
+const rootfsHelper = resolve(dirname(outfile), 'nestbox-rootfs');
+execFileSync('cc', ['-static', '-O2', '-Wall', '-Wextra', '-o', rootfsHelper, resolve(repoRoot, 'host/guest-agent/pty-helper/nestbox-rootfs.c')], { stdio: 'inherit' });
+console.log(`root filesystem helper built to ${rootfsHelper}`);
+
+// nestbox-seccomp (host/guest-agent/pty-helper/nestbox-seccomp.c): installs the sandbox's seccomp
+// profile before tini; linked statically with libseccomp (libseccomp-dev).
+const seccompHelper = resolve(dirname(outfile), 'nestbox-seccomp');
+execFileSync('cc', ['-static', '-O2', '-Wall', '-Wextra', '-o', seccompHelper, resolve(repoRoot, 'host/guest-agent/pty-helper/nestbox-seccomp.c'), '-lseccomp'], { stdio: 'inherit' });
+console.log(`seccomp helper built to ${seccompHelper}`);

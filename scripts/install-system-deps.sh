@@ -12,9 +12,10 @@ if ((node_major < 20)); then
   exit 1
 fi
 
-# gcc + libc6-dev build the static PTY helper (host/guest-agent/pty-helper/).
+# gcc + libc6-dev build the static helpers (host/guest-agent/pty-helper/); libseccomp-dev gives
+# nestbox-seccomp the static libseccomp it links (the sandbox's seccomp profile).
 # xfsprogs formats the optional loop-mounted reflink store (fork/snapshot copy-on-write).
-packages=(debootstrap nftables tini iproute2 util-linux procps psmisc ca-certificates gcc libc6-dev xfsprogs conntrack tar perl-base)
+packages=(debootstrap nftables tini iproute2 util-linux procps psmisc ca-certificates gcc libc6-dev libseccomp-dev xfsprogs conntrack tar perl-base)
 with_postgres=false
 [[ "${1:-}" == "--with-postgres" ]] && with_postgres=true && packages+=(postgresql)
 

@@ -46,6 +46,11 @@ const ConfigSchema = z.object({
   NESTBOX_SLOT_POOL_SIZE: nonNegativeInt.max(1024).default(8),
   // Host agent: how often domains in egress allow lists are resolved again.
   NESTBOX_EGRESS_REFRESH_SECONDS: positiveInt.default(300),
+  // Local driver: host ids of sandbox user namespaces. Root of the n-th running sandbox is host
+  // uid/gid BASE + n × 65536; at most MAX at once. Must not overlap the host's own users or
+  // /etc/subuid ranges, and must be the same for every host agent on the machine.
+  NESTBOX_USERNS_BASE: positiveInt.min(65_536).max(4_000_000_000).default(16_777_216),
+  NESTBOX_USERNS_MAX: positiveInt.max(60_000).default(4096),
   // Hosted ports: `<port>-<sandboxId>.<domain>` URLs (wildcard DNS and TLS in front of the
   // server); unset = path URLs only (`/p/<sandboxId>/<port>/`). May carry a port (`example.com:8443`).
   NESTBOX_PUBLIC_DOMAIN: z
@@ -143,6 +148,8 @@ export interface Config {
     chMemoryRestore: 'auto' | 'Copy' | 'OnDemand';
     slotPoolSize: number;
     egressRefreshSeconds: number;
+    userNamespaceBase: number;
+    maxUserNamespaces: number;
   };
   limits: {
     defaultTimeoutSeconds: number;
@@ -228,6 +235,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       chMemoryRestore: e.NESTBOX_CH_MEMORY_RESTORE,
       slotPoolSize: e.NESTBOX_SLOT_POOL_SIZE,
       egressRefreshSeconds: e.NESTBOX_EGRESS_REFRESH_SECONDS,
+      userNamespaceBase: e.NESTBOX_USERNS_BASE,
+      maxUserNamespaces: e.NESTBOX_USERNS_MAX,
     },
     limits: {
       defaultTimeoutSeconds: e.NESTBOX_DEFAULT_TIMEOUT_SECONDS,

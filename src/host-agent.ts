@@ -42,6 +42,8 @@ export async function startHostAgent(config: Config, log: (m: string) => void = 
         reflinkStore: ha.reflinkStore === 'auto' ? { imagePath: `${config.dataDir}/store.xfs`, sizeBytes: ha.reflinkStoreGiB * 1024 ** 3 } : 'off',
         slotPoolSize: ha.slotPoolSize,
         egressRefreshMs: ha.egressRefreshSeconds * 1000,
+        userNamespaceBase: ha.userNamespaceBase,
+        maxUserNamespaces: ha.maxUserNamespaces,
         log,
       });
   await driver.init();

@@ -41,6 +41,8 @@ export class LocalHostAgentSupervisor {
       NESTBOX_REFLINK_STORE: config.hostAgent.reflinkStore,
       NESTBOX_REFLINK_STORE_GIB: String(config.hostAgent.reflinkStoreGiB),
       NESTBOX_SLOT_POOL_SIZE: String(config.hostAgent.slotPoolSize),
+      NESTBOX_USERNS_BASE: String(config.hostAgent.userNamespaceBase),
+      NESTBOX_USERNS_MAX: String(config.hostAgent.maxUserNamespaces),
       NESTBOX_EGRESS_REFRESH_SECONDS: String(config.hostAgent.egressRefreshSeconds),
       NESTBOX_EXIT_WITH_PARENT: 'true',
       NESTBOX_LOG_LEVEL: config.logLevel,

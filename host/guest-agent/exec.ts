@@ -153,7 +153,7 @@ export function runCommand(command: Command, settings: ExecSettings, signal: Abo
       env: command.env,
       // Own process group, so one kill(-pgid) reaches every descendant that did not setsid.
       detached: true,
-      stdio: ['pipe', 'pipe', 'pipe'],
+      stdio: ['pipe', 'pipe', 'pipe', ...('extraStdio' in launch ? launch.extraStdio : [])],
     });
 
     const onAbort = (): void => killProcessGroup(child);
@@ -177,12 +177,12 @@ export function runCommand(command: Command, settings: ExecSettings, signal: Abo
       }
     };
 
-    child.stdout.on('data', (chunk: Buffer) => stdout.add(chunk));
-    child.stderr.on('data', (chunk: Buffer) => stderr.add(chunk));
+    child.stdout!.on('data', (chunk: Buffer) => stdout.add(chunk));
+    child.stderr!.on('data', (chunk: Buffer) => stderr.add(chunk));
     // A command that exits without reading its stdin makes our write fail with EPIPE; that is
     // the command's choice, not an error of the exec.
-    child.stdin.on('error', () => {});
-    child.stdin.end(command.stdin);
+    child.stdin!.on('error', () => {});
+    child.stdin!.end(command.stdin);
 
     child.on('error', (error: NodeJS.ErrnoException) => {
       if (child.pid === undefined) finish(() => spawnFailure(command, error, startedAt));

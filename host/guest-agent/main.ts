@@ -1,5 +1,8 @@
 // Entry point of the guest agent inside a sandbox:
-//   node guest-agent.mjs --listen-fd <n>     serve a listening socket inherited from the launcher
+//   node guest-agent.mjs --listen-fd <n> [--work-cgroup-fds <a,b,…>|-]
+//                                            serve a listening socket inherited from the launcher;
+//                                            the workload cgroup's procs files come as inherited
+//                                            descriptors too (handed to nestbox-enter, see workload.ts)
 //   node guest-agent.mjs --socket <path>     bind a Unix socket itself (tests, other transports)
 //   … --key-fd <n>                           read the per-boot proof key (agent-protocol/auth.ts)
 //                                            from this inherited descriptor, then close it
@@ -25,22 +28,26 @@ function log(message: string): void {
 
 type ListenTarget = { socket: string } | { fd: number };
 
-const USAGE = 'usage: guest-agent --socket <path> | --listen-fd <n>, then optionally --key-fd <n>';
+const USAGE = 'usage: guest-agent --socket <path> | --listen-fd <n>, then optionally --work-cgroup-fds <a,b,…>|- and --key-fd <n>';
 const KEY_READ_LIMIT_MS = 10_000;
 
-function argsFromCommandLine(): { target: ListenTarget; keyFd?: number } {
-  const { values } = parseArgs({ options: { socket: { type: 'string' }, 'listen-fd': { type: 'string' }, 'key-fd': { type: 'string' } }, strict: true });
-  const fd = values['listen-fd'];
-  const keyFd = values['key-fd'];
-  if (keyFd !== undefined && !/^\d+$/.test(keyFd)) {
-    log(USAGE);
-    process.exit(2);
-  }
-  const key = keyFd === undefined ? {} : { keyFd: Number(keyFd) };
-  if (fd !== undefined && /^\d+$/.test(fd) && values.socket === undefined) return { target: { fd: Number(fd) }, ...key };
-  if (values.socket && fd === undefined) return { target: { socket: values.socket }, ...key };
+function usage(): never {
   log(USAGE);
   process.exit(2);
+}
+
+function argsOf(): { target: ListenTarget; workCgroupFds: number[]; keyFd?: number } {
+  const { values } = parseArgs({ options: { socket: { type: 'string' }, 'listen-fd': { type: 'string' }, 'work-cgroup-fds': { type: 'string' }, 'key-fd': { type: 'string' } }, strict: true });
+  const fd = values['listen-fd'];
+  const cgroupList = values['work-cgroup-fds'];
+  const keyFd = values['key-fd'];
+  if (cgroupList !== undefined && cgroupList !== '-' && !/^\d+(,\d+)*$/.test(cgroupList)) usage();
+  if (keyFd !== undefined && !/^\d+$/.test(keyFd)) usage();
+  const workCgroupFds = cgroupList && cgroupList !== '-' ? cgroupList.split(',').map(Number) : [];
+  const key = keyFd === undefined ? {} : { keyFd: Number(keyFd) };
+  if (fd !== undefined && /^\d+$/.test(fd) && values.socket === undefined) return { target: { fd: Number(fd) }, workCgroupFds, ...key };
+  if (values.socket && fd === undefined) return { target: { socket: values.socket }, workCgroupFds, ...key };
+  usage();
 }
 
 /**
@@ -110,10 +117,10 @@ function installCrashGuards(): void {
 
 async function main(): Promise<void> {
   installCrashGuards();
-  const { target, keyFd } = argsFromCommandLine();
+  const { target, workCgroupFds, keyFd } = argsOf();
   const keys = new AgentKeyHolder(keyFd === undefined ? undefined : readKeyFromFd(keyFd));
   const home = process.env.HOME || '/root';
-  const server = createAgentServer({ home, env: process.env, keys });
+  const server = createAgentServer({ home, env: process.env, keys, processes: { workCgroupFds } });
   if ('fd' in target) {
     await listen(server, { fd: target.fd });
   } else {

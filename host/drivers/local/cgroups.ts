@@ -272,6 +272,28 @@ export class Cgroups {
     }
   }
 
+  /**
+   * Removes the (childless, processless) group's directories and returns whether it is gone;
+   * one that still has children or tasks stays, without error.
+   */
+  async removeIfEmpty(relativePath: string): Promise<boolean> {
+    let gone = true;
+    for (const path of this.groupFor(relativePath).paths) {
+      try {
+        await rmdir(path);
+      } catch (error) {
+        const code = (error as NodeJS.ErrnoException).code;
+        if (code === 'ENOENT') continue;
+        if (code === 'ENOTEMPTY' || code === 'EBUSY') {
+          gone = false;
+          continue;
+        }
+        throw error;
+      }
+    }
+    return gone;
+  }
+
   /** Names of the child groups under `relativeParent` (union over hierarchies). */
   async children(relativeParent: string): Promise<string[]> {
     const names = new Set<string>();

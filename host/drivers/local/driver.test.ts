@@ -179,7 +179,7 @@ describe.skipIf(!isRoot)('LocalDriver (real kernel)', () => {
     // The agent's socket is bound on the host side and only inherited: the sandbox cannot see
     // the directory it lives in, so it cannot swap it for a symlink to a host socket.
     const socketView = await sh(socket, 'ls -A /.nestbox; find / -xdev -type s -name agent.sock 2>/dev/null; touch /.nestbox/run 2>/dev/null || echo READONLY');
-    expect(socketView.stdout.trim().split('\n')).toEqual(['bin', 'cgroup', 'lib', 'READONLY']);
+    expect(socketView.stdout.trim().split('\n')).toEqual(['bin', 'lib', 'READONLY']);
     expect(lstatSync(socket).isSocket()).toBe(true);
 
     const mount = await sh(socket, 'mount -t tmpfs none /mnt');
@@ -288,7 +288,7 @@ describe.skipIf(!isRoot)('LocalDriver (real kernel)', () => {
     const brokenAgent = join(dataDir, 'broken-agent.mjs');
     writeFileSync(brokenAgent, "console.error('stand-in agent: giving up'); process.exit(3);\n");
     // The helpers normally sit next to the bundle; this stand-in bundle has none beside it.
-    const helpers = { ptyHelperBinary: join(dirname(AGENT_BUNDLE), 'nestbox-pty'), enterHelperBinary: join(dirname(AGENT_BUNDLE), 'nestbox-enter') };
+    const helpers = { ptyHelperBinary: join(dirname(AGENT_BUNDLE), 'nestbox-pty'), enterHelperBinary: join(dirname(AGENT_BUNDLE), 'nestbox-enter'), rootfsHelperBinary: join(dirname(AGENT_BUNDLE), 'nestbox-rootfs'), seccompHelperBinary: join(dirname(AGENT_BUNDLE), 'nestbox-seccomp') };
     const driver = newDriver({ guestAgentBundle: brokenAgent, readyTimeoutMs: 5_000, ...helpers });
     await driver.init();
     const id = uniqueId('bad');

@@ -25,6 +25,8 @@ import { applyNftRuleset, nftAvailable, renderNftRuleset, renderSlotEgress } fro
 import { SlotPool, type SlotPoolStats } from './slot-pool.js';
 import { resolveEgress, systemResolver, type EgressResolver } from './egress.js';
 import { newRecord, readRecord, removeRecordTempFiles, writeRecord, type SandboxRecord } from './records.js';
+import { DEFAULT_ID_BASE, DEFAULT_MAX_ID_RANGES, IdRangeAllocator } from './id-ranges.js';
+import { DEFAULT_RUNTIME_DIR, executeOnlyCopy, hostLoaderFor, runtimeCopy, type HostLoader } from './runtime-binaries.js';
 import { lastCapability, launchSandbox, assertSafeHostPath, assertValidEnv, overlayLowerOption, SANDBOX_PATH, syscallNumbers } from './spawn.js';
 import { KeyedLocks } from '../../keyed-locks.js';
 
@@ -42,6 +44,21 @@ export interface LocalDriverOptions {
   ptyHelperBinary?: string;
   /** The static workload launcher (dist/nestbox-enter next to the bundle by default). */
   enterHelperBinary?: string;
+  /** The static user-namespace and root-filesystem helper (dist/nestbox-rootfs by default). */
+  rootfsHelperBinary?: string;
+  /** The static seccomp helper (dist/nestbox-seccomp by default). */
+  seccompHelperBinary?: string;
+  /**
+   * Host ids for sandbox user namespaces: root of the n-th concurrently running sandbox is host
+   * uid `userNamespaceBase + n × 65536`; at most `maxUserNamespaces` at once (id-ranges.ts).
+   * Every host agent on the machine must use the same values.
+   */
+  userNamespaceBase?: number;
+  maxUserNamespaces?: number;
+  /** Where id range claims live (default /run/nestbox/idranges; tests). */
+  idRangesDir?: string;
+  /** Where the copies of what is mounted into sandboxes live (default /var/lib/nestbox/runtime). */
+  runtimeDir?: string;
   /** Sandbox subnet; every host agent on the machine must use the same one. */
   subnet?: string;
   pidsMax?: number;
@@ -94,10 +111,16 @@ export class LocalDriver implements Driver {
   readonly name = 'local' as const;
   private readonly dataDir: string;
   private readonly sandboxesDir: string;
-  private readonly nodeBinary: string;
-  private readonly tiniBinary: string;
-  private readonly ptyHelperBinary: string;
-  private readonly enterHelperBinary: string;
+  // Replaced by execute-only copies at init (runtime-binaries.ts).
+  private nodeBinary: string;
+  private tiniBinary: string;
+  private ptyHelperBinary: string;
+  private enterHelperBinary: string;
+  private readonly rootfsHelperBinary: string;
+  private seccompHelperBinary: string;
+  private agentBundle: string;
+  private hostLoader?: HostLoader;
+  private readonly idRanges: IdRangeAllocator;
   private readonly subnet: string;
   private readonly ownerKey: string;
   private readonly slots: SlotAllocator;
@@ -129,6 +152,10 @@ export class LocalDriver implements Driver {
     this.tiniBinary = options.tiniBinary ?? '/usr/bin/tini-static';
     this.ptyHelperBinary = options.ptyHelperBinary ?? join(dirname(resolve(options.guestAgentBundle)), 'nestbox-pty');
     this.enterHelperBinary = options.enterHelperBinary ?? join(dirname(resolve(options.guestAgentBundle)), 'nestbox-enter');
+    this.rootfsHelperBinary = options.rootfsHelperBinary ?? join(dirname(resolve(options.guestAgentBundle)), 'nestbox-rootfs');
+    this.seccompHelperBinary = options.seccompHelperBinary ?? join(dirname(resolve(options.guestAgentBundle)), 'nestbox-seccomp');
+    this.agentBundle = resolve(options.guestAgentBundle);
+    this.idRanges = new IdRangeAllocator(options.userNamespaceBase ?? DEFAULT_ID_BASE, options.maxUserNamespaces ?? DEFAULT_MAX_ID_RANGES, options.idRangesDir);
     this.subnet = options.subnet ?? '10.200.0.0/16';
     this.ownerKey = ownerKeyFor(options.ownerId);
     this.slots = new SlotAllocator(this.subnet, options.slotsDir);
@@ -140,6 +167,18 @@ export class LocalDriver implements Driver {
 
   async init(): Promise<void> {
     await this.probe();
+    // The programs that hold the agent's socket and the cgroup descriptors must not be
+    // traceable by the sandbox's workloads (same uid), and nothing mounted into a sandbox may
+    // come from the data dir (mountinfo shows a bind mount's source): see runtime-binaries.ts.
+    const runtimeDir = this.options.runtimeDir ?? DEFAULT_RUNTIME_DIR;
+    // node runs on the host's loader (exec'd, execute-only) and so is only mapped: readable.
+    this.hostLoader = await hostLoaderFor(this.nodeBinary, runtimeDir);
+    this.nodeBinary = await runtimeCopy(this.nodeBinary, runtimeDir, 'node-mapped', 0o755);
+    this.tiniBinary = await executeOnlyCopy(this.tiniBinary, runtimeDir, 'tini');
+    this.ptyHelperBinary = await executeOnlyCopy(this.ptyHelperBinary, runtimeDir, 'nestbox-pty');
+    this.enterHelperBinary = await executeOnlyCopy(this.enterHelperBinary, runtimeDir, 'nestbox-enter');
+    this.seccompHelperBinary = await executeOnlyCopy(this.seccompHelperBinary, runtimeDir, 'nestbox-seccomp');
+    this.agentBundle = await runtimeCopy(resolve(this.options.guestAgentBundle), runtimeDir, 'guest-agent.mjs', 0o644);
     await enableIpForwarding();
     const found = this.options.dnsServers ?? (await hostDnsServers());
     this.dnsServers = found.length ? found : FALLBACK_DNS;
@@ -155,7 +194,13 @@ export class LocalDriver implements Driver {
       cgroupPath: (name) => this.cgroupPath(name),
       nodeBinary: this.nodeBinary,
       tiniBinary: this.tiniBinary,
-      guestAgentBundle: resolve(this.options.guestAgentBundle),
+      guestAgentBundle: this.agentBundle,
+      rootfsHelperBinary: this.rootfsHelperBinary,
+      seccompHelperBinary: this.seccompHelperBinary,
+      hostLoader: this.hostLoader,
+      enterHelperBinary: this.enterHelperBinary,
+      idRanges: this.idRanges,
+      owner: this.options.ownerId,
       lastCapability: this.lastCap,
       readyTimeoutMs: this.options.readyTimeoutMs ?? 20_000,
       idleMs: this.options.fileViewIdleMs ?? 60_000,
@@ -217,6 +262,11 @@ export class LocalDriver implements Driver {
     await this.fileViews?.closeAll((id) => this.sandboxDir(id));
     for (const child of this.children.values()) child.removeAllListeners('exit');
     this.children.clear();
+    // Running sandboxes outlive us and keep their groups; with none left, this owner's
+    // directory (in every hierarchy) would stay behind empty forever.
+    if (this.cgroups) {
+      await this.cgroups.removeIfEmpty(join('nestbox', this.ownerKey)).catch((error) => this.log(`close: could not remove the empty cgroup of ${this.ownerKey}: ${String(error)}`));
+    }
   }
 
   private async probe(): Promise<void> {
@@ -229,6 +279,8 @@ export class LocalDriver implements Driver {
       ['tini', this.tiniBinary],
       ['pty helper (npm run build)', this.ptyHelperBinary],
       ['workload launcher (npm run build)', this.enterHelperBinary],
+      ['root filesystem helper (npm run build)', this.rootfsHelperBinary],
+      ['seccomp helper (npm run build; needs libseccomp-dev)', this.seccompHelperBinary],
       ['guest agent bundle', this.options.guestAgentBundle],
       ['perl', '/usr/bin/perl'],
       ['nsenter', '/usr/bin/nsenter'],
@@ -252,6 +304,7 @@ export class LocalDriver implements Driver {
       memorySnapshot: 'unavailable: CRIU cannot dump processes on this kernel (host-runtime.md §10); stop keeps the disk only',
       freezer: true,
       subnet: this.subnet,
+      userNamespaces: `host ids from ${this.idRanges.base}, ${this.idRanges.maxRanges} ranges of 65536`,
     };
     if (missing.length) throw new Error(`local driver cannot run on this host; missing: ${missing.join(', ')}`);
   }
@@ -617,6 +670,8 @@ export class LocalDriver implements Driver {
     });
     record.cgroup = { version: group.version, paths: group.paths };
     await writeRecord(dir, record);
+    record.idRange = await this.idRanges.claim(this.options.ownerId, id);
+    await writeRecord(dir, record);
 
     await rm(record.agentSocket, { force: true });
     // A fresh key per boot (create, start, fork child): stored before the agent exists, so a
@@ -630,6 +685,10 @@ export class LocalDriver implements Driver {
       cgroupProcsFiles: cgroups.procsFiles(agent),
       workProcsFiles: cgroups.procsFiles(work),
       enterHelperBinary: this.enterHelperBinary,
+      rootfsHelperBinary: this.rootfsHelperBinary,
+      seccompHelperBinary: this.seccompHelperBinary,
+      hostLoader: this.hostLoader,
+      idRange: record.idRange,
       lowerDir,
       layerDirs,
       upperDir: this.upperDirOf(record),
@@ -639,7 +698,7 @@ export class LocalDriver implements Driver {
       nodeBinary: this.nodeBinary,
       tiniBinary: this.tiniBinary,
       ptyHelperBinary: this.ptyHelperBinary,
-      guestAgentBundle: resolve(this.options.guestAgentBundle),
+      guestAgentBundle: this.agentBundle,
       hostname: id,
       env: { HOME: '/root', PATH: SANDBOX_PATH, ...record.spec.env, HOSTNAME: id },
       logFile: join(dir, 'sandbox.log'),
@@ -780,7 +839,12 @@ export class LocalDriver implements Driver {
     this.agentKeys.delete(id);
     await removeAgentKeyFile(this.sandboxDir(id));
     await cgroups.remove(group);
+    // The id range goes last: no process of the sandbox is left that could still use it.
+    for (const claim of await this.idRanges.claims()) {
+      if (claim.owner === this.options.ownerId && claim.holder === id) await this.idRanges.release(claim.index, claim.owner, claim.holder);
+    }
     if (record) {
+      record.idRange = undefined;
       record.slot = undefined;
       record.cgroup = undefined;
       record.pid = undefined;
@@ -980,6 +1044,10 @@ export class LocalDriver implements Driver {
       await cgroups.remove(group);
     }
     for (const record of this.records.values()) await removeTree(join(this.sandboxDir(record.id), 'view'));
+    // Id ranges of ours that no live sandbox holds (views included: they were just killed).
+    for (const claim of await this.idRanges.claims()) {
+      if (claim.owner === this.options.ownerId && !running.has(claim.holder)) await this.idRanges.release(claim.index, claim.owner, claim.holder);
+    }
     // Disks in the reflink store whose sandbox dir is gone: a destroy that crashed half-way.
     const store = this.requireDiskStore();
     if (store.root !== this.dataDir) {

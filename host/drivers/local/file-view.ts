@@ -18,6 +18,7 @@ import { newAgentKey } from '../../agent-protocol/auth.js';
 import { processStartTime, removeTree } from '../../images/base-image.js';
 import type { FileView } from '../types.js';
 import type { Cgroups, CgroupGroup } from './cgroups.js';
+import type { IdRangeAllocator } from './id-ranges.js';
 import { launchSandbox, SANDBOX_PATH } from './spawn.js';
 
 const VIEW_LIMITS = { memoryBytes: 256 * 1024 * 1024, cpus: 1, pidsMax: 64 };
@@ -30,6 +31,13 @@ export interface FileViewDeps {
   nodeBinary: string;
   tiniBinary: string;
   guestAgentBundle: string;
+  rootfsHelperBinary: string;
+  seccompHelperBinary: string;
+  hostLoader?: { loader: string; libs: { soname: string; path: string }[] };
+  enterHelperBinary: string;
+  /** A view gets a user namespace of its own, like any running sandbox. */
+  idRanges: IdRangeAllocator;
+  owner: string;
   lastCapability: number;
   readyTimeoutMs: number;
   idleMs: number;
@@ -121,6 +129,10 @@ export class FileViews {
       }
     }
     await this.deps.cgroups.remove(group);
+    const holder = viewCgroupName(sandboxId);
+    for (const claim of await this.deps.idRanges.claims()) {
+      if (claim.owner === this.deps.owner && claim.holder === holder) await this.deps.idRanges.release(claim.index, claim.owner, claim.holder);
+    }
     await removeTree(join(sandboxDir, 'view'));
   }
 
@@ -152,7 +164,12 @@ export class FileViews {
     const group = await this.deps.cgroups.create(this.deps.cgroupPath(viewCgroupName(sandboxId)), VIEW_LIMITS);
     // Views are short-lived and never adopted after a restart, so their key stays in memory.
     const agentKey = newAgentKey();
+    const idRange = await this.deps.idRanges.claim(this.deps.owner, viewCgroupName(sandboxId));
     const child = launchSandbox({
+      rootfsHelperBinary: this.deps.rootfsHelperBinary,
+      seccompHelperBinary: this.deps.seccompHelperBinary,
+      hostLoader: this.deps.hostLoader,
+      idRange,
       netnsPath: '',
       cgroupProcsFiles: this.deps.cgroups.procsFiles(group),
       lowerDir: launch.baseRootfs,

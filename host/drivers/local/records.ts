@@ -35,6 +35,8 @@ export interface SandboxRecord {
   /** The network slot while the sandbox runs. */
   slot?: { index: number; netns: string; hostInterface: string; hostAddress: string; sandboxAddress: string };
   cgroup?: { version: 1 | 2; paths: string[] };
+  /** The host id range of its user namespace while it runs (id-ranges.ts). */
+  idRange?: { index: number; base: number; count: number };
   /** Host pid of the outermost launcher process (unshare), plus its start time to detect pid reuse. */
   pid?: number;
   pidStartTime?: string;

@@ -39,6 +39,8 @@ export interface ProcessServiceOptions {
   ptyHelper?: string;
   /** Path of the nestbox-enter helper (default /.nestbox/bin/nestbox-enter; absent = start directly). */
   enterHelper?: string;
+  /** Inherited descriptors of the workload cgroup's procs files, handed to nestbox-enter. */
+  workCgroupFds?: number[];
   /** oom_score_adj for every spawned process; null leaves it alone. Default 800. */
   oomScoreAdj?: number | null;
   /** Account database for `user`. Default /etc/passwd (the sandbox's own). */
@@ -121,7 +123,7 @@ export class ProcessService {
       baseEnv: context.env,
       ptyHelper: options.ptyHelper ?? '/.nestbox/bin/nestbox-pty',
       oomScoreAdj,
-      launcher: context.launcher ?? new WorkloadLauncher(options.enterHelper, oomScoreAdj),
+      launcher: context.launcher ?? new WorkloadLauncher(options.enterHelper, oomScoreAdj, options.workCgroupFds),
       maxRetainedBytesPerStream: options.maxRetainedBytesPerStream ?? 4 * MiB,
       passwdPath: options.passwdPath,
       maxSessions: options.maxSessions ?? 64,

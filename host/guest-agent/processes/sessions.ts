@@ -88,7 +88,7 @@ class Session {
   ) {
     this.prefix = `NBX${randomBytes(12).toString('hex')}:`;
     const launch = settings.launcher.wrap('bash', ['-l']);
-    this.shell = spawn(launch.file, launch.args, { cwd, env, detached: true, stdio: ['pipe', 'pipe', 'pipe'] });
+    this.shell = spawn(launch.file, launch.args, { cwd, env, detached: true, stdio: ['pipe', 'pipe', 'pipe', ...launch.extraStdio] });
     const marker = Buffer.from(`\x1e${this.prefix}`, 'latin1');
     const stdout = new MarkerScanner(marker, (data) => this.current?.process.append('stdout', data), (body) => this.onMarker('stdout', body));
     const stderr = new MarkerScanner(marker, (data) => this.current?.process.append('stderr', data), (body) => this.onMarker('stderr', body));

@@ -139,7 +139,7 @@ export async function startPipeProcess(id: string, prepared: PreparedStart, sett
     gid: launch.gid,
     // Own process group (setsid), so one kill(-pid) reaches every descendant that stays in it.
     detached: true,
-    stdio: [prepared.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe'],
+    stdio: [prepared.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe', ...launch.extraStdio],
   });
   if (child.pid !== undefined && !launch.adjusted) adjustOomScore(child.pid, settings);
   // Listeners first: output can only arrive on a later tick, so nothing is missed.
@@ -191,14 +191,14 @@ export async function startPtyProcess(id: string, prepared: PreparedStart, setti
   const oom = settings.oomScoreAdj === undefined ? '-' : String(settings.oomScoreAdj);
   // nestbox-enter (when present) puts the helper, and so the command it forks, in the workload
   // cgroup as the target user; the helper then has nothing left to adjust.
-  const launch = settings.launcher.wrap(settings.ptyHelper, [String(size.cols), String(size.rows), oom, prepared.file, ...prepared.args], prepared.runAs);
+  const launch = settings.launcher.wrap(settings.ptyHelper, [String(size.cols), String(size.rows), oom, prepared.file, ...prepared.args], prepared.runAs, 5);
   const helper = spawn(launch.file, launch.args, {
     cwd: prepared.cwd,
     env: prepared.env,
     uid: launch.uid,
     gid: launch.gid,
     detached: true,
-    stdio: ['pipe', 'pipe', 'pipe', 'pipe', 'pipe'],
+    stdio: ['pipe', 'pipe', 'pipe', 'pipe', 'pipe', ...launch.extraStdio],
   });
   const [input, output, diagnostics, control, status] = helper.stdio as [Writable, Readable, Readable, Writable, Readable];
   output.on('data', (chunk: Buffer) => managed.append('stdout', chunk));
