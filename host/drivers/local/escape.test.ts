@@ -129,11 +129,19 @@ describe.skipIf(!isRoot)('escape tests (real sandboxes)', () => {
           const holding = [...fdsOf(pid)].filter(([, target]) => target === leaked);
           expect(holding, `process ${pid} (${readFileSync(`/proc/${pid}/comm`, 'utf8').trim()}) holds the host's descriptor`).toEqual([]);
         }
-        // tini (which passes them on to the agent): stdio, the agent's listening socket and the
-        // workload cgroup's procs files, nothing else.
+        // tini (which passes them on to the agent): stdio, the agent's listening socket, the
+        // drained end of the proof-key channel (fd 3: the agent read the key and closed its copy)
+        // and the workload cgroup's procs files, nothing else.
         const tini = pids.find((pid) => readFileSync(`/proc/${pid}/comm`, 'utf8').trim() === 'tini')!;
-        const tiniFds = [...fdsOf(tini)].filter(([fd]) => fd > 2).map(([, target]) => target);
-        expect(tiniFds.filter((target) => target.startsWith('socket:'))).toHaveLength(1);
+        const tiniFdMap = [...fdsOf(tini)].filter(([fd]) => fd > 2);
+        const tiniFds = tiniFdMap.map(([, target]) => target);
+        expect(tiniFds.filter((target) => target.startsWith('socket:'))).toHaveLength(2);
+        const keyChannel = tiniFdMap.find(([fd]) => fd === 3)?.[1];
+        expect(keyChannel).toMatch(/^socket:/);
+        // The agent itself no longer holds the key channel (its fd 3 may since have been reused).
+        const agentPid = pids.find((pid) => readFileSync(`/proc/${pid}/cmdline`, 'utf8').startsWith('/.nestbox/lib/host/ld.so\0'))!;
+        expect(agentPid).toBeDefined();
+        expect([...fdsOf(agentPid).values()]).not.toContain(keyChannel);
         // (shown relative to their cgroup file system: the sandbox's root does not contain them)
         const others = tiniFds.filter((target) => !target.startsWith('socket:'));
         expect(others).toHaveLength(cgroups.procsFiles(cgroups.groupFor(`nestbox/${childOwner}/${id}/work`)).length);
@@ -183,7 +191,7 @@ describe.skipIf(!isRoot)('escape tests (real sandboxes)', () => {
       await client.writeFile('/root/uploaded.txt', Readable.from([Buffer.from('up')]));
       client.close();
       expect((await sh(first.agentSocket!, 'stat -c "%u:%g" /root/uploaded.txt')).stdout).toBe('0:0\n');
-      const upper = join(dataDir, 'sandboxes', a, 'upper');
+      const upper = join(dataDir, 'sandboxes', a, 'fs', 'upper');
       for (const [path, uid] of [['root/by-root', 0], ['root/uploaded.txt', 0], ['home/u1', 1000]] as const) expect(statSync(join(upper, path)).uid, path).toBe(uid);
     }, 120_000);
 
