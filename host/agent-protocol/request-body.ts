@@ -20,13 +20,15 @@ import { PassThrough, finished, type Readable } from 'node:stream';
 
 export function discardableBody(req: IncomingMessage): Readable {
   const body = new PassThrough();
+  // Already read to its end (pipe would then never end the stream): an empty body.
+  if (req.readableEnded) return body.end();
   req.pipe(body);
   // pipe() forwards data and the end, not failures: a client gone mid-body must fail the reader.
   finished(req, (error) => {
     if (error) body.destroy(error);
   });
   body.once('close', () => {
-    if (req.complete || req.destroyed) return;
+    if (req.readableEnded || req.destroyed) return;
     // The reader stopped before the end (it has answered, or will): read the rest and drop it.
     req.unpipe(body);
     req.resume();
