@@ -125,6 +125,16 @@ describe('per-sandbox disk (diskGiB)', () => {
     const upload = await t.http.put(`${api}/${id}/files?path=/root/more.bin`).set(t.auth).set('content-type', 'application/octet-stream').send(Buffer.alloc(4 * 2 ** 20, 1));
     expect(upload.status, JSON.stringify(upload.body)).toBe(507);
     expect(upload.body.error.code).toBe('insufficient_storage');
+    // Far more than the socket buffers on the way hold, so the 507 certainly comes while the body
+    // is still being sent (it used to arrive as 503 host_unavailable "write EPIPE"); then the
+    // sandbox keeps answering on the same connections and pools.
+    for (let attempt = 0; attempt < 2; attempt++) {
+      const bigger = await t.http.put(`${api}/${id}/files?path=/root/more.bin`).set(t.auth).set('content-type', 'application/octet-stream').send(Buffer.alloc(32 * 2 ** 20, 1));
+      expect(bigger.status, JSON.stringify(bigger.body)).toBe(507);
+      expect(bigger.body.error.code).toBe('insufficient_storage');
+      const after = await run(id, 'echo ok');
+      expect(after.body.stdout, JSON.stringify(after.body)).toBe('ok\n');
+    }
 
     // A fork has its source's disk size and usage.
     const refill = await run(id, 'rm /root/fill; head -c 300M /dev/zero > /root/kept; sync; echo ok');

@@ -7,6 +7,7 @@ import { pipeline } from 'node:stream/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { z } from 'zod';
 import { connectUpstream, type UpstreamResult } from '../protocol/ws-relay.js';
+import { giveUpBodyAfterAnswer } from './request-body.js';
 import { AGENT_KEY_ROUTE, AGENT_NONCE_HEADER, AGENT_PROOF_HEADER, AGENT_REKEY_HEADER, encodeAgentKey, newNonce, rekeyProof, verifyAgentProof } from './auth.js';
 import {
   ExecResponse,
@@ -167,6 +168,7 @@ export class AgentClient {
             return;
           }
         }
+        giveUpBodyAfterAnswer(req, response);
         resolve(response);
       });
       req.once('error', (error) => {

@@ -13,6 +13,7 @@ import { AgentClient, AgentRequestError } from '../agent-protocol/client.js';
 import { EgressPolicy, HostForkRequest, HostSandboxSpec, HostSnapshotRequest, PORT_PROXY_AUTH_HEADER, PORT_PROXY_ERROR_HEADER, SandboxIdParam, SnapshotIdParam } from '../protocol/schemas.js';
 import { acceptAndRelay, connectUpstream, refuseUpgrade } from '../protocol/ws-relay.js';
 import { clientGoneSignal } from '../protocol/client-gone.js';
+import { discardableBody } from '../agent-protocol/request-body.js';
 import { forwardableHeaders, proxyHttp, proxyUpgrade, writeRawResponse, type ProxyTarget } from '../protocol/http-proxy.js';
 
 export interface HostAgentServerOptions {
@@ -407,7 +408,10 @@ export class HostAgentServer {
     const signal = clientGoneSignal(req, res);
     let upstream: http.IncomingMessage;
     try {
-      upstream = await agent.request({ method: req.method ?? 'GET', path: agentPath, headers, body: hasBody ? req : undefined, signal });
+      // The guest agent may answer before the body is all sent (507 disk full): its request then
+      // fails while ours is still arriving, and the rest of ours must be read and dropped, not
+      // left unread (request-body.ts), so the early answer reaches the control plane.
+      upstream = await agent.request({ method: req.method ?? 'GET', path: agentPath, headers, body: hasBody ? discardableBody(req) : undefined, signal });
     } catch (error) {
       if (error instanceof AgentRequestError && error.code === 'agent_unavailable') this.noteForgedAnswer(agentPath, error.message);
       throw error;

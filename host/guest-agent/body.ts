@@ -2,6 +2,7 @@
 // are streamed (see files.ts).
 import type { IncomingMessage } from 'node:http';
 import type { z } from 'zod';
+import { discardableBody } from '../agent-protocol/request-body.js';
 import { AgentHttpError, validationFailed } from './errors.js';
 
 /** Formats a zod issue path the way a developer would write it: `env.FOO`, `argv[2]`. */
@@ -30,7 +31,9 @@ export function describeZodError(error: z.ZodError): string {
 export async function readBodyBuffer(req: IncomingMessage, limitBytes: number): Promise<Buffer> {
   const chunks: Buffer[] = [];
   let total = 0;
-  for await (const chunk of req) {
+  // Leaving this loop at the limit destroys what it iterates: not the request itself, whose
+  // remaining bytes must still be read for the 413 to reach the client (request-body.ts).
+  for await (const chunk of discardableBody(req)) {
     const buffer = chunk as Buffer;
     total += buffer.length;
     if (total > limitBytes) {

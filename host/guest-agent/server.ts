@@ -8,6 +8,7 @@ import { EnvRequest, ExecRequest, GUEST_AGENT_PROTOCOL_VERSION, type HealthRespo
 import { readJsonBody } from './body.js';
 import { AgentHttpError, notFound, sendError, sendJson } from './errors.js';
 import { prepareCommand, runCommand, type ExecSettings } from './exec.js';
+import { discardableBody } from '../agent-protocol/request-body.js';
 import { listDirectory, parseListDepth, receiveFile, sendFile, statPath } from './files.js';
 import { createFileRoutes, type FileRouteMethods } from './files-routes.js';
 import { parseFileMode, resolveOptionalSandboxPath, resolveSandboxPath } from './paths.js';
@@ -142,7 +143,9 @@ function buildRoutes(options: Required<Omit<AgentServerOptions, 'log' | 'process
       PUT: async ({ req, res, query }) => {
         const path = resolveSandboxPath(query.get('path'), home);
         const mode = parseFileMode(query.get('mode'));
-        sendJson(res, 200, await receiveFile(req, path, mode));
+        // A full disk fails the write before the body is all sent; the 507 must still get
+        // through, so the file is fed from a stream that can fail without taking the request.
+        sendJson(res, 200, await receiveFile(discardableBody(req), path, mode));
       },
     },
     '/files/list': {

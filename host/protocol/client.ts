@@ -20,6 +20,7 @@ import type {
   HostStartResult,
   PortProxyTarget,
 } from '../../core/host-client.js';
+import { giveUpBodyAfterAnswer } from '../agent-protocol/request-body.js';
 import { PORT_PROXY_AUTH_HEADER } from './schemas.js';
 
 export interface HttpHostClientOptions {
@@ -123,7 +124,10 @@ export class HttpHostClient implements HostClient {
       }
       const req = http.request(
         { host: this.base.hostname, port: this.base.port, method: o.method, path: o.path, headers, agent: this.agent, signal: o.signal },
-        resolve,
+        (res) => {
+          giveUpBodyAfterAnswer(req, res);
+          resolve(res);
+        },
       );
       if (o.timeoutMs) {
         req.setTimeout(o.timeoutMs, () => req.destroy(new NestboxError('timeout', `host ${this.hostId} did not answer ${o.method} ${o.path} within ${o.timeoutMs} ms`)));
@@ -135,9 +139,10 @@ export class HttpHostClient implements HostClient {
       });
       if (o.body) {
         // A streamed body may be answered before it is all sent (507 disk full, 413): the host
-        // agent then closes the connection, and a keep-alive socket put back in the pool would
-        // fail the next, unrelated request with ECONNRESET. Streamed requests get their own.
-        req.shouldKeepAlive = false;
+        // agent reads and drops the rest until we stop sending, which we do once the answer
+        // has been read (giveUpBodyAfterAnswer). Not `Connection: close`: a server closes such
+        // a connection right after its answer, with our body still arriving, and that reset
+        // made our next write fail (EPIPE) before the answer was read (503 instead of 507).
         pipeline(o.body, req).catch((err) => req.destroy(err));
       } else {
         req.end(payload);

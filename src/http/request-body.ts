@@ -10,9 +10,11 @@
 //    upstream request, so nothing keeps waiting on a body that will never come.
 // The upstream side then sees an aborted request, and the guest agent discards the temp file
 // it was writing (host/guest-agent/files.ts), so a half-sent file is never left in place.
+import { IncomingMessage } from 'node:http';
 import { Transform, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream';
 import { NestboxError } from '../../core/errors.js';
+import { discardableBody } from '../../host/agent-protocol/request-body.js';
 
 export { clientGoneSignal } from '../../host/protocol/client-gone.js';
 
@@ -34,8 +36,12 @@ export function streamedBody(source: Readable, maxBytes: number): Readable {
   });
   limiter.on('error', ignoreError);
   // A source that fails (the client reset the connection, or closed it early) destroys the
-  // limiter with that error; the consumer's own pipeline then reports it.
-  pipeline(source, limiter, ignoreError);
+  // limiter with that error; the consumer's own pipeline then reports it. The client's request
+  // itself is never destroyed from our side: when we stop reading early (413, or the sandbox
+  // answered 507 before the body was all sent) the rest is read and dropped, so the client can
+  // finish sending and read our answer instead of being reset mid-write.
+  const body = source instanceof IncomingMessage ? discardableBody(source) : source;
+  pipeline(body, limiter, ignoreError);
   return limiter;
 }
 

@@ -23,6 +23,7 @@ import { ProcessRegistry } from './registry.js';
 import { commandView, SessionManager, type SessionSettings } from './sessions.js';
 import { prepareStart, startPipeProcess, startPtyProcess } from './spawn.js';
 import { eventsWebSocketSink, ptyWebSocketSink, pumpOutput, serverSentEventsSink } from './streams.js';
+import { discardableBody } from '../../agent-protocol/request-body.js';
 
 const MiB = 1024 * 1024;
 
@@ -223,7 +224,9 @@ export class ProcessService {
           if (!controls.stdinOpen()) throw invalidState(`stdin of process ${id} is closed`);
           // Streamed through in order; each chunk is handed to the process before the next is
           // read, so a process that does not read its stdin holds the request, not our memory.
-          for await (const chunk of req) await controls.writeStdin(chunk as Buffer);
+          // A stdin closed mid-body (the process exited) is answered at once; the rest of the
+          // body is then read and dropped, not left unread (agent-protocol/request-body.ts).
+          for await (const chunk of discardableBody(req)) await controls.writeStdin(chunk as Buffer);
           noContent(res);
         },
       }),

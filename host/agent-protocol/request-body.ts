@@ -1,0 +1,50 @@
+// Request bodies answered before they are all sent, on the chain control plane → host agent →
+// guest agent: a server's reader may give up on a body without harming the connection it came
+// on (discardableBody), and a client stops sending a body once its answer has been read
+// (giveUpBodyAfterAnswer).
+//
+// Why: a handler can answer before the body is all there (disk full: 507 after the first
+// write). Handing the IncomingMessage itself to stream.pipeline is then a trap: when the
+// destination fails, pipeline destroys the request, and Node's HTTP parser, which keeps
+// pushing the body bytes still arriving into a destroyed stream, stops reading the socket for
+// good. The client's remaining body then backs up through every hop until a server closes the
+// socket with those bytes unread, which makes the kernel send an RST: the client's next write
+// fails with EPIPE, and a client still busy writing never reads the answer it was sent
+// (the 507 arrived as "503 host_unavailable: write EPIPE"); on a keep-alive connection the
+// keep-alive timeout resets a socket the client's pool is about to reuse (ECONNRESET).
+// So the reader gets its own stream: when it stops early, the rest of the body is read and
+// dropped, the client finishes sending, and the connection stays usable. A client that leaves
+// mid-body still fails the reader (the upload is discarded, the upstream request aborted).
+import type { ClientRequest, IncomingMessage } from 'node:http';
+import { PassThrough, finished, type Readable } from 'node:stream';
+
+export function discardableBody(req: IncomingMessage): Readable {
+  const body = new PassThrough();
+  // Already read to its end (pipe would then never end the stream): an empty body.
+  if (req.readableEnded) return body.end();
+  req.pipe(body);
+  // pipe() forwards data and the end, not failures: a client gone mid-body must fail the reader.
+  finished(req, (error) => {
+    if (error) body.destroy(error);
+  });
+  body.once('close', () => {
+    if (req.readableEnded || req.destroyed) return;
+    // The reader stopped before the end (it has answered, or will): read the rest and drop it.
+    req.unpipe(body);
+    req.resume();
+  });
+  return body;
+}
+
+/**
+ * An answer can come before the request body is all sent (507: the disk filled up). Node's
+ * client stops relaying 'drain' to a request once its answer is complete, so a body sent with
+ * backpressure would hang half-sent on that socket for good. Once the answer has been read to
+ * its end, the rest of the body is not wanted: stop sending it and drop the connection (it is
+ * mid-request, so never reusable; the server has answered and drops what it received).
+ */
+export function giveUpBodyAfterAnswer(req: ClientRequest, response: IncomingMessage): void {
+  response.once('end', () => {
+    if (!req.writableEnded) req.destroy();
+  });
+}
