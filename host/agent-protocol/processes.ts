@@ -1,6 +1,6 @@
 // Guest-agent process routes: detached processes, their output, streams, stdin, signals, PTYs
 // and sessions. Like types.ts, this file is shared by the host side and the guest-agent bundle,
-// so it imports nothing but zod. (The foreground `POST /exec` stays in types.ts.)
+// so it imports nothing but zod and types.ts. (The foreground `POST /exec` stays in types.ts.)
 //
 // Conventions: JSON in and out unless noted. Errors are `{ error: { code, message } }` with
 // core's codes: validation_failed 400 (the message starts with the field name), not_found 404,
@@ -107,6 +107,7 @@
 //   maxSessions               [64]     live session shells; creating one more is a 409.
 //   keepaliveIntervalMs       [15000]  events keepalive period.
 import { z } from 'zod';
+import { MAX_TIMEOUT_MS } from './types.js';
 
 export const PROCESS_SIGNALS = ['SIGTERM', 'SIGINT', 'SIGKILL', 'SIGHUP', 'SIGQUIT', 'SIGUSR1', 'SIGUSR2', 'SIGSTOP', 'SIGCONT'] as const;
 export const ProcessSignal = z.enum(PROCESS_SIGNALS);
@@ -123,7 +124,7 @@ export const StartProcessRequest = z
     cwd: z.string().optional(),
     env: z.record(z.string(), z.string()).optional(),
     user: z.string().min(1).optional(),
-    timeoutMs: z.number().int().min(0).optional(),
+    timeoutMs: z.number().int().min(0).max(MAX_TIMEOUT_MS).optional(),
     stdin: z.boolean().optional(),
     tag: z.string().optional(),
     pty: TerminalSize.optional(),
@@ -224,7 +225,7 @@ export const SessionCommandRequest = z
   .object({
     cmd: z.string(),
     async: z.boolean().optional(),
-    timeoutMs: z.number().int().min(0).optional(),
+    timeoutMs: z.number().int().min(0).max(MAX_TIMEOUT_MS).optional(),
     // Addition to the brief: feed the command's stdin through /processes/{cid}/stdin.
     stdin: z.boolean().optional(),
   })

@@ -22,6 +22,12 @@
 // the guest agent inside the sandbox's own root, so symlinks can never reach the host.
 import { z } from 'zod';
 
+/**
+ * The longest timeout a command may ask for: Node's timers hold at most 2^31-1 ms (about 24.8
+ * days) and fire at once for anything larger, which would kill the command immediately.
+ */
+export const MAX_TIMEOUT_MS = 2_147_483_647;
+
 export const GUEST_AGENT_PROTOCOL_VERSION = 1;
 
 export const HealthResponse = z.object({
@@ -40,7 +46,7 @@ export const ExecRequest = z
     cwd: z.string().optional(),
     env: z.record(z.string(), z.string()).optional(),
     // 0 or absent = no timeout. On timeout the whole process group gets SIGKILL.
-    timeoutMs: z.number().int().min(0).optional(),
+    timeoutMs: z.number().int().min(0).max(MAX_TIMEOUT_MS).optional(),
     // Bytes for stdin, base64; absent = stdin closed at once.
     stdinBase64: z.string().optional(),
   })

@@ -30,6 +30,21 @@ describe('guest agent server', () => {
     expect(health.uptimeMs).toBeGreaterThanOrEqual(0);
   });
 
+  it('refuses a command timeout Node timers cannot hold, instead of killing the command at once', async () => {
+    for (const [path, body] of [
+      ['/exec', { cmd: 'true', timeoutMs: 2 ** 31 }],
+      ['/processes', { cmd: 'true', timeoutMs: 1e12 }],
+    ] as const) {
+      const response = await client.request({ method: 'POST', path, headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+      const chunks: Buffer[] = [];
+      for await (const chunk of response) chunks.push(chunk as Buffer);
+      expect(response.statusCode, path).toBe(400);
+      expect(JSON.parse(Buffer.concat(chunks).toString('utf8')).error.message).toMatch(/^timeoutMs/);
+    }
+    // The largest one a timer holds is accepted and does not fire early.
+    expect((await client.exec({ cmd: 'echo fine', timeoutMs: 2 ** 31 - 1 })).stdout).toBe('fine\n');
+  });
+
   it('sets environment variables for every later process with PUT /env, and validates names', async () => {
     const put = (env: unknown) => client.request({ method: 'PUT', path: '/env', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ env }) });
     const ok = await put({ NESTBOX_ENV_PROBE: 'from the host' });
