@@ -30,6 +30,7 @@
 import http from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { NextFunction, Request, Response } from 'express';
+import { publicError, type NestboxError } from '../../core/errors.js';
 import type { Sandbox } from '../../core/types.js';
 import type { PortLookup } from '../../core/services/ports.js';
 import { forwardableHeaders, proxyHttp, proxyUpgrade, writeRawResponse, type ProxyTarget } from '../../host/protocol/http-proxy.js';
@@ -263,6 +264,8 @@ const pages = {
   }),
   tooManyStreams: (detail: string): ProxyPage => ({ status: 429, code: 'rate_limited', title: 'Too many open connections', message: detail }),
   internal: (detail: string): ProxyPage => ({ status: 500, code: 'internal', title: 'Proxy error', message: detail }),
+  /** Anything thrown on the way: its own status if it is ours, else a 500 whose text stays in the log. */
+  failed: (e: NestboxError): ProxyPage => ({ status: e.status, code: e.code, title: e.status >= 500 ? 'Proxy error' : 'Request refused', message: e.message }),
 };
 
 /** Our page for an answer the host agent made itself (marked with PORT_PROXY_ERROR_HEADER). */
@@ -312,7 +315,7 @@ export class PortProxy {
           rewriteResponseHeaders: (raw) => filterSandboxResponseHeaders(raw, route.prefix),
         });
       })
-      .catch((error: unknown) => sendPage(req, res, pages.internal(error instanceof Error ? error.message : String(error))));
+      .catch((error: unknown) => sendPage(req, res, pages.failed(publicError(error, this.services.log, 'port proxy'))));
   };
 
   /** For the server's 'upgrade' event; true when the request was the proxy's to answer. */
@@ -358,7 +361,7 @@ export class PortProxy {
           },
         });
       })
-      .catch((error: unknown) => refuse(pages.internal(error instanceof Error ? error.message : String(error))));
+      .catch((error: unknown) => refuse(pages.failed(publicError(error, this.services.log, 'port proxy'))));
     return true;
   }
 
