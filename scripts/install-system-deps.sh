@@ -14,8 +14,8 @@ fi
 
 # gcc + libc6-dev build the static helpers (host/guest-agent/pty-helper/); libseccomp-dev gives
 # nestbox-seccomp the static libseccomp it links (the sandbox's seccomp profile).
-# xfsprogs formats the optional loop-mounted reflink store (fork/snapshot copy-on-write).
-packages=(debootstrap nftables tini iproute2 util-linux procps psmisc ca-certificates gcc libc6-dev libseccomp-dev xfsprogs conntrack tar perl-base)
+# xfsprogs formats the loop-mounted reflink store; e2fsprogs (mkfs.ext4) formats each sandbox's disk.
+packages=(debootstrap nftables tini iproute2 util-linux e2fsprogs procps psmisc ca-certificates gcc libc6-dev libseccomp-dev xfsprogs conntrack tar perl-base)
 with_postgres=false
 [[ "${1:-}" == "--with-postgres" ]] && with_postgres=true && packages+=(postgresql)
 
