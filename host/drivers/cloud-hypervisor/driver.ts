@@ -17,7 +17,7 @@ import { removeTree } from '../../images/base-image.js';
 import { readCompleteVmImage, VM_IMAGE_NAME, type VmImage } from '../../images/vm-image.js';
 import { DriverError } from '../errors.js';
 import { DiskStore, type ReflinkStoreOptions } from '../local/disk-store.js';
-import { SlotAllocator, buildSlot, enableIpForwarding, hostDnsServers, slotFor, teardownSlot, VETH_PREFIX, type Slot } from '../local/network.js';
+import { SlotAllocator, buildSlot, enableIpForwarding, sandboxDnsServers, slotFor, teardownSlot, VETH_PREFIX, type Slot } from '../local/network.js';
 import { applyNftRuleset, renderNftRuleset } from '../local/nft.js';
 import { assertSnapshotId, SnapshotStore, type SnapshotMeta } from '../local/snapshots.js';
 import type { Driver, DriverCapabilities, FileView, ForkResult, SandboxRuntime, SandboxSpec, SnapshotInfo, SnapshotResult, StartResult } from '../types.js';
@@ -62,7 +62,6 @@ const SANDBOX_ID = /^[a-z0-9]{1,32}$/;
 const SUN_PATH_MAX = 107;
 const MAX_FORK_CHILDREN = 64;
 const SNAPSHOT_TIMEOUT_MS = 120_000;
-const FALLBACK_DNS = ['1.1.1.1', '8.8.8.8'];
 
 interface LiveVm {
   api: ChApi;
@@ -105,8 +104,7 @@ export class ChDriver implements Driver {
     await this.probe();
     await enableIpForwarding();
     if (this.options.manageHostFirewall !== false) {
-      const found = this.options.dnsServers ?? (await hostDnsServers());
-      await applyNftRuleset(renderNftRuleset({ subnet: this.subnet, vethPrefix: VETH_PREFIX, dnsServers: found.length ? found : FALLBACK_DNS }));
+      await applyNftRuleset(renderNftRuleset({ subnet: this.subnet, vethPrefix: VETH_PREFIX, dnsServers: await sandboxDnsServers(this.options.dnsServers) }));
     }
     await mkdir(this.sandboxesDir, { recursive: true, mode: 0o700 });
     this.diskStore = await DiskStore.open({ dataDir: this.dataDir, reflinkStore: this.options.reflinkStore, log: this.log });

@@ -20,7 +20,7 @@ import { DiskStore, type ReflinkStoreOptions } from './disk-store.js';
 import { createDiskImage, diskImagePath, diskMountPoint, inodesFor, mountDiskImage, withDiskFrozen, type DiskQuota } from './disk-quota.js';
 import { FileViews, readTail } from './file-view.js';
 import { assertSnapshotId, SnapshotStore, type SnapshotMeta } from './snapshots.js';
-import { SlotAllocator, enableIpForwarding, hostDnsServers, slotFor, teardownSlot, VETH_PREFIX, type Slot } from './network.js';
+import { SlotAllocator, enableIpForwarding, sandboxDnsServers, slotFor, teardownSlot, VETH_PREFIX, type Slot } from './network.js';
 import { applyNftRuleset, nftAvailable, renderNftRuleset, renderSlotEgress } from './nft.js';
 import { SlotPool, type SlotPoolStats } from './slot-pool.js';
 import { resolveEgress, systemResolver, type EgressResolver } from './egress.js';
@@ -96,7 +96,6 @@ const SANDBOX_ID = /^[a-z0-9]{1,32}$/;
  */
 const DEFAULT_PIDS_MAX = 1024;
 const SUN_PATH_MAX = 107; // 108 bytes including the terminating NUL
-const FALLBACK_DNS = ['1.1.1.1', '8.8.8.8'];
 const HEALTH_TIMEOUT_MS = 2_000;
 /** Mount options are passed in one page; the overlay's must fit. */
 const MOUNT_OPTIONS_MAX = 4_000;
@@ -132,7 +131,7 @@ export class LocalDriver implements Driver {
   private cgroups?: Cgroups;
   private capabilityProbes: Record<string, string | number | boolean> = {};
   private lastCap = 40;
-  private dnsServers: string[] = FALLBACK_DNS;
+  private dnsServers: string[] = [];
   private readonly records = new Map<string, SandboxRecord>();
   private readonly locks = new KeyedLocks();
   /** Each live sandbox's proof key for this boot (agent-protocol/auth.ts), also in its agent.key. */
@@ -180,8 +179,7 @@ export class LocalDriver implements Driver {
     this.seccompHelperBinary = await executeOnlyCopy(this.seccompHelperBinary, runtimeDir, 'nestbox-seccomp');
     this.agentBundle = await runtimeCopy(resolve(this.options.guestAgentBundle), runtimeDir, 'guest-agent.mjs', 0o644);
     await enableIpForwarding();
-    const found = this.options.dnsServers ?? (await hostDnsServers());
-    this.dnsServers = found.length ? found : FALLBACK_DNS;
+    this.dnsServers = await sandboxDnsServers(this.options.dnsServers);
     await applyNftRuleset(renderNftRuleset({ subnet: this.subnet, vethPrefix: VETH_PREFIX, dnsServers: this.dnsServers }));
     await mkdir(this.sandboxesDir, { recursive: true, mode: 0o700 });
     this.diskStore = await DiskStore.open({ dataDir: this.dataDir, reflinkStore: this.options.reflinkStore, log: this.log });

@@ -16,6 +16,7 @@ import type { SandboxSpec } from '../types.js';
 import { Cgroups } from './cgroups.js';
 import { LocalDriver } from './driver.js';
 import { DEFAULT_ID_BASE, IDS_PER_SANDBOX } from './id-ranges.js';
+import { sh, uniqueId } from './test-support.js';
 
 const IMAGES_DIR = process.env.NESTBOX_TEST_IMAGES_DIR ?? '/var/tmp/nestbox-test-images';
 const REPO = resolve(import.meta.dirname, '../../..');
@@ -27,18 +28,6 @@ function spec(id: string, overrides: Partial<SandboxSpec> = {}): SandboxSpec {
   return { id, image: 'default', cpu: 1, memoryMiB: 256, env: {}, ...overrides };
 }
 
-function uniqueId(prefix: string): string {
-  return `${prefix}${randomBytes(4).toString('hex')}`;
-}
-
-async function sh(socket: string, cmd: string, timeoutMs = 30_000): Promise<{ exitCode: number | null; stdout: string; stderr: string }> {
-  const client = new AgentClient(socket);
-  try {
-    return await client.exec({ cmd, timeoutMs });
-  } finally {
-    client.close();
-  }
-}
 
 /** fd number → link target of every open descriptor of a host pid. */
 function fdsOf(pid: number): Map<number, string> {

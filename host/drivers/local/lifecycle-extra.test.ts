@@ -2,7 +2,6 @@
 // the real kernel (root). The base image is shared through NESTBOX_TEST_IMAGES_DIR; every data
 // dir is a short temp dir of this file's own. Timings are printed, never asserted.
 import { execFileSync } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statfsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { Readable } from 'node:stream';
@@ -15,6 +14,7 @@ import { Cgroups } from './cgroups.js';
 import { mountedFsType, unmountReflinkStore } from './disk-store.js';
 import { LocalDriver, type LocalDriverOptions } from './driver.js';
 import { readRecord, writeRecord } from './records.js';
+import { sh, uniqueId } from './test-support.js';
 
 const IMAGES_DIR = process.env.NESTBOX_TEST_IMAGES_DIR ?? '/var/tmp/nestbox-test-images';
 const REPO = resolve(import.meta.dirname, '../../..');
@@ -26,18 +26,6 @@ function spec(id: string, overrides: Partial<SandboxSpec> = {}): SandboxSpec {
   return { id, image: 'default', cpu: 1, memoryMiB: 256, env: { NESTBOX_TEST: 'yes' }, ...overrides };
 }
 
-function uniqueId(prefix: string): string {
-  return `${prefix}${randomBytes(4).toString('hex')}`;
-}
-
-async function sh(socket: string, cmd: string, timeoutMs = 30_000): Promise<{ exitCode: number | null; stdout: string; stderr: string }> {
-  const client = new AgentClient(socket);
-  try {
-    return await client.exec({ cmd, timeoutMs });
-  } finally {
-    client.close();
-  }
-}
 
 async function timed<T>(label: string, task: () => Promise<T>): Promise<T> {
   const started = performance.now();

@@ -11,7 +11,7 @@ import { randomBytes } from 'node:crypto';
 import { createSocket, type Socket } from 'node:dgram';
 import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { SlotAllocator, VETH_PREFIX, hostDnsServers, type Slot } from './network.js';
+import { SlotAllocator, VETH_PREFIX, sandboxDnsServers, type Slot } from './network.js';
 import { NFT_TABLE, SPOOF_RULE_COMMENTS, applyNftRuleset, listSlotNftObjects, renderNftRuleset } from './nft.js';
 import { SlotPool } from './slot-pool.js';
 
@@ -126,8 +126,7 @@ describe.skipIf(!isRoot)('slot source check (real kernel)', () => {
   beforeAll(async () => {
     // The table as a host agent applies it (same resolvers as the driver, so no other agent's
     // DNS allowance changes).
-    const dns = await hostDnsServers();
-    await applyNftRuleset(renderNftRuleset({ subnet: SUBNET, vethPrefix: VETH_PREFIX, dnsServers: dns.length ? dns : ['1.1.1.1', '8.8.8.8'] }));
+    await applyNftRuleset(renderNftRuleset({ subnet: SUBNET, vethPrefix: VETH_PREFIX, dnsServers: await sandboxDnsServers() }));
     a = (await pool.take('spoofer')).slot;
     b = (await pool.take('victim')).slot;
 
