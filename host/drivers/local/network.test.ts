@@ -59,7 +59,7 @@ describe('nftables ruleset', () => {
     expect(text.indexOf('@dns4 udp dport 53 accept')).toBeLessThan(text.indexOf('@blocked4 drop'));
     expect(text).toContain('ip saddr 10.200.0.0/16 oifname != "nbxv*" masquerade');
     expect(() => renderNftRuleset({ subnet: '10.200.0.0/16; flush ruleset', vethPrefix: 'nbxv', dnsServers: [] })).toThrow();
-    expect(() => renderNftRuleset({ subnet: '10.200.0.0/16', vethPrefix: 'nbxv', dnsServers: ['1.1.1.1 } ; flush ruleset'] })).toThrow();
+    expect(() => renderNftRuleset({ subnet: '10.200.0.0/16', vethPrefix: 'nbxv', dnsServers: ['10.9.9.9 } ; flush ruleset'] })).toThrow();
   });
 
   it('checks every slot packet\'s source before conntrack: no IPv6, strict reverse path, the slot\'s own address', () => {
