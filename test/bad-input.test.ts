@@ -138,6 +138,15 @@ describe('malformed protobuf on envd Connect routes', () => {
     expect(r.status).toBe(400);
     expect(r.json.code).toBe('invalid_argument');
   });
+  it('a body that is not the brotli or gzip it claims is 400, JSON or protobuf (found by the fuzz suite: brotli was 500 "decompression failed")', async () => {
+    for (const contentType of ['application/json', 'application/proto']) {
+      for (const encoding of ['br', 'gzip']) {
+        const r = await raw('POST', '/filesystem.Filesystem/RemoveWatcher', { 'content-type': contentType, 'content-encoding': encoding, 'connect-protocol-version': '1', 'x-access-token': 'nope', 'e2b-sandbox-id': 'abc' }, '[]');
+        expect(r.status, `${contentType} ${encoding}`).toBe(400);
+        expect(r.json, `${contentType} ${encoding}`).toMatchObject({ code: 'invalid_argument', message: expect.stringContaining(encoding === 'br' ? 'br' : '') });
+      }
+    }
+  });
 });
 
 describe('the last-resort guard', () => {

@@ -4,10 +4,12 @@
 // although it is the client's mistake; JSON bodies that fail to parse are `invalid_argument`.
 // So unary binary requests are decoded here first, and a malformed one is answered 400
 // invalid_argument in Connect's error shape before the RPC runs. Everything else (protocols,
-// streaming, compression, timeouts) is connect-es's own code.
+// streaming, compression, timeouts) is connect-es's own code. Likewise a compressed body that
+// does not decompress is the client's mistake; connect-es calls some of those (brotli's) internal.
 import type http from 'node:http';
 import { fromBinary } from '@bufbuild/protobuf';
 import { Code, ConnectError, createConnectRouter, type ConnectRouter } from '@connectrpc/connect';
+import type { Compression } from '@connectrpc/connect/protocol';
 import { compressionBrotli, compressionGzip, universalRequestFromNodeRequest, universalResponseToNodeResponse } from '@connectrpc/connect-node';
 
 /** Largest request message accepted (connect-es's default is 4 GiB). Unary envd messages are small; stdin chunks are well below. */
@@ -21,7 +23,25 @@ export const MAX_RPC_MESSAGE_BYTES = 16 * 1024 * 1024;
  */
 export const MAX_RPC_DEADLINE_MS = 86_400_000;
 
-const COMPRESSIONS = [compressionGzip, compressionBrotli];
+/**
+ * A compression whose decompression failures are invalid_argument (400): the bytes came from
+ * the client, so a body that will not decompress is never the server's fault. Oversized output
+ * stays resource_exhausted.
+ */
+function clientFacing(compression: Compression): Compression {
+  return {
+    name: compression.name,
+    compress: (bytes) => compression.compress(bytes),
+    decompress: (bytes, readMaxBytes) =>
+      compression.decompress(bytes, readMaxBytes).catch((err: unknown) => {
+        const error = ConnectError.from(err);
+        if (error.code !== Code.Internal) throw error;
+        throw new ConnectError(`body: does not decompress as ${compression.name}`, Code.InvalidArgument, undefined, undefined, err);
+      }),
+  };
+}
+
+const COMPRESSIONS = [compressionGzip, compressionBrotli].map(clientFacing);
 const UNARY_BINARY = /^application\/proto$/i;
 
 /** Connect's unary error: HTTP status from the code, body `{code, message}`. */
