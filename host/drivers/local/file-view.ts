@@ -168,6 +168,8 @@ export class FileViews {
     const child = launchSandbox({
       rootfsHelperBinary: this.deps.rootfsHelperBinary,
       seccompHelperBinary: this.deps.seccompHelperBinary,
+      // Its workloads (exec in a view) go through nestbox-enter too, below the agent (spawn.ts AGENT_UID).
+      enterHelperBinary: this.deps.enterHelperBinary,
       hostLoader: this.deps.hostLoader,
       idRange,
       netnsPath: '',
