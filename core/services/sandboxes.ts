@@ -210,7 +210,7 @@ export class SandboxService {
     private readonly hosts: HostService,
     private readonly limits: SandboxLimits,
     /** Id of this control-plane instance, recorded as the owner of operations it runs. */
-    private readonly instanceId: string,
+    instanceId: string,
     private readonly orgLimits: OrganizationLimits = { maxSandboxes: Number.MAX_SAFE_INTEGER, maxCpu: Number.MAX_SAFE_INTEGER, maxMemoryMiB: Number.MAX_SAFE_INTEGER, retryAfterSeconds: 30 },
   ) {
     this.lifecycle = new Lifecycle(db, instanceId);
