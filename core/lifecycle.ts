@@ -12,6 +12,7 @@ import {
   OPERATIONS,
   type HostView,
   type Operation,
+  type OperationName,
   type Outcome,
   type OutcomeKind,
   type SandboxEvent,
@@ -74,7 +75,7 @@ export class Lifecycle {
   ) {}
 
   /** The operation columns of a row this instance starts `op` on. */
-  private owned(op: Operation): Pick<SandboxPatch, 'operation' | 'operationId' | 'operationOwner' | 'operationStartedAt'> & { operationId: string } {
+  private owned(op: Operation): { operation: OperationName; operationId: string; operationOwner: string; operationStartedAt: Date } {
     return { operation: op.name, operationId: newOperationId(), operationOwner: this.instanceId, operationStartedAt: new Date() };
   }
 
