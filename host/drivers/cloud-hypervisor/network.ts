@@ -3,7 +3,7 @@
 // guest. Every guest has the same identity (169.254.0.21/30 behind 169.254.0.22, fixed MAC), so
 // snapshots and forks never need their network patched; the namespace is what isolates them.
 import { execFile } from 'node:child_process';
-import type { Slot } from '../local/network.js';
+import type { Slot } from '../../network/slots.js';
 import { TAP_NAME } from './config.js';
 
 export const GUEST_ADDRESS = '169.254.0.21';

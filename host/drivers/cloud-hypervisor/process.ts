@@ -7,7 +7,7 @@ import { spawn } from 'node:child_process';
 import { closeSync, openSync } from 'node:fs';
 import { readFile, rm, writeFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { processStartTime } from '../../images/base-image.js';
+import { processStartTime } from '../../util/process.js';
 import { ChApi, type VmmPingResponse } from './api.js';
 
 export interface VmmPaths {
