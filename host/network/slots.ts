@@ -153,6 +153,20 @@ export class SlotAllocator {
     await rm(this.claimPath(index), { force: true });
   }
 
+  /**
+   * The slots a sandbox holds: those our claim files give it, and the one its record names when
+   * nobody claims that index (a crash between teardown and record write can leave either).
+   * `claimed: false` ones are only to be taken apart, never claimed again by us: an index
+   * someone else claimed (or that went back to our pool) after the sandbox let it go is theirs.
+   */
+  async heldBy(owner: string, sandboxId: string, recorded: { index: number } | undefined): Promise<{ slot: Slot; claimed: boolean }[]> {
+    const found = new Map<number, boolean>();
+    const claims = await this.claims();
+    for (const claim of claims) if (claim.owner === owner && claim.sandboxId === sandboxId) found.set(claim.index, true);
+    if (recorded && !found.has(recorded.index) && !claims.some((claim) => claim.index === recorded.index)) found.set(recorded.index, false);
+    return [...found].map(([index, claimed]) => ({ slot: slotFor(this.subnet, index), claimed }));
+  }
+
   slot(index: number): Slot {
     return slotFor(this.subnet, index);
   }
