@@ -80,20 +80,14 @@ export abstract class DriverBase<R extends BaseRecord> {
   }
 
   async pause(id: string): Promise<SandboxRuntime> {
-    this.assertInitialized();
-    assertSandboxId(id);
-    return this.withLock(id, async () => {
-      const record = this.requireRecord(id);
+    return this.withRecord(id, async (record) => {
       await this.setPaused(record, true);
       return this.runtimeOf(record);
     });
   }
 
   async unpause(id: string): Promise<SandboxRuntime> {
-    this.assertInitialized();
-    assertSandboxId(id);
-    return this.withLock(id, async () => {
-      const record = this.requireRecord(id);
+    return this.withRecord(id, async (record) => {
       await this.setPaused(record, false);
       return this.runtimeOf(record);
     });
@@ -108,6 +102,37 @@ export abstract class DriverBase<R extends BaseRecord> {
 
   protected withLock<T>(key: string, task: () => Promise<T>): Promise<T> {
     return this.locks.run(key, task);
+  }
+
+  /** Most calls on one sandbox: after init, a valid id, under its lock, with its record (or `not_found`). */
+  protected async withRecord<T>(id: string, task: (record: R) => Promise<T>): Promise<T> {
+    this.assertInitialized();
+    assertSandboxId(id);
+    return this.withLock(id, () => task(this.requireRecord(id)));
+  }
+
+  /**
+   * create(): under the new sandbox's lock, once the remains of a crashed create of that id are
+   * gone. `prepare` makes the record (and fetches what the build needs); a failing `build`
+   * takes everything down again, record included.
+   */
+  protected async createUnder(spec: SandboxSpec, prepare: () => Promise<{ record: R; build: () => Promise<void> }>): Promise<SandboxRuntime> {
+    this.assertInitialized();
+    this.validateSpec(spec);
+    return this.withLock(spec.id, async () => {
+      await this.assertCreatable(spec.id);
+      await this.removeRemains(spec.id);
+      const started = Date.now();
+      const { record, build } = await prepare();
+      try {
+        await build();
+      } catch (error) {
+        await this.destroyUnlocked(spec.id).catch((cleanupError) => this.log(`create ${spec.id}: cleanup after failure failed: ${String(cleanupError)}`));
+        throw error;
+      }
+      this.log(`create ${spec.id}: running in ${Date.now() - started} ms (slot ${record.slot?.index})`);
+      return this.runtimeOf(record);
+    });
   }
 
   /** Takes several locks in sorted order (one global order: no deadlock between multi-lock calls). */
@@ -154,7 +179,7 @@ export abstract class DriverBase<R extends BaseRecord> {
   }
 
   /** The children of a fork: 1 to MAX_FORK_CHILDREN valid specs, no id twice, none a snapshot; their ids. */
-  protected assertForkChildren(sourceId: string, children: SandboxSpec[]): Set<string> {
+  private assertForkChildren(sourceId: string, children: SandboxSpec[]): Set<string> {
     assertSandboxId(sourceId);
     if (!Array.isArray(children) || children.length === 0 || children.length > MAX_FORK_CHILDREN) {
       throw new DriverError('validation_failed', `fork needs 1 to ${MAX_FORK_CHILDREN} children, got ${Array.isArray(children) ? children.length : 'none'}`);
@@ -169,8 +194,24 @@ export abstract class DriverBase<R extends BaseRecord> {
     return ids;
   }
 
+  /**
+   * fork(): valid children, then every involved sandbox locked in one global order (so two forks
+   * cannot deadlock), the source's record found (and passing `checkSource`) and no child
+   * existing yet.
+   */
+  protected async forkUnder<T>(sourceId: string, children: SandboxSpec[], task: (source: R) => Promise<T>, checkSource?: (source: R) => void): Promise<T> {
+    this.assertInitialized();
+    const ids = this.assertForkChildren(sourceId, children);
+    return this.withLocks([sourceId, ...ids], async () => {
+      const source = this.requireRecord(sourceId);
+      checkSource?.(source);
+      await this.assertChildrenFree(children);
+      return task(source);
+    });
+  }
+
   /** Under the children's locks: none of them exists yet. */
-  protected async assertChildrenFree(children: SandboxSpec[]): Promise<void> {
+  private async assertChildrenFree(children: SandboxSpec[]): Promise<void> {
     for (const child of children) {
       if (this.records.has(child.id) || (await this.readRecord(this.sandboxDir(child.id)))) throw new DriverError('conflict', `sandbox ${child.id} already exists`);
     }

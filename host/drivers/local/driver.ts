@@ -184,17 +184,11 @@ export class LocalDriver extends LocalRecovery implements Driver {
   // ---- Driver: lifecycle ----------------------------------------------------------------------
 
   async create(spec: SandboxSpec, onProgress?: (line: string) => void): Promise<SandboxRuntime> {
-    this.assertInitialized();
-    this.validateSpec(spec);
-    return this.withLock(spec.id, async () => {
+    return this.createUnder(spec, async () => {
       const dir = this.sandboxDir(spec.id);
-      await this.assertCreatable(spec.id);
-      await this.removeRemains(spec.id);
-
-      const started = Date.now();
       const image = await ensureBaseImage({ imagesDir: this.options.imagesDir, onProgress });
       const record = this.newSandboxRecord(spec);
-      try {
+      const build = async () => {
         if (spec.snapshot) {
           // Under the snapshot's lock: deleteSnapshot() either sees this record or has finished.
           await this.withLock(snapshotLockKey(spec.snapshot), async () => {
@@ -211,20 +205,13 @@ export class LocalDriver extends LocalRecovery implements Driver {
           this.records.set(spec.id, record);
         }
         await this.launch(record, image.rootfs, onProgress);
-      } catch (error) {
-        await this.destroyUnlocked(spec.id).catch((cleanupError) => this.log(`create ${spec.id}: cleanup after failure failed: ${String(cleanupError)}`));
-        throw error;
-      }
-      this.log(`create ${spec.id}: running in ${Date.now() - started} ms (slot ${record.slot?.index})`);
-      return this.runtimeOf(record);
+      };
+      return { record, build };
     });
   }
 
   async stop(id: string): Promise<{ memorySaved: boolean }> {
-    this.assertInitialized();
-    assertSandboxId(id);
-    return this.withLock(id, async () => {
-      const record = this.requireRecord(id);
+    return this.withRecord(id, async (record) => {
       await this.teardownRuntime(id, record);
       record.status = 'stopped';
       await writeRecord(this.sandboxDir(id), record);
@@ -317,14 +304,11 @@ export class LocalDriver extends LocalRecovery implements Driver {
   // ---- Driver: fork ---------------------------------------------------------------------------
 
   async fork(sourceId: string, children: SandboxSpec[]): Promise<ForkResult> {
-    this.assertInitialized();
-    const ids = this.assertForkChildren(sourceId, children);
-    // Every involved sandbox is locked, in one global order, so two forks cannot deadlock.
-    return this.withLocks([sourceId, ...ids], async () => {
-      const started = Date.now();
-      const source = this.requireRecord(sourceId);
+    const checkSource = (source: SandboxRecord) => {
       if (!['running', 'paused', 'stopped'].includes(source.status)) throw new DriverError('invalid_state', `sandbox ${sourceId} is ${source.status}`);
-      await this.assertChildrenFree(children);
+    };
+    return this.forkUnder(sourceId, children, async (source) => {
+      const started = Date.now();
       await this.closeFileView(sourceId);
       const image = await ensureBaseImage({ imagesDir: this.options.imagesDir });
       const made: SandboxRecord[] = [];
@@ -364,7 +348,7 @@ export class LocalDriver extends LocalRecovery implements Driver {
         throw error;
       }
       return { children: made.map((record) => this.runtimeOf(record)), memoryCopied: false, diskCopy: this.requireDiskStore().mode };
-    });
+    }, checkSource);
   }
 
   // ---- Driver: snapshots ------------------------------------------------------------------------
@@ -425,10 +409,7 @@ export class LocalDriver extends LocalRecovery implements Driver {
   // ---- Driver: file views -------------------------------------------------------------------------
 
   async fileView(id: string): Promise<FileView> {
-    this.assertInitialized();
-    assertSandboxId(id);
-    return this.withLock(id, async () => {
-      const record = this.requireRecord(id);
+    return this.withRecord(id, async (record) => {
       if (record.status !== 'stopped') {
         throw new DriverError('invalid_state', `sandbox ${id} is ${record.status}; file views are for stopped sandboxes (use its agent)`);
       }
@@ -471,10 +452,7 @@ export class LocalDriver extends LocalRecovery implements Driver {
    * after a restart, applies it again) and put in force at once when the sandbox holds a slot.
    */
   async setEgress(id: string, egress: EgressPolicySpec): Promise<EgressResult> {
-    this.assertInitialized();
-    assertSandboxId(id);
-    return this.withLock(id, async () => {
-      const record = this.requireRecord(id);
+    return this.withRecord(id, async (record) => {
       record.spec = { ...record.spec, egress };
       await writeRecord(this.sandboxDir(id), record);
       if (!isLive(record) || !record.slot) return { egress, addresses: [], unresolved: [], applied: false };
