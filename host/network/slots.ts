@@ -2,10 +2,10 @@
 // with a /31 carved from the sandbox subnet (host-runtime.md §6). Slot indices are allocated
 // machine-wide with O_EXCL files under /run/nestbox/slots/, so host agents running side by side
 // never hand out the same namespace or addresses; each file names its owner and sandbox.
-import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdir, open, readFile, readdir, rename, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { runCommand } from '../util/run.js';
 
 export const SLOTS_DIR = '/run/nestbox/slots';
 export const NETNS_PREFIX = 'nbx-';
@@ -178,15 +178,8 @@ export class SlotAllocator {
 
 // ---- wiring ---------------------------------------------------------------------------------
 
-function run(file: string, args: string[], input?: string): Promise<{ stdout: string; stderr: string }> {
-  return new Promise((resolve, reject) => {
-    const child = execFile(file, args, { timeout: 15_000 }, (error, stdout, stderr) => {
-      if (error) reject(Object.assign(new Error(`${file} ${args.join(' ')} failed: ${stderr.trim() || error.message}`), { stderr }));
-      else resolve({ stdout, stderr });
-    });
-    if (input !== undefined) child.stdin?.end(input);
-  });
-}
+const run = (file: string, args: string[], input?: string) => runCommand(file, args, { timeoutMs: 15_000, input });
+
 
 export function slotExists(slot: Slot): { netns: boolean; veth: boolean } {
   return {
@@ -253,7 +246,7 @@ export async function teardownSlot(slot: Slot): Promise<void> {
 
 /** Processes still inside the slot's namespace (a recycled slot must have none). */
 export async function netnsPids(slot: Slot): Promise<number[]> {
-  const { stdout } = await run('ip', ['netns', 'pids', slot.netns]);
+  const stdout = await run('ip', ['netns', 'pids', slot.netns]);
   return stdout.split('\n').filter((line) => /^\d+$/.test(line.trim())).map(Number);
 }
 

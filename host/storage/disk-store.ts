@@ -9,7 +9,6 @@
 // timestamps, hard links, xattrs (`trusted.overlay.*` opaque/redirect markers, file
 // capabilities) and device nodes — overlayfs whiteouts are 0/0 character devices, and losing
 // one would resurrect a file the sandbox deleted.
-import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { constants as fsConstants, existsSync, readFileSync } from 'node:fs';
 import { copyFile, lstat, mkdir, open, readdir, rename, rm, writeFile } from 'node:fs/promises';
@@ -17,6 +16,9 @@ import { dirname, join, resolve } from 'node:path';
 import type { DiskCopyMode } from '../drivers/types.js';
 import { assertSafeHostPath } from '../util/fs.js';
 import { mountedFsType, mountPointsUnder, readMountinfo } from '../util/mounts.js';
+import { runCommand } from '../util/run.js';
+
+const run = (file: string, args: string[], timeoutMs = 60_000) => runCommand(file, args, { timeoutMs });
 
 export type { DiskCopyMode };
 
@@ -206,11 +208,3 @@ export async function unmountReflinkStore(dataDir: string): Promise<void> {
   }
 }
 
-function run(file: string, args: string[], timeoutMs = 60_000): Promise<string> {
-  return new Promise((resolveRun, reject) => {
-    execFile(file, args, { timeout: timeoutMs, maxBuffer: 4 * 1024 * 1024 }, (error, stdout, stderr) => {
-      if (error) reject(new Error(`${file} ${args.join(' ')} failed: ${stderr.trim() || error.message}`));
-      else resolveRun(stdout);
-    });
-  });
-}

@@ -22,7 +22,8 @@ import type { FileViews } from './file-view.js';
 import { DEFAULT_ID_BASE, DEFAULT_MAX_ID_RANGES, IdRangeAllocator } from './id-ranges.js';
 import { newRecord, readRecord, type SandboxRecord } from './records.js';
 import type { HostLoader } from './runtime-binaries.js';
-import { assertSafeHostPath, assertValidEnv } from './spawn.js';
+import { assertSafeHostPath } from '../../util/fs.js';
+import { assertValidEnv } from './spawn.js';
 
 export interface LocalDriverOptions {
   /** Sandboxes live in `<dataDir>/sandboxes/<id>/`. Keep it short: the agent socket path must fit in 108 bytes. */
