@@ -104,10 +104,14 @@ export abstract class DriverBase<R extends BaseRecord> {
     return this.locks.run(key, task);
   }
 
-  /** Most calls on one sandbox: after init, a valid id, under its lock, with its record (or `not_found`). */
-  protected async withRecord<T>(id: string, task: (record: R) => Promise<T>): Promise<T> {
+  /**
+   * Most calls on one sandbox: after init, a valid id (and whatever `checkArguments` checks of
+   * the call's other arguments), under its lock, with its record (or `not_found`).
+   */
+  protected async withRecord<T>(id: string, task: (record: R) => Promise<T>, checkArguments?: () => void): Promise<T> {
     this.assertInitialized();
     assertSandboxId(id);
+    checkArguments?.();
     return this.withLock(id, () => task(this.requireRecord(id)));
   }
 

@@ -321,11 +321,8 @@ export class ChDriver extends ChRecovery implements Driver {
   // ---- named snapshots (disk only) --------------------------------------------------------------
 
   async snapshot(id: string, snapshotId: string): Promise<SnapshotResult> {
-    this.assertInitialized();
-    assertSandboxId(id);
-    assertSnapshotId(snapshotId);
-    return this.withLock(id, async () => {
-      const record = this.requireRecord(id);
+    const checkArguments = () => assertSnapshotId(snapshotId);
+    return this.withRecord(id, async (record) => {
       const store = this.requireSnapshots();
       const existing = await store.get(snapshotId);
       if (existing?.sourceId === id) return this.snapshotResult(existing);
@@ -347,7 +344,7 @@ export class ChDriver extends ChRecovery implements Driver {
         },
       );
       return this.snapshotResult(meta);
-    });
+    }, checkArguments);
   }
 
   async deleteSnapshot(snapshotId: string): Promise<void> {

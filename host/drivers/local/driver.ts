@@ -354,11 +354,8 @@ export class LocalDriver extends LocalRecovery implements Driver {
   // ---- Driver: snapshots ------------------------------------------------------------------------
 
   async snapshot(id: string, snapshotId: string): Promise<SnapshotResult> {
-    this.assertInitialized();
-    assertSandboxId(id);
-    assertSnapshotId(snapshotId);
-    return this.withLock(id, async () => {
-      const record = this.requireRecord(id);
+    const checkArguments = () => assertSnapshotId(snapshotId);
+    return this.withRecord(id, async (record) => {
       if (!['running', 'paused', 'stopped'].includes(record.status)) throw new DriverError('invalid_state', `sandbox ${id} is ${record.status}`);
       await this.closeFileView(id);
       return this.withLock(snapshotLockKey(snapshotId), async () => {
@@ -381,7 +378,7 @@ export class LocalDriver extends LocalRecovery implements Driver {
         this.log(`snapshot ${id} → ${snapshotId}: ${meta.sizeBytes} bytes in ${Date.now() - started} ms (${meta.diskCopy})`);
         return this.snapshotResult(meta);
       });
-    });
+    }, checkArguments);
   }
 
   async deleteSnapshot(snapshotId: string): Promise<void> {

@@ -21,6 +21,13 @@ import { DEFAULT_EGRESS_REFRESH_MS, DEFAULT_PIDS_MAX, isLive, LocalSandboxes, MO
 import { launchSandbox, overlayLowerOption, SANDBOX_PATH } from './spawn.js';
 
 export abstract class LocalRuntime extends LocalSandboxes {
+  /** What each live sandbox's allow list resolved to, to notice when a refresh changes it. */
+  protected readonly egressApplied = new Map<string, { addresses: string[]; unresolved: string[]; hasDomains: boolean }>();
+  protected egressTimer?: NodeJS.Timeout;
+  /** Launchers started by this process: their exit tells us at once that a sandbox died. */
+  protected readonly children = new Map<string, ChildProcess>();
+  protected watchTimer?: NodeJS.Timeout;
+
   // ---- launch ---------------------------------------------------------------------------------
 
   /** Slot, cgroups, process, agent: everything a running sandbox has beyond its disk. */

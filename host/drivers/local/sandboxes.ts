@@ -7,7 +7,6 @@ import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
-import type { ChildProcess } from 'node:child_process';
 import { DriverBase, assertSandboxId, SUN_PATH_MAX } from '../base/driver-base.js';
 import { DriverError } from '../errors.js';
 import type { SandboxRuntime, SandboxSpec, SnapshotResult } from '../types.js';
@@ -113,16 +112,10 @@ export abstract class LocalSandboxes extends DriverBase<SandboxRecord> {
   protected readonly ownerKey: string;
   protected readonly slots: SlotAllocator;
   protected readonly pool: SlotPool;
-  /** What each live sandbox's allow list resolved to, to notice when a refresh changes it. */
-  protected readonly egressApplied = new Map<string, { addresses: string[]; unresolved: string[]; hasDomains: boolean }>();
-  protected egressTimer?: NodeJS.Timeout;
   protected cgroups?: Cgroups;
   protected capabilityProbes: Record<string, string | number | boolean> = {};
   protected lastCap = 40;
   protected dnsServers: string[] = [];
-  /** Launchers started by this process: their exit tells us at once that a sandbox died. */
-  protected readonly children = new Map<string, ChildProcess>();
-  protected watchTimer?: NodeJS.Timeout;
   protected fileViews?: FileViews;
 
   constructor(protected readonly options: LocalDriverOptions) {
