@@ -182,7 +182,7 @@ export abstract class ChSandboxes extends DriverBase<ChRecord> {
     if (!(spec.cpu > 0) || spec.cpu > 256) throw invalid(`cpu must be between 0 and 256 vCPUs, got ${spec.cpu}`);
     if (!Number.isInteger(spec.memoryMiB) || spec.memoryMiB < 128) throw invalid(`memoryMiB must be an integer of at least 128, got ${spec.memoryMiB}`);
     if (spec.snapshot !== undefined) assertSnapshotId(spec.snapshot);
-    // Egress rules live with the local driver's slot code; until they cover VMs, refuse rather than ignore.
+    // The slot egress rules of host/network are not applied to VMs yet: refuse rather than ignore.
     if (spec.egress && spec.egress.mode !== 'allow-all') throw invalid(`egress mode "${spec.egress.mode}" is not supported by the cloud-hypervisor driver yet`);
     // The guest → host vsock socket is `<vsock.socket>_<port>`: the longest path we create.
     const longest = `${this.vsockPath(spec.id)}_4294967295`;
