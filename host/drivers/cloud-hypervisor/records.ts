@@ -3,6 +3,7 @@
 // agent needs to adopt the VMM (pid + start time, slot) or to finish/roll back an operation it
 // died in.
 import { readRecordFile, writeRecordFile } from '../base/records.js';
+import type { Slot } from '../../network/slots.js';
 import type { SandboxSpec } from '../types.js';
 import type { VmState } from './api.js';
 export const CH_RECORD_VERSION = 1;
@@ -37,7 +38,7 @@ export interface ChRecord {
   owner: string;
   spec: SandboxSpec;
   status: ChRecordStatus;
-  slot?: { index: number; netns: string; hostInterface: string; hostAddress: string; sandboxAddress: string };
+  slot?: Slot;
   pid?: number;
   pidStartTime?: string;
   chVersion?: string;

@@ -2,6 +2,7 @@
 // atomically by base/records.ts): what a later host agent needs to adopt a running sandbox
 // (launcher pid, slot, cgroups, id range) or to clean up after a crash.
 import { readRecordFile, writeRecordFile } from '../base/records.js';
+import type { Slot } from '../../network/slots.js';
 import type { SandboxSpec } from '../types.js';
 
 export { removeRecordTempFiles } from '../base/records.js';
@@ -31,7 +32,7 @@ export interface SandboxRecord {
   spec: SandboxSpec;
   status: RecordStatus;
   /** The network slot while the sandbox runs. */
-  slot?: { index: number; netns: string; hostInterface: string; hostAddress: string; sandboxAddress: string };
+  slot?: Slot;
   cgroup?: { version: 1 | 2; paths: string[] };
   /** The host id range of its user namespace while it runs (id-ranges.ts). */
   idRange?: { index: number; base: number; count: number };
