@@ -52,6 +52,7 @@ import { readFile } from 'node:fs/promises';
 import type { Socket } from 'node:net';
 import { encodeAgentKey } from '../../agent-protocol/auth.js';
 import { IDS_PER_SANDBOX } from './id-ranges.js';
+import { assertSafeHostPath } from '../../util/fs.js';
 import { basename, dirname, join } from 'node:path';
 
 export const IN_SANDBOX_NODE = '/.nestbox/bin/node';
@@ -353,13 +354,6 @@ export interface LaunchPlan {
   lastCapability: number;
   /** The guest agent's per-boot proof key, handed over on AGENT_KEY_FD (see handOverAgentKey). */
   agentKey?: Buffer;
-}
-
-/** Paths end up in mount option strings and shell words; refuse anything that would be reparsed. */
-export function assertSafeHostPath(label: string, path: string): void {
-  if (!path.startsWith('/') || /[,:\\\n\r\t\0]/.test(path)) {
-    throw new Error(`${label} path "${path}" must be absolute and free of commas, colons, backslashes and control characters`);
-  }
 }
 
 export function assertValidEnv(env: Record<string, string>): void {
