@@ -4,6 +4,7 @@ import type { AuthService } from '../core/services/auth.js';
 import type { HostService } from '../core/services/hosts.js';
 import type { SandboxService } from '../core/services/sandboxes.js';
 import type { SnapshotService } from '../core/services/snapshots.js';
+import type { Toolbox } from '../core/services/toolbox.js';
 import type { IdempotencyService } from '../core/services/idempotency.js';
 import type { PortService } from '../core/services/ports.js';
 import type { SandboxTokenService } from '../core/services/sandbox-tokens.js';
@@ -16,6 +17,8 @@ export interface Services {
   auth: AuthService;
   hosts: HostService;
   sandboxes: SandboxService;
+  /** Every operation inside a sandbox (commands, sessions, files, watches), typed. */
+  toolbox: Toolbox;
   snapshots: SnapshotService;
   idempotency: IdempotencyService;
   /** Hosted ports (publish/list/unpublish and the proxy's lookups). */

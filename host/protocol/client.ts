@@ -3,14 +3,12 @@
 import http from 'node:http';
 import type { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import { NestboxError, isErrorCode } from '../../core/errors.js';
+import { NestboxError } from '../../core/errors.js';
+import type { GuestClient, GuestView } from '../../core/guest.js';
 import type {
   AgentRequest,
   AgentWebSocketTarget,
   EgressPolicy,
-  ExecInput,
-  ExecResult,
-  FileEntry,
   HostClient,
   HostEgressResult,
   HostForkResult,
@@ -20,7 +18,9 @@ import type {
   HostStartResult,
   PortProxyTarget,
 } from '../../core/host-client.js';
+import { HttpGuestClient } from '../agent-protocol/guest-client.js';
 import { giveUpBodyAfterAnswer } from '../agent-protocol/request-body.js';
+import { errorFromResponse } from './error-response.js';
 import { PORT_PROXY_AUTH_HEADER } from './schemas.js';
 
 export interface HttpHostClientOptions {
@@ -49,20 +49,6 @@ async function readAll(res: http.IncomingMessage): Promise<Buffer> {
   return Buffer.concat(chunks);
 }
 
-/** Rebuild the host's (or guest agent's) error as a NestboxError with the same code and status. */
-async function errorFrom(res: http.IncomingMessage): Promise<NestboxError> {
-  const text = (await readAll(res)).toString('utf8');
-  try {
-    const parsed = JSON.parse(text) as { error?: { code?: string; message?: string } };
-    const code = parsed.error?.code ?? '';
-    const message = parsed.error?.message ?? text;
-    if (isErrorCode(code)) return new NestboxError(code, message);
-    return new NestboxError(res.statusCode && res.statusCode < 500 ? 'validation_failed' : 'internal', message);
-  } catch {
-    return new NestboxError('internal', `host agent answered ${res.statusCode}: ${text.slice(0, 200)}`);
-  }
-}
-
 export class HttpHostClient implements HostClient {
   readonly hostId: string;
   private readonly base: URL;
@@ -73,6 +59,14 @@ export class HttpHostClient implements HostClient {
     this.hostId = opts.hostId;
     this.base = new URL(opts.baseUrl);
     this.lifecycleTimeoutMs = opts.lifecycleTimeoutMs ?? 180_000;
+  }
+
+  guest(id: string, view: GuestView = 'live'): GuestClient {
+    return new HttpGuestClient(
+      (request) => this.relay(id, view === 'live' ? '/agent' : '/files-view', request),
+      (path) => this.agentWebSocket(id, path),
+      id,
+    );
   }
 
   agentRequest(id: string, request: AgentRequest): Promise<http.IncomingMessage> {
@@ -152,7 +146,7 @@ export class HttpHostClient implements HostClient {
 
   private async json<T>(o: RequestOptions): Promise<T> {
     const res = await this.request({ timeoutMs: this.lifecycleTimeoutMs, ...o });
-    if ((res.statusCode ?? 500) >= 400) throw await errorFrom(res);
+    if ((res.statusCode ?? 500) >= 400) throw await errorFromResponse(res, `host ${this.hostId}`);
     const body = await readAll(res);
     return (body.length ? JSON.parse(body.toString('utf8')) : undefined) as T;
   }
@@ -206,23 +200,4 @@ export class HttpHostClient implements HostClient {
       throw err;
     }
   }
-
-  exec(id: string, input: ExecInput, signal?: AbortSignal): Promise<ExecResult> {
-    // No HTTP timeout here: the command's own timeoutMs bounds it, and 0 means "none".
-    return this.json({ method: 'POST', path: this.sandboxPath(id, '/agent/exec'), json: input, timeoutMs: 0, signal });
-  }
-
-
-  async writeFile(id: string, path: string, body: Readable, mode?: string): Promise<FileEntry> {
-    const query = `path=${encodeURIComponent(path)}${mode ? `&mode=${encodeURIComponent(mode)}` : ''}`;
-    const res = await this.request({
-      method: 'PUT',
-      path: this.sandboxPath(id, `/agent/files/content?${query}`),
-      body,
-      headers: { 'content-type': 'application/octet-stream' },
-    });
-    if ((res.statusCode ?? 500) >= 400) throw await errorFrom(res);
-    return JSON.parse((await readAll(res)).toString('utf8')) as FileEntry;
-  }
-
 }
