@@ -1,4 +1,5 @@
 import type { Config } from './config.js';
+import type { CompatPort } from '../core/compat-port.js';
 import type { Db } from '../core/store/db.js';
 import type { AuthService } from '../core/services/auth.js';
 import type { HostService } from '../core/services/hosts.js';
@@ -10,8 +11,11 @@ import type { PortService } from '../core/services/ports.js';
 import type { SandboxTokenService } from '../core/services/sandbox-tokens.js';
 import type { StreamLimits } from './http/stream-limits.js';
 
-/** Everything a front door (native, compat) may call. Built once by the server. */
-export interface Services {
+/**
+ * Everything the native front door may call, built once by the server. It extends CompatPort
+ * (core/compat-port.ts), the narrower view compat layers are meant to receive.
+ */
+export interface Services extends CompatPort {
   config: Config;
   db: Db;
   auth: AuthService;
@@ -32,3 +36,4 @@ export interface Services {
   nativeSpecText: string;
   log: (message: string) => void;
 }
+

@@ -50,7 +50,7 @@ export const TOOLBOX_OPERATIONS = {
   readFile: { scope: 'files:read', verb: 'read files of', stoppedDisk: true },
   listFiles: { scope: 'files:read', verb: 'list files of', stoppedDisk: true },
   statFile: { scope: 'files:read', verb: 'read files of', stoppedDisk: true },
-  downloadFiles: { scope: 'files:read', verb: 'read files of' },
+  downloadFiles: { scope: 'files:read', verb: 'read files of', stoppedDisk: true },
   findFiles: { scope: 'files:read', verb: 'find files of' },
   searchFiles: { scope: 'files:read', verb: 'search files of' },
   writeFile: { scope: 'files:write', verb: 'write files of' },
@@ -98,11 +98,19 @@ export class Toolbox {
     return this.sandboxes.guestFor(principal, sandboxId, rule.verb, rule.stoppedDisk ?? false);
   }
 
-  /** Keeps the sandbox active while a stream's body is open (an open stream is use). */
-  private keptActive<S extends Guest.ByteStream>(sandboxId: string, stream: S): S {
+  /**
+   * An open stream or terminal counts as activity for the idle policy for as long as it is
+   * open: call the returned function when it closes. The HTTP streams of this class do it
+   * themselves; a front door relaying one of the WebSockets calls it.
+   */
+  keepActive(sandboxId: string): () => void {
     const timer = setInterval(() => void this.sandboxes.noteActivity(sandboxId).catch(() => undefined), STREAM_ACTIVITY_TICK_MS);
     timer.unref();
-    stream.body.once('close', () => clearInterval(timer));
+    return () => clearInterval(timer);
+  }
+
+  private keptActive<S extends Guest.ByteStream>(sandboxId: string, stream: S): S {
+    stream.body.once('close', this.keepActive(sandboxId));
     return stream;
   }
 

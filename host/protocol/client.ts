@@ -2,6 +2,7 @@
 // JSON calls are small; file bodies are streamed straight through without buffering.
 import http from 'node:http';
 import type { Readable } from 'node:stream';
+import type { z } from 'zod';
 import { pipeline } from 'node:stream/promises';
 import { NestboxError } from '../../core/errors.js';
 import type { GuestClient, GuestView } from '../../core/guest.js';
@@ -21,7 +22,7 @@ import type {
 import { HttpGuestClient } from '../agent-protocol/guest-client.js';
 import { giveUpBodyAfterAnswer } from '../agent-protocol/request-body.js';
 import { errorFromResponse } from './error-response.js';
-import { PORT_PROXY_AUTH_HEADER } from './schemas.js';
+import * as Schemas from './schemas.js';
 
 export interface HttpHostClientOptions {
   hostId: string;
@@ -99,12 +100,12 @@ export class HttpHostClient implements HostClient {
   }
 
   setEgress(id: string, egress: EgressPolicy): Promise<HostEgressResult> {
-    return this.json({ method: 'POST', path: this.sandboxPath(id, '/egress'), json: egress, timeoutMs: 60_000 });
+    return this.json({ method: 'POST', path: this.sandboxPath(id, '/egress'), json: egress, timeoutMs: 60_000 }, Schemas.HostEgressResult);
   }
 
   portProxyTarget(id: string, port: number): PortProxyTarget {
     const url = new URL(this.sandboxPath(id, `/ports/${port}`), this.base);
-    return { baseUrl: url.toString(), headers: { [PORT_PROXY_AUTH_HEADER]: `Bearer ${this.opts.secret}` } };
+    return { baseUrl: url.toString(), headers: { [Schemas.PORT_PROXY_AUTH_HEADER]: `Bearer ${this.opts.secret}` } };
   }
 
   private request(o: RequestOptions): Promise<http.IncomingMessage> {
@@ -144,11 +145,33 @@ export class HttpHostClient implements HostClient {
     });
   }
 
-  private async json<T>(o: RequestOptions): Promise<T> {
+  /** A lifecycle call: its answer checked against the protocol's schema (schemas.ts). */
+  private async json<T>(o: RequestOptions, schema: z.ZodType<T>): Promise<T> {
+    const res = await this.send(o);
+    const text = (await readAll(res)).toString('utf8');
+    let parsed: ReturnType<typeof schema.safeParse>;
+    try {
+      parsed = schema.safeParse(JSON.parse(text));
+    } catch (err) {
+      throw this.unexpected(o, (err as Error).message);
+    }
+    if (!parsed.success) throw this.unexpected(o, parsed.error.message);
+    return parsed.data;
+  }
+
+  /** A call answered without a body worth reading (204). */
+  private async call(o: RequestOptions): Promise<void> {
+    (await this.send(o)).resume();
+  }
+
+  private async send(o: RequestOptions): Promise<http.IncomingMessage> {
     const res = await this.request({ timeoutMs: this.lifecycleTimeoutMs, ...o });
     if ((res.statusCode ?? 500) >= 400) throw await errorFromResponse(res, `host ${this.hostId}`);
-    const body = await readAll(res);
-    return (body.length ? JSON.parse(body.toString('utf8')) : undefined) as T;
+    return res;
+  }
+
+  private unexpected(o: RequestOptions, detail: string): NestboxError {
+    return new NestboxError('internal', `host ${this.hostId} sent an unexpected answer to ${o.method} ${o.path}: ${detail}`);
   }
 
   private sandboxPath(id: string, suffix = ''): string {
@@ -156,45 +179,45 @@ export class HttpHostClient implements HostClient {
   }
 
   createSandbox(spec: HostSandboxSpec): Promise<HostSandboxRuntime> {
-    return this.json({ method: 'POST', path: '/v1/sandboxes', json: spec });
+    return this.json({ method: 'POST', path: '/v1/sandboxes', json: spec }, Schemas.HostSandboxRuntime);
   }
 
   stopSandbox(id: string): Promise<{ memorySaved: boolean }> {
-    return this.json({ method: 'POST', path: this.sandboxPath(id, '/stop') });
+    return this.json({ method: 'POST', path: this.sandboxPath(id, '/stop') }, Schemas.HostStopResult);
   }
 
   startSandbox(spec: HostSandboxSpec): Promise<HostStartResult> {
-    return this.json({ method: 'POST', path: this.sandboxPath(spec.id, '/start'), json: spec });
+    return this.json({ method: 'POST', path: this.sandboxPath(spec.id, '/start'), json: spec }, Schemas.HostStartResult);
   }
 
   async destroySandbox(id: string): Promise<void> {
-    await this.json({ method: 'DELETE', path: this.sandboxPath(id) });
+    await this.call({ method: 'DELETE', path: this.sandboxPath(id) });
   }
 
   pauseSandbox(id: string): Promise<HostSandboxRuntime> {
-    return this.json({ method: 'POST', path: this.sandboxPath(id, '/pause') });
+    return this.json({ method: 'POST', path: this.sandboxPath(id, '/pause') }, Schemas.HostSandboxRuntime);
   }
 
   unpauseSandbox(id: string): Promise<HostSandboxRuntime> {
-    return this.json({ method: 'POST', path: this.sandboxPath(id, '/unpause') });
+    return this.json({ method: 'POST', path: this.sandboxPath(id, '/unpause') }, Schemas.HostSandboxRuntime);
   }
 
   forkSandbox(sourceId: string, children: HostSandboxSpec[]): Promise<HostForkResult> {
-    return this.json({ method: 'POST', path: this.sandboxPath(sourceId, '/fork'), json: { children } });
+    return this.json({ method: 'POST', path: this.sandboxPath(sourceId, '/fork'), json: { children } }, Schemas.HostForkResult);
   }
 
   snapshotSandbox(id: string, snapshotId: string): Promise<HostSnapshotResult> {
-    return this.json({ method: 'POST', path: this.sandboxPath(id, '/snapshot'), json: { snapshotId } });
+    return this.json({ method: 'POST', path: this.sandboxPath(id, '/snapshot'), json: { snapshotId } }, Schemas.HostSnapshotResult);
   }
 
   async deleteSnapshot(snapshotId: string): Promise<void> {
-    await this.json({ method: 'DELETE', path: `/v1/snapshots/${encodeURIComponent(snapshotId)}` });
+    await this.call({ method: 'DELETE', path: `/v1/snapshots/${encodeURIComponent(snapshotId)}` });
   }
 
 
   async getSandbox(id: string): Promise<HostSandboxRuntime | undefined> {
     try {
-      return await this.json<HostSandboxRuntime>({ method: 'GET', path: this.sandboxPath(id), timeoutMs: 10_000 });
+      return await this.json({ method: 'GET', path: this.sandboxPath(id), timeoutMs: 10_000 }, Schemas.HostSandboxRuntime);
     } catch (err) {
       if (err instanceof NestboxError && err.code === 'not_found') return undefined;
       throw err;

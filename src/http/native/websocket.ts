@@ -82,9 +82,5 @@ export function attachNativeWebSockets(server: http.Server, services: Services):
 
 /** An open stream or terminal counts as activity for the idle policy, for as long as it is open. */
 export function keepActiveWhileOpen(services: Services, sandboxId: string, onClose: (stop: () => void) => void): void {
-  const timer = setInterval(() => void services.sandboxes.noteActivity(sandboxId).catch(() => undefined), ACTIVITY_TICK_MS);
-  timer.unref();
-  onClose(() => clearInterval(timer));
+  onClose(services.toolbox.keepActive(sandboxId));
 }
-
-const ACTIVITY_TICK_MS = 10_000;
