@@ -3,7 +3,7 @@
 // message-by-message relay to the guest agent through the sandbox's host agent.
 import type http from 'node:http';
 import type { Duplex } from 'node:stream';
-import { NestboxError, publicError } from '../../../core/errors.js';
+import { decodeErrorBody, NestboxError, publicError } from '../../../core/errors.js';
 import type { GuestWebSocketTarget } from '../../../core/guest.js';
 import { TOOLBOX_OPERATIONS } from '../../../core/services/toolbox.js';
 import type { Principal, Scope } from '../../../core/types.js';
@@ -74,7 +74,8 @@ export function attachNativeWebSockets(server: http.Server, services: Services):
     const target = await route.open(services, principal, match, url.searchParams);
 
     const upstream = await connectUpstream(target.url, target.headers, req);
-    if (!upstream.ok) return refuseUpgrade(socket, upstream.status, upstream.body);
+    // A refusal from the guest (or its host agent) goes through the one decoder, like any answer.
+    if (!upstream.ok) throw decodeErrorBody(upstream.status, upstream.body, `the guest agent of sandbox ${match[1]}`);
     acceptAndRelay(req, socket, head, upstream.ws);
     keepActiveWhileOpen(services, match[1], (stop) => upstream.ws.once('close', stop));
   }
