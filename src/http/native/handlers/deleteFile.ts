@@ -1,5 +1,5 @@
 import type { NativeHandler } from '../context.js';
-import { principalOf, sandboxIdOf, queryString } from '../context.js';
+import { principalOf, queryString, sandboxIdOf } from '../context.js';
 import { queryBoolean, untilClientGone } from '../guest-io.js';
 
 export const deleteFile: NativeHandler = async (ctx) => {

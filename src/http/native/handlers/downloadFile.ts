@@ -1,5 +1,5 @@
 import type { NativeHandler } from '../context.js';
-import { principalOf, sandboxIdOf, queryString } from '../context.js';
+import { principalOf, queryString, sandboxIdOf } from '../context.js';
 import { sendStream, untilClientGone } from '../guest-io.js';
 
 /** Streams the file (one Range header honoured); works on stopped sandboxes too. */

@@ -1,5 +1,5 @@
 import type { NativeHandler } from '../context.js';
-import { principalOf, sandboxIdOf, queryString } from '../context.js';
+import { principalOf, queryString, sandboxIdOf } from '../context.js';
 import { queryNumber, untilClientGone } from '../guest-io.js';
 
 export const findFiles: NativeHandler = async (ctx) => {

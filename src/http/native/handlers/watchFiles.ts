@@ -1,5 +1,5 @@
 import type { NativeHandler } from '../context.js';
-import { principalOf, sandboxIdOf, queryString } from '../context.js';
+import { principalOf, queryString, sandboxIdOf } from '../context.js';
 import { countStream, queryBoolean, requireEventStream, sendStream, untilClientGone } from '../guest-io.js';
 
 /** Server-Sent Events of changes below a directory (WebSocket: websocket.ts). */
