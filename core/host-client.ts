@@ -3,7 +3,7 @@
 // (host/protocol/client.ts); core sees only this interface.
 import type { Readable } from 'node:stream';
 import type { GuestClient, GuestView } from './guest.js';
-import type { HostRecord } from './types.js';
+import type { EgressPolicy, HostRecord } from './types.js';
 
 export interface HostSandboxSpec {
   id: string;
@@ -17,15 +17,8 @@ export interface HostSandboxSpec {
   egress?: EgressPolicy;
 }
 
-/**
- * What a sandbox may reach outside (allow all by default). Isolation always applies on top:
- * never the host, other sandboxes, private, loopback or link-local ranges, whatever it says.
- */
-export interface EgressPolicy {
-  mode: 'allow-all' | 'deny-all' | 'allow-list';
-  /** allow-list: IPv4 addresses, IPv4 CIDRs and domain names (resolved by the host agent, refreshed periodically). */
-  allow?: string[];
-}
+// Declared with the sandbox it belongs to (types.ts); re-exported for the host-side callers.
+export type { EgressPolicy } from './types.js';
 
 export interface HostEgressResult {
   egress: EgressPolicy;
