@@ -1,4 +1,3 @@
-import type { Readable } from 'node:stream';
 import type { Db, DbOrTx } from '../store/db.js';
 import { sandboxRepository, sortValueOf, SANDBOX_SORT_KEYS, type SandboxPatch, type SandboxSortKey } from '../store/repositories/sandboxes.js';
 import { errors, NestboxError, toNestboxError } from '../errors.js';
@@ -7,7 +6,8 @@ import { assertCanBegin, assertRunning, isTransitional, OPERATIONS, type Sandbox
 import { failureMessage, Lifecycle, timeoutDeadline } from '../lifecycle.js';
 import { snapshotRepository } from '../store/repositories/snapshots.js';
 import type { IncomingMessage } from 'node:http';
-import type { AgentRequest, AgentWebSocketTarget, EgressPolicy, ExecInput, ExecResult, FileEntry, HostClient, HostSandboxSpec } from '../host-client.js';
+import type { AgentRequest, AgentWebSocketTarget, EgressPolicy, ExecInput, ExecResult, HostClient, HostSandboxSpec } from '../host-client.js';
+import type { GuestClient } from '../guest.js';
 import type { Principal, Sandbox, Scope, Snapshot } from '../types.js';
 import { canSeeSandbox, requireScope } from './auth.js';
 import type { HostService } from './hosts.js';
@@ -693,24 +693,32 @@ export class SandboxService {
     return out;
   }
 
+  /**
+   * The guest agent of sandbox `id` for the toolbox (core/services/toolbox.ts), which has
+   * checked the scope: a paused or idle-stopped sandbox is woken first and the call counts as
+   * activity. With `stoppedDisk`, a sandbox that stays stopped (or failed) is answered from its
+   * host's read-only view of its kept disk instead, without resuming it.
+   */
+  async guestFor(principal: Principal, id: string, operation: string, stoppedDisk = false): Promise<GuestClient> {
+    if (stoppedDisk) {
+      const sandbox = await this.load(principal, id);
+      if ((sandbox.state === 'stopped' || sandbox.state === 'error') && !isWakeable(sandbox)) {
+        return (await this.hosts.clientFor(sandbox.hostId!)).guest(id, 'stopped-disk');
+      }
+    }
+    const { client } = await this.runningSandbox(principal, id, operation);
+    return client.guest(id);
+  }
+
+  /** @deprecated compat only, until it uses Toolbox.exec. */
   async exec(principal: Principal, id: string, input: ExecInput, signal?: AbortSignal): Promise<ExecResult> {
     requireScope(principal, 'sandboxes:exec');
-    const { client } = await this.runningSandbox(principal, id, 'run a command in');
-    return client.exec(id, input, signal);
+    return (await this.guestFor(principal, id, 'run a command in')).exec(input, { signal });
   }
-
-
-  async writeFile(principal: Principal, id: string, path: string, body: Readable, mode?: string): Promise<FileEntry> {
-    requireScope(principal, 'files:write');
-    const { client } = await this.runningSandbox(principal, id, 'write files of');
-    return client.writeFile(id, path, body, mode);
-  }
-
 
   /**
-   * The sandbox's toolbox channel: any guest-agent route (processes, sessions, files, watch),
-   * after the same checks as every other call — scope, visibility, running state. Front doors
-   * (native handlers, compat translators) build the guest path; core owns who may use it.
+   * @deprecated The untyped channel, kept only while compat/ builds guest paths (the Toolbox
+   * replaces it): any guest-agent route after the checks of every other call.
    */
   async agentRequest(principal: Principal, id: string, scope: Scope, operation: string, request: AgentRequest): Promise<IncomingMessage> {
     requireScope(principal, scope);
@@ -718,10 +726,7 @@ export class SandboxService {
     return client.agentRequest(id, request);
   }
 
-  /**
-   * Read-only file calls (download, list, stat) work on a stopped sandbox too: its host serves
-   * them from a read-only view of the kept disk, without resuming it.
-   */
+  /** @deprecated With agentRequest: read-only file routes, served from a stopped sandbox's kept disk. */
   async fileReadRequest(principal: Principal, id: string, operation: string, request: AgentRequest): Promise<IncomingMessage> {
     requireScope(principal, 'files:read');
     const sandbox = await this.load(principal, id);
@@ -732,6 +737,7 @@ export class SandboxService {
     return client.agentRequest(id, request);
   }
 
+  /** @deprecated With agentRequest; the Toolbox has one method per WebSocket. */
   async agentWebSocket(principal: Principal, id: string, scope: Scope, operation: string, path: string): Promise<AgentWebSocketTarget> {
     requireScope(principal, scope);
     const { client } = await this.runningSandbox(principal, id, operation);

@@ -11,12 +11,8 @@ export const uploadFile: NativeHandler = async (ctx) => {
   if (contentType && contentType.startsWith('application/json')) {
     throw new NestboxError('unsupported_media_type', 'body: send the file as raw bytes (application/octet-stream), not JSON');
   }
-  const info = await ctx.services.sandboxes.writeFile(
-    principalOf(ctx),
-    sandboxIdOf(ctx),
-    queryString(ctx, 'path')!,
-    streamedBody(ctx.req, max),
-    queryString(ctx, 'mode'),
-  );
+  const info = await ctx.services.toolbox.writeFile(principalOf(ctx), sandboxIdOf(ctx), queryString(ctx, 'path')!, streamedBody(ctx.req, max), {
+    mode: queryString(ctx, 'mode'),
+  });
   ctx.res.status(200).json(info);
 };
