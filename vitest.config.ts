@@ -4,7 +4,7 @@ import { defineConfig } from 'vitest/config';
 // cgroups and a PostgreSQL server, so files run one at a time; unit tests are fast anyway.
 export default defineConfig({
   test: {
-    include: ['core/**/*.test.ts', 'host/**/*.test.ts', 'src/**/*.test.ts', 'test/**/*.test.ts', 'contract-tests/**/*.test.ts'],
+    include: ['core/**/*.test.ts', 'http-kit/**/*.test.ts', 'host/**/*.test.ts', 'src/**/*.test.ts', 'test/**/*.test.ts', 'contract-tests/**/*.test.ts'],
     exclude: ['node_modules/**', 'dist/**'],
     pool: 'forks',
     fileParallelism: false,

@@ -7,7 +7,7 @@ import { pipeline } from 'node:stream/promises';
 import { NestboxError } from '../../../core/errors.js';
 import type { ByteStream, CallOptions, StreamHeaders } from '../../../core/guest.js';
 import type { NativeContext } from './context.js';
-import { clientGoneSignal, streamedBody } from '../request-body.js';
+import { clientGoneSignal, streamedBody } from '../../../http-kit/request-body.js';
 import { principalOf, queryString, sandboxIdOf } from './context.js';
 
 /** A client that goes away cancels the guest call (and whatever it was doing). */

@@ -9,7 +9,7 @@ import { TOOLBOX_OPERATIONS } from '../../../core/services/toolbox.js';
 import type { Principal, Scope } from '../../../core/types.js';
 import { acceptAndRelay, connectUpstream, refuseUpgrade } from '../../../host/protocol/ws-relay.js';
 import type { Services } from '../../services.js';
-import { isUpgradeClaimed } from '../upgrade-claims.js';
+import { isUpgradeClaimed } from '../../../http-kit/upgrade-claims.js';
 
 interface WebSocketRoute {
   pattern: RegExp;

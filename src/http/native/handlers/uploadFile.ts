@@ -1,7 +1,7 @@
 import type { NativeHandler } from '../context.js';
 import { principalOf, queryString, sandboxIdOf } from '../context.js';
 import { NestboxError } from '../../../../core/errors.js';
-import { streamedBody } from '../../request-body.js';
+import { streamedBody } from '../../../../http-kit/request-body.js';
 
 export const uploadFile: NativeHandler = async (ctx) => {
   const max = ctx.services.config.limits.maxUploadBytes;
