@@ -192,6 +192,14 @@ describe('huge command timeouts (found by the fuzz suite)', () => {
     envdToken = (await t.http.get(`/e2b/sandboxes/${id}`).set('X-API-Key', t.apiKey)).body.envdAccessToken;
   }, 120_000);
 
+  it('native: an id of "." or ".." names nothing: 404 (the typed guest client found the session list there and answered 500; found by the fuzz suite)', async () => {
+    for (const path of [`sessions/.`, `sessions/..`, `sessions/%2E`, `sessions/s1/commands/.`, `commands/..`]) {
+      const r = await raw('GET', `/api/v1/sandboxes/${id}/${path}`, bearer());
+      expect(r.status, `${path}: ${r.text}`).toBe(404);
+      expect(r.json.error.code, path).toBe('not_found');
+    }
+  });
+
   it('Daytona: a timeout past 24 h is a 400 naming it (it ended the command at once with a 504)', async () => {
     const r = await raw('POST', `/daytona/toolbox/${id}/process/execute`, { ...bearer(), 'content-type': 'application/json' }, JSON.stringify({ command: 'exit 3', timeout: 1e9 }));
     expect(r.status).toBe(400);

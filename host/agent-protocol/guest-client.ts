@@ -7,7 +7,7 @@
 import type { IncomingMessage } from 'node:http';
 import type { Readable } from 'node:stream';
 import type { z } from 'zod';
-import { NestboxError } from '../../core/errors.js';
+import { errors, NestboxError } from '../../core/errors.js';
 import type * as Guest from '../../core/guest.js';
 import type { AgentRequest } from '../../core/host-client.js';
 import { errorFromResponse } from '../protocol/error-response.js';
@@ -66,7 +66,15 @@ function withQuery(route: string, params: Query = {}): string {
   return text ? `${route}?${text}` : route;
 }
 
-const id = encodeURIComponent;
+/**
+ * One path segment of the guest's routes, for an id the caller chose. Encoding is not enough for
+ * "." and "..": URL parsers treat them (and %2E) as dot segments, so `/sessions/.` would reach
+ * the session *list*. No id is ever one of them, so such an id names nothing.
+ */
+function segment(kind: string, value: string): string {
+  if (value === '' || value === '.' || value === '..') throw errors.notFound(kind, value);
+  return encodeURIComponent(value);
+}
 
 interface Call {
   method: string;
@@ -181,12 +189,12 @@ export class HttpGuestClient implements Guest.GuestClient {
   }
 
   async getProcess(processId: string, o: Guest.CallOptions = {}): Promise<Guest.ProcessInfo> {
-    return (await this.json(Processes.ProcessInfo, { method: 'GET', path: `/processes/${id(processId)}`, signal: o.signal })).body;
+    return (await this.json(Processes.ProcessInfo, { method: 'GET', path: `/processes/${segment('process', processId)}`, signal: o.signal })).body;
   }
 
   async processOutput(processId: string, input: Guest.OutputInput, o: Guest.CallOptions = {}): Promise<Guest.ProcessOutput> {
     const { offset, stdoutOffset, stderrOffset, encoding, maxBytes } = input;
-    const path = withQuery(`/processes/${id(processId)}/output`, { offset, stdoutOffset, stderrOffset, encoding, maxBytes });
+    const path = withQuery(`/processes/${segment('process', processId)}/output`, { offset, stdoutOffset, stderrOffset, encoding, maxBytes });
     return (await this.json(Processes.OutputResponse, { method: 'GET', path, signal: o.signal })).body;
   }
 
@@ -195,27 +203,27 @@ export class HttpGuestClient implements Guest.GuestClient {
   }
 
   private eventsPath(processId: string, from: Guest.OutputOffsets): string {
-    return withQuery(`/processes/${id(processId)}/events`, { offset: from.offset, stdoutOffset: from.stdoutOffset, stderrOffset: from.stderrOffset });
+    return withQuery(`/processes/${segment('process', processId)}/events`, { offset: from.offset, stdoutOffset: from.stdoutOffset, stderrOffset: from.stderrOffset });
   }
 
   writeStdin(processId: string, body: Readable | Buffer, o: Guest.CallOptions = {}): Promise<void> {
-    return this.noContent({ method: 'POST', path: `/processes/${id(processId)}/stdin`, body, headers: { 'content-type': 'application/octet-stream' }, signal: o.signal });
+    return this.noContent({ method: 'POST', path: `/processes/${segment('process', processId)}/stdin`, body, headers: { 'content-type': 'application/octet-stream' }, signal: o.signal });
   }
 
   closeStdin(processId: string, o: Guest.CallOptions = {}): Promise<void> {
-    return this.noContent({ method: 'POST', path: `/processes/${id(processId)}/stdin/close`, signal: o.signal });
+    return this.noContent({ method: 'POST', path: `/processes/${segment('process', processId)}/stdin/close`, signal: o.signal });
   }
 
   signalProcess(processId: string, signal: Guest.ProcessSignal, o: Guest.CallOptions = {}): Promise<void> {
-    return this.noContent({ method: 'POST', path: `/processes/${id(processId)}/signal`, json: { signal }, signal: o.signal });
+    return this.noContent({ method: 'POST', path: `/processes/${segment('process', processId)}/signal`, json: { signal }, signal: o.signal });
   }
 
   resizeTerminal(processId: string, size: Guest.TerminalSize, o: Guest.CallOptions = {}): Promise<void> {
-    return this.noContent({ method: 'POST', path: `/processes/${id(processId)}/resize`, json: size, signal: o.signal });
+    return this.noContent({ method: 'POST', path: `/processes/${segment('process', processId)}/resize`, json: size, signal: o.signal });
   }
 
   killProcess(processId: string, o: Guest.CallOptions = {}): Promise<void> {
-    return this.noContent({ method: 'DELETE', path: `/processes/${id(processId)}`, signal: o.signal });
+    return this.noContent({ method: 'DELETE', path: `/processes/${segment('process', processId)}`, signal: o.signal });
   }
 
   async createSession(input: Guest.CreateSessionInput, o: Guest.CallOptions = {}): Promise<Guest.SessionCreated> {
@@ -227,20 +235,20 @@ export class HttpGuestClient implements Guest.GuestClient {
   }
 
   async getSession(sessionId: string, o: Guest.CallOptions = {}): Promise<Guest.SessionInfo> {
-    return (await this.json(Processes.SessionInfo, { method: 'GET', path: `/sessions/${id(sessionId)}`, signal: o.signal })).body;
+    return (await this.json(Processes.SessionInfo, { method: 'GET', path: `/sessions/${segment('session', sessionId)}`, signal: o.signal })).body;
   }
 
   deleteSession(sessionId: string, o: Guest.CallOptions = {}): Promise<void> {
-    return this.noContent({ method: 'DELETE', path: `/sessions/${id(sessionId)}`, signal: o.signal });
+    return this.noContent({ method: 'DELETE', path: `/sessions/${segment('session', sessionId)}`, signal: o.signal });
   }
 
   async runSessionCommand(sessionId: string, input: Guest.SessionCommandInput, o: Guest.CallOptions = {}): Promise<Guest.SessionCommandRun> {
-    const { status, body } = await this.json(Processes.SessionCommand, { method: 'POST', path: `/sessions/${id(sessionId)}/commands`, json: input, signal: o.signal });
+    const { status, body } = await this.json(Processes.SessionCommand, { method: 'POST', path: `/sessions/${segment('session', sessionId)}/commands`, json: input, signal: o.signal });
     return { status: status === 202 ? 202 : 200, command: body };
   }
 
   async getSessionCommand(sessionId: string, commandId: string, o: Guest.CallOptions = {}): Promise<Guest.SessionCommand> {
-    return (await this.json(Processes.SessionCommand, { method: 'GET', path: `/sessions/${id(sessionId)}/commands/${id(commandId)}`, signal: o.signal })).body;
+    return (await this.json(Processes.SessionCommand, { method: 'GET', path: `/sessions/${segment('session', sessionId)}/commands/${segment('command', commandId)}`, signal: o.signal })).body;
   }
 
   readFile(path: string, input: { range?: Guest.RangeHeader }, o: Guest.CallOptions = {}): Promise<Guest.ByteStream> {
@@ -323,11 +331,11 @@ export class HttpGuestClient implements Guest.GuestClient {
   }
 
   async watcherEvents(watcherId: string, o: Guest.CallOptions = {}): Promise<Guest.WatcherEvents> {
-    return (await this.json(Files.WatcherEventsResponse, { method: 'GET', path: `/files/watchers/${id(watcherId)}/events`, signal: o.signal })).body;
+    return (await this.json(Files.WatcherEventsResponse, { method: 'GET', path: `/files/watchers/${segment('watcher', watcherId)}/events`, signal: o.signal })).body;
   }
 
   deleteWatcher(watcherId: string, o: Guest.CallOptions = {}): Promise<void> {
-    return this.noContent({ method: 'DELETE', path: `/files/watchers/${id(watcherId)}`, signal: o.signal });
+    return this.noContent({ method: 'DELETE', path: `/files/watchers/${segment('watcher', watcherId)}`, signal: o.signal });
   }
 
   processEventsSocket(processId: string, from: Guest.OutputOffsets): Guest.GuestWebSocketTarget {
@@ -335,7 +343,7 @@ export class HttpGuestClient implements Guest.GuestClient {
   }
 
   terminalSocket(processId: string): Guest.GuestWebSocketTarget {
-    return this.socketTarget(`/processes/${id(processId)}/pty`);
+    return this.socketTarget(`/processes/${segment('process', processId)}/pty`);
   }
 
   watchSocket(input: Partial<Guest.WatchInput>): Guest.GuestWebSocketTarget {
