@@ -7,6 +7,7 @@ import { randomBytes } from 'node:crypto';
 import knexFactory from 'knex';
 import supertest from 'supertest';
 import { loadConfig } from '../src/config.js';
+import { createLogger } from '../src/logger.js';
 import { startServer, type RunningServer } from '../src/server.js';
 import { generateApiKey } from '../core/services/auth.js';
 import { serverSentEvents } from '../host/protocol/sse.js';
@@ -107,7 +108,8 @@ export async function startTestServer(opts: { database?: 'postgres' | 'pglite'; 
       ...opts.env,
     }),
   );
-  const server = await startServer(config, (m) => logs.push(m));
+  // The server's own JSON lines (and the host agent's, relayed), kept for assertions and failures.
+  const server = await startServer(config, createLogger({ level: config.logLevel }, { write: (line) => logs.push(line.trimEnd()) }));
   const http = supertest(server.url);
   await waitFor('a registered host agent', async () => {
     const res = await http.get('/api/v1/health');
