@@ -153,7 +153,8 @@ export async function startServer(config: Config, logger: Logger = createLogger(
       config,
       controlPlaneUrl: `http://127.0.0.1:${port}`,
       secret: deriveHostSecret(hostSecret, config.hostAgent.hostId),
-      logger: logger.child({ component: 'host-agent' }),
+      // The root logger: the host agent's records carry their own component and hostId.
+      logger,
     });
     supervisor.start();
   }
