@@ -61,6 +61,7 @@ export async function startServer(config: Config, logger: Logger = createLogger(
     db,
     (host) => new HttpHostClient({ hostId: host.id, baseUrl: host.url, secret: deriveHostSecret(hostSecret, host.id) }),
     Math.max(10_000, config.hostAgent.heartbeatIntervalMs * 5),
+    logger.child({ component: 'hosts' }),
   );
   const auth = new AuthService(db);
   const sandboxes = new SandboxService(
