@@ -8,6 +8,7 @@ import knexFactory from 'knex';
 import supertest from 'supertest';
 import { loadConfig } from '../src/config.js';
 import { createLogger } from '../src/logger.js';
+import { silentLogger } from '../core/logger.js';
 import { startServer, type RunningServer } from '../src/server.js';
 import { generateApiKey } from '../core/services/auth.js';
 import { serverSentEvents } from '../host/protocol/sse.js';
@@ -222,7 +223,7 @@ async function removeLeftSandboxes(dataDir: string, databaseUrl: string): Promis
   const left = (await db('sandboxes').whereNot({ state: 'deleted' }).count<{ count: string }[]>('id as count'))[0];
   await db.destroy();
   if (Number(left.count) === 0) return;
-  const server = await startServer(loadConfig(testEnv(dataDir, { NESTBOX_DATABASE_URL: databaseUrl })), () => undefined);
+  const server = await startServer(loadConfig(testEnv(dataDir, { NESTBOX_DATABASE_URL: databaseUrl })), silentLogger);
   try {
     const started = new Date();
     // Only once this server's own host agent has registered (the row's URL is then its own).
