@@ -8,6 +8,7 @@ import http from 'node:http';
 import { pipeline } from 'node:stream/promises';
 import { parseArgs } from 'node:util';
 import { loadConfig } from '../src/config.js';
+import { createLogger } from '../src/logger.js';
 import { startServer } from '../src/server.js';
 import { generateApiKey } from '../core/services/auth.js';
 import { unmountReflinkStore } from '../host/storage/disk-store.js';
@@ -112,7 +113,7 @@ async function main(): Promise<void> {
     NESTBOX_REFLINK_STORE: values.reflink ? 'auto' : 'off',
   });
   const logs: string[] = [];
-  const server = await startServer(config, (m) => logs.push(m));
+  const server = await startServer(config, createLogger({ level: config.logLevel }, { write: (line) => logs.push(line.trimEnd()) }));
   const base = `${server.url}/api/v1`;
   const created: string[] = [];
   try {

@@ -32,16 +32,18 @@ async function main(argv: string[]): Promise<void> {
         stopOn(supervisor.stop);
         return;
       }
+      const { createLogger } = await import('./logger.js');
+      const logger = createLogger({ level: config.logLevel });
       if (isWorker) {
         // A rejected promise nobody awaited is a bug in one request's handling, not a reason to
         // drop every other request: log it and keep serving. Exceptions still end the worker
         // (its state may be broken), and the supervisor starts a fresh one.
         process.on('unhandledRejection', (reason) => {
-          console.error(`unhandled rejection (the worker keeps running): ${reason instanceof Error ? (reason.stack ?? reason.message) : String(reason)}`);
+          logger.error({ component: 'server', err: reason }, `unhandled rejection (the worker keeps running): ${reason instanceof Error ? reason.message : String(reason)}`);
         });
       }
       const { startServer } = await import('./server.js');
-      const server = await startServer(config);
+      const server = await startServer(config, logger);
       let closing: Promise<void> | undefined;
       const close = () => (closing ??= server.close());
       stopOn(close);

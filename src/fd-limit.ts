@@ -6,6 +6,7 @@
 // reported, not silently lived with.
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import type { Logger } from '../core/logger.js';
 
 /** Below this hard limit a busy host runs out of descriptors before the stream caps bite. */
 const LOW_HARD_LIMIT = 65_536;
@@ -31,7 +32,7 @@ export function openFileLimit(pid: number | 'self' = 'self'): OpenFileLimit | un
 }
 
 /** Soft limit up to the hard limit (if Node has not done it); the limit in effect afterwards. */
-export function raiseOpenFileLimit(log: (m: string) => void): OpenFileLimit | undefined {
+export function raiseOpenFileLimit(log: Logger): OpenFileLimit | undefined {
   const before = openFileLimit();
   if (!before) return undefined;
   if (before.soft < before.hard) {
@@ -39,10 +40,10 @@ export function raiseOpenFileLimit(log: (m: string) => void): OpenFileLimit | un
       const hard = before.hard === Infinity ? 'unlimited' : String(before.hard);
       execFileSync('prlimit', ['--pid', String(process.pid), `--nofile=${hard}:${hard}`], { stdio: 'ignore', timeout: 5_000 });
     } catch (err) {
-      log(`could not raise the open files limit from ${before.soft} (prlimit from util-linux is needed): ${(err as Error).message}`);
+      log.warn(`could not raise the open files limit from ${before.soft} (prlimit from util-linux is needed): ${(err as Error).message}`);
     }
   }
   const after = openFileLimit() ?? before;
-  if (after.hard < LOW_HARD_LIMIT) log(`the open files limit is ${after.soft} (hard ${after.hard}); raise the hard limit (systemd LimitNOFILE=, ulimit -Hn) for many concurrent streams`);
+  if (after.hard < LOW_HARD_LIMIT) log.warn(`the open files limit is ${after.soft} (hard ${after.hard}); raise the hard limit (systemd LimitNOFILE=, ulimit -Hn) for many concurrent streams`);
   return after;
 }

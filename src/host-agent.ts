@@ -9,6 +9,8 @@ import type { Driver } from '../host/drivers/types.js';
 import { ensureBaseImage } from '../host/images/base-image.js';
 import { HEARTBEAT_PATH, type Heartbeat } from '../host/protocol/schemas.js';
 import { GUEST_AGENT_BUNDLE } from './paths.js';
+import type { Logger } from '../core/logger.js';
+import { createLogger } from './logger.js';
 import { raiseOpenFileLimit } from './fd-limit.js';
 
 export interface RunningHostAgent {
@@ -16,8 +18,10 @@ export interface RunningHostAgent {
   close(): Promise<void>;
 }
 
-export async function startHostAgent(config: Config, log: (m: string) => void = (m) => console.log(m)): Promise<RunningHostAgent> {
+/** `logger` defaults to JSON lines on stdout at NESTBOX_LOG_LEVEL, each with `component` and `hostId`. */
+export async function startHostAgent(config: Config, logger?: Logger): Promise<RunningHostAgent> {
   const ha = config.hostAgent;
+  const log = logger ?? createLogger({ level: config.logLevel, base: { component: 'host-agent', hostId: ha.hostId } });
   if (!ha.secret) throw new ConfigError('invalid configuration:\n  NESTBOX_HOST_AGENT_SECRET: required for a host agent');
   if (!ha.controlPlaneUrl) throw new ConfigError('invalid configuration:\n  NESTBOX_CONTROL_PLANE_URL: required for a host agent');
   raiseOpenFileLimit(log);
@@ -25,7 +29,7 @@ export async function startHostAgent(config: Config, log: (m: string) => void = 
 
   // Build (or reuse) the base image before registering, so the first create is not the one
   // that waits for debootstrap.
-  if (ha.driver === 'local') await ensureBaseImage({ imagesDir: config.imagesDir, name: 'default', onProgress: (line) => log(`image: ${line}`) });
+  if (ha.driver === 'local') await ensureBaseImage({ imagesDir: config.imagesDir, name: 'default', onProgress: (line) => log.info(`image: ${line}`) });
 
   const driver: Driver =
     ha.driver === 'cloud-hypervisor'
@@ -44,14 +48,14 @@ export async function startHostAgent(config: Config, log: (m: string) => void = 
         egressRefreshMs: ha.egressRefreshSeconds * 1000,
         userNamespaceBase: ha.userNamespaceBase,
         maxUserNamespaces: ha.maxUserNamespaces,
-        log,
+        logger: log,
       });
   await driver.init();
 
-  const server = new HostAgentServer({ hostId: ha.hostId, secret: ha.secret, driver, log });
+  const server = new HostAgentServer({ hostId: ha.hostId, secret: ha.secret, driver, logger: log });
   const port = await server.listen(ha.listenPort, ha.listenHost);
   const url = ha.advertisedUrl ?? `http://${ha.listenHost}:${port}`;
-  log(`host agent ${ha.hostId} (${driver.name} driver) listening on ${url}`);
+  log.info({ url }, `host agent ${ha.hostId} (${driver.name} driver) listening on ${url}`);
 
   let stopped = false;
   const heartbeat = async () => {
@@ -74,11 +78,11 @@ export async function startHostAgent(config: Config, log: (m: string) => void = 
   const beat = async () => {
     try {
       await heartbeat();
-      if (lastFailure) log('heartbeat: control plane reachable again');
+      if (lastFailure) log.info('heartbeat: control plane reachable again');
       lastFailure = '';
     } catch (err) {
       const message = err instanceof Error ? err.message : String(err);
-      if (message !== lastFailure) log(`heartbeat failed: ${message}`);
+      if (message !== lastFailure) log.warn(`heartbeat failed: ${message}`);
       lastFailure = message;
     }
   };
@@ -108,7 +112,7 @@ export async function startHostAgent(config: Config, log: (m: string) => void = 
   const parentPid = process.ppid;
   const parentWatch = setInterval(() => {
     if (ha.exitWithParent && process.ppid !== parentPid) {
-      log('parent process is gone; host agent exiting (sandboxes keep running)');
+      log.warn('parent process is gone; host agent exiting (sandboxes keep running)');
       void close().then(() => process.exit(0));
     }
   }, 500);
@@ -119,11 +123,11 @@ export async function startHostAgent(config: Config, log: (m: string) => void = 
  * NESTBOX_DRIVER=cloud-hypervisor: every sandbox a microVM. The VM image is built (or reused)
  * before registering, for the same reason as the base image above.
  */
-async function createCloudHypervisorDriver(config: Config, log: (m: string) => void): Promise<Driver> {
+async function createCloudHypervisorDriver(config: Config, log: Logger): Promise<Driver> {
   const ha = config.hostAgent;
   const { ChDriver } = await import('../host/drivers/cloud-hypervisor/driver.js');
   const { ensureVmImage } = await import('../host/images/vm-image.js');
-  await ensureVmImage({ imagesDir: config.imagesDir, guestAgentBundle: GUEST_AGENT_BUNDLE(), onProgress: (line) => log(`image: ${line}`) });
+  await ensureVmImage({ imagesDir: config.imagesDir, guestAgentBundle: GUEST_AGENT_BUNDLE(), onProgress: (line) => log.info(`image: ${line}`) });
   return new ChDriver({
     dataDir: config.dataDir,
     imagesDir: config.imagesDir,
@@ -132,6 +136,6 @@ async function createCloudHypervisorDriver(config: Config, log: (m: string) => v
     subnet: ha.subnet,
     memoryRestoreMode: ha.chMemoryRestore,
     reflinkStore: ha.reflinkStore === 'auto' ? { imagePath: `${config.dataDir}/store.xfs`, sizeBytes: ha.reflinkStoreGiB * 1024 ** 3 } : 'off',
-    log,
+    logger: log,
   });
 }

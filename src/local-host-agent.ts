@@ -4,6 +4,8 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { rmSync, writeFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { join } from 'node:path';
+import type { Logger } from '../core/logger.js';
+import { relayChildLine } from './logger.js';
 import type { Config } from './config.js';
 import { CLI_ENTRY } from './paths.js';
 import { hostAgentPidFile } from './supervisor.js';
@@ -12,7 +14,8 @@ export interface SupervisorOptions {
   config: Config;
   controlPlaneUrl: string;
   secret: string;
-  log: (m: string) => void;
+  /** The server's logger: the host agent's own records are passed on with their fields. */
+  logger: Logger;
 }
 
 export class LocalHostAgentSupervisor {
@@ -20,8 +23,12 @@ export class LocalHostAgentSupervisor {
   private stopping = false;
   private restarts = 0;
   private restartTimer: NodeJS.Timeout | undefined;
+  /** Lines about the child, and whatever it writes that is not a log record. */
+  private readonly log: Logger;
 
-  constructor(private readonly opts: SupervisorOptions) {}
+  constructor(private readonly opts: SupervisorOptions) {
+    this.log = opts.logger.child({ component: 'local-host-agent' });
+  }
 
   start(): void {
     const { config } = this.opts;
@@ -52,16 +59,15 @@ export class LocalHostAgentSupervisor {
     // The server's supervisor waits for this pid to be gone before it starts a new worker, so
     // two host agents never run on one data dir (src/supervisor.ts).
     if (child.pid) writeFileSync(hostAgentPidFile(config), `${child.pid}\n`);
-    for (const stream of [child.stdout!, child.stderr!]) {
-      createInterface({ input: stream }).on('line', (line) => this.opts.log(`[host-agent] ${line}`));
-    }
+    createInterface({ input: child.stdout! }).on('line', (line) => relayChildLine(this.opts.logger, line, (text) => this.log.info(`[host-agent] ${text}`)));
+    createInterface({ input: child.stderr! }).on('line', (line) => relayChildLine(this.opts.logger, line, (text) => this.log.warn(`[host-agent] ${text}`)));
     child.on('exit', (code, signal) => {
       this.child = undefined;
       rmSync(hostAgentPidFile(config), { force: true });
       if (this.stopping) return;
       // Back off so a host agent that cannot start (e.g. missing tools) does not spin.
       const delay = Math.min(30_000, 1000 * 2 ** Math.min(this.restarts++, 5));
-      this.opts.log(`[host-agent] exited (${signal ?? code}); restarting in ${delay} ms`);
+      this.log.error({ childPid: child.pid }, `host agent exited (${signal ?? code}); restarting in ${delay} ms`);
       this.restartTimer = setTimeout(() => this.start(), delay);
     });
   }

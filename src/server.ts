@@ -24,6 +24,8 @@ import { projectPath } from './paths.js';
 import { raiseOpenFileLimit } from './fd-limit.js';
 import { applyServerTimeouts, guardUpgrades } from './http/slow-clients.js';
 import { StreamLimits } from './http/stream-limits.js';
+import type { Logger } from '../core/logger.js';
+import { createLogger } from './logger.js';
 import type { Services } from './services.js';
 
 export interface RunningServer {
@@ -45,7 +47,9 @@ function dataDirSecret(config: Config, file: string, make: () => string): string
   return value;
 }
 
-export async function startServer(config: Config, log: (m: string) => void = (m) => console.log(m)): Promise<RunningServer> {
+/** `logger` defaults to JSON lines on stdout at NESTBOX_LOG_LEVEL (tests pass one that keeps them). */
+export async function startServer(config: Config, logger: Logger = createLogger({ level: config.logLevel })): Promise<RunningServer> {
+  const log = logger.child({ component: 'server' });
   raiseOpenFileLimit(log);
   mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
   chmodSync(config.dataDir, 0o700);
@@ -58,6 +62,7 @@ export async function startServer(config: Config, log: (m: string) => void = (m)
     db,
     (host) => new HttpHostClient({ hostId: host.id, baseUrl: host.url, secret: deriveHostSecret(hostSecret, host.id) }),
     Math.max(10_000, config.hostAgent.heartbeatIntervalMs * 5),
+    logger.child({ component: 'hosts' }),
   );
   const auth = new AuthService(db);
   const sandboxes = new SandboxService(
@@ -90,7 +95,8 @@ export async function startServer(config: Config, log: (m: string) => void = (m)
   if (bootstrap.generatedKey) {
     const keyFile = join(config.dataDir, 'bootstrap-api-key');
     writeFileSync(keyFile, bootstrap.generatedKey + '\n', { mode: 0o600 });
-    log(`created the first API key (admin, organisation "default"); it is shown once and kept in ${keyFile}:\n\n    ${bootstrap.generatedKey}\n`);
+    // warn, not info: shown unless NESTBOX_LOG_LEVEL=error, since nobody can log in without it.
+    log.warn({ keyFile }, `created the first API key (admin, organisation "default"); it is shown once and kept in ${keyFile}:\n\n    ${bootstrap.generatedKey}\n`);
   }
 
   const services: Services = {
@@ -114,7 +120,8 @@ export async function startServer(config: Config, log: (m: string) => void = (m)
     streams: new StreamLimits({ perKey: config.limits.maxStreamsPerKey, perSandbox: config.limits.maxStreamsPerSandbox }),
     hostSecret,
     nativeSpecText: readFileSync(projectPath('openapi/native.yaml'), 'utf8'),
-    log,
+    logger: log,
+    log: (message) => log.error(message),
   };
   const server = http.createServer(createApp(services));
   // Slow clients: header, request and upgrade deadlines (bodies stalling: createApp).
@@ -139,7 +146,7 @@ export async function startServer(config: Config, log: (m: string) => void = (m)
     instanceId,
     intervalMs: config.backgroundIntervalMs,
     instanceTimeoutMs: config.database.kind === 'pglite' ? 0 : Math.max(15_000, config.backgroundIntervalMs * 5),
-    log,
+    logger: logger.child({ component: 'background' }),
   });
   await background.start();
 
@@ -149,11 +156,12 @@ export async function startServer(config: Config, log: (m: string) => void = (m)
       config,
       controlPlaneUrl: `http://127.0.0.1:${port}`,
       secret: deriveHostSecret(hostSecret, config.hostAgent.hostId),
-      log,
+      // The root logger: the host agent's records carry their own component and hostId.
+      logger,
     });
     supervisor.start();
   }
-  log(`nestbox server listening on ${url} (database: ${config.database.kind}, data: ${config.dataDir})`);
+  log.info({ url }, `nestbox server listening on ${url} (database: ${config.database.kind}, data: ${config.dataDir})`);
 
   return {
     url,

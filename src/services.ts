@@ -1,3 +1,4 @@
+import type { Logger } from '../core/logger.js';
 import type { Config } from './config.js';
 import type { CompatPort } from '../core/compat-port.js';
 import type { Db } from '../core/store/db.js';
@@ -34,6 +35,12 @@ export interface Services extends CompatPort {
   /** Master secret from which host-agent secrets are derived. */
   hostSecret: string;
   nativeSpecText: string;
+  /** The server's logger; per request, `requestLogger(req, logger)` (http/request-id.ts) adds the request id. */
+  logger: Logger;
+  /**
+   * Error lines of the front doors that still take a function (compat, native, port proxy):
+   * `logger.error` of the line. Kept until those take the Logger.
+   */
   log: (message: string) => void;
 }
 

@@ -12,6 +12,8 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Config } from './config.js';
+import type { Logger } from '../core/logger.js';
+import { createLogger } from './logger.js';
 import { CLI_ENTRY } from './paths.js';
 
 /** The worker's exit code for "restarting will not help" (bad configuration): EX_CONFIG. */
@@ -55,7 +57,9 @@ export interface Supervisor {
   stop(): Promise<void>;
 }
 
-export function superviseServer(config: Config, log: (m: string) => void = (m) => console.log(m)): Supervisor {
+/** `logger` defaults to JSON lines on stdout at NESTBOX_LOG_LEVEL; the worker writes its own to the same stdout. */
+export function superviseServer(config: Config, logger: Logger = createLogger({ level: config.logLevel })): Supervisor {
+  const log = logger.child({ component: 'supervisor' });
   let child: ChildProcess | undefined;
   let stopping = false;
   let failures = 0;
@@ -74,22 +78,22 @@ export function superviseServer(config: Config, log: (m: string) => void = (m) =
     child = worker;
     // A spawn that fails (no exit follows) is retried like a crash.
     worker.once('error', (err) => {
-      log(`[supervisor] could not run the worker: ${err.message}`);
+      log.error(`could not run the worker: ${err.message}`);
       if (worker.pid === undefined && !stopping) restartTimer = setTimeout(() => void start(), 5_000);
     });
     // The pipe to a worker that died mid-write must not fail the supervisor.
     worker.stdin?.on('error', () => undefined);
-    log(`[supervisor] control plane worker started (pid ${worker.pid})`);
+    log.info({ workerPid: worker.pid }, `control plane worker started (pid ${worker.pid})`);
     worker.once('exit', (code, signal) => {
       child = undefined;
       if (stopping) return;
       if (code === WORKER_FATAL_EXIT_CODE) {
-        log('[supervisor] the worker cannot start with this configuration; not restarting');
+        log.error('the worker cannot start with this configuration; not restarting');
         process.exit(1);
       }
       if (Date.now() - startedAt >= STABLE_RUN_MS) failures = 0;
       const delay = Math.min(30_000, 500 * 2 ** Math.min(failures++, 6));
-      log(`[supervisor] control plane worker exited (${signal ?? `code ${code}`}); restarting in ${delay} ms`);
+      log.error({ workerPid: worker.pid }, `control plane worker exited (${signal ?? `code ${code}`}); restarting in ${delay} ms`);
       restartTimer = setTimeout(() => void start(), delay);
     });
   };

@@ -9,6 +9,7 @@ import net from 'node:net';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { silentLogger } from '../core/logger.js';
 import { NestboxError } from '../core/errors.js';
 import { AgentClient, AgentRequestError } from '../host/agent-protocol/client.js';
 import { HostAgentServer } from '../host/agent/server.js';
@@ -117,7 +118,7 @@ beforeAll(async () => {
     if ((error as NodeJS.ErrnoException).code !== 'ENOSPC') throw error;
   }
   guest = await startTestAgent({ home: disk });
-  host = new HostAgentServer({ hostId: 'local', secret: SECRET, driver: standInDriver(guest), log: () => {} });
+  host = new HostAgentServer({ hostId: 'local', secret: SECRET, driver: standInDriver(guest), logger: silentLogger });
   port = await host.listen(0, '127.0.0.1');
 });
 

@@ -7,6 +7,8 @@ import { randomBytes } from 'node:crypto';
 import knexFactory from 'knex';
 import supertest from 'supertest';
 import { loadConfig } from '../src/config.js';
+import { createLogger } from '../src/logger.js';
+import { silentLogger } from '../core/logger.js';
 import { startServer, type RunningServer } from '../src/server.js';
 import { generateApiKey } from '../core/services/auth.js';
 import { serverSentEvents } from '../host/protocol/sse.js';
@@ -107,7 +109,8 @@ export async function startTestServer(opts: { database?: 'postgres' | 'pglite'; 
       ...opts.env,
     }),
   );
-  const server = await startServer(config, (m) => logs.push(m));
+  // The server's own JSON lines (and the host agent's, relayed), kept for assertions and failures.
+  const server = await startServer(config, createLogger({ level: config.logLevel }, { write: (line) => logs.push(line.trimEnd()) }));
   const http = supertest(server.url);
   await waitFor('a registered host agent', async () => {
     const res = await http.get('/api/v1/health');
@@ -220,7 +223,7 @@ async function removeLeftSandboxes(dataDir: string, databaseUrl: string): Promis
   const left = (await db('sandboxes').whereNot({ state: 'deleted' }).count<{ count: string }[]>('id as count'))[0];
   await db.destroy();
   if (Number(left.count) === 0) return;
-  const server = await startServer(loadConfig(testEnv(dataDir, { NESTBOX_DATABASE_URL: databaseUrl })), () => undefined);
+  const server = await startServer(loadConfig(testEnv(dataDir, { NESTBOX_DATABASE_URL: databaseUrl })), silentLogger);
   try {
     const started = new Date();
     // Only once this server's own host agent has registered (the row's URL is then its own).

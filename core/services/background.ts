@@ -5,6 +5,7 @@ import { errors, toNestboxError } from '../errors.js';
 import { hostViewOf, Lifecycle } from '../lifecycle.js';
 import { OPERATIONS, TRANSITIONAL_STATES, type HostView } from '../state-machine.js';
 import type { Sandbox } from '../types.js';
+import type { Logger } from '../logger.js';
 import type { Knex } from 'knex';
 import type { IdempotencyService } from './idempotency.js';
 import type { HostService } from './hosts.js';
@@ -16,7 +17,8 @@ export interface BackgroundOptions {
   intervalMs: number;
   /** An instance silent for this long is dead; its in-flight operations are taken over. */
   instanceTimeoutMs: number;
-  log: (message: string) => void;
+  /** Lines about one sandbox carry `sandboxId` and the `operation` the pass runs on it. */
+  logger: Logger;
 }
 
 /**
@@ -64,7 +66,7 @@ export class BackgroundJobs {
         await this.deleteAfterStop();
         await this.idempotency.removeExpired();
       } catch (err) {
-        this.opts.log(`background pass failed: ${toNestboxError(err).message}`);
+        this.opts.logger.error(`background pass failed: ${toNestboxError(err).message}`);
       } finally {
         this.running = undefined;
       }
@@ -75,9 +77,10 @@ export class BackgroundJobs {
   async stopExpired(): Promise<number> {
     const claimed = await sandboxRepository(this.db).claimExpired(new Date(), 20, this.lifecycle.claimPatch(OPERATIONS.stop));
     for (const sandbox of claimed) {
-      this.opts.log(`sandbox ${sandbox.id} reached its timeout; stopping it`);
+      const log = this.opts.logger.child({ sandboxId: sandbox.id, operation: 'stop' });
+      log.info('reached its timeout; stopping it');
       await this.sandboxes.finishStop(sandbox, sandbox.operationId!, 'timeout').catch((err) => {
-        this.opts.log(`timeout stop of ${sandbox.id} failed: ${toNestboxError(err).message}`);
+        log.error(`timeout stop failed: ${toNestboxError(err).message}`);
       });
     }
     return claimed.length;
@@ -95,13 +98,15 @@ export class BackgroundJobs {
     });
     const toPause = await repo.claim(idle('pause'), 20, this.lifecycle.claimPatch(OPERATIONS.pause));
     for (const sandbox of toPause) {
-      this.opts.log(`sandbox ${sandbox.id} idle for ${sandbox.idleTimeoutSeconds} s; pausing it`);
-      await this.sandboxes.finishPause(sandbox, sandbox.operationId!, 'idle').catch((err) => this.opts.log(`idle pause of ${sandbox.id} failed: ${toNestboxError(err).message}`));
+      const log = this.opts.logger.child({ sandboxId: sandbox.id, operation: 'pause' });
+      log.info(`idle for ${sandbox.idleTimeoutSeconds} s; pausing it`);
+      await this.sandboxes.finishPause(sandbox, sandbox.operationId!, 'idle').catch((err) => log.error(`idle pause failed: ${toNestboxError(err).message}`));
     }
     const toStop = await repo.claim(idle('stop'), 20, this.lifecycle.claimPatch(OPERATIONS.stop));
     for (const sandbox of toStop) {
-      this.opts.log(`sandbox ${sandbox.id} idle for ${sandbox.idleTimeoutSeconds} s; stopping it`);
-      await this.sandboxes.finishStop(sandbox, sandbox.operationId!, 'idle').catch((err) => this.opts.log(`idle stop of ${sandbox.id} failed: ${toNestboxError(err).message}`));
+      const log = this.opts.logger.child({ sandboxId: sandbox.id, operation: 'stop' });
+      log.info(`idle for ${sandbox.idleTimeoutSeconds} s; stopping it`);
+      await this.sandboxes.finishStop(sandbox, sandbox.operationId!, 'idle').catch((err) => log.error(`idle stop failed: ${toNestboxError(err).message}`));
     }
     return toPause.length + toStop.length;
   }
@@ -117,8 +122,9 @@ export class BackgroundJobs {
       this.lifecycle.claimPatch(OPERATIONS.delete),
     );
     for (const sandbox of claimed) {
-      this.opts.log(`sandbox ${sandbox.id} stopped ${sandbox.autoDeleteSeconds} s ago; deleting it (auto-delete)`);
-      await this.sandboxes.finishDelete(sandbox, sandbox.operationId!).catch((err) => this.opts.log(`auto-delete of ${sandbox.id} failed: ${toNestboxError(err).message}`));
+      const log = this.opts.logger.child({ sandboxId: sandbox.id, operation: 'delete' });
+      log.info(`stopped ${sandbox.autoDeleteSeconds} s ago; deleting it (auto-delete)`);
+      await this.sandboxes.finishDelete(sandbox, sandbox.operationId!).catch((err) => log.error(`auto-delete failed: ${toNestboxError(err).message}`));
     }
     return claimed.length;
   }
@@ -130,7 +136,7 @@ export class BackgroundJobs {
     const alive = [...new Set([...others, this.opts.instanceId])];
     const orphans = await sandboxRepository(this.db).findOrphanedOperations(TRANSITIONAL_STATES, alive, 50);
     for (const sandbox of orphans) {
-      await this.takeOver(sandbox).catch((err) => this.opts.log(`reconcile of ${sandbox.id} failed: ${toNestboxError(err).message}`));
+      await this.takeOver(sandbox).catch((err) => this.opts.logger.error({ sandboxId: sandbox.id }, `reconcile failed: ${toNestboxError(err).message}`));
     }
     return orphans.length;
   }
@@ -145,7 +151,7 @@ export class BackgroundJobs {
     if (!adopted) return;
     const { sandbox, operation, operationId } = adopted;
     const name = sandbox.operation ?? operation.name;
-    this.opts.log(`taking over interrupted ${name} of sandbox ${sandbox.id}`);
+    this.opts.logger.info({ sandboxId: sandbox.id, operation: name }, `taking over interrupted ${name}`);
     if (operation.takeover === 'finish') {
       // The reason of an interrupted stop is written with its outcome, so it is not known here.
       if (operation.name === 'stop') await this.sandboxes.finishStop(sandbox, operationId, 'user');

@@ -6,6 +6,7 @@ import { NestboxError } from '../errors.js';
 import { applyEvent } from '../lifecycle.js';
 import { EVENTS } from '../state-machine.js';
 import type { HostClient, HostClientFactory, HostSandboxRuntime } from '../host-client.js';
+import { silentLogger, type Logger } from '../logger.js';
 import type { HostRecord } from '../types.js';
 
 /**
@@ -41,12 +42,14 @@ export class HostService {
     private readonly clientFactory: HostClientFactory,
     /** A host that has not heartbeated for this long is not offered new sandboxes. */
     private readonly hostTimeoutMs: number,
+    private readonly logger: Logger = silentLogger,
   ) {}
 
   async heartbeat(input: HeartbeatInput): Promise<HostRecord> {
     const previous = await hostRepository(this.db).findById(input.hostId);
     const host = await hostRepository(this.db).upsertHeartbeat({ id: input.hostId, url: input.url, driver: input.driver, capabilities: input.capabilities }, new Date());
     this.records.set(host.id, { at: Date.now(), host });
+    if (!previous || previous.url !== input.url) this.logger.info({ hostId: input.hostId, url: input.url }, `host ${input.hostId} (${input.driver}) registered at ${input.url}`);
     if (previous) await this.noticeVanishedSandboxes(input.hostId, input.sandboxes, previous.lastHeartbeatAt);
     return host;
   }
@@ -70,6 +73,7 @@ export class HostService {
     for (const sandbox of await repo.findByHost(hostId, ['running', 'paused'])) {
       if (live.has(sandbox.id)) continue;
       if (!sandbox.startedAt || sandbox.startedAt.getTime() >= previousHeartbeatAt.getTime()) continue;
+      this.logger.warn({ hostId, sandboxId: sandbox.id }, `sandbox ${sandbox.state} in the database is gone from its host; marking it error`);
       await applyEvent(this.db, sandbox, EVENTS.vanished, { errorMessage: 'the sandbox stopped running on its host unexpectedly; resume it to start again from its disk' });
     }
   }

@@ -5,6 +5,7 @@ import http from 'node:http';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { silentLogger } from '../../core/logger.js';
 import { WebSocket, WebSocketServer } from 'ws';
 import { DriverError } from '../drivers/errors.js';
 import type { Driver, FileView, ForkResult, SandboxRuntime, SandboxSpec, SnapshotInfo, SnapshotResult, StartResult } from '../drivers/types.js';
@@ -119,7 +120,7 @@ beforeAll(async () => {
     });
   });
   await new Promise<void>((r) => guest.listen(socket, () => r()));
-  host = new HostAgentServer({ hostId: 'h1', secret: SECRET, driver: new StandInDriver(socket), log: () => {} });
+  host = new HostAgentServer({ hostId: 'h1', secret: SECRET, driver: new StandInDriver(socket), logger: silentLogger });
   base = `http://127.0.0.1:${await host.listen(0, '127.0.0.1')}`;
 });
 

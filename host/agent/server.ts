@@ -6,6 +6,7 @@ import { timingSafeEqual } from 'node:crypto';
 import type { Socket } from 'node:net';
 import { pipeline } from 'node:stream/promises';
 import type { ZodType } from 'zod';
+import type { Logger } from '../../core/logger.js';
 import type { Driver, SandboxSpec } from '../drivers/types.js';
 import { KeyedLocks } from '../keyed-locks.js';
 import { driverErrorStatus } from '../drivers/errors.js';
@@ -20,7 +21,8 @@ export interface HostAgentServerOptions {
   hostId: string;
   secret: string;
   driver: Driver;
-  log: (message: string) => void;
+  /** Lines about one sandbox carry `sandboxId`. */
+  logger: Logger;
 }
 
 class HttpError extends Error {
@@ -157,7 +159,7 @@ export class HostAgentServer {
       if (req.method === 'POST') {
         const spec = await readJson(req, HostSandboxSpec);
         if (await driver.get(spec.id)) throw new HttpError(409, 'conflict', `sandbox ${spec.id} already exists on host ${this.opts.hostId}`);
-        const runtime = await this.withLock(spec.id, () => driver.create(spec as SandboxSpec, (line) => this.opts.log(`[${spec.id}] ${line}`)));
+        const runtime = await this.withLock(spec.id, () => driver.create(spec as SandboxSpec, (line) => this.opts.logger.info({ sandboxId: spec.id, operation: 'create' }, line)));
         return sendJson(res, 201, { id: runtime.id, status: runtime.status });
       }
       throw new HttpError(405, 'method_not_allowed', `${req.method} not allowed on ${url.pathname}`);
@@ -385,8 +387,8 @@ export class HostAgentServer {
   }
 
   /** An answer without a valid proof is an agent failure worth a log line (finding 7 of issue 11). */
-  private noteForgedAnswer(what: string, detail: string): void {
-    this.opts.log(`guest agent answer refused (${what}): ${detail}`);
+  private noteForgedAnswer(what: string, detail: string, sandboxId?: string): void {
+    this.opts.logger.warn({ sandboxId }, `guest agent answer refused (${what}): ${detail}`);
   }
 
   private dropAgent(sandboxId: string): void {
@@ -441,7 +443,7 @@ export class HostAgentServer {
       .then(async (agent) => {
         const upstream = await agent.connectWebSocket(`/${parts.slice(4).join('/')}${url.search}`, req);
         if (!upstream.ok) {
-          if (upstream.status === 502 && upstream.body.includes('"agent_unavailable"')) this.noteForgedAnswer(id.data, upstream.body);
+          if (upstream.status === 502 && upstream.body.includes('"agent_unavailable"')) this.noteForgedAnswer(id.data, upstream.body, id.data);
           return refuseUpgrade(socket, upstream.status, upstream.body);
         }
         acceptAndRelay(req, socket, head, upstream.ws);

@@ -7,6 +7,7 @@
 // their pools apart, and a restarted host agent finds its pool (and a crashed run's leftovers)
 // again from the claims alone. Never fails a create: an empty pool builds on demand.
 import { flushSlotConntrack, netnsPids, slotExists, buildSlot, teardownSlot, type Slot, type SlotAllocator } from './slots.js';
+import type { Logger } from '../../core/logger.js';
 import { applyNftRuleset, listSlotNftObjects, removeSlotNftObjects, renderSlotEgress, renderSlotSourceCheck } from './nft.js';
 
 export interface SlotPoolOptions {
@@ -16,7 +17,7 @@ export interface SlotPoolOptions {
   /** Idle slots to keep ready; 0 = build every slot on demand and tear it down after use. */
   size: number;
   vethPrefix: string;
-  log: (message: string) => void;
+  logger: Logger;
 }
 
 export interface SlotPoolStats {
@@ -73,12 +74,12 @@ export class SlotPool {
    * `liveSlots` maps slot index → sandbox id for sandboxes that were adopted running or paused.
    */
   async reclaim(liveSlots: Map<number, string>): Promise<void> {
-    const { allocator, owner, log } = this.options;
+    const { allocator, owner, logger } = this.options;
     for (const claim of await allocator.claims()) {
       if (claim.owner !== owner) continue;
       if (!claim.pooled && liveSlots.get(claim.index) === claim.sandboxId) continue;
       const slot = allocator.slot(claim.index);
-      if (!claim.pooled) log(`init: reclaiming network slot ${claim.index} of sandbox ${claim.sandboxId || '(none)'}`);
+      if (!claim.pooled) logger.info({ operation: 'init', slot: claim.index, sandboxId: claim.sandboxId || undefined }, `init: reclaiming network slot ${claim.index} of sandbox ${claim.sandboxId || '(none)'}`);
       await this.recycle(slot, claim.pooled ? 'reclaimed' : 'orphaned');
     }
     await this.removeNftLeftovers();
@@ -91,7 +92,7 @@ export class SlotPool {
    * Returns how many indices were cleaned.
    */
   async removeNftLeftovers(): Promise<number> {
-    const { allocator, owner, vethPrefix, log } = this.options;
+    const { allocator, owner, vethPrefix, logger } = this.options;
     // Listed before the claims are read: an index claimed after the listing is skipped below
     // (its claim exists), one claimed before it is not in `claimed`'s complement either.
     const objects = await listSlotNftObjects(vethPrefix);
@@ -104,12 +105,12 @@ export class SlotPool {
         await removeSlotNftObjects(index, vethPrefix);
         cleaned++;
       } catch (error) {
-        log(`slot pool: removing the nft leftovers of slot ${index} failed: ${(error as Error).message}`);
+        logger.warn({ slot: index }, `slot pool: removing the nft leftovers of slot ${index} failed: ${(error as Error).message}`);
       } finally {
         await allocator.release(index);
       }
     }
-    if (cleaned) log(`init: removed the nft objects of ${cleaned} unclaimed network slot(s)`);
+    if (cleaned) logger.info({ operation: 'init' }, `init: removed the nft objects of ${cleaned} unclaimed network slot(s)`);
     return cleaned;
   }
 
@@ -128,7 +129,7 @@ export class SlotPool {
           this.idle.push(slot);
         }
       } catch (error) {
-        this.options.log(`slot pool: building a slot failed: ${(error as Error).message}`);
+        this.options.logger.warn(`slot pool: building a slot failed: ${(error as Error).message}`);
       } finally {
         this.filling = undefined;
       }
@@ -147,7 +148,7 @@ export class SlotPool {
         void this.fill();
         return { slot: ready, pooled: true };
       } catch (error) {
-        this.options.log(`slot pool: could not hand out slot ${ready.index}: ${(error as Error).message}`);
+        this.options.logger.warn({ slot: ready.index }, `slot pool: could not hand out slot ${ready.index}: ${(error as Error).message}`);
         await this.destroy(ready).catch(() => {});
       }
     }
@@ -168,7 +169,7 @@ export class SlotPool {
     await this.filling;
     while (this.idle.length) {
       const slot = this.idle.shift()!;
-      await this.destroy(slot).catch((error) => this.options.log(`slot pool: teardown of slot ${slot.index} failed: ${(error as Error).message}`));
+      await this.destroy(slot).catch((error) => this.options.logger.warn({ slot: slot.index }, `slot pool: teardown of slot ${slot.index} failed: ${(error as Error).message}`));
     }
   }
 
@@ -198,7 +199,7 @@ export class SlotPool {
     }
     const problem = await this.scrub(slot).catch((error: Error) => error.message);
     if (problem) {
-      this.options.log(`slot pool: slot ${slot.index} (${why}) is not reusable (${problem}); tearing it down`);
+      this.options.logger.warn({ slot: slot.index }, `slot pool: slot ${slot.index} (${why}) is not reusable (${problem}); tearing it down`);
       await this.destroy(slot);
       return;
     }
@@ -237,7 +238,7 @@ export class SlotPool {
   private async destroy(slot: Slot): Promise<void> {
     await teardownSlot(slot);
     await removeSlotNftObjects(slot.index, this.options.vethPrefix).catch((error: Error) =>
-      this.options.log(`slot pool: removing the nft objects of slot ${slot.index} failed: ${error.message}`),
+      this.options.logger.warn({ slot: slot.index }, `slot pool: removing the nft objects of slot ${slot.index} failed: ${error.message}`),
     );
     await this.options.allocator.release(slot.index);
     this.counters.tornDown++;

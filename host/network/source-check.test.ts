@@ -14,6 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SlotAllocator, VETH_PREFIX, type Slot } from './slots.js';
 import { sandboxDnsServers } from './dns.js';
 import { NFT_TABLE, SPOOF_RULE_COMMENTS, applyNftRuleset, listSlotNftObjects, renderNftRuleset } from './nft.js';
+import { silentLogger } from '../../core/logger.js';
 import { SlotPool } from './slot-pool.js';
 
 const isRoot = process.getuid?.() === 0;
@@ -117,7 +118,7 @@ function spoofDrops(): number {
 describe.skipIf(!isRoot)('slot source check (real kernel)', () => {
   const owner = `srccheck-${suffix}`;
   const allocator = new SlotAllocator(SUBNET);
-  const pool = new SlotPool({ allocator, owner, size: 0, vethPrefix: VETH_PREFIX, log: () => {} });
+  const pool = new SlotPool({ allocator, owner, size: 0, vethPrefix: VETH_PREFIX, logger: silentLogger });
   const listeners: Listener[] = [];
   let a: Slot;
   let b: Slot;

@@ -13,6 +13,7 @@ import { randomBytes } from 'node:crypto';
 import { constants as fsConstants, existsSync, readFileSync } from 'node:fs';
 import { copyFile, lstat, mkdir, open, readdir, rename, rm, writeFile } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
+import { silentLogger, type Logger } from '../../core/logger.js';
 import type { DiskCopyMode } from '../drivers/types.js';
 import { assertSafeHostPath } from '../util/fs.js';
 import { mountedFsType, mountPointsUnder, readMountinfo } from '../util/mounts.js';
@@ -32,7 +33,7 @@ export interface ReflinkStoreOptions {
 export interface DiskStoreOptions {
   dataDir: string;
   reflinkStore?: ReflinkStoreOptions | 'off';
-  log?: (message: string) => void;
+  logger?: Logger;
 }
 
 /** mkfs.xfs refuses filesystems below 300 MB. */
@@ -53,7 +54,7 @@ export class DiskStore {
    */
   static async open(options: DiskStoreOptions): Promise<DiskStore> {
     const dataDir = resolve(options.dataDir);
-    const log = options.log ?? (() => {});
+    const log = options.logger ?? silentLogger;
     await mkdir(dataDir, { recursive: true, mode: 0o700 });
     const nativeReflink = await probeReflink(dataDir);
     const configured = options.reflinkStore && options.reflinkStore !== 'off' ? options.reflinkStore : undefined;
@@ -140,7 +141,7 @@ export async function treeSizeBytes(dir: string): Promise<number> {
   return total;
 }
 
-async function mountReflinkStore(options: ReflinkStoreOptions, mountPoint: string, log: (message: string) => void): Promise<void> {
+async function mountReflinkStore(options: ReflinkStoreOptions, mountPoint: string, log: Logger): Promise<void> {
   const imagePath = resolve(options.imagePath);
   assertSafeHostPath('reflink store image', imagePath);
   const mounted = mountedFsType(mountPoint);
@@ -153,12 +154,12 @@ async function mountReflinkStore(options: ReflinkStoreOptions, mountPoint: strin
   await run('mount', ['-t', 'xfs', '-o', 'loop,discard', '--', imagePath, mountPoint]);
   // Read the backing file with O_DIRECT so data is not cached twice (loop + XFS); optional.
   const device = loopDeviceOf(mountPoint);
-  if (device) await run('losetup', ['--direct-io=on', device]).catch((error) => log(`reflink store: direct I/O not enabled on ${device}: ${(error as Error).message}`));
-  log(`reflink store: mounted ${imagePath} at ${mountPoint}${device ? ` (${device})` : ''} in ${Date.now() - started} ms`);
+  if (device) await run('losetup', ['--direct-io=on', device]).catch((error) => log.warn(`reflink store: direct I/O not enabled on ${device}: ${(error as Error).message}`));
+  log.info({ ms: Date.now() - started }, `reflink store: mounted ${imagePath} at ${mountPoint}${device ? ` (${device})` : ''} in ${Date.now() - started} ms`);
 }
 
 /** Sparse file + mkfs under a temporary name, renamed when complete: a crash never leaves a half-formatted image under the real name. */
-async function createStoreImage(imagePath: string, sizeBytes: number, log: (message: string) => void): Promise<void> {
+async function createStoreImage(imagePath: string, sizeBytes: number, log: Logger): Promise<void> {
   if (!Number.isSafeInteger(sizeBytes) || sizeBytes < MIN_STORE_BYTES) {
     throw new Error(`reflinkStore.sizeBytes must be at least ${MIN_STORE_BYTES} (512 MiB), got ${sizeBytes}`);
   }
@@ -173,7 +174,7 @@ async function createStoreImage(imagePath: string, sizeBytes: number, log: (mess
   const started = Date.now();
   await run('mkfs.xfs', ['-q', '-f', '-m', 'reflink=1', '-L', 'nestbox', '--', temp], 120_000);
   await rename(temp, imagePath);
-  log(`reflink store: created ${imagePath} (${Math.round(sizeBytes / 2 ** 30)} GiB sparse XFS) in ${Date.now() - started} ms`);
+  log.info({ ms: Date.now() - started }, `reflink store: created ${imagePath} (${Math.round(sizeBytes / 2 ** 30)} GiB sparse XFS) in ${Date.now() - started} ms`);
 }
 
 function loopDeviceOf(mountPoint: string): string | undefined {

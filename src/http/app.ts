@@ -11,6 +11,7 @@ import { createE2bControlPlaneRouter, createE2bSandboxTrafficHandler } from '../
 import { renderDaytonaError } from '../../compat/daytona/errors.js';
 import { renderControlPlaneError } from '../../compat/e2b/errors.js';
 import { requestTargetProblem } from '../../http-kit/request-checks.js';
+import { assignRequestIds, requestLogger } from './request-id.js';
 
 /**
  * Render an error in the shape of the API the path belongs to. Used where no front door has
@@ -28,6 +29,10 @@ export function renderErrorForPath(req: Request, res: Response, err: unknown, lo
 export function createApp(services: Services): Express {
   const app = express();
   app.disable('x-powered-by');
+  // First: every later line about the request can carry its id.
+  app.use(assignRequestIds(services.logger));
+  // An error rendered here is logged on the request's own logger (with its requestId).
+  const errorLog = (req: Request) => (message: string) => requestLogger(req, services.logger).error(message);
   // Before every route: a body that stops arriving is cut, whatever reads it.
   app.use(bodyIdleTimeout(services.config.http.bodyIdleTimeoutMs));
   // Hosted ports first: a host-form request (`<port>-<id>.<domain>`) belongs to the sandbox
@@ -45,7 +50,7 @@ export function createApp(services: Services): Express {
   // any router decodes (and throws on) it or an id reaches the database.
   app.use((req, res, next) => {
     const problem = requestTargetProblem(req);
-    if (problem) return renderErrorForPath(req, res, problem, services.log);
+    if (problem) return renderErrorForPath(req, res, problem, errorLog(req));
     next();
   });
 
@@ -65,7 +70,7 @@ export function createApp(services: Services): Express {
       await services.hosts.heartbeat(parsed.data);
       res.status(204).end();
     } catch (err) {
-      renderNativeError(res, err, services.log);
+      renderNativeError(res, err, errorLog(req));
     }
   });
 
@@ -75,7 +80,7 @@ export function createApp(services: Services): Express {
   // Last resort: whatever a router passed on with next(err) is answered in that API's shape,
   // never with express's HTML page (which quotes the stack and host paths).
   app.use((err: unknown, req: Request, res: Response, _next: NextFunction) => {
-    renderErrorForPath(req, res, err, services.log);
+    renderErrorForPath(req, res, err, errorLog(req));
   });
   return app;
 }

@@ -5,6 +5,7 @@
 import { existsSync } from 'node:fs';
 import { readdir } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
+import { silentLogger, type Logger } from '../../../core/logger.js';
 import { KeyedLocks } from '../../keyed-locks.js';
 import type { DiskStore } from '../../storage/disk-store.js';
 import type { SnapshotMeta, SnapshotStore } from '../../storage/snapshots.js';
@@ -36,7 +37,8 @@ export interface BaseRecord {
 export abstract class DriverBase<R extends BaseRecord> {
   protected readonly dataDir: string;
   protected readonly sandboxesDir: string;
-  protected readonly log: (message: string) => void;
+  /** Lines about one sandbox carry its id as `sandboxId` (and the `operation` when there is one). */
+  protected readonly log: Logger;
   protected readonly records = new Map<string, R>();
   protected readonly locks = new KeyedLocks();
   /** Each live sandbox's proof key for this boot (agent-protocol/auth.ts), also in its agent.key. */
@@ -49,11 +51,11 @@ export abstract class DriverBase<R extends BaseRecord> {
   protected constructor(
     private readonly className: string,
     dataDir: string,
-    log: ((message: string) => void) | undefined,
+    logger: Logger | undefined,
   ) {
     this.dataDir = resolve(dataDir);
     this.sandboxesDir = join(this.dataDir, 'sandboxes');
-    this.log = log ?? (() => {});
+    this.log = logger ?? silentLogger;
   }
 
   // ---- what each driver supplies -----------------------------------------------------------
@@ -131,10 +133,10 @@ export abstract class DriverBase<R extends BaseRecord> {
       try {
         await build();
       } catch (error) {
-        await this.destroyUnlocked(spec.id).catch((cleanupError) => this.log(`create ${spec.id}: cleanup after failure failed: ${String(cleanupError)}`));
+        await this.destroyUnlocked(spec.id).catch((cleanupError) => this.log.warn({ sandboxId: spec.id, operation: 'create' }, `create: cleanup after failure failed: ${String(cleanupError)}`));
         throw error;
       }
-      this.log(`create ${spec.id}: running in ${Date.now() - started} ms (slot ${record.slot?.index})`);
+      this.log.info({ sandboxId: spec.id, operation: 'create', ms: Date.now() - started, slot: record.slot?.index }, `create: running in ${Date.now() - started} ms (slot ${record.slot?.index})`);
       return this.runtimeOf(record);
     });
   }

@@ -46,7 +46,7 @@ export class ChDriver extends ChRecovery implements Driver {
       await applyNftRuleset(renderNftRuleset({ subnet: this.subnet, vethPrefix: VETH_PREFIX, dnsServers: await sandboxDnsServers(this.options.dnsServers) }));
     }
     await mkdir(this.sandboxesDir, { recursive: true, mode: 0o700 });
-    this.diskStore = await DiskStore.open({ dataDir: this.dataDir, reflinkStore: this.options.reflinkStore, log: this.log });
+    this.diskStore = await DiskStore.open({ dataDir: this.dataDir, reflinkStore: this.options.reflinkStore, logger: this.log });
     this.snapshotStore = new SnapshotStore(join(this.diskStore.root, 'vm-snapshots'));
     await this.snapshotStore.init();
     await this.adoptAll();
@@ -138,7 +138,7 @@ export class ChDriver extends ChRecovery implements Driver {
         } catch (error) {
           // The disk is still there; a cold start is all we can offer now.
           this.noteError(record, 'stop', error);
-          this.log(`stop ${id}: memory snapshot failed, stopping cold: ${(error as Error).message}`);
+          this.log.warn({ sandboxId: id, operation: 'stop' }, `stop: memory snapshot failed, stopping cold: ${(error as Error).message}`);
           record.memorySnapshot = undefined;
         }
       }
@@ -147,7 +147,7 @@ export class ChDriver extends ChRecovery implements Driver {
       record.status = 'stopped';
       record.operation = undefined;
       await writeChRecord(this.sandboxDir(id), record);
-      this.log(`stop ${id}: ${memorySaved ? 'memory saved' : 'cold'} in ${Date.now() - started} ms`);
+      this.log.info({ sandboxId: id, operation: 'stop', ms: Date.now() - started }, `stop: ${memorySaved ? 'memory saved' : 'cold'} in ${Date.now() - started} ms`);
       return { memorySaved };
     });
   }
@@ -176,13 +176,13 @@ export class ChDriver extends ChRecovery implements Driver {
           record.memorySnapshot = undefined;
           record.status = 'running';
           await writeChRecord(this.sandboxDir(spec.id), record);
-          this.log(`start ${spec.id}: memory restored (${this.restoreMode}) in ${Date.now() - started} ms`);
+          this.log.info({ sandboxId: spec.id, operation: 'start', ms: Date.now() - started }, `start: memory restored (${this.restoreMode}) in ${Date.now() - started} ms`);
           return { ...this.runtimeOf(record), memoryRestored: true };
         } catch (error) {
           this.noteError(record, 'restore', error);
           await this.teardownRuntime(record).catch(() => {});
           reason = `restore_failed: ${lastChainElement(error)}`;
-          this.log(`start ${spec.id}: restore failed, cold boot instead: ${(error as Error).message}`);
+          this.log.warn({ sandboxId: spec.id, operation: 'start' }, `start: restore failed, cold boot instead: ${(error as Error).message}`);
         }
       } else {
         reason = snapshot ? 'memory_snapshot_missing' : 'stopped_without_memory_snapshot';
@@ -248,7 +248,7 @@ export class ChDriver extends ChRecovery implements Driver {
     record.operation = undefined;
     record.lastError = undefined;
     await writeChRecord(this.sandboxDir(record.id), record);
-    this.log(`${paused ? 'pause' : 'unpause'} ${record.id}: ${Date.now() - started} ms`);
+    this.log.info({ sandboxId: record.id, operation: paused ? 'pause' : 'unpause', ms: Date.now() - started }, `${paused ? 'pause' : 'unpause'}: ${Date.now() - started} ms`);
   }
 
   // ---- fork -------------------------------------------------------------------------------------
@@ -293,13 +293,13 @@ export class ChDriver extends ChRecovery implements Driver {
         const failed = launches.find((outcome): outcome is PromiseRejectedResult => outcome.status === 'rejected');
         if (failed) throw failed.reason;
       } catch (error) {
-        for (const record of made) await this.destroyUnlocked(record.id).catch((cleanup) => this.log(`fork ${sourceId}: cleanup of ${record.id} failed: ${String(cleanup)}`));
+        for (const record of made) await this.destroyUnlocked(record.id).catch((cleanup) => this.log.warn({ sandboxId: sourceId, operation: 'fork', childId: record.id }, `fork: cleanup of ${record.id} failed: ${String(cleanup)}`));
         throw error;
       } finally {
         // Children hold hard links to state.json and memory-ranges, so the shared dir can go.
         if (temporary && snapshotDir) await removeTree(snapshotDir).catch(() => {});
       }
-      this.log(`fork ${sourceId} → ${made.map((record) => record.id).join(', ')} in ${Date.now() - started} ms`);
+      this.log.info({ sandboxId: sourceId, operation: 'fork', childIds: made.map((record) => record.id), ms: Date.now() - started }, `fork → ${made.map((record) => record.id).join(', ')} in ${Date.now() - started} ms`);
       return { children: made.map((record) => this.runtimeOf(record)), memoryCopied: !!snapshotDir, diskCopy: this.requireDiskStore().mode };
     });
   }

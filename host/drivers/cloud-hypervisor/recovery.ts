@@ -17,13 +17,13 @@ export abstract class ChRecovery extends ChVms {
 
   protected async adoptAll(): Promise<void> {
     for (const { id, record } of await this.ownSandboxesOnDisk(this.options.ownerId)) {
-      await this.withLock(id, () => this.adoptOne(id, record)).catch((error) => this.log(`init: ${id}: ${String(error)}`));
+      await this.withLock(id, () => this.adoptOne(id, record)).catch((error) => this.log.warn({ sandboxId: id, operation: 'init' }, `init: ${String(error)}`));
     }
   }
 
   protected async adoptOne(id: string, record: ChRecord | undefined): Promise<void> {
     if (!record || record.status === 'creating') {
-      this.log(`init: removing half-created VM ${id}`);
+      this.log.info({ sandboxId: id, operation: 'init' }, 'init: removing half-created VM');
       await this.destroyUnlocked(id);
       return;
     }
@@ -37,7 +37,7 @@ export abstract class ChRecovery extends ChVms {
         if (key) this.agentKeys.set(id, key);
         // Without its key (lost, or a VM booted before keys existed), a running VM's agent gets
         // a new one now; a paused one at its unpause.
-        else if (state === 'Running') await this.handOverAgentKey(record, undefined).catch((error) => this.log(`init: ${String(error)}`));
+        else if (state === 'Running') await this.handOverAgentKey(record, undefined).catch((error) => this.log.warn({ sandboxId: record.id, operation: 'init' }, `init: ${String(error)}`));
         // An interrupted stop whose snapshot completed can simply be finished.
         if (record.operation?.kind === 'stop' && record.memorySnapshot) {
           await this.teardownRuntime(record);
@@ -47,11 +47,11 @@ export abstract class ChRecovery extends ChVms {
         }
         record.operation = undefined;
         await writeChRecord(this.sandboxDir(id), record);
-        this.log(`init: adopted ${record.status} VM ${id} (pid ${vmm.pid}, ${vmm.version})`);
+        this.log.info({ sandboxId: id, operation: 'init', pid: vmm.pid }, `init: adopted ${record.status} VM (pid ${vmm.pid}, ${vmm.version})`);
         return;
       }
     }
-    if (record.status !== 'stopped') this.log(`init: VM ${id} is no longer running; marking it stopped`);
+    if (record.status !== 'stopped') this.log.info({ sandboxId: id, operation: 'init' }, 'init: VM is no longer running; marking it stopped');
     await this.teardownRuntime(record);
     // A stop that died before snapshot.json was written has no usable memory snapshot.
     if (record.memorySnapshot && !existsSync(join(record.memorySnapshot.dir, 'snapshot.json'))) record.memorySnapshot = undefined;
@@ -64,7 +64,7 @@ export abstract class ChRecovery extends ChVms {
     const live = new Set([...this.records.values()].filter((record) => record.slot).map((record) => record.id));
     for (const claim of await this.slots.claims()) {
       if (claim.owner !== this.options.ownerId || live.has(claim.sandboxId)) continue;
-      this.log(`init: releasing orphaned network slot ${claim.index} (sandbox ${claim.sandboxId})`);
+      this.log.info({ sandboxId: claim.sandboxId, operation: 'init', slot: claim.index }, `init: releasing orphaned network slot ${claim.index}`);
       await teardownSlot(slotFor(this.subnet, claim.index));
       await this.slots.release(claim.index);
     }
@@ -76,9 +76,9 @@ export abstract class ChRecovery extends ChVms {
       if (!record.pid || this.locks.busy(record.id)) continue;
       const vm = this.live.get(record.id);
       const events = (await vm?.events.readNew().catch(() => [])) ?? [];
-      for (const event of events) if (event.event === 'panic' || event.source === 'guest') this.log(`sandbox ${record.id}: guest event ${event.source}/${event.event}`);
+      for (const event of events) if (event.event === 'panic' || event.source === 'guest') this.log.warn({ sandboxId: record.id }, `guest event ${event.source}/${event.event}`);
       if (isProcessAlive(record.pid, record.pidStartTime)) continue;
-      await this.withLock(record.id, () => this.handleVmmExit(record)).catch((error) => this.log(`watch ${record.id}: ${String(error)}`));
+      await this.withLock(record.id, () => this.handleVmmExit(record)).catch((error) => this.log.warn({ sandboxId: record.id }, `watch: ${String(error)}`));
     }
   }
 
@@ -93,7 +93,7 @@ export abstract class ChRecovery extends ChVms {
   protected async handleVmmExit(record: ChRecord): Promise<void> {
     if (!record.pid || isProcessAlive(record.pid, record.pidStartTime)) return;
     const tail = await readTail(this.vmmPaths(record.id).stdioLog, 1_000);
-    this.log(`sandbox ${record.id}: cloud-hypervisor ${record.pid} exited on its own; releasing its runtime`);
+    this.log.warn({ sandboxId: record.id, pid: record.pid }, `cloud-hypervisor ${record.pid} exited on its own; releasing its runtime`);
     record.lastError = { operation: 'watch', message: 'cloud-hypervisor exited unexpectedly', chain: ['cloud-hypervisor exited unexpectedly', tail.trim()], observedState: 'unreachable', at: new Date().toISOString() };
     await this.teardownRuntime(record);
     record.status = 'stopped';

@@ -6,6 +6,7 @@
 import { existsSync } from 'node:fs';
 import { mkdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
+import type { Logger } from '../../../core/logger.js';
 import { AgentClient } from '../../agent-protocol/client.js';
 import { readCompleteVmImage, VM_IMAGE_NAME, type VmImage } from '../../images/vm-image.js';
 import { SlotAllocator } from '../../network/slots.js';
@@ -47,7 +48,8 @@ export interface ChDriverOptions {
   vmmEnv?: NodeJS.ProcessEnv;
   /** Skip the host nftables table (tests that run beside other host agents). */
   manageHostFirewall?: boolean;
-  log?: (message: string) => void;
+  /** Where the driver's lines go (none when unset). */
+  logger?: Logger;
 }
 
 export const SNAPSHOT_TIMEOUT_MS = 120_000;
@@ -69,7 +71,7 @@ export abstract class ChSandboxes extends DriverBase<ChRecord> {
   protected watchTimer?: NodeJS.Timeout;
 
   constructor(protected readonly options: ChDriverOptions) {
-    super('ChDriver', options.dataDir, options.log);
+    super('ChDriver', options.dataDir, options.logger);
     this.subnet = options.subnet ?? '10.200.0.0/16';
     this.slots = new SlotAllocator(this.subnet, options.slotsDir);
   }
@@ -105,7 +107,7 @@ export abstract class ChSandboxes extends DriverBase<ChRecord> {
   protected async failOperation(record: ChRecord, operation: string, error: unknown): Promise<void> {
     const lastError = this.noteError(record, operation, error);
     if (lastError.observedState === 'unreachable' || !isProcessAlive(record.pid, record.pidStartTime)) {
-      this.log(`sandbox ${record.id}: cloud-hypervisor is gone during ${operation}; tearing down`);
+      this.log.warn({ sandboxId: record.id, operation }, `cloud-hypervisor is gone during ${operation}; tearing down`);
       await this.teardownRuntime(record).catch(() => {});
       record.status = 'stopped';
     } else {

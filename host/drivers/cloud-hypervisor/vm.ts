@@ -155,9 +155,9 @@ export abstract class ChVms extends ChSandboxes {
         argv: ['nestbox-resync', '--time-ms', String(Date.now()), '--entropy', randomBytes(64).toString('hex'), '--hostname', record.id],
         timeoutMs: 10_000,
       });
-      if (result.exitCode !== 0) this.log(`sandbox ${record.id}: nestbox-resync exited ${result.exitCode}: ${result.stderr.trim()}`);
+      if (result.exitCode !== 0) this.log.warn({ sandboxId: record.id }, `nestbox-resync exited ${result.exitCode}: ${result.stderr.trim()}`);
     } catch (error) {
-      this.log(`sandbox ${record.id}: resync failed: ${(error as Error).message}`);
+      this.log.warn({ sandboxId: record.id }, `resync failed: ${(error as Error).message}`);
     } finally {
       client.close();
     }
@@ -199,7 +199,7 @@ export abstract class ChVms extends ChSandboxes {
         record.status = 'running';
       }
     }
-    this.log(`${purpose} ${record.id}: snapshot in ${Date.now() - started} ms`);
+    this.log.info({ sandboxId: record.id, operation: purpose, ms: Date.now() - started }, `${purpose}: snapshot in ${Date.now() - started} ms`);
     return { dir, takenAt: new Date().toISOString(), chVersion: record.chVersion ?? this.chVersion };
   }
 

@@ -9,6 +9,7 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSyn
 import http from 'node:http';
 import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { pino } from 'pino';
 import { WebSocket, WebSocketServer } from 'ws';
 import { AGENT_NONCE_HEADER, AGENT_PROOF_HEADER } from '../../agent-protocol/auth.js';
 import { AGENT_KEY_FILE } from '../../agent-protocol/key-file.js';
@@ -101,7 +102,7 @@ describe.skipIf(!isRoot)('guest agent proofs (real local driver, real host agent
   }
 
   async function newHostAgent(driver: LocalDriver): Promise<number> {
-    const server = new HostAgentServer({ hostId: 'auth-test', secret: SECRET, driver, log: (line) => logs.push(line) });
+    const server = new HostAgentServer({ hostId: 'auth-test', secret: SECRET, driver, logger: pino({}, { write: (line: string) => logs.push(line) }) });
     servers.push(server);
     return server.listen(0, '127.0.0.1');
   }

@@ -56,9 +56,9 @@ export class LocalDriver extends LocalRecovery implements Driver {
     this.dnsServers = await sandboxDnsServers(this.options.dnsServers);
     await applyNftRuleset(renderNftRuleset({ subnet: this.subnet, vethPrefix: VETH_PREFIX, dnsServers: this.dnsServers }));
     await mkdir(this.sandboxesDir, { recursive: true, mode: 0o700 });
-    this.diskStore = await DiskStore.open({ dataDir: this.dataDir, reflinkStore: this.options.reflinkStore, log: this.log });
+    this.diskStore = await DiskStore.open({ dataDir: this.dataDir, reflinkStore: this.options.reflinkStore, logger: this.log });
     if (this.diskStore.root !== this.dataDir) await mkdir(join(this.diskStore.root, 'sandboxes'), { recursive: true, mode: 0o700 });
-    if (this.diskStore.mode === 'copy') this.log('disk store: the data dir cannot reflink and NESTBOX_REFLINK_STORE is off, so every fork and snapshot writes a full copy of its source disk (disk quotas still hold)');
+    if (this.diskStore.mode === 'copy') this.log.warn('disk store: the data dir cannot reflink and NESTBOX_REFLINK_STORE is off, so every fork and snapshot writes a full copy of its source disk (disk quotas still hold)');
     this.snapshotStore = new SnapshotStore(join(this.diskStore.root, 'snapshots'));
     await this.snapshotStore.init();
     this.fileViews = new FileViews({
@@ -77,14 +77,14 @@ export class LocalDriver extends LocalRecovery implements Driver {
       readyTimeoutMs: this.options.readyTimeoutMs ?? 20_000,
       idleMs: this.options.fileViewIdleMs ?? 60_000,
       onIdle: (id) => void this.closeIdleFileView(id),
-      log: this.log,
+      logger: this.log,
     });
     await this.adoptAll();
     await this.reclaimOrphans();
     // Adopted sandboxes get their policy again: the rules may have been lost meanwhile (a
     // reboot of the firewall, an older host agent's table), and their domains re-resolved.
     for (const record of this.records.values()) {
-      if (isLive(record) && record.slot) await this.applyEgress(record).catch((error) => this.log(`init: egress of ${record.id}: ${String(error)}`));
+      if (isLive(record) && record.slot) await this.applyEgress(record).catch((error) => this.log.warn({ sandboxId: record.id, operation: 'init' }, `init: egress: ${String(error)}`));
     }
     this.initialized = true;
     this.startWatching();
@@ -137,7 +137,7 @@ export class LocalDriver extends LocalRecovery implements Driver {
     // Running sandboxes outlive us and keep their groups; with none left, this owner's
     // directory (in every hierarchy) would stay behind empty forever.
     if (this.cgroups) {
-      await this.cgroups.removeIfEmpty(join('nestbox', this.ownerKey)).catch((error) => this.log(`close: could not remove the empty cgroup of ${this.ownerKey}: ${String(error)}`));
+      await this.cgroups.removeIfEmpty(join('nestbox', this.ownerKey)).catch((error) => this.log.warn({ owner: this.ownerKey }, `close: could not remove the empty cgroup of ${this.ownerKey}: ${String(error)}`));
     }
   }
 
@@ -275,7 +275,7 @@ export class LocalDriver extends LocalRecovery implements Driver {
     record.status = paused ? 'paused' : 'running';
     record.operation = undefined;
     await writeRecord(dir, record);
-    this.log(`${paused ? 'pause' : 'unpause'} ${record.id}: ${Date.now() - started} ms`);
+    this.log.info({ sandboxId: record.id, operation: paused ? 'pause' : 'unpause', ms: Date.now() - started }, `${paused ? 'pause' : 'unpause'}: ${Date.now() - started} ms`);
   }
 
   /**
@@ -295,7 +295,7 @@ export class LocalDriver extends LocalRecovery implements Driver {
     } finally {
       await this.requireCgroups()
         .setFrozenAndWait(group, false)
-        .catch((error) => this.log(`sandbox ${record.id}: thaw after copy failed: ${String(error)}`));
+        .catch((error) => this.log.warn({ sandboxId: record.id }, `thaw after copy failed: ${String(error)}`));
       record.operation = undefined;
       await writeRecord(dir, record);
     }
@@ -340,10 +340,10 @@ export class LocalDriver extends LocalRecovery implements Driver {
         const launches = await Promise.allSettled(made.map((record) => this.launch(record, image.rootfs)));
         const failed = launches.find((outcome): outcome is PromiseRejectedResult => outcome.status === 'rejected');
         if (failed) throw failed.reason;
-        this.log(`fork ${sourceId} → ${made.map((record) => record.id).join(', ')}: copy ${copyMs} ms (${this.requireDiskStore().mode}), running in ${Date.now() - started} ms`);
+        this.log.info({ sandboxId: sourceId, operation: 'fork', childIds: made.map((record) => record.id), copyMs, ms: Date.now() - started }, `fork → ${made.map((record) => record.id).join(', ')}: copy ${copyMs} ms (${this.requireDiskStore().mode}), running in ${Date.now() - started} ms`);
       } catch (error) {
         for (const record of made) {
-          await this.destroyUnlocked(record.id).catch((cleanupError) => this.log(`fork ${sourceId}: cleanup of ${record.id} failed: ${String(cleanupError)}`));
+          await this.destroyUnlocked(record.id).catch((cleanupError) => this.log.warn({ sandboxId: sourceId, operation: 'fork', childId: record.id }, `fork: cleanup of ${record.id} failed: ${String(cleanupError)}`));
         }
         throw error;
       }
@@ -375,7 +375,7 @@ export class LocalDriver extends LocalRecovery implements Driver {
                 : this.requireDiskStore().copyTree(this.upperDirOf(record), layerDir),
             ),
         );
-        this.log(`snapshot ${id} → ${snapshotId}: ${meta.sizeBytes} bytes in ${Date.now() - started} ms (${meta.diskCopy})`);
+        this.log.info({ sandboxId: id, operation: 'snapshot', snapshotId, bytes: meta.sizeBytes, ms: Date.now() - started }, `snapshot → ${snapshotId}: ${meta.sizeBytes} bytes in ${Date.now() - started} ms (${meta.diskCopy})`);
         return this.snapshotResult(meta);
       });
     }, checkArguments);
@@ -438,8 +438,8 @@ export class LocalDriver extends LocalRecovery implements Driver {
       if (!views.isOpen(id)) return;
       if (!views.isIdle(id) && views.isRunning(id)) return;
       await views.close(id, this.sandboxDir(id));
-      this.log(`file view of ${id}: stopped`);
-    }).catch((error) => this.log(`file view of ${id}: stop failed: ${String(error)}`));
+      this.log.info({ sandboxId: id }, 'file view: stopped');
+    }).catch((error) => this.log.warn({ sandboxId: id }, `file view: stop failed: ${String(error)}`));
   }
 
   // ---- Driver: egress ---------------------------------------------------------------------------

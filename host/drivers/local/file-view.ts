@@ -13,6 +13,7 @@ import type { ChildProcess } from 'node:child_process';
 import { constants as fsConstants } from 'node:fs';
 import { lstat, mkdir, open, stat } from 'node:fs/promises';
 import { join } from 'node:path';
+import type { Logger } from '../../../core/logger.js';
 import { AgentClient } from '../../agent-protocol/client.js';
 import { newAgentKey } from '../../agent-protocol/auth.js';
 import { removeTree } from '../../util/fs.js';
@@ -44,7 +45,7 @@ export interface FileViewDeps {
   idleMs: number;
   /** Called (outside any lock) for each view idle for longer than idleMs; it should close it. */
   onIdle: (sandboxId: string) => void;
-  log: (message: string) => void;
+  logger: Logger;
 }
 
 export interface FileViewLaunch {
@@ -141,7 +142,7 @@ export class FileViews {
   async closeAll(sandboxDirOf: (sandboxId: string) => string): Promise<void> {
     clearInterval(this.timer);
     for (const sandboxId of [...this.views.keys()]) {
-      await this.close(sandboxId, sandboxDirOf(sandboxId)).catch((error) => this.deps.log(`file view ${sandboxId}: close failed: ${String(error)}`));
+      await this.close(sandboxId, sandboxDirOf(sandboxId)).catch((error) => this.deps.logger.warn({ sandboxId }, `file view: close failed: ${String(error)}`));
     }
   }
 
@@ -223,7 +224,7 @@ export class FileViews {
     child.once('exit', () => {
       if (this.views.get(sandboxId) === live) this.deps.onIdle(sandboxId);
     });
-    this.deps.log(`file view of ${sandboxId}: ready in ${Date.now() - started} ms`);
+    this.deps.logger.info({ sandboxId, ms: Date.now() - started }, `file view: ready in ${Date.now() - started} ms`);
     return { agentSocket, viewId: live.viewId, agentProofKey: agentKey };
   }
 }

@@ -6,6 +6,8 @@ import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statfsSync 
 import { join, resolve } from 'node:path';
 import { Readable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { pino } from 'pino';
+import { silentLogger } from '../../../core/logger.js';
 import { AgentClient } from '../../agent-protocol/client.js';
 import { processStartTime } from '../../util/process.js';
 import { HostAgentServer } from '../../agent/server.js';
@@ -76,8 +78,8 @@ describe.skipIf(!isRoot)('LocalDriver: pause, fork, snapshots, file views (real 
   // is covered by slot-pool.test.ts).
   function newDriver(dataDir: string, extra: Partial<LocalDriverOptions> = {}): LocalDriver {
     // NESTBOX_TEST_LOG=1 prints the driver's own log lines (with their timings).
-    const log = process.env.NESTBOX_TEST_LOG ? (message: string) => console.log(`[driver] ${message}`) : undefined;
-    const driver = new LocalDriver({ dataDir, imagesDir: IMAGES_DIR, guestAgentBundle: AGENT_BUNDLE, ownerId, watchIntervalMs: 500, slotPoolSize: 0, log, ...extra });
+    const logger = process.env.NESTBOX_TEST_LOG ? pino({ level: 'debug' }) : undefined;
+    const driver = new LocalDriver({ dataDir, imagesDir: IMAGES_DIR, guestAgentBundle: AGENT_BUNDLE, ownerId, watchIntervalMs: 500, slotPoolSize: 0, logger, ...extra });
     drivers.push(driver);
     return driver;
   }
@@ -141,7 +143,7 @@ describe.skipIf(!isRoot)('LocalDriver: pause, fork, snapshots, file views (real 
     expect((await readRecord(join(dataDir, 'sandboxes', id)))?.status).toBe('paused');
 
     // The host agent's pass-through must not hang on a frozen agent.
-    const host = new HostAgentServer({ hostId: 'hx', secret: SECRET, driver, log: () => {} });
+    const host = new HostAgentServer({ hostId: 'hx', secret: SECRET, driver, logger: silentLogger });
     const base = `http://127.0.0.1:${await host.listen(0, '127.0.0.1')}`;
     try {
       const started = Date.now();
@@ -370,7 +372,7 @@ describe.skipIf(!isRoot)('LocalDriver: pause, fork, snapshots, file views (real 
     expect(cgroups.exists(cgroups.groupFor(cgroupPath(`${id}-view`)))).toBe(true);
 
     // Through the host agent: the files-view pass-through, and 409 for /files-view of a running one.
-    const host = new HostAgentServer({ hostId: 'hx', secret: SECRET, driver, log: () => {} });
+    const host = new HostAgentServer({ hostId: 'hx', secret: SECRET, driver, logger: silentLogger });
     const base = `http://127.0.0.1:${await host.listen(0, '127.0.0.1')}`;
     const auth = { authorization: `Bearer ${SECRET}` };
     try {

@@ -24,7 +24,7 @@ export abstract class LocalRecovery extends LocalRuntime {
     for (const { id, record } of found) {
       // After a reboot the sandbox's disk is a file again; mount it (a no-op when it still is).
       if (record?.disk && record.status !== 'creating') {
-        await mountDiskImage(this.diskDirOf(record)).catch((error) => this.log(`init: sandbox ${id}: mounting its disk failed: ${String(error)}`));
+        await mountDiskImage(this.diskDirOf(record)).catch((error) => this.log.warn({ sandboxId: id, operation: 'init' }, `init: mounting its disk failed: ${String(error)}`));
       }
       await this.withLock(id, () => this.adoptOne(id, record));
     }
@@ -32,7 +32,7 @@ export abstract class LocalRecovery extends LocalRuntime {
 
   private async adoptOne(id: string, record: SandboxRecord | undefined): Promise<void> {
     if (!record || record.status === 'creating') {
-      this.log(`init: removing half-created sandbox ${id}`);
+      this.log.info({ sandboxId: id, operation: 'init' }, 'init: removing half-created sandbox');
       await this.destroyUnlocked(id);
       return;
     }
@@ -47,7 +47,7 @@ export abstract class LocalRecovery extends LocalRuntime {
         .setFrozenAndWait(this.cgroupGroup(id), paused)
         .then(() => true)
         .catch((error) => {
-          this.log(`init: sandbox ${id}: could not ${paused ? 'freeze' : 'thaw'} it: ${String(error)}`);
+          this.log.warn({ sandboxId: id, operation: 'init' }, `init: could not ${paused ? 'freeze' : 'thaw'} it: ${String(error)}`);
           return false;
         });
       if (settled) {
@@ -57,12 +57,12 @@ export abstract class LocalRecovery extends LocalRuntime {
         // (its key is checked on every answer once it is thawed).
         if (paused ? await this.loadAgentKey(record) : await this.isAlive(record)) {
           await writeRecord(this.sandboxDir(id), record);
-          this.log(`init: adopted ${record.status} sandbox ${id} (pid ${record.pid})`);
+          this.log.info({ sandboxId: id, operation: 'init', pid: record.pid }, `init: adopted ${record.status} sandbox (pid ${record.pid})`);
           return;
         }
       }
     }
-    if (record.status !== 'stopped') this.log(`init: sandbox ${id} is no longer running; marking it stopped`);
+    if (record.status !== 'stopped') this.log.info({ sandboxId: id, operation: 'init' }, 'init: sandbox is no longer running; marking it stopped');
     await this.teardownRuntime(id, record);
     record.status = 'stopped';
     record.operation = undefined;
@@ -72,7 +72,7 @@ export abstract class LocalRecovery extends LocalRuntime {
   private async loadAgentKey(record: SandboxRecord): Promise<boolean> {
     const key = await readAgentKeyFile(this.sandboxDir(record.id));
     if (key) this.agentKeys.set(record.id, key);
-    else this.log(`init: sandbox ${record.id} has no readable agent key; not adopting it`);
+    else this.log.warn({ sandboxId: record.id, operation: 'init' }, 'init: no readable agent key; not adopting it');
     return !!key;
   }
 
@@ -82,7 +82,7 @@ export abstract class LocalRecovery extends LocalRuntime {
     // Only an agent that proves it holds this boot's key is adopted: without the key (lost or
     // never written) a forged agent could not be told from the real one.
     if (!key) {
-      this.log(`init: sandbox ${record.id} has no readable agent key; not adopting it`);
+      this.log.warn({ sandboxId: record.id, operation: 'init' }, 'init: no readable agent key; not adopting it');
       return false;
     }
     const client = new AgentClient(record.agentSocket, { proofKey: key });
@@ -92,7 +92,7 @@ export abstract class LocalRecovery extends LocalRuntime {
       this.agentKeys.set(record.id, key);
       return true;
     } catch (error) {
-      this.log(`init: sandbox ${record.id}: its agent did not answer as itself: ${(error as Error).message}`);
+      this.log.warn({ sandboxId: record.id, operation: 'init' }, `init: its agent did not answer as itself: ${(error as Error).message}`);
       return false;
     } finally {
       client.close();
@@ -111,7 +111,7 @@ export abstract class LocalRecovery extends LocalRuntime {
     // File views (`<id>-view`) are never adopted, so theirs go here too.
     for (const name of await cgroups.children(join('nestbox', this.ownerKey))) {
       if (running.has(name)) continue;
-      this.log(`init: removing orphaned cgroup ${name}`);
+      this.log.info({ operation: 'init', cgroup: name }, `init: removing orphaned cgroup ${name}`);
       const group = this.cgroupGroup(name);
       await cgroups.killAll(group);
       await cgroups.remove(group);
@@ -126,7 +126,7 @@ export abstract class LocalRecovery extends LocalRuntime {
     if (store.root !== this.dataDir) {
       for (const id of await readdir(join(store.root, 'sandboxes')).catch(() => [] as string[])) {
         if (!SANDBOX_ID.test(id) || existsSync(this.sandboxDir(id))) continue;
-        this.log(`init: removing orphaned disk of sandbox ${id}`);
+        this.log.info({ sandboxId: id, operation: 'init' }, 'init: removing orphaned disk');
         await removeTree(join(store.root, 'sandboxes', id));
       }
     }

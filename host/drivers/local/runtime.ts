@@ -5,6 +5,7 @@ import type { ChildProcess } from 'node:child_process';
 import { constants as fsConstants, existsSync } from 'node:fs';
 import { lstat, mkdir, open, rm } from 'node:fs/promises';
 import { join } from 'node:path';
+import type { Logger } from '../../../core/logger.js';
 import { AgentClient } from '../../agent-protocol/client.js';
 import { newAgentKey } from '../../agent-protocol/auth.js';
 import { removeAgentKeyFile, writeAgentKeyFile } from '../../agent-protocol/key-file.js';
@@ -183,7 +184,7 @@ export abstract class LocalRuntime extends LocalSandboxes {
     if (!record.slot) throw new Error(`sandbox ${record.id} has no network slot`);
     const resolved = await resolveEgress(record.spec.egress, this.options.egressResolver ?? systemResolver);
     await applyNftRuleset(renderSlotEgress(record.slot.index, VETH_PREFIX, resolved.rules));
-    if (resolved.unresolved.length) this.log(`egress of ${record.id}: ${resolved.unresolved.join(', ')} resolved to nothing (retried at the next refresh)`);
+    if (resolved.unresolved.length) this.log.warn({ sandboxId: record.id }, `egress: ${resolved.unresolved.join(', ')} resolved to nothing (retried at the next refresh)`);
     this.egressApplied.set(record.id, { addresses: resolved.rules.addresses, unresolved: resolved.unresolved, hasDomains: resolved.hasDomains });
     this.startEgressRefresh();
     return { addresses: resolved.rules.addresses, unresolved: resolved.unresolved };
@@ -201,9 +202,9 @@ export abstract class LocalRuntime extends LocalSandboxes {
         if (resolved.rules.addresses.join() === applied.addresses.join()) return;
         await applyNftRuleset(renderSlotEgress(record.slot.index, VETH_PREFIX, resolved.rules));
         this.egressApplied.set(id, { addresses: resolved.rules.addresses, unresolved: resolved.unresolved, hasDomains: true });
-        this.log(`egress of ${id}: allow list now resolves to ${resolved.rules.addresses.join(', ') || 'nothing'}`);
+        this.log.info({ sandboxId: id }, `egress: allow list now resolves to ${resolved.rules.addresses.join(', ') || 'nothing'}`);
         changed++;
-      }).catch((error) => this.log(`egress refresh of ${id}: ${String(error)}`));
+      }).catch((error) => this.log.warn({ sandboxId: id }, `egress refresh: ${String(error)}`));
     }
     return changed;
   }
@@ -237,11 +238,11 @@ export abstract class LocalRuntime extends LocalSandboxes {
       const record = this.records.get(id);
       if (!record || !isLive(record)) return;
       if (isProcessAlive(record.pid, record.pidStartTime)) return;
-      this.log(`sandbox ${id} exited on its own; releasing its runtime`);
+      this.log.warn({ sandboxId: id }, 'sandbox exited on its own; releasing its runtime');
       await this.teardownRuntime(id, record);
       record.status = 'stopped';
       await writeRecord(this.sandboxDir(id), record);
-    }).catch((error) => this.log(`watch ${id}: ${String(error)}`));
+    }).catch((error) => this.log.warn({ sandboxId: id }, `watch: ${String(error)}`));
   }
 }
 
@@ -271,12 +272,12 @@ function assertOverlayOptionsFit(lowerDir: string, layerDirs: string[], upperDir
  * /etc/hostname, /etc/hosts and /etc/resolv.conf go straight into the upper layer before launch.
  * The sandbox owns that directory, so nothing here may follow a symlink it planted.
  */
-async function writeSandboxEtc(upperDir: string, id: string, dnsServers: string[], log: (message: string) => void): Promise<void> {
+async function writeSandboxEtc(upperDir: string, id: string, dnsServers: string[], log: Logger): Promise<void> {
   const etc = join(upperDir, 'etc');
   const etcStat = await lstat(etc).catch(() => undefined);
   if (!etcStat) await mkdir(etc, { mode: 0o755 });
   else if (!etcStat.isDirectory()) {
-    log(`sandbox ${id}: /etc in the upper layer is not a directory; leaving it alone`);
+    log.warn({ sandboxId: id }, '/etc in the upper layer is not a directory; leaving it alone');
     return;
   }
   await writeNoFollow(join(etc, 'hostname'), `${id}\n`);

@@ -7,6 +7,7 @@ import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
+import type { Logger } from '../../../core/logger.js';
 import { DriverBase, assertSandboxId, SUN_PATH_MAX } from '../base/driver-base.js';
 import { DriverError } from '../errors.js';
 import type { SandboxRuntime, SandboxSpec, SnapshotResult } from '../types.js';
@@ -80,7 +81,8 @@ export interface LocalDriverOptions {
   egressResolver?: EgressResolver;
   /** How often domains in egress allow lists are resolved again (default 5 min). */
   egressRefreshMs?: number;
-  log?: (message: string) => void;
+  /** Where the driver's lines go (none when unset). */
+  logger?: Logger;
 }
 
 /**
@@ -119,7 +121,7 @@ export abstract class LocalSandboxes extends DriverBase<SandboxRecord> {
   protected fileViews?: FileViews;
 
   constructor(protected readonly options: LocalDriverOptions) {
-    super('LocalDriver', options.dataDir, options.log);
+    super('LocalDriver', options.dataDir, options.logger);
     this.nodeBinary = options.nodeBinary ?? process.execPath;
     this.tiniBinary = options.tiniBinary ?? '/usr/bin/tini-static';
     this.ptyHelperBinary = options.ptyHelperBinary ?? join(dirname(resolve(options.guestAgentBundle)), 'nestbox-pty');
@@ -131,7 +133,7 @@ export abstract class LocalSandboxes extends DriverBase<SandboxRecord> {
     this.subnet = options.subnet ?? '10.200.0.0/16';
     this.ownerKey = ownerKeyFor(options.ownerId);
     this.slots = new SlotAllocator(this.subnet, options.slotsDir);
-    this.pool = new SlotPool({ allocator: this.slots, owner: options.ownerId, size: options.slotPoolSize ?? DEFAULT_SLOT_POOL_SIZE, vethPrefix: VETH_PREFIX, log: this.log });
+    this.pool = new SlotPool({ allocator: this.slots, owner: options.ownerId, size: options.slotPoolSize ?? DEFAULT_SLOT_POOL_SIZE, vethPrefix: VETH_PREFIX, logger: this.log });
   }
 
   // ---- helpers --------------------------------------------------------------------------------
