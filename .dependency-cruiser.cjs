@@ -3,6 +3,8 @@
 // The house, top to bottom (ARCHITECTURE.md):
 //   src/      the composition root: config, CLI, processes, the express app and native handlers
 //   compat/   Daytona and E2B front doors, translating onto core
+//   http-kit/ the HTTP helpers both front doors share (request checks, streamed bodies, upgrade
+//             claims): below src and compat, above core
 //   core/     the engine: services, store, state table, errors, and `HostClient`, the interface
 //             through which it drives a host
 //   host/     what runs on a sandbox host: the host agent, the drivers, images, the guest agent,
@@ -27,7 +29,7 @@ const TEST_ONLY = '(^(test|contract-tests)/|^host/sim/|\\.test\\.ts$|(^|/)(test-
 const WIRE_CONTRACTS = '^host/(protocol/schemas|agent-protocol/(types|processes|files))\\.ts$';
 
 /** Program code in the project (not npm packages or Node built-ins). */
-const PROGRAM = '^(src|core|host|compat|bench)/';
+const PROGRAM = '^(src|http-kit|core|host|compat|bench)/';
 
 module.exports = {
   forbidden: [
@@ -50,11 +52,18 @@ module.exports = {
       to: { path: '^src/' },
     },
     {
+      name: 'http-kit-not-to-front-doors',
+      comment: 'The kit sits below both front doors and the composition root, so both can use it.',
+      severity: 'error',
+      from: { path: '^http-kit/', pathNot: TEST_ONLY },
+      to: { path: '^(src|compat)/' },
+    },
+    {
       name: 'core-not-to-src-or-compat',
       comment: 'core is below both front doors and the composition root.',
       severity: 'error',
       from: { path: '^core/', pathNot: TEST_ONLY },
-      to: { path: '^(src|compat)/' },
+      to: { path: '^(src|http-kit|compat)/' },
     },
     {
       name: 'core-to-host-only-wire-contracts',
@@ -77,7 +86,7 @@ module.exports = {
       comment: 'host/ (host agent, drivers, images, guest agent, wire protocols) is below the front doors and the composition root.',
       severity: 'error',
       from: { path: '^host/', pathNot: TEST_ONLY },
-      to: { path: '^(src|compat)/' },
+      to: { path: '^(src|http-kit|compat)/' },
     },
     {
       name: 'guest-agent-not-to-core',

@@ -19,7 +19,7 @@ const UNIT = [
   'host/agent/server.test.ts',
   'host/drivers/cloud-hypervisor/unit.test.ts',
   'host/drivers/local/id-ranges.test.ts',
-  'host/drivers/local/network.test.ts',
+  'host/network/network.test.ts',
   'host/guest-agent/paths.test.ts',
   'host/guest-agent/processes/output-buffer.test.ts',
   // An in-process guest agent on a Unix socket in a temp dir, running commands as the caller
@@ -42,7 +42,7 @@ for (const file of UNIT.filter((path) => !existsSync(new URL(path, import.meta.u
   process.stderr.write(`vitest.config.ts: the unit test ${file} does not exist (moved? update UNIT)\n`);
 }
 
-const ALL = ['core/**/*.test.ts', 'host/**/*.test.ts', 'src/**/*.test.ts', 'test/**/*.test.ts', 'contract-tests/**/*.test.ts'];
+const ALL = ['core/**/*.test.ts', 'http-kit/**/*.test.ts', 'host/**/*.test.ts', 'src/**/*.test.ts', 'test/**/*.test.ts', 'contract-tests/**/*.test.ts'];
 const NEVER = ['node_modules/**', 'dist/**'];
 
 // Integration tests share the machine's network namespaces, cgroups and a PostgreSQL server, so

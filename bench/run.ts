@@ -10,7 +10,7 @@ import { parseArgs } from 'node:util';
 import { loadConfig } from '../src/config.js';
 import { startServer } from '../src/server.js';
 import { generateApiKey } from '../core/services/auth.js';
-import { unmountReflinkStore } from '../host/drivers/local/disk-store.js';
+import { unmountReflinkStore } from '../host/storage/disk-store.js';
 
 const { values } = parseArgs({
   options: {

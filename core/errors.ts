@@ -193,3 +193,48 @@ export function publicError(err: unknown, log?: (m: string) => void, where = 'ap
   (log ?? ((m: string) => console.error(m)))(`${where}: internal error ${ref}: ${e === cause ? '' : `${e.message}: `}${detail}`);
   return new NestboxError('internal', `${INTERNAL_ERROR_MESSAGE} (reference ${ref})`, { reference: ref });
 }
+
+/**
+ * The code an HTTP status stands for when an answer carries no code of this catalogue (an
+ * unknown code from a newer peer, a proxy's HTML page, an empty body): the same for every hop,
+ * so a 409 is a `conflict` whichever path it took.
+ */
+const STATUS_FALLBACK_CODES: Record<number, ErrorCode> = {
+  ...CLIENT_ERROR_CODES,
+  501: 'not_supported',
+  503: 'host_unavailable',
+  504: 'timeout',
+  507: 'insufficient_storage',
+};
+
+/** Upper bound of an error body worth reading (errors are a line of JSON). */
+export const MAX_ERROR_BODY_BYTES = 64 * 1024;
+
+/**
+ * THE decoder of the `{error:{code,message,details?}}` answers that host agents and guest
+ * agents send (every hop: control plane ← host agent ← guest agent, and the files view).
+ * A code of this catalogue is kept with its message and details; anything else is named by
+ * its HTTP status (STATUS_FALLBACK_CODES; other 4xx `validation_failed`, other 5xx
+ * `internal`), keeping the peer's message when it sent one. `who` names the peer in the
+ * message of an answer without our shape.
+ */
+export function decodeErrorBody(status: number, body: string, who = 'the sandbox agent'): NestboxError {
+  let code: unknown;
+  let message: unknown;
+  let details: unknown;
+  try {
+    const parsed = JSON.parse(body) as { error?: { code?: unknown; message?: unknown; details?: unknown } } | null;
+    code = parsed?.error?.code;
+    message = parsed?.error?.message;
+    details = parsed?.error?.details;
+  } catch {
+    // Not JSON: described by the status below.
+  }
+  const text = typeof message === 'string' ? message : `${who} answered HTTP ${status}${body ? `: ${body.slice(0, 200)}` : ''}`;
+  if (typeof code === 'string' && isErrorCode(code)) {
+    const known = details && typeof details === 'object' && !Array.isArray(details) ? (details as Record<string, unknown>) : undefined;
+    return new NestboxError(code, text, known);
+  }
+  const fallback = STATUS_FALLBACK_CODES[status] ?? (status >= 400 && status < 500 ? 'validation_failed' : 'internal');
+  return new NestboxError(fallback, text);
+}

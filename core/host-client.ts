@@ -2,7 +2,8 @@
 // asks the host agent that owns it. The HTTP implementation lives with the host-agent protocol
 // (host/protocol/client.ts); core sees only this interface.
 import type { Readable } from 'node:stream';
-import type { HostRecord } from './types.js';
+import type { GuestClient, GuestView } from './guest.js';
+import type { EgressPolicy, HostRecord } from './types.js';
 
 export interface HostSandboxSpec {
   id: string;
@@ -16,15 +17,8 @@ export interface HostSandboxSpec {
   egress?: EgressPolicy;
 }
 
-/**
- * What a sandbox may reach outside (allow all by default). Isolation always applies on top:
- * never the host, other sandboxes, private, loopback or link-local ranges, whatever it says.
- */
-export interface EgressPolicy {
-  mode: 'allow-all' | 'deny-all' | 'allow-list';
-  /** allow-list: IPv4 addresses, IPv4 CIDRs and domain names (resolved by the host agent, refreshed periodically). */
-  allow?: string[];
-}
+// Declared with the sandbox it belongs to (types.ts); re-exported for the host-side callers.
+export type { EgressPolicy } from './types.js';
 
 export interface HostEgressResult {
   egress: EgressPolicy;
@@ -71,34 +65,8 @@ export interface HostStartResult extends HostSandboxRuntime {
   resumeReason?: string;
 }
 
-export interface ExecInput {
-  cmd?: string;
-  argv?: string[];
-  cwd?: string;
-  env?: Record<string, string>;
-  timeoutMs?: number;
-}
-
-export interface ExecResult {
-  exitCode: number | null;
-  signal: string | null;
-  stdout: string;
-  stderr: string;
-  durationMs: number;
-  timedOut: boolean;
-  truncated: boolean;
-}
-
-export interface FileEntry {
-  name: string;
-  path: string;
-  type: 'file' | 'dir' | 'symlink' | 'other';
-  size: number;
-  mode: number;
-  mtime: string;
-  symlinkTarget?: string;
-}
-
+// Guest values are declared in guest.ts; these two are re-exported for existing importers.
+export type { ExecInput, ExecResult } from './guest.js';
 
 /** A request for the sandbox's guest agent, relayed unchanged by the host agent. */
 export interface AgentRequest {
@@ -123,10 +91,17 @@ export interface HostClient {
   startSandbox(spec: HostSandboxSpec): Promise<HostStartResult>;
   destroySandbox(id: string): Promise<void>;
   getSandbox(id: string): Promise<HostSandboxRuntime | undefined>;
-  exec(id: string, input: ExecInput, signal?: AbortSignal): Promise<ExecResult>;
-  writeFile(id: string, path: string, body: Readable, mode?: string): Promise<FileEntry>;
-  /** Any guest-agent route, streamed both ways; the caller reads status and body. */
+  /**
+   * The sandbox's guest agent, typed (host/agent-protocol/guest-client.ts). `stopped-disk`: the
+   * host's read-only view of a stopped sandbox's kept disk, which serves the file reads only.
+   */
+  guest(id: string, view?: GuestView): GuestClient;
+  /**
+   * @deprecated The untyped channel, kept only while compat/ still builds guest paths; use
+   * `guest(id)`. Any guest-agent route, streamed both ways; the caller reads status and body.
+   */
   agentRequest(id: string, request: AgentRequest): Promise<import('node:http').IncomingMessage>;
+  /** @deprecated With agentRequest; use `guest(id).processEventsSocket()` etc. */
   agentWebSocket(id: string, path: string): AgentWebSocketTarget;
   /** Freeze a running sandbox (idempotent). */
   pauseSandbox(id: string): Promise<HostSandboxRuntime>;
@@ -138,7 +113,7 @@ export interface HostClient {
   snapshotSandbox(id: string, snapshotId: string): Promise<HostSnapshotResult>;
   /** Idempotent; `conflict` while a sandbox or another snapshot on the host uses it. */
   deleteSnapshot(snapshotId: string): Promise<void>;
-  /** A guest-agent route served read-only from a STOPPED sandbox's disk (`invalid_state` if it runs). */
+  /** @deprecated With agentRequest; use `guest(id, 'stopped-disk')`. A guest-agent route served read-only from a STOPPED sandbox's disk (`invalid_state` if it runs). */
   fileViewRequest(id: string, request: AgentRequest): Promise<import('node:http').IncomingMessage>;
   /** Change the sandbox's egress policy; live when it runs, kept for its next start otherwise. */
   setEgress(id: string, egress: EgressPolicy): Promise<HostEgressResult>;

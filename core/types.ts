@@ -45,11 +45,21 @@ export interface Sandbox {
   sourceSnapshotId: string | null;
   forkedFrom: string | null;
   /** Outbound network policy (allow all unless set). */
-  egress: import('./host-client.js').EgressPolicy;
+  egress: EgressPolicy;
   /** Optional, unique per organisation among live sandboxes (Daytona gets sandboxes by id or name). */
   name: string | null;
   /** Size of the sandbox's own disk; null for sandboxes created before disk quotas. */
   diskGiB: number | null;
+}
+
+/**
+ * What a sandbox may reach outside (allow all by default). Isolation always applies on top:
+ * never the host, other sandboxes, private, loopback or link-local ranges, whatever it says.
+ */
+export interface EgressPolicy {
+  mode: 'allow-all' | 'deny-all' | 'allow-list';
+  /** allow-list: IPv4 addresses, IPv4 CIDRs and domain names (resolved by the host agent, refreshed periodically). */
+  allow?: string[];
 }
 
 export interface Snapshot {

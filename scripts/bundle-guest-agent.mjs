@@ -50,9 +50,10 @@ execFileSync('cc', ['-static', '-O2', '-Wall', '-Wextra', '-o', ptyHelper, resol
 console.log(`pty helper built to ${ptyHelper}`);
 
 // nestbox-enter (host/guest-agent/pty-helper/nestbox-enter.c): puts each workload process in the
-// sandbox's workload cgroup before it runs; mounted at /.nestbox/bin/nestbox-enter.
+// sandbox's workload cgroup and user namespace before it runs; mounted at
+// /.nestbox/bin/nestbox-enter; linked statically with libseccomp (its own setns filter).
 const enterHelper = resolve(dirname(outfile), 'nestbox-enter');
-execFileSync('cc', ['-static', '-O2', '-Wall', '-Wextra', '-o', enterHelper, resolve(repoRoot, 'host/guest-agent/pty-helper/nestbox-enter.c')], { stdio: 'inherit' });
+execFileSync('cc', ['-static', '-O2', '-Wall', '-Wextra', '-o', enterHelper, resolve(repoRoot, 'host/guest-agent/pty-helper/nestbox-enter.c'), '-lseccomp'], { stdio: 'inherit' });
 console.log(`workload launcher built to ${enterHelper}`);
 
 // nestbox-rootfs (host/guest-agent/pty-helper/nestbox-rootfs.c): runs on the host in the launcher

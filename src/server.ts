@@ -7,6 +7,7 @@ import type { Config } from './config.js';
 import { migrateToLatest, openDatabase, type Db } from '../core/store/db.js';
 import { AuthService } from '../core/services/auth.js';
 import { HostService, deriveHostSecret } from '../core/services/hosts.js';
+import { Toolbox } from '../core/services/toolbox.js';
 import { SandboxService } from '../core/services/sandboxes.js';
 import { BackgroundJobs } from '../core/services/background.js';
 import { SnapshotService } from '../core/services/snapshots.js';
@@ -98,6 +99,7 @@ export async function startServer(config: Config, log: (m: string) => void = (m)
     auth,
     hosts,
     sandboxes,
+    toolbox: new Toolbox(sandboxes),
     snapshots,
     idempotency,
     // Path-form URLs need the server's own URL, known once it listens (the port may be 0).

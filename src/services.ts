@@ -1,21 +1,28 @@
 import type { Config } from './config.js';
+import type { CompatPort } from '../core/compat-port.js';
 import type { Db } from '../core/store/db.js';
 import type { AuthService } from '../core/services/auth.js';
 import type { HostService } from '../core/services/hosts.js';
 import type { SandboxService } from '../core/services/sandboxes.js';
 import type { SnapshotService } from '../core/services/snapshots.js';
+import type { Toolbox } from '../core/services/toolbox.js';
 import type { IdempotencyService } from '../core/services/idempotency.js';
 import type { PortService } from '../core/services/ports.js';
 import type { SandboxTokenService } from '../core/services/sandbox-tokens.js';
 import type { StreamLimits } from './http/stream-limits.js';
 
-/** Everything a front door (native, compat) may call. Built once by the server. */
-export interface Services {
+/**
+ * Everything the native front door may call, built once by the server. It extends CompatPort
+ * (core/compat-port.ts), the narrower view compat layers are meant to receive.
+ */
+export interface Services extends CompatPort {
   config: Config;
   db: Db;
   auth: AuthService;
   hosts: HostService;
   sandboxes: SandboxService;
+  /** Every operation inside a sandbox (commands, sessions, files, watches), typed. */
+  toolbox: Toolbox;
   snapshots: SnapshotService;
   idempotency: IdempotencyService;
   /** Hosted ports (publish/list/unpublish and the proxy's lookups). */
@@ -29,3 +36,4 @@ export interface Services {
   nativeSpecText: string;
   log: (message: string) => void;
 }
+

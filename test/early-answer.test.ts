@@ -182,7 +182,7 @@ describe('an answer before the body is all sent (disk full)', () => {
     const client = new HttpHostClient({ hostId: 'local', baseUrl: `http://127.0.0.1:${port}`, secret: SECRET });
     for (let attempt = 0; attempt < 3; attempt++) {
       const upload = body(BODY_BYTES);
-      const error = await client.writeFile(SANDBOX, join(disk, 'more.bin'), upload.stream).then(
+      const error = await client.guest(SANDBOX).writeFile(join(disk, 'more.bin'), upload.stream, {}).then(
         () => undefined,
         (failure: unknown) => failure,
       );

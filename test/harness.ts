@@ -10,7 +10,7 @@ import { loadConfig } from '../src/config.js';
 import { startServer, type RunningServer } from '../src/server.js';
 import { generateApiKey } from '../core/services/auth.js';
 import { serverSentEvents } from '../host/protocol/sse.js';
-import { removeTree } from '../host/images/base-image.js';
+import { removeTree } from '../host/util/fs.js';
 import { projectPath } from '../src/paths.js';
 
 export const TEST_IMAGES_DIR = process.env.NESTBOX_TEST_IMAGES_DIR ?? '/var/tmp/nestbox-test-images';

@@ -163,6 +163,26 @@ describe('files of a stopped sandbox', () => {
     const write = await t.http.put(`/api/v1/sandboxes/${s.id}/files`).query({ path: '/data/x' }).set(t.auth).set('content-type', 'application/octet-stream').send(Buffer.from('x'));
     expect(write.status).toBe(409);
   });
+
+  it('bulk-downloads from the kept disk too (every file read does, one rule in the toolbox)', async () => {
+    const s = await create();
+    await sh(s.id, 'mkdir -p /data && echo "bulk from disk" > /data/bulk.txt');
+    await post(`/sandboxes/${s.id}/stop`);
+    const bulk = await t.http
+      .post(`/api/v1/sandboxes/${s.id}/files/download`)
+      .set(t.auth)
+      .send({ paths: ['/data/bulk.txt'] })
+      .buffer(true)
+      .parse((res, done) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => done(null, Buffer.concat(chunks)));
+      });
+    expect(bulk.status).toBe(200);
+    expect(String(bulk.headers['content-type'])).toMatch(/^multipart\/form-data; boundary=/);
+    expect((bulk.body as Buffer).toString('utf8')).toContain('bulk from disk\n');
+    expect((await get(s.id)).state).toBe('stopped');
+  });
 });
 
 describe('idempotency keys', () => {

@@ -5,7 +5,7 @@
 import { STATUS_CODES } from 'node:http';
 import type { Response } from 'express';
 import { NestboxError, publicError, retryAfterSeconds, toNestboxError } from '../../core/errors.js';
-import { clientHasGone } from '../../src/http/request-checks.js';
+import { clientHasGone } from '../../http-kit/request-checks.js';
 
 export type DaytonaSurface = 'api' | 'toolbox';
 

@@ -14,7 +14,7 @@ import { createToolboxRouter } from './toolbox.js';
 import { DAYTONA_API_SCOPES, DAYTONA_TOOLBOX_SCOPES } from './scopes.js';
 import { scopeGate, type ScopeTable } from '../scope-gate.js';
 import type { Principal } from '../../core/types.js';
-import { rejectNulInJsonBody } from '../../src/http/request-checks.js';
+import { rejectNulInJsonBody } from '../../http-kit/request-checks.js';
 
 export { attachDaytonaWebSockets } from './websockets.js';
 

@@ -10,7 +10,7 @@ import type { FileInfo } from '../../host/agent-protocol/types.js';
 import type { FindResponse, ReplaceResponse, SearchResponse, UploadResponse } from '../../host/agent-protocol/files.js';
 import type { OutputResponse, ProcessInfo, ProcessList, SessionCommand, SessionInfo, SessionList } from '../../host/agent-protocol/processes.js';
 import type { Services } from '../../src/services.js';
-import { streamedBody } from '../../src/http/request-body.js';
+import { streamedBody } from '../../http-kit/request-body.js';
 import {
   agentFailure, agentJson, agentRaw, FILE_CODES, handle, markedText, PROCESS_CODES, principalOf, q, queryString, requireQuery, wantsMarkedText,
 } from './context.js';

@@ -11,7 +11,7 @@ import type { Principal } from '../../core/types.js';
 import type { ProcessEvent } from '../../host/agent-protocol/processes.js';
 import { keepActiveWhileOpen } from '../../src/http/native/websocket.js';
 import { UPSTREAM_HANDSHAKE_TIMEOUT_MS } from '../../host/protocol/ws-relay.js';
-import { claimUpgrade } from '../../src/http/upgrade-claims.js';
+import { claimUpgrade } from '../../http-kit/upgrade-claims.js';
 import type { Services } from '../../src/services.js';
 import { agentJson, DAYTONA_PREFIX, PROCESS_CODES, STDERR_MARKER, STDOUT_MARKER } from './context.js';
 import { daemonError, daytonaErrorBody, notSupported } from './errors.js';

@@ -12,7 +12,7 @@ import { ENVD_VERSION } from './routing.js';
 import { E2B_CONTROL_PLANE_SCOPES } from './scopes.js';
 import { scopeGate } from '../scope-gate.js';
 import { canSeeSandbox } from '../../core/services/auth.js';
-import { rejectNulInJsonBody } from '../../src/http/request-checks.js';
+import { rejectNulInJsonBody } from '../../http-kit/request-checks.js';
 
 /** E2B's default sandbox lifetime when a create names none (e2b.md (b) create body: "server default 300"). */
 const DEFAULT_TIMEOUT_SECONDS = 300;

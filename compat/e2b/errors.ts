@@ -3,7 +3,7 @@
 import type { Response } from 'express';
 import { Code, ConnectError } from '@connectrpc/connect';
 import { NestboxError, publicError, retryAfterSeconds, toNestboxError } from '../../core/errors.js';
-import { clientHasGone } from '../../src/http/request-checks.js';
+import { clientHasGone } from '../../http-kit/request-checks.js';
 
 /**
  * Control plane: `{code, message}` with `code` equal to the HTTP status, because the SDK reads

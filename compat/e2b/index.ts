@@ -17,7 +17,7 @@ import { downloadFile, health, uploadFiles } from './envd/http.js';
 import { handleCodeInterpreter, renderCodeInterpreterError } from './code-interpreter/routes.js';
 import { renderEnvdHttpError } from './errors.js';
 import { envdConnectHandler } from './envd/connect-adapter.js';
-import { rejectNulInJsonBody, requestTargetProblem } from '../../src/http/request-checks.js';
+import { rejectNulInJsonBody, requestTargetProblem } from '../../http-kit/request-checks.js';
 import { authenticateSandboxTraffic, CODE_INTERPRETER_PORT, ENVD_PORT, sandboxRouteOf, type SandboxRoute } from './routing.js';
 
 export interface E2bOptions {

@@ -1,9 +1,9 @@
 import type { Db } from '../store/db.js';
-import { sandboxRepository, type SandboxPatch } from '../store/repositories/sandboxes.js';
+import { sandboxRepository } from '../store/repositories/sandboxes.js';
 import { controlPlaneInstanceRepository } from '../store/repositories/control-plane-instances.js';
-import { toNestboxError } from '../errors.js';
-import { newOperationId } from '../ids.js';
-import { TRANSITIONAL_STATES } from '../state-machine.js';
+import { errors, toNestboxError } from '../errors.js';
+import { hostViewOf, Lifecycle } from '../lifecycle.js';
+import { OPERATIONS, TRANSITIONAL_STATES, type HostView } from '../state-machine.js';
 import type { Sandbox } from '../types.js';
 import type { Knex } from 'knex';
 import type { IdempotencyService } from './idempotency.js';
@@ -19,8 +19,6 @@ export interface BackgroundOptions {
   log: (message: string) => void;
 }
 
-const CLEARED: SandboxPatch = { operation: null, operationId: null, operationOwner: null, operationStartedAt: null };
-
 /**
  * The control plane's background duties. All coordination goes through the database, so any
  * number of replicas can run this loop: timeouts are claimed with SKIP LOCKED and orphaned
@@ -29,6 +27,8 @@ const CLEARED: SandboxPatch = { operation: null, operationId: null, operationOwn
 export class BackgroundJobs {
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;
+  /** Claims and takeovers write through the engine, like every other state change. */
+  private readonly lifecycle: Lifecycle;
 
   constructor(
     private readonly db: Db,
@@ -36,7 +36,9 @@ export class BackgroundJobs {
     private readonly sandboxes: SandboxService,
     private readonly idempotency: IdempotencyService,
     private readonly opts: BackgroundOptions,
-  ) {}
+  ) {
+    this.lifecycle = new Lifecycle(db, opts.instanceId);
+  }
 
   async start(): Promise<void> {
     await this.tick();
@@ -71,12 +73,7 @@ export class BackgroundJobs {
   }
 
   async stopExpired(): Promise<number> {
-    const claimed = await sandboxRepository(this.db).claimExpired(new Date(), 20, () => ({
-      operation: 'stop',
-      operationId: newOperationId(),
-      operationOwner: this.opts.instanceId,
-      operationStartedAt: new Date(),
-    }));
+    const claimed = await sandboxRepository(this.db).claimExpired(new Date(), 20, this.lifecycle.claimPatch(OPERATIONS.stop));
     for (const sandbox of claimed) {
       this.opts.log(`sandbox ${sandbox.id} reached its timeout; stopping it`);
       await this.sandboxes.finishStop(sandbox, sandbox.operationId!, 'timeout').catch((err) => {
@@ -84,10 +81,6 @@ export class BackgroundJobs {
       });
     }
     return claimed.length;
-  }
-
-  private claimPatch(operation: string, state: SandboxPatch['state']): () => SandboxPatch {
-    return () => ({ state, operation, operationId: newOperationId(), operationOwner: this.opts.instanceId, operationStartedAt: new Date() });
   }
 
   /** Running sandboxes without activity for their idle timeout are paused (or stopped). */
@@ -100,12 +93,12 @@ export class BackgroundJobs {
       where: (q: Knex.QueryBuilder) =>
         q.where('idle_timeout_seconds', '>', 0).where({ idle_action: action }).whereRaw(`last_activity_at + make_interval(secs => idle_timeout_seconds) <= ?`, [new Date(now)]),
     });
-    const toPause = await repo.claim(idle('pause'), 20, this.claimPatch('pause', 'pausing'));
+    const toPause = await repo.claim(idle('pause'), 20, this.lifecycle.claimPatch(OPERATIONS.pause));
     for (const sandbox of toPause) {
       this.opts.log(`sandbox ${sandbox.id} idle for ${sandbox.idleTimeoutSeconds} s; pausing it`);
       await this.sandboxes.finishPause(sandbox, sandbox.operationId!, 'idle').catch((err) => this.opts.log(`idle pause of ${sandbox.id} failed: ${toNestboxError(err).message}`));
     }
-    const toStop = await repo.claim(idle('stop'), 20, this.claimPatch('stop', 'stopping'));
+    const toStop = await repo.claim(idle('stop'), 20, this.lifecycle.claimPatch(OPERATIONS.stop));
     for (const sandbox of toStop) {
       this.opts.log(`sandbox ${sandbox.id} idle for ${sandbox.idleTimeoutSeconds} s; stopping it`);
       await this.sandboxes.finishStop(sandbox, sandbox.operationId!, 'idle').catch((err) => this.opts.log(`idle stop of ${sandbox.id} failed: ${toNestboxError(err).message}`));
@@ -121,7 +114,7 @@ export class BackgroundJobs {
         where: (q) => q.whereNotNull('auto_delete_seconds').whereNotNull('stopped_at').whereRaw(`stopped_at + make_interval(secs => auto_delete_seconds) <= ?`, [new Date()]),
       },
       20,
-      this.claimPatch('delete', 'deleting'),
+      this.lifecycle.claimPatch(OPERATIONS.delete),
     );
     for (const sandbox of claimed) {
       this.opts.log(`sandbox ${sandbox.id} stopped ${sandbox.autoDeleteSeconds} s ago; deleting it (auto-delete)`);
@@ -142,44 +135,32 @@ export class BackgroundJobs {
     return orphans.length;
   }
 
+  /**
+   * Take over one orphaned operation. What it becomes is the takeover column of the state table:
+   * stops and deletes are run again; the others settle by what the host reports.
+   */
   private async takeOver(orphan: Sandbox): Promise<void> {
-    const repo = sandboxRepository(this.db);
     // Claim it first, so two reconcilers never act on the same orphan.
-    const operationId = newOperationId();
-    const sandbox = await repo.transition(orphan.id, [orphan.state], { operationId, operationOwner: this.opts.instanceId }, orphan.operationId ?? undefined);
-    if (!sandbox) return;
-    this.opts.log(`taking over interrupted ${sandbox.operation ?? sandbox.state} of sandbox ${sandbox.id}`);
-    if (sandbox.state === 'stopping') {
-      await this.sandboxes.finishStop(sandbox, operationId, 'user');
+    const adopted = await this.lifecycle.adopt(orphan);
+    if (!adopted) return;
+    const { sandbox, operation, operationId } = adopted;
+    const name = sandbox.operation ?? operation.name;
+    this.opts.log(`taking over interrupted ${name} of sandbox ${sandbox.id}`);
+    if (operation.takeover === 'finish') {
+      // The reason of an interrupted stop is written with its outcome, so it is not known here.
+      if (operation.name === 'stop') await this.sandboxes.finishStop(sandbox, operationId, 'user');
+      else if (operation.name === 'delete') await this.sandboxes.finishDelete(sandbox, operationId);
+      else throw errors.internal(`no way to finish an interrupted ${operation.name} again`);
       return;
     }
-    if (sandbox.state === 'deleting') {
-      await this.sandboxes.finishDelete(sandbox, operationId);
-      return;
-    }
-    // creating / starting / pausing / resuming: adopt when the host runs it, otherwise fail it.
-    let runtime;
+    let view: HostView;
+    let interrupted = `the ${name} operation was interrupted by a control-plane restart`;
     try {
-      runtime = sandbox.hostId ? await (await this.hosts.clientFor(sandbox.hostId)).getSandbox(sandbox.id) : undefined;
+      view = sandbox.hostId ? hostViewOf(await (await this.hosts.clientFor(sandbox.hostId)).getSandbox(sandbox.id)) : 'absent';
     } catch (err) {
-      await repo.transition(sandbox.id, [sandbox.state], { state: 'error', ...CLEARED, errorMessage: `interrupted ${sandbox.state} and the host is unreachable: ${toNestboxError(err).message}` }, operationId);
-      return;
+      view = 'unreachable';
+      interrupted = `interrupted ${sandbox.state} and the host is unreachable: ${toNestboxError(err).message}`;
     }
-    if (runtime?.status === 'paused') {
-      await repo.transition(sandbox.id, [sandbox.state], { state: 'paused', ...CLEARED, pausedAt: new Date(), pauseReason: sandbox.pauseReason ?? 'user' }, operationId);
-      return;
-    }
-    if (runtime?.status === 'running') {
-      const now = new Date();
-      await repo.transition(sandbox.id, [sandbox.state], {
-        state: 'running',
-        ...CLEARED,
-        startedAt: now,
-        expiresAt: sandbox.timeoutSeconds === 0 ? null : new Date(now.getTime() + sandbox.timeoutSeconds * 1000),
-      }, operationId);
-      return;
-    }
-    const fallback = sandbox.state === 'starting' && runtime ? 'stopped' : 'error';
-    await repo.transition(sandbox.id, [sandbox.state], { state: fallback, ...CLEARED, errorMessage: `the ${sandbox.operation ?? sandbox.state} operation was interrupted by a control-plane restart` }, operationId);
+    await this.lifecycle.settle(sandbox, operation, view, operationId, interrupted);
   }
 }

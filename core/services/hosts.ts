@@ -3,6 +3,8 @@ import type { Db } from '../store/db.js';
 import { hostRepository } from '../store/repositories/hosts.js';
 import { sandboxRepository } from '../store/repositories/sandboxes.js';
 import { NestboxError } from '../errors.js';
+import { applyEvent } from '../lifecycle.js';
+import { EVENTS } from '../state-machine.js';
 import type { HostClient, HostClientFactory, HostSandboxRuntime } from '../host-client.js';
 import type { HostRecord } from '../types.js';
 
@@ -68,12 +70,7 @@ export class HostService {
     for (const sandbox of await repo.findByHost(hostId, ['running', 'paused'])) {
       if (live.has(sandbox.id)) continue;
       if (!sandbox.startedAt || sandbox.startedAt.getTime() >= previousHeartbeatAt.getTime()) continue;
-      await repo.transition(sandbox.id, [sandbox.state], {
-        state: 'error',
-        errorMessage: 'the sandbox stopped running on its host unexpectedly; resume it to start again from its disk',
-        expiresAt: null,
-        stoppedAt: new Date(),
-      });
+      await applyEvent(this.db, sandbox, EVENTS.vanished, { errorMessage: 'the sandbox stopped running on its host unexpectedly; resume it to start again from its disk' });
     }
   }
 

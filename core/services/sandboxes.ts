@@ -1,12 +1,13 @@
-import type { Readable } from 'node:stream';
 import type { Db, DbOrTx } from '../store/db.js';
 import { sandboxRepository, sortValueOf, SANDBOX_SORT_KEYS, type SandboxPatch, type SandboxSortKey } from '../store/repositories/sandboxes.js';
 import { errors, NestboxError, toNestboxError } from '../errors.js';
 import { newOperationId, newSandboxId } from '../ids.js';
-import { assertCanBegin, assertRunning, isTransitional, OPERATIONS, type Operation, type SandboxState } from '../state-machine.js';
+import { assertCanBegin, assertRunning, isTransitional, OPERATIONS, type SandboxState } from '../state-machine.js';
+import { failureMessage, Lifecycle, timeoutDeadline } from '../lifecycle.js';
 import { snapshotRepository } from '../store/repositories/snapshots.js';
 import type { IncomingMessage } from 'node:http';
-import type { AgentRequest, AgentWebSocketTarget, EgressPolicy, ExecInput, ExecResult, FileEntry, HostClient, HostSandboxSpec } from '../host-client.js';
+import type { AgentRequest, AgentWebSocketTarget, EgressPolicy, ExecInput, ExecResult, HostClient, HostSandboxSpec } from '../host-client.js';
+import type { GuestClient } from '../guest.js';
 import type { Principal, Sandbox, Scope, Snapshot } from '../types.js';
 import { canSeeSandbox, requireScope } from './auth.js';
 import type { HostService } from './hosts.js';
@@ -201,14 +202,19 @@ function decodeCursor(cursor: string): { createdAt: Date; id: string } {
  * two writes leaves a transitional row with an owner, which the reconciler finishes.
  */
 export class SandboxService {
+  /** Every state write goes through the engine, which takes it from the state table. */
+  private readonly lifecycle: Lifecycle;
+
   constructor(
     private readonly db: Db,
     private readonly hosts: HostService,
     private readonly limits: SandboxLimits,
     /** Id of this control-plane instance, recorded as the owner of operations it runs. */
-    private readonly instanceId: string,
+    instanceId: string,
     private readonly orgLimits: OrganizationLimits = { maxSandboxes: Number.MAX_SAFE_INTEGER, maxCpu: Number.MAX_SAFE_INTEGER, maxMemoryMiB: Number.MAX_SAFE_INTEGER, retryAfterSeconds: 30 },
-  ) {}
+  ) {
+    this.lifecycle = new Lifecycle(db, instanceId);
+  }
 
   /**
    * Runs `task` (the inserts or the state change that makes sandboxes count) in one transaction
@@ -257,7 +263,7 @@ export class SandboxService {
     const operationId = newOperationId();
     const name = validateName(input.name);
     const created = await this.withinQuota(principal.organizationId, { sandboxes: 1, cpu: spec.cpu, memoryMiB: spec.memoryMiB }, (tx) =>
-      sandboxRepository(tx).insertCreating({
+      this.lifecycle.insert(tx, OPERATIONS.create, operationId, {
         id: newSandboxId(),
         organizationId: principal.organizationId,
         hostId: host.id,
@@ -268,8 +274,6 @@ export class SandboxService {
         autoDeleteSeconds: policy.autoDeleteSeconds ?? null,
         sourceSnapshotId: snapshot?.id ?? null,
         egress,
-        operationId,
-        operationOwner: this.instanceId,
       }),
     ).catch((err) => {
       throw nameConflict(err, name);
@@ -278,16 +282,10 @@ export class SandboxService {
     try {
       await client.createSandbox({ ...this.hostSpec(created), ...(snapshot ? { snapshot: snapshot.id } : {}) });
     } catch (err) {
-      await this.rollBackCreate(created, client, operationId, err);
+      await this.rollBackCreate(created, OPERATIONS.create, client, operationId, err);
       throw toNestboxError(err);
     }
-    const now = new Date();
-    const running = await this.repo().transition(created.id, ['creating'], {
-      state: 'running',
-      ...this.clearOperation(),
-      startedAt: now,
-      expiresAt: this.deadline(created.timeoutSeconds, now),
-    }, operationId);
+    const running = await this.lifecycle.finish(created, OPERATIONS.create, 'succeeded', operationId);
     if (!running) {
       // Deleted while it was being created: the delete owns the cleanup; report what happened.
       throw errors.invalidState('sandbox', created.id, (await this.repo().findById(created.id))?.state ?? 'deleted', ['creating'], 'create');
@@ -295,16 +293,17 @@ export class SandboxService {
     return running;
   }
 
-  /** A failed create leaves nothing behind: the host removes what it built and the row is closed as deleted. */
-  private async rollBackCreate(sandbox: Sandbox, client: HostClient, operationId: string, cause: unknown): Promise<void> {
-    const message = `create failed: ${toNestboxError(cause).message}`;
+  /** A failed create or fork leaves nothing behind: the host removes what it built and the row is closed as deleted. */
+  private async rollBackCreate(sandbox: Sandbox, op: typeof OPERATIONS.create | typeof OPERATIONS.fork, client: HostClient, operationId: string, cause: unknown): Promise<void> {
+    const errorMessage = failureMessage(op, toNestboxError(cause));
+    let removed = false;
     try {
       await client.destroySandbox(sandbox.id);
-      await this.repo().transition(sandbox.id, ['creating'], { state: 'deleted', ...this.clearOperation(), errorMessage: message, deletedAt: new Date() }, operationId);
+      removed = true;
     } catch {
       // Host unreachable: keep the row visible as error so the reconciler and the user can clean up.
-      await this.repo().transition(sandbox.id, ['creating'], { state: 'error', ...this.clearOperation(), errorMessage: message }, operationId);
     }
+    await this.lifecycle.finish(sandbox, op, removed ? 'rolledBack' : 'failed', operationId, { errorMessage });
   }
 
   private validateCreate(input: CreateSandboxInput) {
@@ -353,14 +352,6 @@ export class SandboxService {
       throw errors.validation('timeoutSeconds', `must be an integer from 0 (no timeout) to ${max}`);
     }
     return timeoutSeconds;
-  }
-
-  private deadline(timeoutSeconds: number, from: Date): Date | null {
-    return timeoutSeconds === 0 ? null : new Date(from.getTime() + timeoutSeconds * 1000);
-  }
-
-  private clearOperation(): SandboxPatch {
-    return { operation: null, operationId: null, operationOwner: null, operationStartedAt: null };
   }
 
   private hostSpec(s: Sandbox): HostSandboxSpec {
@@ -441,28 +432,10 @@ export class SandboxService {
     if (input.timeoutSeconds !== undefined) {
       patch.timeoutSeconds = this.validateTimeout(input.timeoutSeconds);
       // A new timeout counts from now for a running sandbox: this is the keep-alive call.
-      if (sandbox.state === 'running') patch.expiresAt = this.deadline(patch.timeoutSeconds, new Date());
+      if (sandbox.state === 'running') patch.expiresAt = timeoutDeadline(patch.timeoutSeconds, new Date());
     }
     if (Object.keys(patch).length === 0) return sandbox;
     return (await this.repo().update(id, patch)) ?? sandbox;
-  }
-
-  /** Mark the beginning of `op`: compare-and-set into its transitional state, owned by this instance. */
-  private async begin(sandbox: Sandbox, op: Operation, db: DbOrTx = this.db): Promise<{ sandbox: Sandbox; operationId: string }> {
-    assertCanBegin(op, sandbox.id, sandbox.state);
-    const operationId = newOperationId();
-    const began = await sandboxRepository(db).transition(sandbox.id, op.from, {
-      state: op.via,
-      operation: op.name,
-      operationId,
-      operationOwner: this.instanceId,
-      operationStartedAt: new Date(),
-    });
-    if (!began) {
-      const current = (await sandboxRepository(db).findById(sandbox.id))?.state ?? 'deleted';
-      throw errors.invalidState('sandbox', sandbox.id, current, op.from, op.name);
-    }
-    return { sandbox: began, operationId };
   }
 
   /**
@@ -472,14 +445,14 @@ export class SandboxService {
    */
   private beginStart(sandbox: Sandbox): Promise<{ sandbox: Sandbox; operationId: string }> {
     assertCanBegin(OPERATIONS.start, sandbox.id, sandbox.state);
-    return this.withinQuota(sandbox.organizationId, { sandboxes: 1, cpu: sandbox.cpu, memoryMiB: sandbox.memoryMiB }, (tx) => this.begin(sandbox, OPERATIONS.start, tx), sandbox.id);
+    return this.withinQuota(sandbox.organizationId, { sandboxes: 1, cpu: sandbox.cpu, memoryMiB: sandbox.memoryMiB }, (tx) => this.lifecycle.begin(sandbox, OPERATIONS.start, tx), sandbox.id);
   }
 
   async stop(principal: Principal, id: string): Promise<Sandbox> {
     requireScope(principal, 'sandboxes:operate');
     const sandbox = await this.load(principal, id);
     if (sandbox.state === 'stopped') return sandbox; // retry-safe
-    const { operationId } = await this.begin(sandbox, OPERATIONS.stop);
+    const { operationId } = await this.lifecycle.begin(sandbox, OPERATIONS.stop);
     return this.finishStop(sandbox, operationId, 'user');
   }
 
@@ -490,19 +463,10 @@ export class SandboxService {
       await client.stopSandbox(sandbox.id);
     } catch (err) {
       const e = toNestboxError(err);
-      await this.repo().transition(sandbox.id, ['stopping'], { state: 'error', ...this.clearOperation(), errorMessage: `stop failed: ${e.message}` }, operationId);
+      await this.lifecycle.finish(sandbox, OPERATIONS.stop, 'failed', operationId, { errorMessage: failureMessage(OPERATIONS.stop, e) });
       throw e;
     }
-    const stopped = await this.repo().transition(sandbox.id, ['stopping'], {
-      state: 'stopped',
-      ...this.clearOperation(),
-      expiresAt: null,
-      stoppedAt: new Date(),
-      stopReason: reason,
-      pauseReason: null,
-      pausedAt: null,
-      errorMessage: null,
-    }, operationId);
+    const stopped = await this.lifecycle.finish(sandbox, OPERATIONS.stop, 'succeeded', operationId, { stopReason: reason });
     return stopped ?? (await this.repo().findById(sandbox.id))!;
   }
 
@@ -512,38 +476,30 @@ export class SandboxService {
     if (sandbox.state === 'running') return sandbox; // retry-safe
     if (sandbox.state === 'paused') return this.unpause(principal, id);
     const { operationId } = await this.beginStart(sandbox);
-    return this.finishResume(sandbox, operationId);
+    return this.finishStart(sandbox, operationId);
   }
 
-  private async finishResume(sandbox: Sandbox, operationId: string): Promise<Sandbox> {
+  private async finishStart(sandbox: Sandbox, operationId: string): Promise<Sandbox> {
     let result;
     try {
       const client = await this.hosts.clientFor(sandbox.hostId!);
       result = await client.startSandbox(this.hostSpec(sandbox));
     } catch (err) {
       const e = toNestboxError(err);
-      await this.repo().transition(sandbox.id, ['starting'], { state: 'stopped', ...this.clearOperation(), errorMessage: `resume failed: ${e.message}` }, operationId);
+      await this.lifecycle.finish(sandbox, OPERATIONS.start, 'failed', operationId, { errorMessage: failureMessage(OPERATIONS.start, e) });
       throw e;
     }
-    const now = new Date();
-    const running = await this.repo().transition(sandbox.id, ['starting'], {
-      state: 'running',
-      ...this.clearOperation(),
-      startedAt: now,
-      expiresAt: this.deadline(sandbox.timeoutSeconds, now),
+    const running = await this.lifecycle.finish(sandbox, OPERATIONS.start, 'succeeded', operationId, {
       memoryRestored: result.memoryRestored,
       resumeReason: result.memoryRestored ? null : (result.resumeReason ?? 'unknown'),
-      errorMessage: null,
-      stopReason: null,
-      lastActivityAt: now,
-    }, operationId);
+    });
     return running ?? (await this.repo().findById(sandbox.id))!;
   }
 
   async delete(principal: Principal, id: string): Promise<void> {
     requireScope(principal, 'sandboxes:delete');
     const sandbox = await this.load(principal, id);
-    const { operationId } = await this.begin(sandbox, OPERATIONS.delete);
+    const { operationId } = await this.lifecycle.begin(sandbox, OPERATIONS.delete);
     await this.finishDelete(sandbox, operationId);
   }
 
@@ -552,10 +508,10 @@ export class SandboxService {
       if (sandbox.hostId) await (await this.hosts.clientFor(sandbox.hostId)).destroySandbox(sandbox.id);
     } catch (err) {
       const e = toNestboxError(err);
-      await this.repo().transition(sandbox.id, ['deleting'], { state: 'error', ...this.clearOperation(), errorMessage: `delete failed: ${e.message}` }, operationId);
+      await this.lifecycle.finish(sandbox, OPERATIONS.delete, 'failed', operationId, { errorMessage: failureMessage(OPERATIONS.delete, e) });
       throw e;
     }
-    await this.repo().transition(sandbox.id, ['deleting'], { state: 'deleted', ...this.clearOperation(), expiresAt: null, deletedAt: new Date() }, operationId);
+    await this.lifecycle.finish(sandbox, OPERATIONS.delete, 'succeeded', operationId);
   }
 
   /**
@@ -597,8 +553,8 @@ export class SandboxService {
     while (Date.now() < deadline) {
       if (sandbox.state === 'running' || !isWakeable(sandbox) && !isTransitional(sandbox.state)) return sandbox;
       try {
-        if (sandbox.state === 'paused') return await this.finishUnpause(sandbox, (await this.begin(sandbox, OPERATIONS.unpause)).operationId);
-        if (sandbox.state === 'stopped') return await this.finishResume(sandbox, (await this.beginStart(sandbox)).operationId);
+        if (sandbox.state === 'paused') return await this.finishUnpause(sandbox, (await this.lifecycle.begin(sandbox, OPERATIONS.unpause)).operationId);
+        if (sandbox.state === 'stopped') return await this.finishStart(sandbox, (await this.beginStart(sandbox)).operationId);
       } catch (err) {
         // Another call won the race to wake it; wait for that one below.
         if (!(err instanceof NestboxError && err.code === 'invalid_state')) throw err;
@@ -613,7 +569,7 @@ export class SandboxService {
     requireScope(principal, 'sandboxes:operate');
     const sandbox = await this.load(principal, id);
     if (sandbox.state === 'paused') return sandbox; // retry-safe
-    const { operationId } = await this.begin(sandbox, OPERATIONS.pause);
+    const { operationId } = await this.lifecycle.begin(sandbox, OPERATIONS.pause);
     return this.finishPause(sandbox, operationId, 'user');
   }
 
@@ -622,11 +578,10 @@ export class SandboxService {
       await (await this.hosts.clientFor(sandbox.hostId!)).pauseSandbox(sandbox.id);
     } catch (err) {
       const e = toNestboxError(err);
-      await this.repo().transition(sandbox.id, ['pausing'], { state: 'running', ...this.clearOperation(), errorMessage: `pause failed: ${e.message}` }, operationId);
+      await this.lifecycle.finish(sandbox, OPERATIONS.pause, 'failed', operationId, { errorMessage: failureMessage(OPERATIONS.pause, e) });
       throw e;
     }
-    // The timeout keeps running while paused: a paused sandbox still holds its memory.
-    const paused = await this.repo().transition(sandbox.id, ['pausing'], { state: 'paused', ...this.clearOperation(), pausedAt: new Date(), pauseReason: reason }, operationId);
+    const paused = await this.lifecycle.finish(sandbox, OPERATIONS.pause, 'succeeded', operationId, { pauseReason: reason });
     return paused ?? (await this.repo().findById(sandbox.id))!;
   }
 
@@ -634,7 +589,7 @@ export class SandboxService {
     requireScope(principal, 'sandboxes:operate');
     const sandbox = await this.load(principal, id);
     if (sandbox.state === 'running') return sandbox; // retry-safe
-    const { operationId } = await this.begin(sandbox, OPERATIONS.unpause);
+    const { operationId } = await this.lifecycle.begin(sandbox, OPERATIONS.unpause);
     return this.finishUnpause(sandbox, operationId);
   }
 
@@ -643,19 +598,11 @@ export class SandboxService {
       await (await this.hosts.clientFor(sandbox.hostId!)).unpauseSandbox(sandbox.id);
     } catch (err) {
       const e = toNestboxError(err);
-      await this.repo().transition(sandbox.id, ['resuming'], { state: 'paused', ...this.clearOperation(), errorMessage: `unpause failed: ${e.message}` }, operationId);
+      await this.lifecycle.finish(sandbox, OPERATIONS.unpause, 'failed', operationId, { errorMessage: failureMessage(OPERATIONS.unpause, e) });
       throw e;
     }
-    const running = await this.repo().transition(sandbox.id, ['resuming'], {
-      state: 'running',
-      ...this.clearOperation(),
-      pausedAt: null,
-      pauseReason: null,
-      lastActivityAt: new Date(),
-      // Memory stayed in place the whole time.
-      memoryRestored: true,
-      resumeReason: null,
-    }, operationId);
+    // Memory stayed in place the whole time (the table's unpause outcome says memoryRestored).
+    const running = await this.lifecycle.finish(sandbox, OPERATIONS.unpause, 'succeeded', operationId);
     return running ?? (await this.repo().findById(sandbox.id))!;
   }
 
@@ -665,7 +612,7 @@ export class SandboxService {
     const sandbox = await this.load(principal, id);
     const now = new Date();
     const patch: SandboxPatch = { lastActivityAt: now };
-    if (sandbox.state === 'running' || sandbox.state === 'paused') patch.expiresAt = this.deadline(sandbox.timeoutSeconds, now);
+    if (sandbox.state === 'running' || sandbox.state === 'paused') patch.expiresAt = timeoutDeadline(sandbox.timeoutSeconds, now);
     return (await this.repo().update(id, patch)) ?? sandbox;
   }
 
@@ -689,7 +636,7 @@ export class SandboxService {
     await this.withinQuota(source.organizationId, { sandboxes: count, cpu: source.cpu * count, memoryMiB: source.memoryMiB * count }, async (tx) => {
     for (let i = 0; i < count; i++) {
       children.push(
-        await sandboxRepository(tx).insertCreating({
+        await this.lifecycle.insert(tx, OPERATIONS.fork, operationId, {
           id: newSandboxId(),
           organizationId: source.organizationId,
           hostId: source.hostId!,
@@ -710,9 +657,6 @@ export class SandboxService {
           // A fork is no way around its source's network policy.
           egress: source.egress,
           name,
-          operation: 'fork',
-          operationId,
-          operationOwner: this.instanceId,
         }).catch((err) => {
           throw nameConflict(err, name);
         }),
@@ -724,20 +668,15 @@ export class SandboxService {
     try {
       result = await client.forkSandbox(source.id, children.map((c) => this.hostSpec(c)));
     } catch (err) {
-      for (const child of children) await this.rollBackCreate(child, client, operationId, err);
+      for (const child of children) await this.rollBackCreate(child, OPERATIONS.fork, client, operationId, err);
       throw toNestboxError(err);
     }
-    const now = new Date();
     const running: Sandbox[] = [];
     for (const child of children) {
-      const row = await this.repo().transition(child.id, ['creating'], {
-        state: 'running',
-        ...this.clearOperation(),
-        startedAt: now,
-        expiresAt: this.deadline(child.timeoutSeconds, now),
+      const row = await this.lifecycle.finish(child, OPERATIONS.fork, 'succeeded', operationId, {
         memoryRestored: result.memoryCopied,
         resumeReason: result.memoryCopied ? null : 'driver_has_no_memory_snapshot',
-      }, operationId);
+      });
       running.push(row ?? (await this.repo().findById(child.id))!);
     }
     await this.noteActivity(source.id);
@@ -754,24 +693,32 @@ export class SandboxService {
     return out;
   }
 
+  /**
+   * The guest agent of sandbox `id` for the toolbox (core/services/toolbox.ts), which has
+   * checked the scope: a paused or idle-stopped sandbox is woken first and the call counts as
+   * activity. With `stoppedDisk`, a sandbox that stays stopped (or failed) is answered from its
+   * host's read-only view of its kept disk instead, without resuming it.
+   */
+  async guestFor(principal: Principal, id: string, operation: string, stoppedDisk = false): Promise<GuestClient> {
+    if (stoppedDisk) {
+      const sandbox = await this.load(principal, id);
+      if ((sandbox.state === 'stopped' || sandbox.state === 'error') && !isWakeable(sandbox)) {
+        return (await this.hosts.clientFor(sandbox.hostId!)).guest(id, 'stopped-disk');
+      }
+    }
+    const { client } = await this.runningSandbox(principal, id, operation);
+    return client.guest(id);
+  }
+
+  /** @deprecated compat only, until it uses Toolbox.exec. */
   async exec(principal: Principal, id: string, input: ExecInput, signal?: AbortSignal): Promise<ExecResult> {
     requireScope(principal, 'sandboxes:exec');
-    const { client } = await this.runningSandbox(principal, id, 'run a command in');
-    return client.exec(id, input, signal);
+    return (await this.guestFor(principal, id, 'run a command in')).exec(input, { signal });
   }
-
-
-  async writeFile(principal: Principal, id: string, path: string, body: Readable, mode?: string): Promise<FileEntry> {
-    requireScope(principal, 'files:write');
-    const { client } = await this.runningSandbox(principal, id, 'write files of');
-    return client.writeFile(id, path, body, mode);
-  }
-
 
   /**
-   * The sandbox's toolbox channel: any guest-agent route (processes, sessions, files, watch),
-   * after the same checks as every other call — scope, visibility, running state. Front doors
-   * (native handlers, compat translators) build the guest path; core owns who may use it.
+   * @deprecated The untyped channel, kept only while compat/ builds guest paths (the Toolbox
+   * replaces it): any guest-agent route after the checks of every other call.
    */
   async agentRequest(principal: Principal, id: string, scope: Scope, operation: string, request: AgentRequest): Promise<IncomingMessage> {
     requireScope(principal, scope);
@@ -779,10 +726,7 @@ export class SandboxService {
     return client.agentRequest(id, request);
   }
 
-  /**
-   * Read-only file calls (download, list, stat) work on a stopped sandbox too: its host serves
-   * them from a read-only view of the kept disk, without resuming it.
-   */
+  /** @deprecated With agentRequest: read-only file routes, served from a stopped sandbox's kept disk. */
   async fileReadRequest(principal: Principal, id: string, operation: string, request: AgentRequest): Promise<IncomingMessage> {
     requireScope(principal, 'files:read');
     const sandbox = await this.load(principal, id);
@@ -793,6 +737,7 @@ export class SandboxService {
     return client.agentRequest(id, request);
   }
 
+  /** @deprecated With agentRequest; the Toolbox has one method per WebSocket. */
   async agentWebSocket(principal: Principal, id: string, scope: Scope, operation: string, path: string): Promise<AgentWebSocketTarget> {
     requireScope(principal, scope);
     const { client } = await this.runningSandbox(principal, id, operation);

@@ -6,6 +6,7 @@ import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { z } from 'zod';
+import { errorFromResponse } from '../protocol/error-response.js';
 import { connectUpstream, type UpstreamResult } from '../protocol/ws-relay.js';
 import { giveUpBodyAfterAnswer } from './request-body.js';
 import { AGENT_KEY_ROUTE, AGENT_NONCE_HEADER, AGENT_PROOF_HEADER, AGENT_REKEY_HEADER, encodeAgentKey, newNonce, rekeyProof, verifyAgentProof } from './auth.js';
@@ -65,19 +66,11 @@ async function readAll(response: IncomingMessage): Promise<Buffer> {
   return Buffer.concat(chunks);
 }
 
-/** Consumes an error response and turns it into an AgentRequestError. */
+/** Consumes an error response and turns it into an AgentRequestError (codes decoded by core's one decoder). */
 export async function agentErrorFrom(response: IncomingMessage): Promise<AgentRequestError> {
   const status = response.statusCode ?? 502;
-  const text = (await readAll(response).catch(() => Buffer.alloc(0))).toString('utf8');
-  try {
-    const parsed = JSON.parse(text) as { error?: { code?: unknown; message?: unknown } };
-    if (typeof parsed.error?.code === 'string' && typeof parsed.error.message === 'string') {
-      return new AgentRequestError(status, parsed.error.code, parsed.error.message);
-    }
-  } catch {
-    // Not our error shape; fall through to a generic description.
-  }
-  return new AgentRequestError(status, status >= 500 ? 'internal' : 'validation_failed', `guest agent answered HTTP ${status}: ${text.slice(0, 200)}`);
+  const decoded = await errorFromResponse(response, 'guest agent');
+  return new AgentRequestError(status, decoded.code, decoded.message);
 }
 
 function isSuccess(response: IncomingMessage): boolean {

@@ -37,6 +37,29 @@ export function discardableBody(req: IncomingMessage): Readable {
 }
 
 /**
+ * Most bytes of a refused body (413) read and dropped after the answer, so the answer reaches
+ * the client: closing a connection with the client's bytes still unread makes the kernel reset
+ * it, and a client still writing then sees EPIPE instead of the 413. Past this the connection is
+ * dropped (a client sending gigabytes after its 413 gets the reset).
+ */
+export const MAX_DISCARDED_BODY_BYTES = 8 * 1024 * 1024;
+
+/** Reads and drops the rest of req's body; past maxBytes, drops the connection instead. */
+export function discardRestOfBody(req: IncomingMessage, maxBytes = MAX_DISCARDED_BODY_BYTES): void {
+  if (req.readableEnded || req.destroyed) return;
+  let dropped = 0;
+  const onData = (chunk: Buffer): void => {
+    dropped += chunk.length;
+    if (dropped > maxBytes) {
+      req.off('data', onData);
+      req.socket?.destroy();
+    }
+  };
+  req.on('data', onData);
+  req.resume();
+}
+
+/**
  * An answer can come before the request body is all sent (507: the disk filled up). Node's
  * client stops relaying 'drain' to a request once its answer is complete, so a body sent with
  * backpressure would hang half-sent on that socket for good. Once the answer has been read to

@@ -7,6 +7,7 @@ import type { IncomingMessage } from 'node:http';
 import { PassThrough, type Readable } from 'node:stream';
 import { finished } from 'node:stream/promises';
 import type { UploadResponse, UploadResult } from '../agent-protocol/files.js';
+import { discardRestOfBody, MAX_DISCARDED_BODY_BYTES } from '../agent-protocol/request-body.js';
 import { AgentHttpError, fsErrorToHttp, validationFailed } from './errors.js';
 import { receiveFile } from './files.js';
 import { resolveSandboxPath } from './paths.js';
@@ -24,9 +25,13 @@ const DAYTONA_FILE_FIELD = /^files\[(\d+)\]\.file$/;
 /** Text fields only ever carry paths; anything longer is not one. */
 const MAX_FIELD_BYTES = 64 * 1024;
 
-function tooLarge(limit: number): AgentHttpError {
-  // Connection: close, so the rest of an oversized body is not read just to be thrown away.
-  return new AgentHttpError(413, 'payload_too_large', `body: the upload is larger than the limit of ${limit} bytes`, { Connection: 'close' });
+/**
+ * The rest of the body is read and dropped (bounded: discardRestOfBody) so the 413 reaches a
+ * client still sending; only a declared body too big even for that gets Connection: close.
+ */
+function tooLarge(limit: number, declaredLength = 0): AgentHttpError {
+  const headers = declaredLength > MAX_DISCARDED_BODY_BYTES ? { Connection: 'close' } : undefined;
+  return new AgentHttpError(413, 'payload_too_large', `body: the upload is larger than the limit of ${limit} bytes`, headers);
 }
 
 function describeFailure(error: unknown, path: string): { code: string; message: string } {
@@ -70,7 +75,10 @@ export async function receiveUpload(req: IncomingMessage, settings: UploadSettin
     throw validationFailed('content-type', `expected multipart/form-data with a boundary, got ${JSON.stringify(req.headers['content-type'] ?? '')}`);
   }
   const declaredLength = Number(req.headers['content-length'] ?? Number.NaN);
-  if (Number.isFinite(declaredLength) && declaredLength > settings.maxUploadBytes) throw tooLarge(settings.maxUploadBytes);
+  if (Number.isFinite(declaredLength) && declaredLength > settings.maxUploadBytes) {
+    discardRestOfBody(req);
+    throw tooLarge(settings.maxUploadBytes, declaredLength);
+  }
 
   let parser: busboy.Busboy;
   try {
@@ -136,7 +144,7 @@ async function feedParser(req: IncomingMessage, parser: busboy.Busboy, limit: nu
       settled = true;
       req.off('data', onData);
       // Discard the rest of the body rather than leave it unread.
-      req.resume();
+      discardRestOfBody(req);
       parser.destroy(error);
       reject(error);
     };

@@ -6,6 +6,10 @@
 //   node guest-agent.mjs --socket <path>     bind a Unix socket itself (tests, other transports)
 //   … --key-fd <n>                           read the per-boot proof key (agent-protocol/auth.ts)
 //                                            from this inherited descriptor, then close it
+//   … --workload-userns-fd <n>               the workloads' user namespace (nestbox-seccomp.c
+//                                            --agent-uid): every workload is moved into it, and
+//                                            the agent, started as its own uid, takes root as its
+//                                            effective uid only
 // Without --key-fd the agent starts keyless and takes its key on PUT /auth/key (a Cloud
 // Hypervisor guest, whose agent is started by the image). The key never travels in argv or the
 // environment: both are inherited by every workload.
@@ -28,7 +32,7 @@ function log(message: string): void {
 
 type ListenTarget = { socket: string } | { fd: number };
 
-const USAGE = 'usage: guest-agent --socket <path> | --listen-fd <n>, then optionally --work-cgroup-fds <a,b,…>|- and --key-fd <n>';
+const USAGE = 'usage: guest-agent --socket <path> | --listen-fd <n>, then optionally --work-cgroup-fds <a,b,…>|-, --workload-userns-fd <n> and --key-fd <n>';
 const KEY_READ_LIMIT_MS = 10_000;
 
 function usage(): never {
@@ -36,17 +40,32 @@ function usage(): never {
   process.exit(2);
 }
 
-function argsOf(): { target: ListenTarget; workCgroupFds: number[]; keyFd?: number } {
-  const { values } = parseArgs({ options: { socket: { type: 'string' }, 'listen-fd': { type: 'string' }, 'work-cgroup-fds': { type: 'string' }, 'key-fd': { type: 'string' } }, strict: true });
+interface AgentArgs {
+  target: ListenTarget;
+  workCgroupFds: number[];
+  workloadUsernsFd?: number;
+  keyFd?: number;
+}
+
+function argsOf(): AgentArgs {
+  const { values } = parseArgs({
+    options: { socket: { type: 'string' }, 'listen-fd': { type: 'string' }, 'work-cgroup-fds': { type: 'string' }, 'workload-userns-fd': { type: 'string' }, 'key-fd': { type: 'string' } },
+    strict: true,
+  });
   const fd = values['listen-fd'];
   const cgroupList = values['work-cgroup-fds'];
   const keyFd = values['key-fd'];
+  const usernsFd = values['workload-userns-fd'];
   if (cgroupList !== undefined && cgroupList !== '-' && !/^\d+(,\d+)*$/.test(cgroupList)) usage();
   if (keyFd !== undefined && !/^\d+$/.test(keyFd)) usage();
-  const workCgroupFds = cgroupList && cgroupList !== '-' ? cgroupList.split(',').map(Number) : [];
-  const key = keyFd === undefined ? {} : { keyFd: Number(keyFd) };
-  if (fd !== undefined && /^\d+$/.test(fd) && values.socket === undefined) return { target: { fd: Number(fd) }, workCgroupFds, ...key };
-  if (values.socket && fd === undefined) return { target: { socket: values.socket }, workCgroupFds, ...key };
+  if (usernsFd !== undefined && !/^\d+$/.test(usernsFd)) usage();
+  const common = {
+    workCgroupFds: cgroupList && cgroupList !== '-' ? cgroupList.split(',').map(Number) : [],
+    ...(keyFd === undefined ? {} : { keyFd: Number(keyFd) }),
+    ...(usernsFd === undefined ? {} : { workloadUsernsFd: Number(usernsFd) }),
+  };
+  if (fd !== undefined && /^\d+$/.test(fd) && values.socket === undefined) return { target: { fd: Number(fd) }, ...common };
+  if (values.socket && fd === undefined) return { target: { socket: values.socket }, ...common };
   usage();
 }
 
@@ -117,10 +136,14 @@ function installCrashGuards(): void {
 
 async function main(): Promise<void> {
   installCrashGuards();
-  const { target, workCgroupFds, keyFd } = argsOf();
+  const { target, workCgroupFds, workloadUsernsFd, keyFd } = argsOf();
+  // Started as the agent's own uid with its capabilities (nestbox-seccomp --agent-uid): root
+  // becomes the effective uid only, so files are read and written as root while the real and
+  // saved uid, the ones the kernel compares when a workload tries to signal us, stay ours.
+  if (workloadUsernsFd !== undefined && process.geteuid?.() !== 0) process.seteuid?.(0);
   const keys = new AgentKeyHolder(keyFd === undefined ? undefined : readKeyFromFd(keyFd));
   const home = process.env.HOME || '/root';
-  const server = createAgentServer({ home, env: process.env, keys, processes: { workCgroupFds } });
+  const server = createAgentServer({ home, env: process.env, keys, processes: { workCgroupFds, workloadUsernsFd } });
   if ('fd' in target) {
     await listen(server, { fd: target.fd });
   } else {

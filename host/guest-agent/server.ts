@@ -204,7 +204,7 @@ export function createAgentServer(options: AgentServerOptions): Server {
   const log = options.log ?? ((message: string) => process.stderr.write(`${message}\n`));
   // One launcher for every workload (exec, processes, terminals, sessions): see workload.ts.
   const oomScoreAdj = options.processes?.oomScoreAdj === null ? undefined : (options.processes?.oomScoreAdj ?? DEFAULT_WORKLOAD_OOM_SCORE_ADJ);
-  const launcher = new WorkloadLauncher(options.processes?.enterHelper, oomScoreAdj, options.processes?.workCgroupFds);
+  const launcher = new WorkloadLauncher(options.processes?.enterHelper, oomScoreAdj, options.processes?.workCgroupFds, options.processes?.workloadUsernsFd);
   const processes = new ProcessService(
     { home: resolvedOptions.home, env: resolvedOptions.env, maxJsonBodyBytes: resolvedOptions.maxJsonBodyBytes, launcher },
     options.processes,

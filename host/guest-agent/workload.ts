@@ -3,7 +3,8 @@
 // oom_score_adj and drops to the target user before the program runs (see nestbox-enter.c).
 // The workload cgroup is reached through descriptors the launcher opened on the host and the
 // agent inherited (--work-cgroup-fds): each child gets them right after its stdio, and
-// nestbox-enter closes them before the program runs.
+// nestbox-enter closes them before the program runs. The workloads' user namespace (see
+// nestbox-seccomp.c --agent-uid) comes the same way, right after them.
 // Outside a sandbox (tests), processes start directly, and the agent adjusts oom_score_adj
 // after the fact.
 import { existsSync } from 'node:fs';
@@ -31,6 +32,8 @@ export class WorkloadLauncher {
     private readonly oomScoreAdj: number | undefined = DEFAULT_WORKLOAD_OOM_SCORE_ADJ,
     /** The agent's descriptors of the workload cgroup's procs files (one per hierarchy). */
     private readonly workCgroupFds: number[] = [],
+    /** The agent's descriptor of the workloads' user namespace; absent = workloads stay in the agent's. */
+    private readonly workloadUsernsFd?: number,
   ) {
     this.available = existsSync(helper);
   }
@@ -44,11 +47,12 @@ export class WorkloadLauncher {
     const id = (v: number | undefined) => (v === undefined ? '-' : String(v));
     const oom = this.oomScoreAdj === undefined ? '-' : String(this.oomScoreAdj);
     const cgroupArgs = this.workCgroupFds.map((_, index) => `--cgroup-fd=${stdioCount + index}`);
+    const usernsArgs = this.workloadUsernsFd === undefined ? [] : [`--userns-fd=${stdioCount + this.workCgroupFds.length}`];
     return {
       file: this.helper,
-      args: [...cgroupArgs, `--keep-fds=${stdioCount}`, oom, id(runAs?.uid), id(runAs?.gid), file, ...args],
+      args: [...cgroupArgs, ...usernsArgs, `--keep-fds=${stdioCount}`, oom, id(runAs?.uid), id(runAs?.gid), file, ...args],
       adjusted: true,
-      extraStdio: [...this.workCgroupFds],
+      extraStdio: [...this.workCgroupFds, ...(this.workloadUsernsFd === undefined ? [] : [this.workloadUsernsFd])],
     };
   }
 }

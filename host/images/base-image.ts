@@ -8,11 +8,13 @@
 //   .build-<pid>-<n> temporary build directory, renamed onto rootfs/ when debootstrap succeeds
 import { execFileSync, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { constants as fsConstants, readFileSync } from 'node:fs';
+import { constants as fsConstants } from 'node:fs';
 import { mkdir, open, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createInterface } from 'node:readline';
+import { removeTree, writeFileAtomic } from '../util/fs.js';
+import { processStartTime } from '../util/process.js';
 
 export const DEFAULT_IMAGE_PACKAGES = [
   'bash',
@@ -203,61 +205,12 @@ async function lockIsStale(lockPath: string): Promise<boolean> {
   return startTime === undefined || startTime !== owner.startTime;
 }
 
-/**
- * Field 22 of /proc/<pid>/stat: distinguishes a live process from a later one with the same pid.
- * Zombies count as gone (undefined): they run nothing and only wait for their parent.
- */
-export function processStartTime(pid: number): string | undefined {
-  try {
-    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const afterName = fields.slice(fields.lastIndexOf(')') + 2).split(' ');
-    return afterName[0] === 'Z' ? undefined : afterName[19];
-  } catch {
-    return undefined;
-  }
-}
-
 // ---- filesystem helpers ---------------------------------------------------------------------
 
 async function removeStaleBuildDirs(imageDir: string): Promise<void> {
   for (const entry of await readdir(imageDir)) {
     if (entry.startsWith('.build-')) await removeTree(join(imageDir, entry));
   }
-}
-
-/**
- * Removes a build tree. debootstrap mounts /proc and /sys inside its target while it runs, so a
- * crashed build can leave mounts behind; they are detached first and `rm --one-file-system`
- * guarantees we never delete through a mount into the host.
- */
-export async function removeTree(path: string): Promise<void> {
-  for (const mountPoint of mountPointsUnder(path).reverse()) {
-    try {
-      execFileSync('umount', ['-l', mountPoint], { stdio: 'ignore' });
-    } catch {
-      // Already gone (a parent's lazy unmount takes children with it).
-    }
-  }
-  execFileSync('rm', ['-rf', '--one-file-system', '--', path], { stdio: 'ignore' });
-}
-
-export function mountPointsUnder(path: string): string[] {
-  const prefix = path.endsWith('/') ? path : `${path}/`;
-  let text = '';
-  try {
-    text = readFileSync('/proc/self/mountinfo', 'utf8');
-  } catch {
-    return [];
-  }
-  return text
-    .split('\n')
-    .map((line) => decodeMountinfoPath(line.split(' ')[4] ?? ''))
-    .filter((mountPoint) => mountPoint === path || mountPoint.startsWith(prefix))
-    .sort();
-}
-
-function decodeMountinfoPath(field: string): string {
-  return field.replace(/\\([0-7]{3})/g, (_, octal: string) => String.fromCharCode(parseInt(octal, 8)));
 }
 
 function diskUsageBytes(path: string): number {
@@ -267,10 +220,4 @@ function diskUsageBytes(path: string): number {
   } catch {
     return 0;
   }
-}
-
-export async function writeFileAtomic(path: string, content: string): Promise<void> {
-  const temp = `${path}.tmp-${process.pid}-${randomBytes(4).toString('hex')}`;
-  await writeFile(temp, content, { mode: 0o644 });
-  await rename(temp, path);
 }

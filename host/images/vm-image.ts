@@ -13,7 +13,8 @@ import { execFile } from 'node:child_process';
 import { chmod, copyFile, mkdir, readdir, readFile, rename, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { acquireBuildLock, DEFAULT_IMAGE_PACKAGES, removeTree, runDebootstrap, writeFileAtomic } from './base-image.js';
+import { acquireBuildLock, DEFAULT_IMAGE_PACKAGES, runDebootstrap } from './base-image.js';
+import { removeTree, writeFileAtomic } from '../util/fs.js';
 
 export const VM_IMAGE_NAME = 'vm-default';
 

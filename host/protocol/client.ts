@@ -2,15 +2,14 @@
 // JSON calls are small; file bodies are streamed straight through without buffering.
 import http from 'node:http';
 import type { Readable } from 'node:stream';
+import type { z } from 'zod';
 import { pipeline } from 'node:stream/promises';
-import { NestboxError, isErrorCode } from '../../core/errors.js';
+import { NestboxError } from '../../core/errors.js';
+import type { GuestClient, GuestView } from '../../core/guest.js';
 import type {
   AgentRequest,
   AgentWebSocketTarget,
   EgressPolicy,
-  ExecInput,
-  ExecResult,
-  FileEntry,
   HostClient,
   HostEgressResult,
   HostForkResult,
@@ -20,8 +19,10 @@ import type {
   HostStartResult,
   PortProxyTarget,
 } from '../../core/host-client.js';
+import { HttpGuestClient } from '../agent-protocol/guest-client.js';
 import { giveUpBodyAfterAnswer } from '../agent-protocol/request-body.js';
-import { PORT_PROXY_AUTH_HEADER } from './schemas.js';
+import { errorFromResponse } from './error-response.js';
+import * as Schemas from './schemas.js';
 
 export interface HttpHostClientOptions {
   hostId: string;
@@ -49,20 +50,6 @@ async function readAll(res: http.IncomingMessage): Promise<Buffer> {
   return Buffer.concat(chunks);
 }
 
-/** Rebuild the host's (or guest agent's) error as a NestboxError with the same code and status. */
-async function errorFrom(res: http.IncomingMessage): Promise<NestboxError> {
-  const text = (await readAll(res)).toString('utf8');
-  try {
-    const parsed = JSON.parse(text) as { error?: { code?: string; message?: string } };
-    const code = parsed.error?.code ?? '';
-    const message = parsed.error?.message ?? text;
-    if (isErrorCode(code)) return new NestboxError(code, message);
-    return new NestboxError(res.statusCode && res.statusCode < 500 ? 'validation_failed' : 'internal', message);
-  } catch {
-    return new NestboxError('internal', `host agent answered ${res.statusCode}: ${text.slice(0, 200)}`);
-  }
-}
-
 export class HttpHostClient implements HostClient {
   readonly hostId: string;
   private readonly base: URL;
@@ -73,6 +60,14 @@ export class HttpHostClient implements HostClient {
     this.hostId = opts.hostId;
     this.base = new URL(opts.baseUrl);
     this.lifecycleTimeoutMs = opts.lifecycleTimeoutMs ?? 180_000;
+  }
+
+  guest(id: string, view: GuestView = 'live'): GuestClient {
+    return new HttpGuestClient(
+      (request) => this.relay(id, view === 'live' ? '/agent' : '/files-view', request),
+      (path) => this.agentWebSocket(id, path),
+      id,
+    );
   }
 
   agentRequest(id: string, request: AgentRequest): Promise<http.IncomingMessage> {
@@ -105,12 +100,12 @@ export class HttpHostClient implements HostClient {
   }
 
   setEgress(id: string, egress: EgressPolicy): Promise<HostEgressResult> {
-    return this.json({ method: 'POST', path: this.sandboxPath(id, '/egress'), json: egress, timeoutMs: 60_000 });
+    return this.json({ method: 'POST', path: this.sandboxPath(id, '/egress'), json: egress, timeoutMs: 60_000 }, Schemas.HostEgressResult);
   }
 
   portProxyTarget(id: string, port: number): PortProxyTarget {
     const url = new URL(this.sandboxPath(id, `/ports/${port}`), this.base);
-    return { baseUrl: url.toString(), headers: { [PORT_PROXY_AUTH_HEADER]: `Bearer ${this.opts.secret}` } };
+    return { baseUrl: url.toString(), headers: { [Schemas.PORT_PROXY_AUTH_HEADER]: `Bearer ${this.opts.secret}` } };
   }
 
   private request(o: RequestOptions): Promise<http.IncomingMessage> {
@@ -150,11 +145,33 @@ export class HttpHostClient implements HostClient {
     });
   }
 
-  private async json<T>(o: RequestOptions): Promise<T> {
+  /** A lifecycle call: its answer checked against the protocol's schema (schemas.ts). */
+  private async json<T>(o: RequestOptions, schema: z.ZodType<T>): Promise<T> {
+    const res = await this.send(o);
+    const text = (await readAll(res)).toString('utf8');
+    let parsed: ReturnType<typeof schema.safeParse>;
+    try {
+      parsed = schema.safeParse(JSON.parse(text));
+    } catch (err) {
+      throw this.unexpected(o, (err as Error).message);
+    }
+    if (!parsed.success) throw this.unexpected(o, parsed.error.message);
+    return parsed.data;
+  }
+
+  /** A call answered without a body worth reading (204). */
+  private async call(o: RequestOptions): Promise<void> {
+    (await this.send(o)).resume();
+  }
+
+  private async send(o: RequestOptions): Promise<http.IncomingMessage> {
     const res = await this.request({ timeoutMs: this.lifecycleTimeoutMs, ...o });
-    if ((res.statusCode ?? 500) >= 400) throw await errorFrom(res);
-    const body = await readAll(res);
-    return (body.length ? JSON.parse(body.toString('utf8')) : undefined) as T;
+    if ((res.statusCode ?? 500) >= 400) throw await errorFromResponse(res, `host ${this.hostId}`);
+    return res;
+  }
+
+  private unexpected(o: RequestOptions, detail: string): NestboxError {
+    return new NestboxError('internal', `host ${this.hostId} sent an unexpected answer to ${o.method} ${o.path}: ${detail}`);
   }
 
   private sandboxPath(id: string, suffix = ''): string {
@@ -162,67 +179,48 @@ export class HttpHostClient implements HostClient {
   }
 
   createSandbox(spec: HostSandboxSpec): Promise<HostSandboxRuntime> {
-    return this.json({ method: 'POST', path: '/v1/sandboxes', json: spec });
+    return this.json({ method: 'POST', path: '/v1/sandboxes', json: spec }, Schemas.HostSandboxRuntime);
   }
 
   stopSandbox(id: string): Promise<{ memorySaved: boolean }> {
-    return this.json({ method: 'POST', path: this.sandboxPath(id, '/stop') });
+    return this.json({ method: 'POST', path: this.sandboxPath(id, '/stop') }, Schemas.HostStopResult);
   }
 
   startSandbox(spec: HostSandboxSpec): Promise<HostStartResult> {
-    return this.json({ method: 'POST', path: this.sandboxPath(spec.id, '/start'), json: spec });
+    return this.json({ method: 'POST', path: this.sandboxPath(spec.id, '/start'), json: spec }, Schemas.HostStartResult);
   }
 
   async destroySandbox(id: string): Promise<void> {
-    await this.json({ method: 'DELETE', path: this.sandboxPath(id) });
+    await this.call({ method: 'DELETE', path: this.sandboxPath(id) });
   }
 
   pauseSandbox(id: string): Promise<HostSandboxRuntime> {
-    return this.json({ method: 'POST', path: this.sandboxPath(id, '/pause') });
+    return this.json({ method: 'POST', path: this.sandboxPath(id, '/pause') }, Schemas.HostSandboxRuntime);
   }
 
   unpauseSandbox(id: string): Promise<HostSandboxRuntime> {
-    return this.json({ method: 'POST', path: this.sandboxPath(id, '/unpause') });
+    return this.json({ method: 'POST', path: this.sandboxPath(id, '/unpause') }, Schemas.HostSandboxRuntime);
   }
 
   forkSandbox(sourceId: string, children: HostSandboxSpec[]): Promise<HostForkResult> {
-    return this.json({ method: 'POST', path: this.sandboxPath(sourceId, '/fork'), json: { children } });
+    return this.json({ method: 'POST', path: this.sandboxPath(sourceId, '/fork'), json: { children } }, Schemas.HostForkResult);
   }
 
   snapshotSandbox(id: string, snapshotId: string): Promise<HostSnapshotResult> {
-    return this.json({ method: 'POST', path: this.sandboxPath(id, '/snapshot'), json: { snapshotId } });
+    return this.json({ method: 'POST', path: this.sandboxPath(id, '/snapshot'), json: { snapshotId } }, Schemas.HostSnapshotResult);
   }
 
   async deleteSnapshot(snapshotId: string): Promise<void> {
-    await this.json({ method: 'DELETE', path: `/v1/snapshots/${encodeURIComponent(snapshotId)}` });
+    await this.call({ method: 'DELETE', path: `/v1/snapshots/${encodeURIComponent(snapshotId)}` });
   }
 
 
   async getSandbox(id: string): Promise<HostSandboxRuntime | undefined> {
     try {
-      return await this.json<HostSandboxRuntime>({ method: 'GET', path: this.sandboxPath(id), timeoutMs: 10_000 });
+      return await this.json({ method: 'GET', path: this.sandboxPath(id), timeoutMs: 10_000 }, Schemas.HostSandboxRuntime);
     } catch (err) {
       if (err instanceof NestboxError && err.code === 'not_found') return undefined;
       throw err;
     }
   }
-
-  exec(id: string, input: ExecInput, signal?: AbortSignal): Promise<ExecResult> {
-    // No HTTP timeout here: the command's own timeoutMs bounds it, and 0 means "none".
-    return this.json({ method: 'POST', path: this.sandboxPath(id, '/agent/exec'), json: input, timeoutMs: 0, signal });
-  }
-
-
-  async writeFile(id: string, path: string, body: Readable, mode?: string): Promise<FileEntry> {
-    const query = `path=${encodeURIComponent(path)}${mode ? `&mode=${encodeURIComponent(mode)}` : ''}`;
-    const res = await this.request({
-      method: 'PUT',
-      path: this.sandboxPath(id, `/agent/files/content?${query}`),
-      body,
-      headers: { 'content-type': 'application/octet-stream' },
-    });
-    if ((res.statusCode ?? 500) >= 400) throw await errorFrom(res);
-    return JSON.parse((await readAll(res)).toString('utf8')) as FileEntry;
-  }
-
 }

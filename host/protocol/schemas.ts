@@ -50,6 +50,9 @@ export const HostSandboxRuntime = z.object({
   status: z.enum(['running', 'paused', 'stopped']),
 });
 
+/** Whether the stop kept the sandbox's memory (a snapshot to resume from). */
+export const HostStopResult = z.object({ memorySaved: z.boolean() });
+
 export const HostForkRequest = z
   .object({
     children: z.array(HostSandboxSpec).min(1).max(64),

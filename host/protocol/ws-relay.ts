@@ -5,6 +5,7 @@ import type http from 'node:http';
 import { STATUS_CODES } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { WebSocket, WebSocketServer } from 'ws';
+import { decodeErrorBody } from '../../core/errors.js';
 
 /** A client that reads slower than the sandbox writes is cut off beyond this much buffered data. */
 export const MAX_BUFFERED_BYTES = 16 * 1024 * 1024;
@@ -72,7 +73,8 @@ export function refuseUpgrade(socket: Duplex, status: number, body: string | obj
   try {
     JSON.parse(text);
   } catch {
-    text = JSON.stringify({ error: { code: status === 404 ? 'not_found' : 'internal', message: text || STATUS_CODES[status] || 'error' } });
+    // Not our shape: named by its status, as every hop's decoder does.
+    text = JSON.stringify({ error: { code: decodeErrorBody(status, '').code, message: text || STATUS_CODES[status] || 'error' } });
   }
   socket.end(`HTTP/1.1 ${status} ${STATUS_CODES[status] ?? 'Error'}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(text)}\r\nconnection: close\r\n\r\n${text}`);
 }

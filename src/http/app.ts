@@ -10,7 +10,7 @@ import { createDaytonaRouter } from '../../compat/daytona/router.js';
 import { createE2bControlPlaneRouter, createE2bSandboxTrafficHandler } from '../../compat/e2b/index.js';
 import { renderDaytonaError } from '../../compat/daytona/errors.js';
 import { renderControlPlaneError } from '../../compat/e2b/errors.js';
-import { requestTargetProblem } from './request-checks.js';
+import { requestTargetProblem } from '../../http-kit/request-checks.js';
 
 /**
  * Render an error in the shape of the API the path belongs to. Used where no front door has

@@ -36,7 +36,7 @@ import type { PortLookup } from '../../core/services/ports.js';
 import { forwardableHeaders, proxyHttp, proxyUpgrade, writeRawResponse, type ProxyTarget } from '../../host/protocol/http-proxy.js';
 import { PORT_PROXY_AUTH_HEADER, PORT_PROXY_ERROR_HEADER } from '../../host/protocol/schemas.js';
 import type { Services } from '../services.js';
-import { claimUpgrade, isUpgradeClaimed } from './upgrade-claims.js';
+import { claimUpgrade, isUpgradeClaimed } from '../../http-kit/upgrade-claims.js';
 
 export const PORT_TOKEN_HEADER = 'x-nestbox-port-token';
 /** Names of the cookies Nestbox owns start with this (case-insensitive, after a `__Host-`/`__Secure-` prefix). */

@@ -3,7 +3,7 @@
 import type { Request, Response } from 'express';
 import { randomBytes } from 'node:crypto';
 import { NestboxError, publicError } from '../../../core/errors.js';
-import { clientHasGone } from '../../../src/http/request-checks.js';
+import { clientHasGone } from '../../../http-kit/request-checks.js';
 import type { ProcessEvent } from '../../../host/agent-protocol/processes.js';
 import type { Services } from '../../../src/services.js';
 import { isSandboxUnavailable } from '../errors.js';

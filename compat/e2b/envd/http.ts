@@ -8,7 +8,7 @@ import { NestboxError } from '../../../core/errors.js';
 import type { FileInfo } from '../../../host/agent-protocol/types.js';
 import type { UploadResponse } from '../../../host/agent-protocol/files.js';
 import type { Services } from '../../../src/services.js';
-import { clientGoneSignal, streamedBody, streamedThrough } from '../../../src/http/request-body.js';
+import { clientGoneSignal, streamedBody, streamedThrough } from '../../../http-kit/request-body.js';
 import { renderEnvdHttpError } from '../errors.js';
 import { guestError, guestJson, guestPath, guestRequest, type SandboxTarget } from '../guest.js';
 import { authenticateSandboxTraffic, authenticateSignature, type SandboxRoute } from '../routing.js';

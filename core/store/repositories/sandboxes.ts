@@ -1,6 +1,7 @@
 import type { DbOrTx } from '../db.js';
 import type { Sandbox } from '../../types.js';
-import type { SandboxState } from '../../state-machine.js';
+import { canTransition, statesLeadingTo, type SandboxState } from '../../state-machine.js';
+import { errors } from '../../errors.js';
 
 interface SandboxRow {
   id: string;
@@ -40,6 +41,17 @@ interface SandboxRow {
   disk_gib: number | null;
 }
 
+/**
+ * Operation names rows may carry from older releases, read as today's: `resume` was the name of
+ * `start` (a `starting` row an older control plane left behind is still taken over).
+ */
+const LEGACY_OPERATION_NAMES: Readonly<Record<string, string>> = { resume: 'start' };
+
+/** Refuses a write of `to` over `from` unless the state table has that transition (a bug, not a race). */
+function assertTransition(id: string, from: SandboxState, to: SandboxState): void {
+  if (from !== to && !canTransition(from, to)) throw errors.internal(`state table: sandbox ${id} cannot go ${from} → ${to}`);
+}
+
 const date = (v: Date | string | null): Date | null => (v === null ? null : v instanceof Date ? v : new Date(v));
 // PGlite returns jsonb already parsed; pg too. A string means a driver returned raw text.
 const json = <T>(v: unknown): T => (typeof v === 'string' ? (JSON.parse(v) as T) : (v as T));
@@ -57,7 +69,7 @@ function fromRow(r: SandboxRow): Sandbox {
     labels: json(r.labels),
     timeoutSeconds: r.timeout_seconds,
     expiresAt: date(r.expires_at),
-    operation: r.operation,
+    operation: r.operation === null ? null : (LEGACY_OPERATION_NAMES[r.operation] ?? r.operation),
     operationId: r.operation_id,
     operationOwner: r.operation_owner,
     operationStartedAt: date(r.operation_started_at),
@@ -157,8 +169,7 @@ export interface NewSandbox {
   timeoutSeconds: number;
   operationId: string;
   operationOwner: string;
-  /** `create` or `fork`. */
-  operation?: string;
+  operation?: 'create' | 'fork';
   idleTimeoutSeconds?: number;
   idleAction?: 'pause' | 'stop';
   autoDeleteSeconds?: number | null;
@@ -312,9 +323,11 @@ export function sandboxRepository(db: DbOrTx) {
     /**
      * Compare-and-set: apply `patch` only if the row is still in one of `fromStates` (and, when
      * given, still carries `operationId`). Returns the updated row, or undefined when another
-     * request won the race; callers then re-read and report the real state.
+     * request won the race; callers then re-read and report the real state. A new state the
+     * table does not allow from each of `fromStates` is refused before anything is written.
      */
     async transition(id: string, fromStates: readonly SandboxState[], patch: SandboxPatch, operationId?: string): Promise<Sandbox | undefined> {
+      if (patch.state !== undefined) for (const from of fromStates) assertTransition(id, from, patch.state);
       const q = db<SandboxRow>('sandboxes')
         .where({ id })
         .whereIn('state', fromStates as SandboxState[])
@@ -325,11 +338,18 @@ export function sandboxRepository(db: DbOrTx) {
       return row ? fromRow(row as SandboxRow) : undefined;
     },
 
+    /**
+     * Columns other than the state as they are; a new state only over a state the table lets
+     * lead to it (guarded in the UPDATE, so a row in any other state is refused, not overwritten).
+     */
     async update(id: string, patch: SandboxPatch): Promise<Sandbox | undefined> {
-      const [row] = await db<SandboxRow>('sandboxes')
-        .where({ id })
-        .update({ ...toColumns(patch), updated_at: new Date() } as Partial<SandboxRow>)
-        .returning('*');
+      const q = db<SandboxRow>('sandboxes').where({ id });
+      if (patch.state !== undefined) q.whereIn('state', [...statesLeadingTo(patch.state), patch.state]);
+      const [row] = await q.update({ ...toColumns(patch), updated_at: new Date() } as Partial<SandboxRow>).returning('*');
+      if (!row && patch.state !== undefined) {
+        const current = await this.findById(id);
+        if (current) assertTransition(id, current.state, patch.state);
+      }
       return row ? fromRow(row as SandboxRow) : undefined;
     },
 
@@ -341,14 +361,21 @@ export function sandboxRepository(db: DbOrTx) {
      */
     async claim(due: ClaimQuery, limit: number, patch: (id: string) => SandboxPatch): Promise<Sandbox[]> {
       return (db as import('knex').Knex).transaction(async (tx) => {
+        // Checked before the claim's first write, so an illegal claim leaves every row untouched.
+        const patches = new Map<string, SandboxPatch>();
         const q = tx('sandboxes').select('id').where({ state: due.state }).limit(limit).forUpdate().skipLocked();
         due.where(q);
         const ids = (await q) as { id: string }[];
+        for (const { id } of ids) {
+          const p = patch(id);
+          if (p.state !== undefined) assertTransition(id, due.state, p.state);
+          patches.set(id, p);
+        }
         const claimed: Sandbox[] = [];
         for (const { id } of ids) {
           const [row] = await tx('sandboxes')
             .where({ id, state: due.state })
-            .update({ ...toColumns(patch(id)), updated_at: new Date() })
+            .update({ ...toColumns(patches.get(id)!), updated_at: new Date() })
             .returning('*');
           if (row) claimed.push(fromRow(row as SandboxRow));
         }

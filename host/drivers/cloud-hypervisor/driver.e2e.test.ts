@@ -13,10 +13,10 @@ import { Readable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { newAgentKey } from '../../agent-protocol/auth.js';
 import { AgentClient } from '../../agent-protocol/client.js';
-import { processStartTime } from '../../images/base-image.js';
+import { processStartTime } from '../../util/process.js';
 import { VM_IMAGE_NAME } from '../../images/vm-image.js';
 import { installSimulator } from '../../sim/ch/launcher.js';
-import { SLOTS_DIR } from '../local/network.js';
+import { SLOTS_DIR } from '../../network/slots.js';
 import { ChDriver } from './driver.js';
 
 const REAL_BINARY = process.env.NESTBOX_CH_BIN;

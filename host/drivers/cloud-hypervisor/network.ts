@@ -1,23 +1,15 @@
-// The VM side of a network slot (host-runtime.md §6): the local driver's slot (netns + veth +
+// The VM side of a network slot (host-runtime.md §6): the shared slot of host/network (netns + veth +
 // /31) plus, inside the namespace, `tap0` for the VM and NAT between the slot address and the
 // guest. Every guest has the same identity (169.254.0.21/30 behind 169.254.0.22, fixed MAC), so
 // snapshots and forks never need their network patched; the namespace is what isolates them.
-import { execFile } from 'node:child_process';
-import type { Slot } from '../local/network.js';
+import type { Slot } from '../../network/slots.js';
+import { runCommand } from '../../util/run.js';
 import { TAP_NAME } from './config.js';
+
+const run = (file: string, args: string[], input?: string) => runCommand(file, args, { timeoutMs: 15_000, input });
 
 export const GUEST_ADDRESS = '169.254.0.21';
 export const TAP_ADDRESS = '169.254.0.22';
-
-function run(file: string, args: string[], input?: string): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const child = execFile(file, args, { timeout: 15_000 }, (error, stdout, stderr) => {
-      if (error) reject(new Error(`${file} ${args.join(' ')} failed: ${stderr.trim() || error.message}`));
-      else resolve(stdout);
-    });
-    if (input !== undefined) child.stdin?.end(input);
-  });
-}
 
 /** The `ip -batch` lines run inside the slot namespace (`ip -n <ns> -batch -`). */
 export function renderTapBatch(): string {

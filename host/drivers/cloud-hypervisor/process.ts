@@ -7,7 +7,7 @@ import { spawn } from 'node:child_process';
 import { closeSync, openSync } from 'node:fs';
 import { readFile, rm, writeFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { processStartTime } from '../../images/base-image.js';
+import { isProcessAlive, processStartTime, waitForProcessExit } from '../../util/process.js';
 import { ChApi, type VmmPingResponse } from './api.js';
 
 export interface VmmPaths {
@@ -123,10 +123,6 @@ export async function readPidFile(path: string): Promise<PidFile | undefined> {
   }
 }
 
-export function isProcessAlive(pid: number | undefined, startTime: string | undefined): boolean {
-  return !!pid && !!startTime && processStartTime(pid) === startTime;
-}
-
 /**
  * Adoption after a host-agent restart: the pidfile's process must still be the same process
  * (start time) and answer on its API socket.
@@ -143,23 +139,13 @@ export async function adoptVmm(pidFilePath: string): Promise<(VmmProcess & { api
   }
 }
 
-/** Waits for the process to be gone (or replaced: another start time means ours is gone). */
-export async function waitForExit(pid: number, startTime: string, timeoutMs: number): Promise<boolean> {
-  const deadline = Date.now() + timeoutMs;
-  while (isProcessAlive(pid, startTime)) {
-    if (Date.now() > deadline) return false;
-    await sleep(10);
-  }
-  return true;
-}
-
 /** SIGTERM, then SIGKILL after the grace period. Resolves once the process is gone. */
 export async function killProcess(pid: number, startTime: string, graceMs: number): Promise<void> {
   if (!isProcessAlive(pid, startTime)) return;
   signal(pid, 'SIGTERM');
-  if (await waitForExit(pid, startTime, graceMs)) return;
+  if (await waitForProcessExit(pid, startTime, graceMs)) return;
   signal(pid, 'SIGKILL');
-  if (!(await waitForExit(pid, startTime, 5_000))) throw new Error(`cloud-hypervisor ${pid} survived SIGKILL`);
+  if (!(await waitForProcessExit(pid, startTime, 5_000))) throw new Error(`cloud-hypervisor ${pid} survived SIGKILL`);
 }
 
 /**
@@ -171,7 +157,7 @@ export async function stopVmm(api: ChApi, pid: number, startTime: string, option
   const graceMs = options.graceMs ?? 3_000;
   try {
     await api.shutdownVmm();
-    if (await waitForExit(pid, startTime, graceMs)) return 'api';
+    if (await waitForProcessExit(pid, startTime, graceMs)) return 'api';
   } catch {
     // Not answering (or already exiting): fall through to signals.
   }

@@ -1,13 +1,11 @@
 // Per-sandbox record of the Cloud Hypervisor driver (`<dataDir>/sandboxes/<id>/record.json`),
-// written atomically like the local driver's, holding what a restarted host agent needs to adopt
-// the VMM (pid + start time, slot) or to finish/roll back an operation it died in.
-import { randomBytes } from 'node:crypto';
-import { readFile, rename, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
+// written atomically by base/records.ts like the local driver's, holding what a restarted host
+// agent needs to adopt the VMM (pid + start time, slot) or to finish/roll back an operation it
+// died in.
+import { readRecordFile, writeRecordFile } from '../base/records.js';
+import type { Slot } from '../../network/slots.js';
 import type { SandboxSpec } from '../types.js';
 import type { VmState } from './api.js';
-
-const RECORD_FILE = 'record.json';
 export const CH_RECORD_VERSION = 1;
 
 /**
@@ -40,7 +38,7 @@ export interface ChRecord {
   owner: string;
   spec: SandboxSpec;
   status: ChRecordStatus;
-  slot?: { index: number; netns: string; hostInterface: string; hostAddress: string; sandboxAddress: string };
+  slot?: Slot;
   pid?: number;
   pidStartTime?: string;
   chVersion?: string;
@@ -58,19 +56,10 @@ export interface ChRecord {
   updatedAt: string;
 }
 
-export async function writeChRecord(sandboxDir: string, record: ChRecord): Promise<void> {
-  const path = join(sandboxDir, RECORD_FILE);
-  const temp = `${path}.tmp-${process.pid}-${randomBytes(4).toString('hex')}`;
-  record.updatedAt = new Date().toISOString();
-  await writeFile(temp, `${JSON.stringify(record, null, 2)}\n`, { mode: 0o600 });
-  await rename(temp, path);
+export function writeChRecord(sandboxDir: string, record: ChRecord): Promise<void> {
+  return writeRecordFile(sandboxDir, record);
 }
 
-export async function readChRecord(sandboxDir: string): Promise<ChRecord | undefined> {
-  try {
-    const record = JSON.parse(await readFile(join(sandboxDir, RECORD_FILE), 'utf8')) as ChRecord;
-    return record.version === CH_RECORD_VERSION && record.driver === 'cloud-hypervisor' ? record : undefined;
-  } catch {
-    return undefined;
-  }
+export function readChRecord(sandboxDir: string): Promise<ChRecord | undefined> {
+  return readRecordFile<ChRecord>(sandboxDir, (record) => record.version === CH_RECORD_VERSION && record.driver === 'cloud-hypervisor');
 }

@@ -9,7 +9,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AgentClient } from '../../agent-protocol/client.js';
 import type { SandboxSpec } from '../types.js';
 import { Cgroups } from './cgroups.js';
-import { mountedFsType, unmountReflinkStore } from './disk-store.js';
+import { unmountReflinkStore } from '../../storage/disk-store.js';
+import { mountedFsType } from '../../util/mounts.js';
 import { LocalDriver } from './driver.js';
 
 const IMAGES_DIR = process.env.NESTBOX_TEST_IMAGES_DIR ?? '/var/tmp/nestbox-test-images';

@@ -10,7 +10,7 @@ import { dirname, join, resolve } from 'node:path';
 import { Readable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AgentClient } from '../../agent-protocol/client.js';
-import { processStartTime } from '../../images/base-image.js';
+import { processStartTime } from '../../util/process.js';
 import type { SandboxSpec } from '../types.js';
 import { Cgroups } from './cgroups.js';
 import { LocalDriver, type LocalDriverOptions } from './driver.js';

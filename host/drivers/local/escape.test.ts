@@ -16,6 +16,8 @@ import type { SandboxSpec } from '../types.js';
 import { Cgroups } from './cgroups.js';
 import { LocalDriver } from './driver.js';
 import { DEFAULT_ID_BASE, IDS_PER_SANDBOX } from './id-ranges.js';
+import { AGENT_UID } from './spawn.js';
+import { DEFAULT_WORKLOAD_OOM_SCORE_ADJ } from '../../guest-agent/workload.js';
 import { sh, uniqueId } from './test-support.js';
 
 const IMAGES_DIR = process.env.NESTBOX_TEST_IMAGES_DIR ?? '/var/tmp/nestbox-test-images';
@@ -131,8 +133,11 @@ describe.skipIf(!isRoot)('escape tests (real sandboxes)', () => {
         const agentPid = pids.find((pid) => readFileSync(`/proc/${pid}/cmdline`, 'utf8').startsWith('/.nestbox/lib/host/ld.so\0'))!;
         expect(agentPid).toBeDefined();
         expect([...fdsOf(agentPid).values()]).not.toContain(keyChannel);
+        // The workloads' user namespace (nestbox-seccomp --agent-uid), for nestbox-enter.
+        const namespaces = tiniFds.filter((target) => target.startsWith('user:'));
+        expect(namespaces).toHaveLength(1);
         // (shown relative to their cgroup file system: the sandbox's root does not contain them)
-        const others = tiniFds.filter((target) => !target.startsWith('socket:'));
+        const others = tiniFds.filter((target) => !target.startsWith('socket:') && !target.startsWith('user:'));
         expect(others).toHaveLength(cgroups.procsFiles(cgroups.groupFor(`nestbox/${childOwner}/${id}/work`)).length);
         for (const target of others) expect(target).toMatch(new RegExp(`/nestbox/${childOwner}/${id}/work/cgroup\\.procs$`));
         // A workload: stdio and the directory `ls` itself opened, nothing else.
@@ -158,8 +163,12 @@ describe.skipIf(!isRoot)('escape tests (real sandboxes)', () => {
       const [a, b] = [uniqueId('usa'), uniqueId('usb')];
       created.add(a).add(b);
       const [first, second] = await Promise.all([driver.create(spec(a, { egress: { mode: 'deny-all' } })), driver.create(spec(b, { egress: { mode: 'deny-all' } }))]);
-      const mapOf = async (socket: string) => (await sh(socket, 'cat /proc/self/uid_map /proc/self/gid_map')).stdout.trim().split('\n').map((line) => line.trim().split(/\s+/).map(Number));
-      const [mapA, mapB] = [await mapOf(first.agentSocket!), await mapOf(second.agentSocket!)];
+      // The sandbox's namespace, the agent's (read from the host: a workload sees its own, below it).
+      const mapOf = async (id: string) => {
+        const agent = agentPidOf(await sandboxPids(cgroups, ownerId, id));
+        return ['uid_map', 'gid_map'].map((file) => readFileSync(`/proc/${agent}/${file}`, 'utf8').trim().split(/\s+/).map(Number));
+      };
+      const [mapA, mapB] = [await mapOf(a), await mapOf(b)];
       for (const map of [mapA, mapB]) {
         expect(map).toHaveLength(2);
         for (const [inside, outside, count] of map) {
@@ -170,9 +179,16 @@ describe.skipIf(!isRoot)('escape tests (real sandboxes)', () => {
       }
       // One range each: two sandboxes never share a host uid.
       expect(Math.abs(mapA[0][1] - mapB[0][1])).toBeGreaterThanOrEqual(IDS_PER_SANDBOX);
-      // Seen from the host, the agent runs as that unprivileged uid.
+      // Seen from the host, the agent runs in that unprivileged range: real and saved uid the
+      // range's last id (the agent's own), effective and file-system uid its root.
       const agent = agentPidOf(await sandboxPids(cgroups, ownerId, a));
-      expect(readFileSync(`/proc/${agent}/status`, 'utf8')).toMatch(new RegExp(`^Uid:\\s+${mapA[0][1]}\\s+${mapA[0][1]}\\s+${mapA[0][1]}\\s+${mapA[0][1]}$`, 'm'));
+      const [root, own] = [mapA[0][1], mapA[0][1] + AGENT_UID];
+      expect(readFileSync(`/proc/${agent}/status`, 'utf8')).toMatch(new RegExp(`^Uid:\\s+${own}\\s+${root}\\s+${own}\\s+${root}$`, 'm'));
+      // Workloads: the same ids as the sandbox's, all but the agent's.
+      expect((await sh(first.agentSocket!, 'cat /proc/self/uid_map /proc/self/gid_map')).stdout.trim().split('\n').map((line) => line.trim().split(/\s+/).map(Number))).toEqual([
+        [0, 0, AGENT_UID],
+        [0, 0, AGENT_UID + 1],
+      ]);
 
       const owners = await sh(first.agentSocket!, 'stat -c "%U:%G %n" /etc/passwd /usr/bin /root /dev/null /dev/shm; id -u; touch /root/by-root; mkdir /home/u1; chown 1000:1000 /home/u1; echo ok');
       expect(owners.stdout).toBe('root:root /etc/passwd\nroot:root /usr/bin\nroot:root /root\nroot:root /dev/null\nroot:root /dev/shm\n0\nok\n');
@@ -296,6 +312,74 @@ for program in bin/tini bin/nestbox-enter bin/nestbox-pty bin/nestbox-seccomp li
       );
       // The agent still answers: nothing above disturbed it.
       expect((await sh(runtime.agentSocket!, 'echo alive')).stdout).toBe('alive\n');
+    });
+
+    it('no workload, root or not, can signal the agent or tini; workloads still signal each other', async () => {
+      const id = uniqueId('sig');
+      created.add(id);
+      const runtime = await driver.create(spec(id, { egress: { mode: 'deny-all' } }));
+      const socket = runtime.agentSocket!;
+      // Another workload of another user, started by a separate request (a detached process).
+      const client = new AgentClient(socket);
+      try {
+        const started = await client.request({ method: 'POST', path: '/processes', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ argv: ['bash', '-c', 'exec -a nestbox-victim sleep 600'], user: '1000' }) });
+        started.resume();
+        expect(started.statusCode).toBeLessThan(300);
+      } finally {
+        client.close();
+      }
+      const attack = await sh(socket, `python3 - <<'PY'
+import ctypes, os, signal, sys
+l = ctypes.CDLL(None, use_errno=True)
+def agent_pid():
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                argv = open("/proc/%s/cmdline" % p, "rb").read().split(b"\\0")
+            except OSError:
+                continue
+            if not argv[0].endswith(b"/tini") and any(a.endswith(b"guest-agent.mjs") for a in argv):
+                return int(p)
+def attempt(label, pid):
+    for sig in [0, signal.SIGSTOP, signal.SIGTERM, signal.SIGKILL]:
+        try:
+            os.kill(pid, sig)
+            print(label, int(sig), "delivered")
+        except OSError as error:
+            print(label, int(sig), error.errno)
+agent = agent_pid()
+attempt("root agent", agent)
+attempt("root tini", 1)
+# The workloads' namespace holds no way back up, and the agent's uid does not exist in it.
+fd = os.open("/proc/self/ns/user", os.O_RDONLY)
+print("setns", l.setns(fd, 0x10000000), ctypes.get_errno())
+try:
+    os.setresuid(${AGENT_UID}, ${AGENT_UID}, ${AGENT_UID})
+    print("become the agent's uid: yes")
+except OSError as error:
+    print("become the agent's uid:", error.errno)
+sys.stdout.flush()
+if os.fork() == 0:
+    os.setgid(1000); os.setuid(1000)
+    attempt("user agent", agent)
+    sys.stdout.flush()
+    os._exit(0)
+os.wait()
+PY
+pkill -KILL -u 1000 -f '^nestbox-victim' && echo "victim killed"`);
+      const expected = ['root agent', 'root tini']
+        .flatMap((label) => [0, 19, 15, 9].map((sig) => `${label} ${sig} 1`))
+        .concat(['setns -1 1', "become the agent's uid: 22"])
+        .concat([0, 19, 15, 9].map((sig) => `user agent ${sig} 1`))
+        .concat(['victim killed']);
+      expect(attack.stdout.trim().split('\n'), attack.stderr).toEqual(expected);
+      // Nothing above reached the agent: it still answers, and it still signals workloads.
+      // (nestbox-enter still raised the workload's oom_score_adj on its way in)
+      expect((await sh(socket, 'cat /proc/self/oom_score_adj')).stdout).toBe(`${DEFAULT_WORKLOAD_OOM_SCORE_ADJ}\n`);
+      // (a command past its timeout is killed by the agent)
+      const timedOut = await sh(socket, 'echo before; sleep 60; echo after', 1_000);
+      expect(timedOut.stdout).toBe('before\n');
+      expect(timedOut.exitCode).not.toBe(0);
     });
 
     it('the agent loads no module from the sandbox: a package planted in /node_modules never runs', async () => {

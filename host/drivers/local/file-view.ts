@@ -15,7 +15,8 @@ import { lstat, mkdir, open, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { AgentClient } from '../../agent-protocol/client.js';
 import { newAgentKey } from '../../agent-protocol/auth.js';
-import { processStartTime, removeTree } from '../../images/base-image.js';
+import { removeTree } from '../../util/fs.js';
+import { processStartTime } from '../../util/process.js';
 import type { FileView } from '../types.js';
 import type { Cgroups, CgroupGroup } from './cgroups.js';
 import type { IdRangeAllocator } from './id-ranges.js';
@@ -168,6 +169,8 @@ export class FileViews {
     const child = launchSandbox({
       rootfsHelperBinary: this.deps.rootfsHelperBinary,
       seccompHelperBinary: this.deps.seccompHelperBinary,
+      // Its workloads (exec in a view) go through nestbox-enter too, below the agent (spawn.ts AGENT_UID).
+      enterHelperBinary: this.deps.enterHelperBinary,
       hostLoader: this.deps.hostLoader,
       idRange,
       netnsPath: '',

@@ -1,12 +1,11 @@
-// The per-sandbox record on disk (`<dataDir>/sandboxes/<id>/record.json`): everything a later
-// host agent needs to adopt a running sandbox or clean up after a crash. Written atomically
-// (temp file + rename) so a kill -9 leaves either the old or the new record, never half of one.
-import { randomBytes } from 'node:crypto';
-import { readFile, readdir, rename, rm, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
+// The local driver's per-sandbox record (`<dataDir>/sandboxes/<id>/record.json`, written
+// atomically by base/records.ts): what a later host agent needs to adopt a running sandbox
+// (launcher pid, slot, cgroups, id range) or to clean up after a crash.
+import { readRecordFile, writeRecordFile } from '../base/records.js';
+import type { Slot } from '../../network/slots.js';
 import type { SandboxSpec } from '../types.js';
 
-export const RECORD_FILE = 'record.json';
+export { removeRecordTempFiles } from '../base/records.js';
 const RECORD_VERSION = 1;
 
 /**
@@ -33,7 +32,7 @@ export interface SandboxRecord {
   spec: SandboxSpec;
   status: RecordStatus;
   /** The network slot while the sandbox runs. */
-  slot?: { index: number; netns: string; hostInterface: string; hostAddress: string; sandboxAddress: string };
+  slot?: Slot;
   cgroup?: { version: 1 | 2; paths: string[] };
   /** The host id range of its user namespace while it runs (id-ranges.ts). */
   idRange?: { index: number; base: number; count: number };
@@ -62,25 +61,10 @@ export function newRecord(spec: SandboxSpec, owner: string, agentSocket: string,
   return { version: RECORD_VERSION, id: spec.id, owner, spec, status, agentSocket, createdAt: now, updatedAt: now };
 }
 
-export async function writeRecord(sandboxDir: string, record: SandboxRecord): Promise<void> {
-  const path = join(sandboxDir, RECORD_FILE);
-  const temp = `${path}.tmp-${process.pid}-${randomBytes(4).toString('hex')}`;
-  record.updatedAt = new Date().toISOString();
-  await writeFile(temp, `${JSON.stringify(record, null, 2)}\n`, { mode: 0o600 });
-  await rename(temp, path);
+export function writeRecord(sandboxDir: string, record: SandboxRecord): Promise<void> {
+  return writeRecordFile(sandboxDir, record);
 }
 
-export async function readRecord(sandboxDir: string): Promise<SandboxRecord | undefined> {
-  try {
-    const record = JSON.parse(await readFile(join(sandboxDir, RECORD_FILE), 'utf8')) as SandboxRecord;
-    return record.version === RECORD_VERSION ? record : undefined;
-  } catch {
-    return undefined;
-  }
-}
-
-/** Temp files of record writes interrupted by a crash. */
-export async function removeRecordTempFiles(sandboxDir: string): Promise<void> {
-  const entries = await readdir(sandboxDir).catch(() => [] as string[]);
-  for (const entry of entries) if (entry.startsWith(`${RECORD_FILE}.tmp-`)) await rm(join(sandboxDir, entry), { force: true });
+export function readRecord(sandboxDir: string): Promise<SandboxRecord | undefined> {
+  return readRecordFile<SandboxRecord>(sandboxDir, (record) => record.version === RECORD_VERSION);
 }

@@ -10,8 +10,8 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { AgentClient } from '../../agent-protocol/client.js';
 import { Cgroups } from './cgroups.js';
 import { LocalDriver, type LocalDriverOptions } from './driver.js';
-import { SlotAllocator, buildSlot, slotFor } from './network.js';
-import { applyNftRuleset, listSlotChain, listSlotNftObjects, renderSlotEgress, renderSlotSourceCheck } from './nft.js';
+import { SlotAllocator, buildSlot, slotFor } from '../../network/slots.js';
+import { applyNftRuleset, listSlotChain, listSlotNftObjects, renderSlotEgress, renderSlotSourceCheck } from '../../network/nft.js';
 import { readRecord } from './records.js';
 
 const IMAGES_DIR = process.env.NESTBOX_TEST_IMAGES_DIR ?? '/var/tmp/nestbox-test-images';

@@ -13,6 +13,8 @@
 //                                workload cgroup's procs files, then pivot_root, detach the old
 //                                root, hostname, join the user namespace as its root, fresh
 //                                session keyring, drop capabilities
+//   nestbox-seccomp              installs the seccomp profile, makes the workloads' user
+//                                namespace and becomes the agent's uid (nestbox-seccomp.c)
 //   tini-static → node agent     the sandbox proper; the agent serves the inherited socket
 //
 // User namespace: root inside is host uid/gid `idRange.base` (an unprivileged host user of the
@@ -49,6 +51,8 @@ import { closeSync, openSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import type { Socket } from 'node:net';
 import { encodeAgentKey } from '../../agent-protocol/auth.js';
+import { IDS_PER_SANDBOX } from './id-ranges.js';
+import { assertSafeHostPath } from '../../util/fs.js';
 import { basename, dirname, join } from 'node:path';
 
 export const IN_SANDBOX_NODE = '/.nestbox/bin/node';
@@ -65,6 +69,14 @@ export const IN_SANDBOX_PTY_HELPER = '/.nestbox/bin/nestbox-pty';
 export const LISTEN_FD_PLACEHOLDER = '@LISTEN_FD@';
 /** Placeholder stage 3 replaces with the workload cgroup's procs fds, comma-separated ("-" = none). */
 export const WORK_CGROUP_FDS_PLACEHOLDER = '@WORK_CGROUP_FDS@';
+/** Placeholder nestbox-seccomp replaces with its descriptor of the workloads' user namespace. */
+export const WORKLOAD_USERNS_FD_PLACEHOLDER = '@WORKLOAD_USERNS_FD@';
+/**
+ * The guest agent's real and saved uid inside the sandbox: the last id of the sandbox's range,
+ * the one id the workloads' user namespace leaves unmapped (see nestbox-seccomp.c --agent-uid),
+ * so no workload can ever hold it and none can signal the agent.
+ */
+export const AGENT_UID = IDS_PER_SANDBOX - 1;
 export const SANDBOX_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 
 /** Capabilities the sandbox keeps (Docker's default set minus CAP_MKNOD: we run no devices cgroup). */
@@ -344,13 +356,6 @@ export interface LaunchPlan {
   agentKey?: Buffer;
 }
 
-/** Paths end up in mount option strings and shell words; refuse anything that would be reparsed. */
-export function assertSafeHostPath(label: string, path: string): void {
-  if (!path.startsWith('/') || /[,:\\\n\r\t\0]/.test(path)) {
-    throw new Error(`${label} path "${path}" must be absolute and free of commas, colons, backslashes and control characters`);
-  }
-}
-
 export function assertValidEnv(env: Record<string, string>): void {
   for (const [name, value] of Object.entries(env)) {
     if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(name)) throw new Error(`invalid environment variable name "${name}"`);
@@ -400,6 +405,8 @@ export function buildLaunchArgs(plan: LaunchPlan): string[] {
     String(numbers.keyctl),
     String(numbers.mount),
     IN_SANDBOX_SECCOMP,
+    // Only nestbox-enter can move workloads below the agent; without it they would start as the agent's uid.
+    ...(plan.enterHelperBinary ? [`--agent-uid=${AGENT_UID}`] : []),
     IN_SANDBOX_TINI,
     '-s',
     '--',
@@ -413,6 +420,7 @@ export function buildLaunchArgs(plan: LaunchPlan): string[] {
     LISTEN_FD_PLACEHOLDER,
     '--work-cgroup-fds',
     WORK_CGROUP_FDS_PLACEHOLDER,
+    ...(plan.enterHelperBinary ? ['--workload-userns-fd', WORKLOAD_USERNS_FD_PLACEHOLDER] : []),
     ...(plan.agentKey ? ['--key-fd', String(AGENT_KEY_FD)] : []),
   ];
 }

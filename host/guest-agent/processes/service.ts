@@ -42,6 +42,8 @@ export interface ProcessServiceOptions {
   enterHelper?: string;
   /** Inherited descriptors of the workload cgroup's procs files, handed to nestbox-enter. */
   workCgroupFds?: number[];
+  /** The agent's descriptor of the workloads' user namespace, handed to nestbox-enter (--userns-fd). */
+  workloadUsernsFd?: number;
   /** oom_score_adj for every spawned process; null leaves it alone. Default 800. */
   oomScoreAdj?: number | null;
   /** Account database for `user`. Default /etc/passwd (the sandbox's own). */
@@ -124,7 +126,7 @@ export class ProcessService {
       baseEnv: context.env,
       ptyHelper: options.ptyHelper ?? '/.nestbox/bin/nestbox-pty',
       oomScoreAdj,
-      launcher: context.launcher ?? new WorkloadLauncher(options.enterHelper, oomScoreAdj, options.workCgroupFds),
+      launcher: context.launcher ?? new WorkloadLauncher(options.enterHelper, oomScoreAdj, options.workCgroupFds, options.workloadUsernsFd),
       maxRetainedBytesPerStream: options.maxRetainedBytesPerStream ?? 4 * MiB,
       passwdPath: options.passwdPath,
       maxSessions: options.maxSessions ?? 64,

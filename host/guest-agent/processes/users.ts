@@ -35,7 +35,8 @@ async function readPasswd(path: string): Promise<PasswdEntry[]> {
 export async function resolveRunAs(user: string | undefined, passwdPath = '/etc/passwd'): Promise<RunAs> {
   const entries = await readPasswd(passwdPath);
   if (user === undefined) {
-    const uid = process.getuid?.() ?? 0;
+    // The effective uid: in a sandbox the agent's real uid is its own (see main.ts), not a user's.
+    const uid = process.geteuid?.() ?? 0;
     const own = entries.find((entry) => entry.uid === uid);
     // The agent's own user keeps the agent's home (the configured one), as /exec does.
     return { name: own?.name ?? String(uid) };

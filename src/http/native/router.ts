@@ -10,7 +10,7 @@ import { SCOPES, type Principal, type Scope } from '../../../core/types.js';
 import type { Services } from '../../services.js';
 import { nativeHandlers } from './handlers/index.js';
 import type { NativeHandler } from './context.js';
-import { clientHasGone, rejectNulInJsonBody } from '../request-checks.js';
+import { clientHasGone, rejectNulInJsonBody } from '../../../http-kit/request-checks.js';
 
 export function renderNativeError(res: Response, err: unknown, log?: (m: string) => void): void {
   if (clientHasGone(res)) return void res.destroy();

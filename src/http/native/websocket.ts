@@ -3,45 +3,50 @@
 // message-by-message relay to the guest agent through the sandbox's host agent.
 import type http from 'node:http';
 import type { Duplex } from 'node:stream';
-import { NestboxError, publicError } from '../../../core/errors.js';
-import type { Scope } from '../../../core/types.js';
+import { decodeErrorBody, NestboxError, publicError } from '../../../core/errors.js';
+import type { GuestWebSocketTarget } from '../../../core/guest.js';
+import { TOOLBOX_OPERATIONS } from '../../../core/services/toolbox.js';
+import type { Principal, Scope } from '../../../core/types.js';
 import { acceptAndRelay, connectUpstream, refuseUpgrade } from '../../../host/protocol/ws-relay.js';
 import type { Services } from '../../services.js';
-import { isUpgradeClaimed } from '../upgrade-claims.js';
+import { isUpgradeClaimed } from '../../../http-kit/upgrade-claims.js';
 
 interface WebSocketRoute {
   pattern: RegExp;
+  /** The scope the toolbox checks (from its one table); listed for the route tests. */
   scope: Scope;
-  operation: string;
-  /** Guest-agent path (without query) from the match. */
-  guestPath: (m: RegExpMatchArray) => string;
-  query: readonly string[];
+  /** The toolbox call that checks the caller (its own scope) and names the guest socket. */
+  open: (services: Services, principal: Principal, m: RegExpMatchArray, query: URLSearchParams) => Promise<GuestWebSocketTarget>;
 }
 
 const ID = '([a-z0-9]{1,32})';
 const NAME = '([A-Za-z0-9_.-]{1,64})';
 
+function offsetParam(query: URLSearchParams, name: string): number | undefined {
+  const v = query.get(name);
+  return v === null ? undefined : Number(v);
+}
+
 export const NATIVE_WEBSOCKET_ROUTES: readonly WebSocketRoute[] = [
   {
     pattern: new RegExp(`^/api/v1/sandboxes/${ID}/commands/${NAME}/stream$`),
-    scope: 'sandboxes:read',
-    operation: 'stream process output of',
-    guestPath: (m) => `/processes/${m[2]}/events`,
-    query: ['stdoutOffset', 'stderrOffset'],
+    scope: TOOLBOX_OPERATIONS.processEvents.scope,
+    open: (services, principal, m, query) =>
+      services.toolbox.processEventsSocket(principal, m[1]!, m[2]!, { stdoutOffset: offsetParam(query, 'stdoutOffset'), stderrOffset: offsetParam(query, 'stderrOffset') }),
   },
   {
     pattern: new RegExp(`^/api/v1/sandboxes/${ID}/commands/${NAME}/pty$`),
-    scope: 'sandboxes:exec',
-    operation: 'attach to terminals of',
-    guestPath: (m) => `/processes/${m[2]}/pty`,
-    query: [],
+    scope: TOOLBOX_OPERATIONS.attachTerminal.scope,
+    open: (services, principal, m) => services.toolbox.attachTerminal(principal, m[1]!, m[2]!),
   },
   {
     pattern: new RegExp(`^/api/v1/sandboxes/${ID}/files/watch$`),
-    scope: 'files:read',
-    operation: 'watch files of',
-    guestPath: () => '/files/watch',
-    query: ['path', 'recursive'],
+    scope: TOOLBOX_OPERATIONS.watchFiles.scope,
+    open: (services, principal, m, query) => {
+      const recursive = query.get('recursive');
+      // A missing path is the guest's 400 to give, after the scope check.
+      return services.toolbox.watchFilesSocket(principal, m[1]!, { path: query.get('path') ?? undefined, recursive: recursive === null ? undefined : recursive === 'true' });
+    },
   },
 ];
 
@@ -64,15 +69,13 @@ export function attachNativeWebSockets(server: http.Server, services: Services):
     const header = req.headers.authorization;
     const token = header?.startsWith('Bearer ') ? header.slice(7).trim() : (url.searchParams.get('access_token') ?? undefined);
     const principal = await services.auth.authenticate(token);
-    const query = new URLSearchParams();
-    for (const name of route.query) for (const v of url.searchParams.getAll(name)) query.append(name, v);
-    const guestPath = route.guestPath(match) + (query.size ? `?${query}` : '');
     // Counted from here until the client's socket closes (refused or relayed): a 429 beyond the caps.
     services.streams.acquireUntilClosed({ keyId: principal.keyId, sandboxId: match[1] }, socket);
-    const target = await services.sandboxes.agentWebSocket(principal, match[1], route.scope, route.operation, guestPath);
+    const target = await route.open(services, principal, match, url.searchParams);
 
     const upstream = await connectUpstream(target.url, target.headers, req);
-    if (!upstream.ok) return refuseUpgrade(socket, upstream.status, upstream.body);
+    // A refusal from the guest (or its host agent) goes through the one decoder, like any answer.
+    if (!upstream.ok) throw decodeErrorBody(upstream.status, upstream.body, `the guest agent of sandbox ${match[1]}`);
     acceptAndRelay(req, socket, head, upstream.ws);
     keepActiveWhileOpen(services, match[1], (stop) => upstream.ws.once('close', stop));
   }
@@ -80,9 +83,5 @@ export function attachNativeWebSockets(server: http.Server, services: Services):
 
 /** An open stream or terminal counts as activity for the idle policy, for as long as it is open. */
 export function keepActiveWhileOpen(services: Services, sandboxId: string, onClose: (stop: () => void) => void): void {
-  const timer = setInterval(() => void services.sandboxes.noteActivity(sandboxId).catch(() => undefined), ACTIVITY_TICK_MS);
-  timer.unref();
-  onClose(() => clearInterval(timer));
+  onClose(services.toolbox.keepActive(sandboxId));
 }
-
-const ACTIVITY_TICK_MS = 10_000;

@@ -1,10 +1,7 @@
 import type { NativeHandler } from '../context.js';
-import { forwardToAgent } from '../agent-forward.js';
+import { principalOf, sandboxIdOf } from '../context.js';
+import { jsonBody, untilClientGone } from '../guest-io.js';
 
-export const changeFileOwner: NativeHandler = (ctx) =>
-  forwardToAgent(ctx, {
-    method: 'POST',
-    path: '/files/chown',
-    operation: 'change files of',
-    body: 'json',
-  });
+export const changeFileOwner: NativeHandler = async (ctx) => {
+  ctx.res.status(200).json(await ctx.services.toolbox.changeOwner(principalOf(ctx), sandboxIdOf(ctx), jsonBody(ctx), untilClientGone(ctx)));
+};

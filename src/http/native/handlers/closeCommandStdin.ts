@@ -1,9 +1,8 @@
 import type { NativeHandler } from '../context.js';
-import { forwardToAgent, param } from '../agent-forward.js';
+import { principalOf, sandboxIdOf } from '../context.js';
+import { param, untilClientGone } from '../guest-io.js';
 
-export const closeCommandStdin: NativeHandler = (ctx) =>
-  forwardToAgent(ctx, {
-    method: 'POST',
-    path: `/processes/${param(ctx, 'processId')}/stdin/close`,
-    operation: 'close stdin of processes of',
-  });
+export const closeCommandStdin: NativeHandler = async (ctx) => {
+  await ctx.services.toolbox.closeStdin(principalOf(ctx), sandboxIdOf(ctx), param(ctx, 'processId'), untilClientGone(ctx));
+  ctx.res.status(204).end();
+};

@@ -1,10 +1,7 @@
 import type { NativeHandler } from '../context.js';
-import { forwardToAgent } from '../agent-forward.js';
+import { principalOf, sandboxIdOf } from '../context.js';
+import { jsonBody, untilClientGone } from '../guest-io.js';
 
-export const createFileWatcher: NativeHandler = (ctx) =>
-  forwardToAgent(ctx, {
-    method: 'POST',
-    path: '/files/watchers',
-    operation: 'watch files of',
-    body: 'json',
-  });
+export const createFileWatcher: NativeHandler = async (ctx) => {
+  ctx.res.status(201).json(await ctx.services.toolbox.createWatcher(principalOf(ctx), sandboxIdOf(ctx), jsonBody(ctx), untilClientGone(ctx)));
+};

@@ -1,10 +1,7 @@
 import type { NativeHandler } from '../context.js';
-import { forwardToAgent } from '../agent-forward.js';
+import { principalOf, sandboxIdOf } from '../context.js';
+import { jsonBody, untilClientGone } from '../guest-io.js';
 
-export const createSession: NativeHandler = (ctx) =>
-  forwardToAgent(ctx, {
-    method: 'POST',
-    path: '/sessions',
-    operation: 'start sessions in',
-    body: 'json',
-  });
+export const createSession: NativeHandler = async (ctx) => {
+  ctx.res.status(201).json(await ctx.services.toolbox.createSession(principalOf(ctx), sandboxIdOf(ctx), jsonBody(ctx), untilClientGone(ctx)));
+};

@@ -1,10 +1,8 @@
 import type { NativeHandler } from '../context.js';
-import { forwardToAgent } from '../agent-forward.js';
+import { principalOf, queryString, sandboxIdOf } from '../context.js';
+import { queryBoolean, untilClientGone } from '../guest-io.js';
 
-export const deleteFile: NativeHandler = (ctx) =>
-  forwardToAgent(ctx, {
-    method: 'DELETE',
-    path: '/files',
-    operation: 'delete files of',
-    query: ['path', 'recursive'],
-  });
+export const deleteFile: NativeHandler = async (ctx) => {
+  await ctx.services.toolbox.deleteFile(principalOf(ctx), sandboxIdOf(ctx), { path: queryString(ctx, 'path')!, recursive: queryBoolean(ctx, 'recursive') }, untilClientGone(ctx));
+  ctx.res.status(204).end();
+};

@@ -1,9 +1,8 @@
 import type { NativeHandler } from '../context.js';
-import { forwardToAgent, param } from '../agent-forward.js';
+import { principalOf, sandboxIdOf } from '../context.js';
+import { param, untilClientGone } from '../guest-io.js';
 
-export const deleteFileWatcher: NativeHandler = (ctx) =>
-  forwardToAgent(ctx, {
-    method: 'DELETE',
-    path: `/files/watchers/${param(ctx, 'watcherId')}`,
-    operation: 'watch files of',
-  });
+export const deleteFileWatcher: NativeHandler = async (ctx) => {
+  await ctx.services.toolbox.deleteWatcher(principalOf(ctx), sandboxIdOf(ctx), param(ctx, 'watcherId'), untilClientGone(ctx));
+  ctx.res.status(204).end();
+};

@@ -1,9 +1,8 @@
 import type { NativeHandler } from '../context.js';
-import { forwardToAgent, param } from '../agent-forward.js';
+import { principalOf, sandboxIdOf } from '../context.js';
+import { param, untilClientGone } from '../guest-io.js';
 
-export const deleteSession: NativeHandler = (ctx) =>
-  forwardToAgent(ctx, {
-    method: 'DELETE',
-    path: `/sessions/${param(ctx, 'sessionId')}`,
-    operation: 'end sessions of',
-  });
+export const deleteSession: NativeHandler = async (ctx) => {
+  await ctx.services.toolbox.deleteSession(principalOf(ctx), sandboxIdOf(ctx), param(ctx, 'sessionId'), untilClientGone(ctx));
+  ctx.res.status(204).end();
+};

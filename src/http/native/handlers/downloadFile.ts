@@ -1,12 +1,9 @@
 import type { NativeHandler } from '../context.js';
-import { forwardToAgent } from '../agent-forward.js';
+import { principalOf, queryString, sandboxIdOf } from '../context.js';
+import { sendStream, untilClientGone } from '../guest-io.js';
 
 /** Streams the file (one Range header honoured); works on stopped sandboxes too. */
-export const downloadFile: NativeHandler = (ctx) =>
-  forwardToAgent(ctx, {
-    method: 'GET',
-    path: '/files/content',
-    operation: 'read files of',
-    fileRead: true,
-    query: ['path'],
-  });
+export const downloadFile: NativeHandler = async (ctx) => {
+  const range = typeof ctx.req.headers.range === 'string' ? ctx.req.headers.range : undefined;
+  await sendStream(ctx, await ctx.services.toolbox.readFile(principalOf(ctx), sandboxIdOf(ctx), queryString(ctx, 'path')!, { range }, untilClientGone(ctx)));
+};

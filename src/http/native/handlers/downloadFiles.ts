@@ -1,10 +1,8 @@
 import type { NativeHandler } from '../context.js';
-import { forwardToAgent } from '../agent-forward.js';
+import { principalOf, sandboxIdOf } from '../context.js';
+import { jsonBody, sendStream, untilClientGone } from '../guest-io.js';
 
-export const downloadFiles: NativeHandler = (ctx) =>
-  forwardToAgent(ctx, {
-    method: 'POST',
-    path: '/files/download',
-    operation: 'read files of',
-    body: 'json',
-  });
+/** One multipart/form-data part per path, streamed. */
+export const downloadFiles: NativeHandler = async (ctx) => {
+  await sendStream(ctx, await ctx.services.toolbox.downloadFiles(principalOf(ctx), sandboxIdOf(ctx), jsonBody(ctx), untilClientGone(ctx)));
+};

@@ -1,10 +1,7 @@
 import type { NativeHandler } from '../context.js';
-import { forwardToAgent } from '../agent-forward.js';
+import { principalOf, queryString, sandboxIdOf } from '../context.js';
+import { queryNumber, untilClientGone } from '../guest-io.js';
 
-export const findFiles: NativeHandler = (ctx) =>
-  forwardToAgent(ctx, {
-    method: 'GET',
-    path: '/files/find',
-    operation: 'find files of',
-    query: ['path', 'pattern', 'maxResults'],
-  });
+export const findFiles: NativeHandler = async (ctx) => {
+  ctx.res.status(200).json(await ctx.services.toolbox.findFiles(principalOf(ctx), sandboxIdOf(ctx), { path: queryString(ctx, 'path'), pattern: queryString(ctx, 'pattern')!, maxResults: queryNumber(ctx, 'maxResults') }, untilClientGone(ctx)));
+};

@@ -1,9 +1,7 @@
 import type { NativeHandler } from '../context.js';
-import { forwardToAgent, param } from '../agent-forward.js';
+import { principalOf, sandboxIdOf } from '../context.js';
+import { param, untilClientGone } from '../guest-io.js';
 
-export const getCommand: NativeHandler = (ctx) =>
-  forwardToAgent(ctx, {
-    method: 'GET',
-    path: `/processes/${param(ctx, 'processId')}`,
-    operation: 'inspect processes of',
-  });
+export const getCommand: NativeHandler = async (ctx) => {
+  ctx.res.status(200).json(await ctx.services.toolbox.getProcess(principalOf(ctx), sandboxIdOf(ctx), param(ctx, 'processId'), untilClientGone(ctx)));
+};

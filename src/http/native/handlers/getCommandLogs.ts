@@ -1,10 +1,15 @@
 import type { NativeHandler } from '../context.js';
-import { forwardToAgent, param } from '../agent-forward.js';
+import { principalOf, queryString, sandboxIdOf } from '../context.js';
+import { param, queryNumber, untilClientGone } from '../guest-io.js';
+import type { OutputInput } from '../../../../core/guest.js';
 
-export const getCommandLogs: NativeHandler = (ctx) =>
-  forwardToAgent(ctx, {
-    method: 'GET',
-    path: `/processes/${param(ctx, 'processId')}/output`,
-    operation: 'read process output of',
-    query: ['offset', 'stdoutOffset', 'stderrOffset', 'encoding', 'maxBytes'],
-  });
+export const getCommandLogs: NativeHandler = async (ctx) => {
+  const input: OutputInput = {
+    offset: queryNumber(ctx, 'offset'),
+    stdoutOffset: queryNumber(ctx, 'stdoutOffset'),
+    stderrOffset: queryNumber(ctx, 'stderrOffset'),
+    encoding: queryString(ctx, 'encoding') as OutputInput['encoding'],
+    maxBytes: queryNumber(ctx, 'maxBytes'),
+  };
+  ctx.res.status(200).json(await ctx.services.toolbox.processOutput(principalOf(ctx), sandboxIdOf(ctx), param(ctx, 'processId'), input, untilClientGone(ctx)));
+};

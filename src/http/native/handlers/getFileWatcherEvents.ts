@@ -1,9 +1,7 @@
 import type { NativeHandler } from '../context.js';
-import { forwardToAgent, param } from '../agent-forward.js';
+import { principalOf, sandboxIdOf } from '../context.js';
+import { param, untilClientGone } from '../guest-io.js';
 
-export const getFileWatcherEvents: NativeHandler = (ctx) =>
-  forwardToAgent(ctx, {
-    method: 'GET',
-    path: `/files/watchers/${param(ctx, 'watcherId')}/events`,
-    operation: 'watch files of',
-  });
+export const getFileWatcherEvents: NativeHandler = async (ctx) => {
+  ctx.res.status(200).json(await ctx.services.toolbox.watcherEvents(principalOf(ctx), sandboxIdOf(ctx), param(ctx, 'watcherId'), untilClientGone(ctx)));
+};

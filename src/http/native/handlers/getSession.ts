@@ -1,9 +1,7 @@
 import type { NativeHandler } from '../context.js';
-import { forwardToAgent, param } from '../agent-forward.js';
+import { principalOf, sandboxIdOf } from '../context.js';
+import { param, untilClientGone } from '../guest-io.js';
 
-export const getSession: NativeHandler = (ctx) =>
-  forwardToAgent(ctx, {
-    method: 'GET',
-    path: `/sessions/${param(ctx, 'sessionId')}`,
-    operation: 'inspect sessions of',
-  });
+export const getSession: NativeHandler = async (ctx) => {
+  ctx.res.status(200).json(await ctx.services.toolbox.getSession(principalOf(ctx), sandboxIdOf(ctx), param(ctx, 'sessionId'), untilClientGone(ctx)));
+};

@@ -1,9 +1,8 @@
 import type { NativeHandler } from '../context.js';
-import { forwardToAgent, param } from '../agent-forward.js';
+import { principalOf, sandboxIdOf } from '../context.js';
+import { param, untilClientGone } from '../guest-io.js';
 
-export const killCommand: NativeHandler = (ctx) =>
-  forwardToAgent(ctx, {
-    method: 'DELETE',
-    path: `/processes/${param(ctx, 'processId')}`,
-    operation: 'kill processes of',
-  });
+export const killCommand: NativeHandler = async (ctx) => {
+  await ctx.services.toolbox.killProcess(principalOf(ctx), sandboxIdOf(ctx), param(ctx, 'processId'), untilClientGone(ctx));
+  ctx.res.status(204).end();
+};

@@ -1,10 +1,7 @@
 import type { NativeHandler } from '../context.js';
-import { forwardToAgent } from '../agent-forward.js';
+import { principalOf, sandboxIdOf } from '../context.js';
+import { queryBoolean, untilClientGone } from '../guest-io.js';
 
-export const listCommands: NativeHandler = (ctx) =>
-  forwardToAgent(ctx, {
-    method: 'GET',
-    path: '/processes',
-    operation: 'list processes of',
-    query: ['all'],
-  });
+export const listCommands: NativeHandler = async (ctx) => {
+  ctx.res.status(200).json(await ctx.services.toolbox.listProcesses(principalOf(ctx), sandboxIdOf(ctx), { all: queryBoolean(ctx, 'all') }, untilClientGone(ctx)));
+};

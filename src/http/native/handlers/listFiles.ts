@@ -1,11 +1,8 @@
 import type { NativeHandler } from '../context.js';
-import { forwardToAgent } from '../agent-forward.js';
+import { principalOf, queryString, sandboxIdOf } from '../context.js';
+import { queryNumber, untilClientGone } from '../guest-io.js';
 
-export const listFiles: NativeHandler = (ctx) =>
-  forwardToAgent(ctx, {
-    method: 'GET',
-    path: '/files/list',
-    operation: 'list files of',
-    fileRead: true,
-    query: ['path', 'depth'],
-  });
+/** Works on a stopped sandbox too (from its kept disk). */
+export const listFiles: NativeHandler = async (ctx) => {
+  ctx.res.status(200).json(await ctx.services.toolbox.listFiles(principalOf(ctx), sandboxIdOf(ctx), { path: queryString(ctx, 'path'), depth: queryNumber(ctx, 'depth') }, untilClientGone(ctx)));
+};

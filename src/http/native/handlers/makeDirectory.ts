@@ -1,10 +1,9 @@
 import type { NativeHandler } from '../context.js';
-import { forwardToAgent } from '../agent-forward.js';
+import { principalOf, sandboxIdOf } from '../context.js';
+import { jsonBody, untilClientGone } from '../guest-io.js';
 
-export const makeDirectory: NativeHandler = (ctx) =>
-  forwardToAgent(ctx, {
-    method: 'POST',
-    path: '/files/mkdir',
-    operation: 'create directories in',
-    body: 'json',
-  });
+/** 201 when it was made, 200 when it already was a directory. */
+export const makeDirectory: NativeHandler = async (ctx) => {
+  const result = await ctx.services.toolbox.makeDirectory(principalOf(ctx), sandboxIdOf(ctx), jsonBody(ctx), untilClientGone(ctx));
+  ctx.res.status(result.created ? 201 : 200).json(result.info);
+};

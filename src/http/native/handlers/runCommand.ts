@@ -1,6 +1,6 @@
 import type { NativeHandler } from '../context.js';
 import { principalOf, sandboxIdOf } from '../context.js';
-import { forwardToAgent } from '../agent-forward.js';
+import { untilClientGone } from '../guest-io.js';
 import { NestboxError } from '../../../../core/errors.js';
 
 interface RunCommandBody {
@@ -25,7 +25,7 @@ export const runCommand: NativeHandler = async (ctx) => {
   }
   if (detach) {
     // Answers as soon as the process runs; follow it under /commands/{processId}.
-    return forwardToAgent(ctx, { method: 'POST', path: '/processes', jsonBody: body, operation: 'run a command in', successStatus: 202 });
+    return void ctx.res.status(202).json(await ctx.services.toolbox.startProcess(principalOf(ctx), sandboxIdOf(ctx), body, untilClientGone(ctx)));
   }
   const detachedOnly = DETACHED_ONLY.find((field) => body[field] !== undefined);
   if (detachedOnly) throw new NestboxError('validation_failed', `${detachedOnly}: only for detached commands ("detach": true)`, { field: detachedOnly });
@@ -36,6 +36,6 @@ export const runCommand: NativeHandler = async (ctx) => {
     if (!ctx.res.writableFinished) abort.abort();
   });
   const { cmd, argv, cwd, env, timeoutMs } = body;
-  const result = await ctx.services.sandboxes.exec(principalOf(ctx), sandboxIdOf(ctx), { cmd, argv, cwd, env, timeoutMs }, abort.signal);
+  const result = await ctx.services.toolbox.exec(principalOf(ctx), sandboxIdOf(ctx), { cmd, argv, cwd, env, timeoutMs }, { signal: abort.signal });
   ctx.res.status(200).json(result);
 };

@@ -1,10 +1,9 @@
 import type { NativeHandler } from '../context.js';
-import { forwardToAgent, param } from '../agent-forward.js';
+import { principalOf, sandboxIdOf } from '../context.js';
+import { jsonBody, param, untilClientGone } from '../guest-io.js';
 
-export const runSessionCommand: NativeHandler = (ctx) =>
-  forwardToAgent(ctx, {
-    method: 'POST',
-    path: `/sessions/${param(ctx, 'sessionId')}/commands`,
-    operation: 'run commands in',
-    body: 'json',
-  });
+/** 200 with the output when it ran to the end; 202 at once with `async`. */
+export const runSessionCommand: NativeHandler = async (ctx) => {
+  const run = await ctx.services.toolbox.runSessionCommand(principalOf(ctx), sandboxIdOf(ctx), param(ctx, 'sessionId'), jsonBody(ctx), untilClientGone(ctx));
+  ctx.res.status(run.status).json(run.command);
+};

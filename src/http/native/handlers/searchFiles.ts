@@ -1,10 +1,16 @@
 import type { NativeHandler } from '../context.js';
-import { forwardToAgent } from '../agent-forward.js';
+import { principalOf, queryString, sandboxIdOf } from '../context.js';
+import { queryBoolean, queryNumber, untilClientGone } from '../guest-io.js';
+import type { SearchInput } from '../../../../core/guest.js';
 
-export const searchFiles: NativeHandler = (ctx) =>
-  forwardToAgent(ctx, {
-    method: 'GET',
-    path: '/files/search',
-    operation: 'search files of',
-    query: ['path', 'query', 'regex', 'caseSensitive', 'glob', 'maxResults'],
-  });
+export const searchFiles: NativeHandler = async (ctx) => {
+  const input: SearchInput = {
+    path: queryString(ctx, 'path'),
+    query: queryString(ctx, 'query')!,
+    regex: queryBoolean(ctx, 'regex'),
+    caseSensitive: queryBoolean(ctx, 'caseSensitive'),
+    glob: queryString(ctx, 'glob'),
+    maxResults: queryNumber(ctx, 'maxResults'),
+  };
+  ctx.res.status(200).json(await ctx.services.toolbox.searchFiles(principalOf(ctx), sandboxIdOf(ctx), input, untilClientGone(ctx)));
+};

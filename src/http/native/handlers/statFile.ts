@@ -1,11 +1,8 @@
 import type { NativeHandler } from '../context.js';
-import { forwardToAgent } from '../agent-forward.js';
+import { principalOf, queryString, sandboxIdOf } from '../context.js';
+import { untilClientGone } from '../guest-io.js';
 
-export const statFile: NativeHandler = (ctx) =>
-  forwardToAgent(ctx, {
-    method: 'GET',
-    path: '/files/stat',
-    operation: 'read files of',
-    fileRead: true,
-    query: ['path'],
-  });
+/** Works on a stopped sandbox too (from its kept disk). */
+export const statFile: NativeHandler = async (ctx) => {
+  ctx.res.status(200).json(await ctx.services.toolbox.statFile(principalOf(ctx), sandboxIdOf(ctx), queryString(ctx, 'path')!, untilClientGone(ctx)));
+};

@@ -1,11 +1,11 @@
 import type { NativeHandler } from '../context.js';
-import { forwardToAgent, param } from '../agent-forward.js';
+import { principalOf, sandboxIdOf } from '../context.js';
+import { countStream, param, queryNumber, requireEventStream, sendStream, untilClientGone } from '../guest-io.js';
 
-export const streamCommand: NativeHandler = (ctx) =>
-  forwardToAgent(ctx, {
-    method: 'GET',
-    path: `/processes/${param(ctx, 'processId')}/events`,
-    operation: 'stream process output of',
-    query: ['stdoutOffset', 'stderrOffset'],
-    stream: true,
-  });
+/** Server-Sent Events of a process's output and exit (WebSocket: websocket.ts). */
+export const streamCommand: NativeHandler = async (ctx) => {
+  requireEventStream(ctx, /text\/event-stream/, 'events are served as a WebSocket (Upgrade) or as Server-Sent Events (Accept: text/event-stream)');
+  countStream(ctx);
+  const from = { stdoutOffset: queryNumber(ctx, 'stdoutOffset'), stderrOffset: queryNumber(ctx, 'stderrOffset') };
+  await sendStream(ctx, await ctx.services.toolbox.processEvents(principalOf(ctx), sandboxIdOf(ctx), param(ctx, 'processId'), from, untilClientGone(ctx)));
+};

@@ -1,7 +1,7 @@
 import type { NativeHandler } from '../context.js';
 import { principalOf, queryString, sandboxIdOf } from '../context.js';
 import { NestboxError } from '../../../../core/errors.js';
-import { streamedBody } from '../../request-body.js';
+import { streamedBody } from '../../../../http-kit/request-body.js';
 
 export const uploadFile: NativeHandler = async (ctx) => {
   const max = ctx.services.config.limits.maxUploadBytes;
@@ -11,12 +11,8 @@ export const uploadFile: NativeHandler = async (ctx) => {
   if (contentType && contentType.startsWith('application/json')) {
     throw new NestboxError('unsupported_media_type', 'body: send the file as raw bytes (application/octet-stream), not JSON');
   }
-  const info = await ctx.services.sandboxes.writeFile(
-    principalOf(ctx),
-    sandboxIdOf(ctx),
-    queryString(ctx, 'path')!,
-    streamedBody(ctx.req, max),
-    queryString(ctx, 'mode'),
-  );
+  const info = await ctx.services.toolbox.writeFile(principalOf(ctx), sandboxIdOf(ctx), queryString(ctx, 'path')!, streamedBody(ctx.req, max), {
+    mode: queryString(ctx, 'mode'),
+  });
   ctx.res.status(200).json(info);
 };

@@ -1,11 +1,13 @@
 import type { NativeHandler } from '../context.js';
-import { forwardToAgent } from '../agent-forward.js';
+import { principalOf, sandboxIdOf } from '../context.js';
+import { rawBody, untilClientGone } from '../guest-io.js';
 
-export const uploadFiles: NativeHandler = (ctx) =>
-  forwardToAgent(ctx, {
-    method: 'POST',
-    path: '/files/upload',
-    operation: 'write files of',
-    body: 'raw',
-    maxBodyBytes: ctx.services.config.limits.maxUploadBytes,
-  });
+/** multipart/form-data, streamed to the guest; 207 when some files failed. */
+export const uploadFiles: NativeHandler = async (ctx) => {
+  const result = await ctx.services.toolbox.uploadFiles(
+    principalOf(ctx), sandboxIdOf(ctx),
+    { contentType: String(ctx.req.headers['content-type'] ?? ''), body: rawBody(ctx) },
+    untilClientGone(ctx),
+  );
+  ctx.res.status(result.status).json({ results: result.results });
+};

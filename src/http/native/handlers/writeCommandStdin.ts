@@ -1,11 +1,8 @@
 import type { NativeHandler } from '../context.js';
-import { forwardToAgent, param } from '../agent-forward.js';
+import { principalOf, sandboxIdOf } from '../context.js';
+import { param, rawBody, untilClientGone } from '../guest-io.js';
 
-export const writeCommandStdin: NativeHandler = (ctx) =>
-  forwardToAgent(ctx, {
-    method: 'POST',
-    path: `/processes/${param(ctx, 'processId')}/stdin`,
-    operation: 'write to processes of',
-    body: 'raw',
-    maxBodyBytes: ctx.services.config.limits.maxUploadBytes,
-  });
+export const writeCommandStdin: NativeHandler = async (ctx) => {
+  await ctx.services.toolbox.writeStdin(principalOf(ctx), sandboxIdOf(ctx), param(ctx, 'processId'), rawBody(ctx), untilClientGone(ctx));
+  ctx.res.status(204).end();
+};

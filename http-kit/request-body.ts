@@ -13,10 +13,10 @@
 import { IncomingMessage } from 'node:http';
 import { Transform, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream';
-import { NestboxError } from '../../core/errors.js';
-import { discardableBody } from '../../host/agent-protocol/request-body.js';
+import { NestboxError } from '../core/errors.js';
+import { discardableBody } from '../host/agent-protocol/request-body.js';
 
-export { clientGoneSignal } from '../../host/protocol/client-gone.js';
+export { clientGoneSignal } from '../host/protocol/client-gone.js';
 
 /** A destroyed stream's error is reported to whoever pipes it; here it only must not be fatal. */
 const ignoreError = (): void => {};

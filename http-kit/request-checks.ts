@@ -3,7 +3,7 @@
 // store one in text, and no path, command or name can contain one. Each check names the field.
 import type { ServerResponse } from 'node:http';
 import type { NextFunction, Request, Response } from 'express';
-import { NestboxError } from '../../core/errors.js';
+import { NestboxError } from '../core/errors.js';
 
 /** The dotted name of the first string (value or key) in `value` that holds a NUL byte. */
 export function nulFieldIn(value: unknown, prefix: string, depth = 0): string | undefined {

@@ -9,14 +9,16 @@
 // timestamps, hard links, xattrs (`trusted.overlay.*` opaque/redirect markers, file
 // capabilities) and device nodes — overlayfs whiteouts are 0/0 character devices, and losing
 // one would resurrect a file the sandbox deleted.
-import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { constants as fsConstants, existsSync, readFileSync } from 'node:fs';
 import { copyFile, lstat, mkdir, open, readdir, rename, rm, writeFile } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
-import type { DiskCopyMode } from '../types.js';
-import { assertSafeHostPath } from './spawn.js';
-import { mountPointsUnder } from '../../images/base-image.js';
+import type { DiskCopyMode } from '../drivers/types.js';
+import { assertSafeHostPath } from '../util/fs.js';
+import { mountedFsType, mountPointsUnder, readMountinfo } from '../util/mounts.js';
+import { runCommand } from '../util/run.js';
+
+const run = (file: string, args: string[], timeoutMs = 60_000) => runCommand(file, args, { timeoutMs });
 
 export type { DiskCopyMode };
 
@@ -138,26 +140,6 @@ export async function treeSizeBytes(dir: string): Promise<number> {
   return total;
 }
 
-/** The filesystem type mounted exactly at `path` in this mount namespace, if any. */
-export function mountedFsType(path: string): string | undefined {
-  let text = '';
-  try {
-    text = readFileSync('/proc/self/mountinfo', 'utf8');
-  } catch {
-    return undefined;
-  }
-  let found: string | undefined;
-  for (const line of text.split('\n')) {
-    const fields = line.split(' ');
-    const mountPoint = (fields[4] ?? '').replace(/\\([0-7]{3})/g, (_, octal: string) => String.fromCharCode(parseInt(octal, 8)));
-    if (mountPoint !== path) continue;
-    const separator = fields.indexOf('-');
-    // The last mount on a path is the visible one.
-    if (separator > 0) found = fields[separator + 1];
-  }
-  return found;
-}
-
 async function mountReflinkStore(options: ReflinkStoreOptions, mountPoint: string, log: (message: string) => void): Promise<void> {
   const imagePath = resolve(options.imagePath);
   assertSafeHostPath('reflink store image', imagePath);
@@ -195,15 +177,7 @@ async function createStoreImage(imagePath: string, sizeBytes: number, log: (mess
 }
 
 function loopDeviceOf(mountPoint: string): string | undefined {
-  const text = readFileSync('/proc/self/mountinfo', 'utf8');
-  for (const line of text.split('\n')) {
-    const fields = line.split(' ');
-    if (fields[4] !== mountPoint) continue;
-    const separator = fields.indexOf('-');
-    const source = fields[separator + 2];
-    if (source?.startsWith('/dev/loop')) return source;
-  }
-  return undefined;
+  return readMountinfo().find((entry) => entry.mountPoint === mountPoint && entry.source?.startsWith('/dev/loop'))?.source;
 }
 
 /**
@@ -234,11 +208,3 @@ export async function unmountReflinkStore(dataDir: string): Promise<void> {
   }
 }
 
-function run(file: string, args: string[], timeoutMs = 60_000): Promise<string> {
-  return new Promise((resolveRun, reject) => {
-    execFile(file, args, { timeout: timeoutMs, maxBuffer: 4 * 1024 * 1024 }, (error, stdout, stderr) => {
-      if (error) reject(new Error(`${file} ${args.join(' ')} failed: ${stderr.trim() || error.message}`));
-      else resolveRun(stdout);
-    });
-  });
-}

@@ -6,7 +6,7 @@
 // of this owner with no sandbox (`pooled: true`), so several host agents on one machine keep
 // their pools apart, and a restarted host agent finds its pool (and a crashed run's leftovers)
 // again from the claims alone. Never fails a create: an empty pool builds on demand.
-import { flushSlotConntrack, netnsPids, slotExists, buildSlot, teardownSlot, type Slot, type SlotAllocator } from './network.js';
+import { flushSlotConntrack, netnsPids, slotExists, buildSlot, teardownSlot, type Slot, type SlotAllocator } from './slots.js';
 import { applyNftRuleset, listSlotNftObjects, removeSlotNftObjects, renderSlotEgress, renderSlotSourceCheck } from './nft.js';
 
 export interface SlotPoolOptions {

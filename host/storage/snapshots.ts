@@ -15,8 +15,8 @@ import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { mkdir, readFile, readdir, rename, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { removeTree } from '../../images/base-image.js';
-import { DriverError } from '../errors.js';
+import { removeTree } from '../util/fs.js';
+import { DriverError } from '../drivers/errors.js';
 import { treeSizeBytes, type DiskCopyMode } from './disk-store.js';
 import { DISK_IMAGE_FILE, diskMountPoint, mountDiskImage } from './disk-quota.js';
 

@@ -11,7 +11,8 @@ import { randomBytes } from 'node:crypto';
 import { createSocket, type Socket } from 'node:dgram';
 import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { SlotAllocator, VETH_PREFIX, sandboxDnsServers, type Slot } from './network.js';
+import { SlotAllocator, VETH_PREFIX, type Slot } from './slots.js';
+import { sandboxDnsServers } from './dns.js';
 import { NFT_TABLE, SPOOF_RULE_COMMENTS, applyNftRuleset, listSlotNftObjects, renderNftRuleset } from './nft.js';
 import { SlotPool } from './slot-pool.js';
 

@@ -28,7 +28,7 @@
 // deletes those of indices nobody claims any more (a crash's leftovers).
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
-import { parseIpv4Cidr } from './network.js';
+import { parseIpv4Cidr } from './slots.js';
 
 const execFileAsync = promisify(execFile);
 

@@ -2,10 +2,10 @@
 // with a /31 carved from the sandbox subnet (host-runtime.md §6). Slot indices are allocated
 // machine-wide with O_EXCL files under /run/nestbox/slots/, so host agents running side by side
 // never hand out the same namespace or addresses; each file names its owner and sandbox.
-import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdir, open, readFile, readdir, rename, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { runCommand } from '../util/run.js';
 
 export const SLOTS_DIR = '/run/nestbox/slots';
 export const NETNS_PREFIX = 'nbx-';
@@ -153,6 +153,20 @@ export class SlotAllocator {
     await rm(this.claimPath(index), { force: true });
   }
 
+  /**
+   * The slots a sandbox holds: those our claim files give it, and the one its record names when
+   * nobody claims that index (a crash between teardown and record write can leave either).
+   * `claimed: false` ones are only to be taken apart, never claimed again by us: an index
+   * someone else claimed (or that went back to our pool) after the sandbox let it go is theirs.
+   */
+  async heldBy(owner: string, sandboxId: string, recorded: { index: number } | undefined): Promise<{ slot: Slot; claimed: boolean }[]> {
+    const found = new Map<number, boolean>();
+    const claims = await this.claims();
+    for (const claim of claims) if (claim.owner === owner && claim.sandboxId === sandboxId) found.set(claim.index, true);
+    if (recorded && !found.has(recorded.index) && !claims.some((claim) => claim.index === recorded.index)) found.set(recorded.index, false);
+    return [...found].map(([index, claimed]) => ({ slot: slotFor(this.subnet, index), claimed }));
+  }
+
   slot(index: number): Slot {
     return slotFor(this.subnet, index);
   }
@@ -164,15 +178,8 @@ export class SlotAllocator {
 
 // ---- wiring ---------------------------------------------------------------------------------
 
-function run(file: string, args: string[], input?: string): Promise<{ stdout: string; stderr: string }> {
-  return new Promise((resolve, reject) => {
-    const child = execFile(file, args, { timeout: 15_000 }, (error, stdout, stderr) => {
-      if (error) reject(Object.assign(new Error(`${file} ${args.join(' ')} failed: ${stderr.trim() || error.message}`), { stderr }));
-      else resolve({ stdout, stderr });
-    });
-    if (input !== undefined) child.stdin?.end(input);
-  });
-}
+const run = (file: string, args: string[], input?: string) => runCommand(file, args, { timeoutMs: 15_000, input });
+
 
 export function slotExists(slot: Slot): { netns: boolean; veth: boolean } {
   return {
@@ -239,7 +246,7 @@ export async function teardownSlot(slot: Slot): Promise<void> {
 
 /** Processes still inside the slot's namespace (a recycled slot must have none). */
 export async function netnsPids(slot: Slot): Promise<number[]> {
-  const { stdout } = await run('ip', ['netns', 'pids', slot.netns]);
+  const stdout = await run('ip', ['netns', 'pids', slot.netns]);
   return stdout.split('\n').filter((line) => /^\d+$/.test(line.trim())).map(Number);
 }
 
@@ -255,26 +262,4 @@ export async function flushSlotConntrack(slot: Slot): Promise<void> {
 export async function enableIpForwarding(): Promise<void> {
   const path = '/proc/sys/net/ipv4/ip_forward';
   if ((await readFile(path, 'utf8')).trim() !== '1') await writeFile(path, '1');
-}
-
-/** IPv4 resolvers from the host's resolv.conf that a sandbox can use (not loopback). */
-export async function hostDnsServers(resolvConf = '/etc/resolv.conf'): Promise<string[]> {
-  const text = await readFile(resolvConf, 'utf8').catch(() => '');
-  return text
-    .split('\n')
-    .map((line) => /^\s*nameserver\s+(\d+\.\d+\.\d+\.\d+)\s*$/.exec(line)?.[1])
-    .filter((address): address is string => !!address && !address.startsWith('127.'));
-}
-
-/** Used when the host names no usable resolver (only loopback ones, or none). */
-const FALLBACK_DNS = ['1.1.1.1', '8.8.8.8'];
-
-/**
- * The resolvers sandboxes may reach (the only host-side exception in the isolation rules):
- * the configured ones, else the host's own, else public fallbacks. One answer for both drivers
- * and the tests, so every host agent renders the same DNS allowance into the shared table.
- */
-export async function sandboxDnsServers(configured?: string[]): Promise<string[]> {
-  const found = configured ?? (await hostDnsServers());
-  return found.length ? found : FALLBACK_DNS;
 }

@@ -6,7 +6,7 @@
 // those addresses (CDNs, shared hosting) is reachable too, and an address the name moves to is
 // reachable only after the next refresh.
 import { lookup } from 'node:dns/promises';
-import { canonicalIpv4 } from './network.js';
+import { canonicalIpv4 } from './slots.js';
 import type { SlotEgressRules } from './nft.js';
 
 export type EgressMode = 'allow-all' | 'deny-all' | 'allow-list';

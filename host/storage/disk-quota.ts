@@ -13,11 +13,14 @@
 //     until one side rewrites them.
 // A sparse image whose file system is mounted stays mounted while its sandbox exists (running
 // or stopped: file views and forks read it), and is mounted again after a reboot.
-import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync, readFileSync, statfsSync } from 'node:fs';
+import { existsSync, statfsSync } from 'node:fs';
 import { mkdir, open, rename, rm } from 'node:fs/promises';
 import { join } from 'node:path';
+import { isMountPoint } from '../util/mounts.js';
+import { runCommand } from '../util/run.js';
+
+const run = (file: string, args: string[], timeoutMs = 60_000) => runCommand(file, args, { timeoutMs });
 
 export const DISK_IMAGE_FILE = 'disk.img';
 export const DISK_MOUNT_DIR = 'fs';
@@ -130,21 +133,3 @@ export function inodesFor(sizeBytes: number, perGiB: number): number {
   return Math.max(MIN_INODES, Math.round((sizeBytes / 2 ** 30) * perGiB));
 }
 
-function isMountPoint(path: string): boolean {
-  let text = '';
-  try {
-    text = readFileSync('/proc/self/mountinfo', 'utf8');
-  } catch {
-    return false;
-  }
-  return text.split('\n').some((line) => (line.split(' ')[4] ?? '').replace(/\\([0-7]{3})/g, (_, octal: string) => String.fromCharCode(parseInt(octal, 8))) === path);
-}
-
-function run(file: string, args: string[], timeoutMs = 60_000): Promise<string> {
-  return new Promise((resolveRun, reject) => {
-    execFile(file, args, { timeout: timeoutMs, maxBuffer: 4 * 1024 * 1024 }, (error, stdout, stderr) => {
-      if (error) reject(new Error(`${file} ${args.join(' ')} failed: ${stderr.trim() || error.message}`));
-      else resolveRun(stdout);
-    });
-  });
-}

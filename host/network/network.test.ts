@@ -2,7 +2,7 @@
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { SlotAllocator, canonicalIpv4, parseIpv4Cidr, slotCapacity, slotFor } from './network.js';
+import { SlotAllocator, canonicalIpv4, parseIpv4Cidr, slotCapacity, slotFor } from './slots.js';
 import { renderNftRuleset, renderSlotEgress, renderSlotRemoval, renderSlotSourceCheck } from './nft.js';
 import { resolveEgress } from './egress.js';
 

@@ -1,0 +1,50 @@
+// The port a compatibility layer (compat/daytona, compat/e2b) receives from core: exactly the
+// calls a foreign API needs to translate onto Nestbox, and nothing else — no database, no host
+// secret, no host clients, no raw guest channel. Each entry is a `Pick<>` of a core service, so
+// the type says which methods a front door may call and the compiler refuses any other.
+//
+// Guest operations (commands, sessions, terminals, files, watches) all come through `toolbox`:
+// typed values and typed streams, each method checking its own scope (core/services/toolbox.ts).
+// Lifecycle comes through `sandboxes`; credentials through `auth` and `sandboxTokens`.
+//
+// HTTP-level things a front door also needs (stream caps, upload limit, the logger) are not
+// core's: they come from the shared HTTP kit beside this port, not from here.
+import type { AuthService } from './services/auth.js';
+import type { IdempotencyService } from './services/idempotency.js';
+import type { PortService } from './services/ports.js';
+import type { SandboxService } from './services/sandboxes.js';
+import type { SandboxTokenService } from './services/sandbox-tokens.js';
+import type { SnapshotService } from './services/snapshots.js';
+import type { Toolbox } from './services/toolbox.js';
+
+/** Every toolbox method (the class has no other public members). */
+export type ToolboxPort = Pick<Toolbox, keyof Toolbox>;
+
+/** Lifecycle and lookups of sandboxes; the guest never through here. */
+export type SandboxesPort = Pick<
+  SandboxService,
+  'create' | 'get' | 'getByIdOrName' | 'getMany' | 'list' | 'update' | 'delete' | 'stop' | 'resume' | 'pause' | 'unpause' | 'keepAlive' | 'fork'
+>;
+
+export type SnapshotsPort = Pick<SnapshotService, 'create' | 'list' | 'get' | 'delete'>;
+
+export type AuthPort = Pick<AuthService, 'authenticate'>;
+
+export type SandboxTokensPort = Pick<
+  SandboxTokenService,
+  'authenticate' | 'envdCredential' | 'daytonaSigningKey' | 'rotateDaytonaSigningKeys' | 'signatureCandidates' | 'signedUrlMaxSeconds'
+>;
+
+export type HostedPortsPort = Pick<PortService, 'publish' | 'list' | 'unpublish' | 'signedUrl'>;
+
+export type IdempotencyPort = Pick<IdempotencyService, 'run'>;
+
+export interface CompatPort {
+  toolbox: ToolboxPort;
+  sandboxes: SandboxesPort;
+  snapshots: SnapshotsPort;
+  auth: AuthPort;
+  sandboxTokens: SandboxTokensPort;
+  ports: HostedPortsPort;
+  idempotency: IdempotencyPort;
+}

@@ -1,0 +1,380 @@
+// What core knows of a sandbox's guest agent: the values its operations take and give, and the
+// typed client that performs them (GuestClient). The wire contract itself (paths, query names,
+// status codes, zod schemas) lives with the implementation in host/agent-protocol/; core only
+// sees these types, so no layer above host builds a guest path or parses a guest body. The
+// implementation checks at compile time that its zod schemas produce exactly these shapes
+// (host/agent-protocol/guest-client.ts), so the two cannot drift apart silently.
+import type { Readable } from 'node:stream';
+
+export type FileType = 'file' | 'dir' | 'symlink' | 'other';
+
+export interface FileInfo {
+  name: string;
+  /** Absolute, inside the sandbox. */
+  path: string;
+  type: FileType;
+  size: number;
+  /** Permission bits, e.g. 0o644 = 420. */
+  mode: number;
+  /** ISO 8601. */
+  mtime: string;
+  symlinkTarget?: string;
+  owner: string;
+  group: string;
+  uid: number;
+  gid: number;
+}
+
+export interface FileList {
+  entries: FileInfo[];
+}
+
+/** Octal permission text such as "755" or "0644". */
+export type OctalMode = string;
+
+export interface MkdirInput {
+  path: string;
+  mode?: OctalMode;
+}
+export interface MkdirResult {
+  /** false: it already was a directory (the native API answers 200 instead of 201). */
+  created: boolean;
+  info: FileInfo;
+}
+export interface MoveInput {
+  from: string;
+  to: string;
+  overwrite?: boolean;
+}
+export interface ChmodInput {
+  path: string;
+  mode: OctalMode;
+}
+/** A user or group by name or numeric id. */
+export interface ChownInput {
+  path: string;
+  owner?: string | number;
+  group?: string | number;
+}
+
+export interface FindInput {
+  path?: string;
+  pattern: string;
+  maxResults?: number;
+}
+export interface FindResult {
+  paths: string[];
+  truncated: boolean;
+  unreadableDirs: number;
+}
+
+export interface SearchInput {
+  path?: string;
+  query: string;
+  regex?: boolean;
+  caseSensitive?: boolean;
+  glob?: string;
+  maxResults?: number;
+}
+export interface SearchMatch {
+  path: string;
+  /** 1-based. */
+  line: number;
+  /** 1-based, in UTF-16 code units of the decoded line. */
+  column: number;
+  text: string;
+}
+export interface SearchResult {
+  matches: SearchMatch[];
+  truncated: boolean;
+  unreadableDirs: number;
+  unreadableFiles: number;
+  binaryFilesSkipped: number;
+}
+
+export interface FileError {
+  code: string;
+  message: string;
+}
+export interface ReplaceInput {
+  paths: string[];
+  find: string;
+  replace: string;
+  regex?: boolean;
+}
+export interface ReplaceResult {
+  results: { path: string; replacements: number; error?: FileError }[];
+}
+
+export type UploadFileResult = { path: string; size: number; ok: true } | { path: string; ok: false; error: FileError };
+export interface UploadResult {
+  /** 207: some files failed (each result says which and why). */
+  status: 200 | 207;
+  results: UploadFileResult[];
+}
+export interface UploadInput {
+  /** `multipart/form-data; boundary=…` as the client sent it. */
+  contentType: string;
+  /** The destination of every file part (E2B's single-file form). */
+  path?: string;
+  body: Readable;
+}
+
+export interface DownloadInput {
+  paths: string[];
+  /** Body of the `error` parts: the native shape, or Daytona's daemon shape (read by compat/daytona). */
+  errorStyle?: 'nestbox' | 'daytona';
+}
+
+export type WatchChangeType = 'create' | 'write' | 'remove' | 'rename' | 'chmod';
+export interface WatchChangeEvent {
+  type: WatchChangeType;
+  path: string;
+  isDir: boolean;
+  at: string;
+}
+export type WatchEvent = WatchChangeEvent | { type: 'ready' } | { type: 'keepalive' };
+export interface WatchInput {
+  path: string;
+  recursive?: boolean;
+}
+export interface WatcherCreated {
+  watcherId: string;
+}
+export interface WatcherEvents {
+  events: WatchChangeEvent[];
+  dropped: number;
+  closed: boolean;
+}
+
+export interface TerminalSize {
+  cols: number;
+  rows: number;
+}
+
+export interface ExecInput {
+  cmd?: string;
+  argv?: string[];
+  cwd?: string;
+  env?: Record<string, string>;
+  timeoutMs?: number;
+}
+
+export interface ExecResult {
+  exitCode: number | null;
+  signal: string | null;
+  stdout: string;
+  stderr: string;
+  durationMs: number;
+  timedOut: boolean;
+  truncated: boolean;
+}
+
+export interface StartProcessInput {
+  argv?: string[];
+  cmd?: string;
+  cwd?: string;
+  env?: Record<string, string>;
+  user?: string;
+  timeoutMs?: number;
+  stdin?: boolean;
+  tag?: string;
+  pty?: TerminalSize;
+}
+
+export type ProcessStatus = 'running' | 'exited' | 'killed';
+export interface StreamPosition {
+  bytes: number;
+  retainedFrom: number;
+}
+export interface ProcessInfo {
+  processId: string;
+  pid: number;
+  cmd: string;
+  args: string[];
+  cwd: string;
+  tag: string | null;
+  user: string;
+  pty: boolean;
+  status: ProcessStatus;
+  exitCode: number | null;
+  signal: string | null;
+  timedOut: boolean;
+  startedAt: string;
+  endedAt: string | null;
+  stdout: StreamPosition;
+  stderr: StreamPosition;
+}
+export interface ProcessList {
+  processes: ProcessInfo[];
+}
+
+/** Absolute byte offsets since the process started; `offset` sets both. */
+export interface OutputOffsets {
+  offset?: number;
+  stdoutOffset?: number;
+  stderrOffset?: number;
+}
+export interface OutputInput extends OutputOffsets {
+  encoding?: 'utf8' | 'base64';
+  /** Per stream; the guest's default is 1 MiB. */
+  maxBytes?: number;
+}
+export interface ProcessOutput {
+  stdout: string;
+  stderr: string;
+  stdoutOffset: number;
+  stderrOffset: number;
+  stdoutRetainedFrom: number;
+  stderrRetainedFrom: number;
+  encoding: 'utf8' | 'base64';
+  status: ProcessStatus;
+  exitCode: number | null;
+  signal: string | null;
+}
+export type ProcessEvent =
+  | { type: 'stdout' | 'stderr'; offset: number; data: string }
+  | { type: 'exit'; status: ProcessStatus; exitCode: number | null; signal: string | null; timedOut: boolean }
+  | { type: 'keepalive' };
+
+export type ProcessSignal = 'SIGTERM' | 'SIGINT' | 'SIGKILL' | 'SIGHUP' | 'SIGQUIT' | 'SIGUSR1' | 'SIGUSR2' | 'SIGSTOP' | 'SIGCONT';
+
+export interface CreateSessionInput {
+  sessionId?: string;
+  cwd?: string;
+  env?: Record<string, string>;
+}
+export interface SessionCreated {
+  sessionId: string;
+  createdAt: string;
+}
+export interface SessionCommand {
+  commandId: string;
+  cmd: string;
+  status: 'running' | 'exited';
+  exitCode: number | null;
+  startedAt: string;
+  endedAt: string | null;
+  /** Only in the answer of a synchronous run. */
+  stdout?: string;
+  stderr?: string;
+}
+export interface SessionInfo {
+  sessionId: string;
+  createdAt: string;
+  commands: SessionCommand[];
+}
+export interface SessionList {
+  sessions: SessionInfo[];
+}
+export interface SessionCommandInput {
+  cmd: string;
+  /** Answer at once (202) with the command running. */
+  async?: boolean;
+  timeoutMs?: number;
+  stdin?: boolean;
+}
+export interface SessionCommandRun {
+  /** 202 when `async`: the command is still running. */
+  status: 200 | 202;
+  command: SessionCommand;
+}
+
+/** Headers of a streamed guest answer that a front door may pass on as they are. */
+export interface StreamHeaders {
+  contentType?: string;
+  contentLength?: string;
+  contentRange?: string;
+  acceptRanges?: string;
+  contentDisposition?: string;
+  cacheControl?: string;
+}
+
+/**
+ * A streamed answer (file bytes, a multipart download): read `body` with backpressure (pipe it)
+ * or destroy it; aborting the call's signal cancels it upstream.
+ */
+export interface ByteStream {
+  /** 200, or 206 for a byte range. */
+  status: number;
+  headers: StreamHeaders;
+  body: Readable;
+}
+
+/**
+ * A Server-Sent Events stream: pipe `body` on as it is (a native client reads the same
+ * bytes), or iterate `events()` for the decoded and validated events (not both).
+ */
+export interface EventStream<T> extends ByteStream {
+  events(): AsyncGenerator<T>;
+}
+
+export interface CallOptions {
+  /** Cancels the guest call (and the guest's work, e.g. a foreground command) when aborted. */
+  signal?: AbortSignal;
+}
+
+/** `Range` header value (`bytes=start-end`), honoured by the guest as one range. */
+export type RangeHeader = string;
+
+/** Where a WebSocket to the guest agent is opened (through the sandbox's host agent). */
+export interface GuestWebSocketTarget {
+  url: string;
+  headers: Record<string, string>;
+}
+
+/**
+ * One sandbox's guest agent, typed. Every method maps to one guest route; errors arrive as
+ * NestboxError (decoded once, by decodeErrorBody in core/errors.ts). A client of a stopped
+ * sandbox's kept disk (HostClient.guest(id, 'stopped-disk')) serves only the reads.
+ */
+export interface GuestClient {
+  exec(input: ExecInput, o?: CallOptions): Promise<ExecResult>;
+
+  startProcess(input: StartProcessInput, o?: CallOptions): Promise<ProcessInfo>;
+  listProcesses(input: { all?: boolean }, o?: CallOptions): Promise<ProcessList>;
+  getProcess(processId: string, o?: CallOptions): Promise<ProcessInfo>;
+  processOutput(processId: string, input: OutputInput, o?: CallOptions): Promise<ProcessOutput>;
+  processEvents(processId: string, from: OutputOffsets, o?: CallOptions): Promise<EventStream<ProcessEvent>>;
+  writeStdin(processId: string, body: Readable | Buffer, o?: CallOptions): Promise<void>;
+  closeStdin(processId: string, o?: CallOptions): Promise<void>;
+  signalProcess(processId: string, signal: ProcessSignal, o?: CallOptions): Promise<void>;
+  resizeTerminal(processId: string, size: TerminalSize, o?: CallOptions): Promise<void>;
+  killProcess(processId: string, o?: CallOptions): Promise<void>;
+
+  createSession(input: CreateSessionInput, o?: CallOptions): Promise<SessionCreated>;
+  listSessions(o?: CallOptions): Promise<SessionList>;
+  getSession(sessionId: string, o?: CallOptions): Promise<SessionInfo>;
+  deleteSession(sessionId: string, o?: CallOptions): Promise<void>;
+  runSessionCommand(sessionId: string, input: SessionCommandInput, o?: CallOptions): Promise<SessionCommandRun>;
+  getSessionCommand(sessionId: string, commandId: string, o?: CallOptions): Promise<SessionCommand>;
+
+  readFile(path: string, input: { range?: RangeHeader }, o?: CallOptions): Promise<ByteStream>;
+  writeFile(path: string, body: Readable, input: { mode?: OctalMode }, o?: CallOptions): Promise<FileInfo>;
+  listFiles(input: { path?: string; depth?: number }, o?: CallOptions): Promise<FileList>;
+  statFile(path: string, o?: CallOptions): Promise<FileInfo>;
+  makeDirectory(input: MkdirInput, o?: CallOptions): Promise<MkdirResult>;
+  moveFile(input: MoveInput, o?: CallOptions): Promise<FileInfo>;
+  deleteFile(input: { path: string; recursive?: boolean }, o?: CallOptions): Promise<void>;
+  changeMode(input: ChmodInput, o?: CallOptions): Promise<FileInfo>;
+  changeOwner(input: ChownInput, o?: CallOptions): Promise<FileInfo>;
+  findFiles(input: FindInput, o?: CallOptions): Promise<FindResult>;
+  searchFiles(input: SearchInput, o?: CallOptions): Promise<SearchResult>;
+  replaceInFiles(input: ReplaceInput, o?: CallOptions): Promise<ReplaceResult>;
+  uploadFiles(input: UploadInput, o?: CallOptions): Promise<UploadResult>;
+  downloadFiles(input: DownloadInput, o?: CallOptions): Promise<ByteStream>;
+  watchFiles(input: WatchInput, o?: CallOptions): Promise<EventStream<WatchEvent>>;
+  createWatcher(input: WatchInput, o?: CallOptions): Promise<WatcherCreated>;
+  watcherEvents(watcherId: string, o?: CallOptions): Promise<WatcherEvents>;
+  deleteWatcher(watcherId: string, o?: CallOptions): Promise<void>;
+
+  /** WebSocket of a process's events (same messages as processEvents). */
+  processEventsSocket(processId: string, from: OutputOffsets): GuestWebSocketTarget;
+  /** WebSocket attached to a pty process's terminal. */
+  terminalSocket(processId: string): GuestWebSocketTarget;
+  /** WebSocket of watch events (same messages as watchFiles); a missing path is the guest's 400. */
+  watchSocket(input: Partial<WatchInput>): GuestWebSocketTarget;
+}
+
+/** Which guest agent answers: the running sandbox's, or the host's read-only view of a stopped sandbox's disk. */
+export type GuestView = 'live' | 'stopped-disk';

@@ -1,0 +1,146 @@
+// The lifecycle engine: every write of a sandbox's state goes through here, and what it writes
+// comes from the table in state-machine.ts. Each write is a compare-and-set on the state the
+// table expects (and, for an operation's outcome, on the operation id), so a stale or raced
+// write changes nothing; the repository additionally refuses any state change the table lacks.
+import type { Db, DbOrTx } from './store/db.js';
+import { sandboxRepository, type NewSandbox, type SandboxPatch } from './store/repositories/sandboxes.js';
+import { errors } from './errors.js';
+import { newOperationId } from './ids.js';
+import {
+  assertCanBegin,
+  operationInFlight,
+  OPERATIONS,
+  type HostView,
+  type Operation,
+  type OperationName,
+  type Outcome,
+  type OutcomeKind,
+  type SandboxEvent,
+} from './state-machine.js';
+import type { Sandbox } from './types.js';
+
+/** The one computation of `expiresAt`: when a sandbox's timeout, counted from `from`, ends (null: never). */
+export function timeoutDeadline(timeoutSeconds: number, from: Date): Date | null {
+  return timeoutSeconds === 0 ? null : new Date(from.getTime() + timeoutSeconds * 1000);
+}
+
+/** Values an outcome's `given` columns take. */
+export interface OutcomeFacts {
+  errorMessage?: string;
+  stopReason?: string;
+  pauseReason?: string;
+  memoryRestored?: boolean;
+  resumeReason?: string | null;
+}
+
+const OPERATION_CLEARED = { operation: null, operationId: null, operationOwner: null, operationStartedAt: null } as const satisfies SandboxPatch;
+
+/**
+ * The row `outcome` writes for `sandbox` at `now`. The facts must be exactly the outcome's
+ * `given` columns: a missing one would leave a stale value, an extra one would be a write the
+ * table does not describe.
+ */
+export function outcomePatch(outcome: Outcome, sandbox: Pick<Sandbox, 'timeoutSeconds'>, facts: OutcomeFacts, now: Date): SandboxPatch {
+  const given = new Set<string>(outcome.given ?? []);
+  for (const key of Object.keys(facts)) if (!given.has(key)) throw errors.internal(`state table: an outcome to ${outcome.to} does not take ${key}`);
+  for (const key of given) if (!(key in facts)) throw errors.internal(`state table: an outcome to ${outcome.to} needs ${key}`);
+  const patch: SandboxPatch = { state: outcome.to, ...OPERATION_CLEARED };
+  for (const field of outcome.clear ?? []) patch[field] = null;
+  for (const field of outcome.stamp ?? []) patch[field] = now;
+  if (outcome.startsTimeout) patch.expiresAt = timeoutDeadline(sandbox.timeoutSeconds, now);
+  return { ...patch, ...outcome.fixed, ...facts };
+}
+
+/** How a failed host call reads on the sandbox (`errorMessage`). */
+export function failureMessage(op: Operation, cause: { message: string }): string {
+  return `${op.name} failed: ${cause.message}`;
+}
+
+/** A host's answer about a sandbox, as the takeover table reads it. */
+export function hostViewOf(runtime: { status: 'running' | 'paused' | 'stopped' } | undefined): HostView {
+  return runtime?.status ?? 'absent';
+}
+
+/** A state change that happens outside any operation (see EVENTS), compare-and-set on the state it was seen in. */
+export async function applyEvent(db: DbOrTx, sandbox: Sandbox, event: SandboxEvent, facts: OutcomeFacts): Promise<Sandbox | undefined> {
+  if (!event.from.includes(sandbox.state)) throw errors.internal(`state table: ${event.name} does not happen to a ${sandbox.state} sandbox`);
+  return sandboxRepository(db).transition(sandbox.id, [sandbox.state], outcomePatch(event.outcome, sandbox, facts, new Date()));
+}
+
+export class Lifecycle {
+  constructor(
+    private readonly db: Db,
+    /** Id of this control-plane instance, recorded as the owner of the operations it runs. */
+    private readonly instanceId: string,
+  ) {}
+
+  /** The operation columns of a row this instance starts `op` on. */
+  private owned(op: Operation): { operation: OperationName; operationId: string; operationOwner: string; operationStartedAt: Date } {
+    return { operation: op.name, operationId: newOperationId(), operationOwner: this.instanceId, operationStartedAt: new Date() };
+  }
+
+  /** New rows of a create or fork, in `creating` and owned by this instance (inside the caller's quota transaction). */
+  insert(tx: DbOrTx, op: typeof OPERATIONS.create | typeof OPERATIONS.fork, operationId: string, row: Omit<NewSandbox, 'operation' | 'operationId' | 'operationOwner'>): Promise<Sandbox> {
+    return sandboxRepository(tx).insertCreating({ ...row, operation: op.name, operationId, operationOwner: this.instanceId });
+  }
+
+  /**
+   * Mark the beginning of `op`: compare-and-set into its transitional state, owned by this
+   * instance. A sandbox that moved on meanwhile is the typed state conflict.
+   */
+  async begin(sandbox: Sandbox, op: Operation, db: DbOrTx = this.db): Promise<{ sandbox: Sandbox; operationId: string }> {
+    assertCanBegin(op, sandbox.id, sandbox.state);
+    const owned = this.owned(op);
+    const began = await sandboxRepository(db).transition(sandbox.id, op.from, { state: op.via, ...owned });
+    if (!began) {
+      const current = (await sandboxRepository(db).findById(sandbox.id))?.state ?? 'deleted';
+      throw errors.invalidState('sandbox', sandbox.id, current, op.from, op.name);
+    }
+    return { sandbox: began, operationId: owned.operationId };
+  }
+
+  /** What a background sweeper writes into the rows it claims for `op` (one per row: each gets its own id). */
+  claimPatch(op: Operation): () => SandboxPatch {
+    return () => ({ state: op.via, ...this.owned(op) });
+  }
+
+  /**
+   * Write the outcome `kind` of `op` (run under `operationId`). Undefined when the row is no
+   * longer that operation's (another request or the reconciler moved it on).
+   */
+  finish(sandbox: Sandbox, op: Operation, kind: OutcomeKind, operationId: string, facts: OutcomeFacts = {}): Promise<Sandbox | undefined> {
+    const outcome = op[kind];
+    if (!outcome) throw errors.internal(`state table: ${op.name} has no ${kind} outcome`);
+    return sandboxRepository(this.db).transition(sandbox.id, [op.via], outcomePatch(outcome, sandbox, facts, new Date()), operationId);
+  }
+
+  /**
+   * Take over an operation whose owner died: re-own the row under a new operation id (a
+   * compare-and-set on the old one, so two reconcilers never act on the same orphan).
+   * Undefined when another reconciler, or the operation itself, got there first.
+   */
+  async adopt(orphan: Sandbox): Promise<{ sandbox: Sandbox; operation: Operation; operationId: string } | undefined> {
+    const operation = operationInFlight(orphan.state, orphan.operation);
+    if (!operation) return undefined;
+    const operationId = newOperationId();
+    const sandbox = await sandboxRepository(this.db).transition(orphan.id, [orphan.state], { operationId, operationOwner: this.instanceId }, orphan.operationId ?? undefined);
+    return sandbox ? { sandbox, operation, operationId } : undefined;
+  }
+
+  /**
+   * Settle an adopted operation by what the host reports (the takeover column of the table).
+   * `interrupted` is the message for outcomes that record one.
+   */
+  settle(sandbox: Sandbox, op: Operation, view: HostView, operationId: string, interrupted: string): Promise<Sandbox | undefined> {
+    if (op.takeover === 'finish') throw errors.internal(`state table: ${op.name} is finished, not settled, on takeover`);
+    const outcome = op.takeover[view];
+    const facts: OutcomeFacts = {};
+    for (const field of outcome.given ?? []) {
+      if (field === 'errorMessage') facts.errorMessage = interrupted;
+      // A pause's reason is written with its outcome, so an interrupted one has none yet.
+      else if (field === 'pauseReason') facts.pauseReason = sandbox.pauseReason ?? 'user';
+      else throw errors.internal(`state table: a takeover cannot know ${field}`);
+    }
+    return sandboxRepository(this.db).transition(sandbox.id, [op.via], outcomePatch(outcome, sandbox, facts, new Date()), operationId);
+  }
+}

@@ -1,0 +1,344 @@
+// The typed client of one sandbox's guest agent (core's GuestClient): the only place above the
+// host agent that knows the guest routes (paths, query names, success statuses) and parses
+// guest bodies. It runs over any transport that relays a guest request unchanged — the host
+// agent's `/agent` and `/files-view` pass-throughs (host/protocol/client.ts) — so the control
+// plane and a host-side caller would share it. Answers are validated with the wire schemas
+// (types.ts, files.ts, processes.ts); errors are decoded by core's one decoder.
+import type { IncomingMessage } from 'node:http';
+import type { Readable } from 'node:stream';
+import type { z } from 'zod';
+import { NestboxError } from '../../core/errors.js';
+import type * as Guest from '../../core/guest.js';
+import type { AgentRequest } from '../../core/host-client.js';
+import { errorFromResponse } from '../protocol/error-response.js';
+import { serverSentEvents } from '../protocol/sse.js';
+import * as Files from './files.js';
+import * as Processes from './processes.js';
+import { ExecResponse, FileInfo, ListResponse } from './types.js';
+
+/** Sends one guest-agent request (path with query) and resolves with the answer as it starts. */
+export type GuestTransport = (request: AgentRequest) => Promise<IncomingMessage>;
+/** Where a WebSocket to the guest path (with query) is opened. */
+export type GuestSocketTarget = (path: string) => Guest.GuestWebSocketTarget;
+
+// Compile-time proof that the wire schemas and core's types describe the same values.
+type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
+type Check<T extends true> = T;
+export type SchemasMatchCore = [
+  Check<Same<z.infer<typeof FileInfo>, Guest.FileInfo>>,
+  Check<Same<z.infer<typeof ListResponse>, Guest.FileList>>,
+  Check<Same<z.infer<typeof ExecResponse>, Guest.ExecResult>>,
+  Check<Same<z.infer<typeof Files.FindResponse>, Guest.FindResult>>,
+  Check<Same<z.infer<typeof Files.SearchResponse>, Guest.SearchResult>>,
+  Check<Same<z.infer<typeof Files.ReplaceResponse>, Guest.ReplaceResult>>,
+  Check<Same<z.infer<typeof Files.UploadResponse>['results'], Guest.UploadResult['results']>>,
+  Check<Same<z.infer<typeof Files.WatchEvent>, Guest.WatchEvent>>,
+  Check<Same<z.infer<typeof Files.CreateWatcherResponse>, Guest.WatcherCreated>>,
+  Check<Same<z.infer<typeof Files.WatcherEventsResponse>, Guest.WatcherEvents>>,
+  Check<Same<z.infer<typeof Files.MkdirRequest>, Guest.MkdirInput>>,
+  Check<Same<z.infer<typeof Files.MoveRequest>, Guest.MoveInput>>,
+  Check<Same<z.infer<typeof Files.ChmodRequest>, Guest.ChmodInput>>,
+  Check<Same<z.infer<typeof Files.ChownRequest>, Guest.ChownInput>>,
+  Check<Same<z.infer<typeof Files.ReplaceRequest>, Guest.ReplaceInput>>,
+  Check<Same<z.infer<typeof Files.DownloadRequest>, Guest.DownloadInput>>,
+  Check<Same<z.infer<typeof Files.CreateWatcherRequest>, Guest.WatchInput>>,
+  Check<Same<z.infer<typeof Processes.StartProcessRequest>, Guest.StartProcessInput>>,
+  Check<Same<z.infer<typeof Processes.ProcessInfo>, Guest.ProcessInfo>>,
+  Check<Same<z.infer<typeof Processes.ProcessList>, Guest.ProcessList>>,
+  Check<Same<z.infer<typeof Processes.OutputResponse>, Guest.ProcessOutput>>,
+  Check<Same<z.infer<typeof Processes.ProcessEvent>, Guest.ProcessEvent>>,
+  Check<Same<z.infer<typeof Processes.ProcessSignal>, Guest.ProcessSignal>>,
+  Check<Same<z.infer<typeof Processes.TerminalSize>, Guest.TerminalSize>>,
+  Check<Same<z.infer<typeof Processes.CreateSessionRequest>, Guest.CreateSessionInput>>,
+  Check<Same<z.infer<typeof Processes.SessionCreated>, Guest.SessionCreated>>,
+  Check<Same<z.infer<typeof Processes.SessionCommandRequest>, Guest.SessionCommandInput>>,
+  Check<Same<z.infer<typeof Processes.SessionCommand>, Guest.SessionCommand>>,
+  Check<Same<z.infer<typeof Processes.SessionInfo>, Guest.SessionInfo>>,
+  Check<Same<z.infer<typeof Processes.SessionList>, Guest.SessionList>>,
+];
+
+type Query = Record<string, string | number | boolean | undefined>;
+
+function withQuery(route: string, params: Query = {}): string {
+  const query = new URLSearchParams();
+  for (const [name, value] of Object.entries(params)) if (value !== undefined) query.set(name, String(value));
+  const text = query.toString();
+  return text ? `${route}?${text}` : route;
+}
+
+const id = encodeURIComponent;
+
+interface Call {
+  method: string;
+  path: string;
+  json?: unknown;
+  body?: Readable | Buffer;
+  headers?: Record<string, string>;
+  signal?: AbortSignal;
+}
+
+function streamHeaders(res: IncomingMessage): Guest.StreamHeaders {
+  const h = (name: string): string | undefined => {
+    const v = res.headers[name];
+    return Array.isArray(v) ? v.join(', ') : v;
+  };
+  const headers: Guest.StreamHeaders = {
+    contentType: h('content-type'),
+    contentLength: h('content-length'),
+    contentRange: h('content-range'),
+    acceptRanges: h('accept-ranges'),
+    contentDisposition: h('content-disposition'),
+    cacheControl: h('cache-control'),
+  };
+  for (const key of Object.keys(headers) as (keyof Guest.StreamHeaders)[]) if (headers[key] === undefined) delete headers[key];
+  return headers;
+}
+
+export class HttpGuestClient implements Guest.GuestClient {
+  constructor(
+    private readonly send: GuestTransport,
+    private readonly socketTarget: GuestSocketTarget,
+    /** Names the sandbox in messages about unexpected answers. */
+    private readonly label: string,
+  ) {}
+
+  /** Any 2xx answer, streaming; anything else is thrown as the decoded error. */
+  private async open(call: Call): Promise<IncomingMessage> {
+    const headers: Record<string, string> = { ...call.headers };
+    let body = call.body;
+    if (call.json !== undefined) {
+      body = Buffer.from(JSON.stringify(call.json));
+      headers['content-type'] = 'application/json';
+    }
+    const res = await this.send({ method: call.method, path: call.path, headers, body, signal: call.signal });
+    const status = res.statusCode ?? 502;
+    if (status < 200 || status >= 300) throw await errorFromResponse(res, `the guest agent of sandbox ${this.label}`);
+    return res;
+  }
+
+  /**
+   * A JSON answer checked against its schema. The value returned is the one received (checked,
+   * not rebuilt), so what a front door passes on keeps the guest's field order and any field a
+   * newer guest added.
+   */
+  private async json<T>(schema: z.ZodType<T>, call: Call): Promise<{ status: number; body: T }> {
+    const res = await this.open({ ...call, headers: { accept: 'application/json', ...call.headers } });
+    const chunks: Buffer[] = [];
+    for await (const chunk of res) chunks.push(chunk as Buffer);
+    let value: unknown;
+    try {
+      value = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+    } catch (err) {
+      throw this.unexpected(call, (err as Error).message);
+    }
+    const checked = schema.safeParse(value);
+    if (!checked.success) throw this.unexpected(call, checked.error.message);
+    return { status: res.statusCode ?? 200, body: value as T };
+  }
+
+  /** A route that answers 204 (or any 2xx without a body worth reading). */
+  private async noContent(call: Call): Promise<void> {
+    const res = await this.open(call);
+    res.resume();
+  }
+
+  private async stream(call: Call): Promise<Guest.ByteStream> {
+    const res = await this.open(call);
+    return { status: res.statusCode ?? 200, headers: streamHeaders(res), body: res };
+  }
+
+  private async events<T>(schema: z.ZodType<T>, call: Call): Promise<Guest.EventStream<T>> {
+    const res = await this.open({ ...call, method: 'GET', headers: { accept: 'text/event-stream' } });
+    const unexpected = (detail: string) => this.unexpected(call, detail);
+    return {
+      status: res.statusCode ?? 200,
+      headers: streamHeaders(res),
+      body: res,
+      async *events() {
+        for await (const event of serverSentEvents<unknown>(res)) {
+          const checked = schema.safeParse(event);
+          if (!checked.success) throw unexpected(checked.error.message);
+          yield event as T;
+        }
+      },
+    };
+  }
+
+  private unexpected(call: Call, detail: string): NestboxError {
+    return new NestboxError('internal', `the guest agent of sandbox ${this.label} sent an unexpected answer to ${call.method} ${call.path}: ${detail}`);
+  }
+
+  async exec(input: Guest.ExecInput, o: Guest.CallOptions = {}): Promise<Guest.ExecResult> {
+    return (await this.json(ExecResponse, { method: 'POST', path: '/exec', json: input, signal: o.signal })).body;
+  }
+
+  async startProcess(input: Guest.StartProcessInput, o: Guest.CallOptions = {}): Promise<Guest.ProcessInfo> {
+    return (await this.json(Processes.ProcessInfo, { method: 'POST', path: '/processes', json: input, signal: o.signal })).body;
+  }
+
+  async listProcesses(input: { all?: boolean }, o: Guest.CallOptions = {}): Promise<Guest.ProcessList> {
+    return (await this.json(Processes.ProcessList, { method: 'GET', path: withQuery('/processes', { all: input.all }), signal: o.signal })).body;
+  }
+
+  async getProcess(processId: string, o: Guest.CallOptions = {}): Promise<Guest.ProcessInfo> {
+    return (await this.json(Processes.ProcessInfo, { method: 'GET', path: `/processes/${id(processId)}`, signal: o.signal })).body;
+  }
+
+  async processOutput(processId: string, input: Guest.OutputInput, o: Guest.CallOptions = {}): Promise<Guest.ProcessOutput> {
+    const { offset, stdoutOffset, stderrOffset, encoding, maxBytes } = input;
+    const path = withQuery(`/processes/${id(processId)}/output`, { offset, stdoutOffset, stderrOffset, encoding, maxBytes });
+    return (await this.json(Processes.OutputResponse, { method: 'GET', path, signal: o.signal })).body;
+  }
+
+  processEvents(processId: string, from: Guest.OutputOffsets, o: Guest.CallOptions = {}): Promise<Guest.EventStream<Guest.ProcessEvent>> {
+    return this.events(Processes.ProcessEvent, { method: 'GET', path: this.eventsPath(processId, from), signal: o.signal });
+  }
+
+  private eventsPath(processId: string, from: Guest.OutputOffsets): string {
+    return withQuery(`/processes/${id(processId)}/events`, { offset: from.offset, stdoutOffset: from.stdoutOffset, stderrOffset: from.stderrOffset });
+  }
+
+  writeStdin(processId: string, body: Readable | Buffer, o: Guest.CallOptions = {}): Promise<void> {
+    return this.noContent({ method: 'POST', path: `/processes/${id(processId)}/stdin`, body, headers: { 'content-type': 'application/octet-stream' }, signal: o.signal });
+  }
+
+  closeStdin(processId: string, o: Guest.CallOptions = {}): Promise<void> {
+    return this.noContent({ method: 'POST', path: `/processes/${id(processId)}/stdin/close`, signal: o.signal });
+  }
+
+  signalProcess(processId: string, signal: Guest.ProcessSignal, o: Guest.CallOptions = {}): Promise<void> {
+    return this.noContent({ method: 'POST', path: `/processes/${id(processId)}/signal`, json: { signal }, signal: o.signal });
+  }
+
+  resizeTerminal(processId: string, size: Guest.TerminalSize, o: Guest.CallOptions = {}): Promise<void> {
+    return this.noContent({ method: 'POST', path: `/processes/${id(processId)}/resize`, json: size, signal: o.signal });
+  }
+
+  killProcess(processId: string, o: Guest.CallOptions = {}): Promise<void> {
+    return this.noContent({ method: 'DELETE', path: `/processes/${id(processId)}`, signal: o.signal });
+  }
+
+  async createSession(input: Guest.CreateSessionInput, o: Guest.CallOptions = {}): Promise<Guest.SessionCreated> {
+    return (await this.json(Processes.SessionCreated, { method: 'POST', path: '/sessions', json: input, signal: o.signal })).body;
+  }
+
+  async listSessions(o: Guest.CallOptions = {}): Promise<Guest.SessionList> {
+    return (await this.json(Processes.SessionList, { method: 'GET', path: '/sessions', signal: o.signal })).body;
+  }
+
+  async getSession(sessionId: string, o: Guest.CallOptions = {}): Promise<Guest.SessionInfo> {
+    return (await this.json(Processes.SessionInfo, { method: 'GET', path: `/sessions/${id(sessionId)}`, signal: o.signal })).body;
+  }
+
+  deleteSession(sessionId: string, o: Guest.CallOptions = {}): Promise<void> {
+    return this.noContent({ method: 'DELETE', path: `/sessions/${id(sessionId)}`, signal: o.signal });
+  }
+
+  async runSessionCommand(sessionId: string, input: Guest.SessionCommandInput, o: Guest.CallOptions = {}): Promise<Guest.SessionCommandRun> {
+    const { status, body } = await this.json(Processes.SessionCommand, { method: 'POST', path: `/sessions/${id(sessionId)}/commands`, json: input, signal: o.signal });
+    return { status: status === 202 ? 202 : 200, command: body };
+  }
+
+  async getSessionCommand(sessionId: string, commandId: string, o: Guest.CallOptions = {}): Promise<Guest.SessionCommand> {
+    return (await this.json(Processes.SessionCommand, { method: 'GET', path: `/sessions/${id(sessionId)}/commands/${id(commandId)}`, signal: o.signal })).body;
+  }
+
+  readFile(path: string, input: { range?: Guest.RangeHeader }, o: Guest.CallOptions = {}): Promise<Guest.ByteStream> {
+    return this.stream({ method: 'GET', path: withQuery('/files/content', { path }), headers: input.range ? { range: input.range } : {}, signal: o.signal });
+  }
+
+  async writeFile(path: string, body: Readable, input: { mode?: Guest.OctalMode }, o: Guest.CallOptions = {}): Promise<Guest.FileInfo> {
+    return (await this.json(FileInfo, { method: 'PUT', path: withQuery('/files/content', { path, mode: input.mode || undefined }), body, headers: { 'content-type': 'application/octet-stream' }, signal: o.signal })).body;
+  }
+
+  async listFiles(input: { path?: string; depth?: number }, o: Guest.CallOptions = {}): Promise<Guest.FileList> {
+    return (await this.json(ListResponse, { method: 'GET', path: withQuery('/files/list', { path: input.path, depth: input.depth }), signal: o.signal })).body;
+  }
+
+  async statFile(path: string, o: Guest.CallOptions = {}): Promise<Guest.FileInfo> {
+    return (await this.json(FileInfo, { method: 'GET', path: withQuery('/files/stat', { path }), signal: o.signal })).body;
+  }
+
+  async makeDirectory(input: Guest.MkdirInput, o: Guest.CallOptions = {}): Promise<Guest.MkdirResult> {
+    const { status, body } = await this.json(FileInfo, { method: 'POST', path: '/files/mkdir', json: input, signal: o.signal });
+    return { created: status === 201, info: body };
+  }
+
+  async moveFile(input: Guest.MoveInput, o: Guest.CallOptions = {}): Promise<Guest.FileInfo> {
+    return (await this.json(FileInfo, { method: 'POST', path: '/files/move', json: input, signal: o.signal })).body;
+  }
+
+  deleteFile(input: { path: string; recursive?: boolean }, o: Guest.CallOptions = {}): Promise<void> {
+    return this.noContent({ method: 'DELETE', path: withQuery('/files', { path: input.path, recursive: input.recursive }), signal: o.signal });
+  }
+
+  async changeMode(input: Guest.ChmodInput, o: Guest.CallOptions = {}): Promise<Guest.FileInfo> {
+    return (await this.json(FileInfo, { method: 'POST', path: '/files/chmod', json: input, signal: o.signal })).body;
+  }
+
+  async changeOwner(input: Guest.ChownInput, o: Guest.CallOptions = {}): Promise<Guest.FileInfo> {
+    return (await this.json(FileInfo, { method: 'POST', path: '/files/chown', json: input, signal: o.signal })).body;
+  }
+
+  async findFiles(input: Guest.FindInput, o: Guest.CallOptions = {}): Promise<Guest.FindResult> {
+    const path = withQuery('/files/find', { path: input.path, pattern: input.pattern, maxResults: input.maxResults });
+    return (await this.json(Files.FindResponse, { method: 'GET', path, signal: o.signal })).body;
+  }
+
+  async searchFiles(input: Guest.SearchInput, o: Guest.CallOptions = {}): Promise<Guest.SearchResult> {
+    const { path: root, query, regex, caseSensitive, glob, maxResults } = input;
+    const path = withQuery('/files/search', { path: root, query, regex, caseSensitive, glob, maxResults });
+    return (await this.json(Files.SearchResponse, { method: 'GET', path, signal: o.signal })).body;
+  }
+
+  async replaceInFiles(input: Guest.ReplaceInput, o: Guest.CallOptions = {}): Promise<Guest.ReplaceResult> {
+    return (await this.json(Files.ReplaceResponse, { method: 'POST', path: '/files/replace', json: input, signal: o.signal })).body;
+  }
+
+  async uploadFiles(input: Guest.UploadInput, o: Guest.CallOptions = {}): Promise<Guest.UploadResult> {
+    const { status, body } = await this.json(Files.UploadResponse, {
+      method: 'POST',
+      path: withQuery('/files/upload', { path: input.path }),
+      body: input.body,
+      headers: input.contentType ? { 'content-type': input.contentType } : {},
+      signal: o.signal,
+    });
+    return { status: status === 207 ? 207 : 200, results: body.results };
+  }
+
+  downloadFiles(input: Guest.DownloadInput, o: Guest.CallOptions = {}): Promise<Guest.ByteStream> {
+    return this.stream({ method: 'POST', path: '/files/download', json: input, signal: o.signal });
+  }
+
+  watchFiles(input: Guest.WatchInput, o: Guest.CallOptions = {}): Promise<Guest.EventStream<Guest.WatchEvent>> {
+    return this.events(Files.WatchEvent, { method: 'GET', path: this.watchPath(input), signal: o.signal });
+  }
+
+  private watchPath(input: Partial<Guest.WatchInput>): string {
+    return withQuery('/files/watch', { path: input.path, recursive: input.recursive });
+  }
+
+  async createWatcher(input: Guest.WatchInput, o: Guest.CallOptions = {}): Promise<Guest.WatcherCreated> {
+    return (await this.json(Files.CreateWatcherResponse, { method: 'POST', path: '/files/watchers', json: input, signal: o.signal })).body;
+  }
+
+  async watcherEvents(watcherId: string, o: Guest.CallOptions = {}): Promise<Guest.WatcherEvents> {
+    return (await this.json(Files.WatcherEventsResponse, { method: 'GET', path: `/files/watchers/${id(watcherId)}/events`, signal: o.signal })).body;
+  }
+
+  deleteWatcher(watcherId: string, o: Guest.CallOptions = {}): Promise<void> {
+    return this.noContent({ method: 'DELETE', path: `/files/watchers/${id(watcherId)}`, signal: o.signal });
+  }
+
+  processEventsSocket(processId: string, from: Guest.OutputOffsets): Guest.GuestWebSocketTarget {
+    return this.socketTarget(this.eventsPath(processId, from));
+  }
+
+  terminalSocket(processId: string): Guest.GuestWebSocketTarget {
+    return this.socketTarget(`/processes/${id(processId)}/pty`);
+  }
+
+  watchSocket(input: Partial<Guest.WatchInput>): Guest.GuestWebSocketTarget {
+    return this.socketTarget(this.watchPath(input));
+  }
+}
