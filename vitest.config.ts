@@ -1,15 +1,75 @@
+import { existsSync } from 'node:fs';
 import { defineConfig } from 'vitest/config';
 
-// One config for the whole suite. Integration tests share the machine's network namespaces,
-// cgroups and a PostgreSQL server, so files run one at a time; unit tests are fast anyway.
+// Two tiers, one run. `npm test` (`vitest run`) runs both; `npm run test:unit` runs only the
+// first, which needs no root, no PostgreSQL server, no build (dist/) and no sandbox or base
+// image: only the sources and node_modules (PGlite, an in-process HTTP server or a temp dir are
+// fine). A file belongs to `unit` only if every test in it passes, none skipped, as an ordinary
+// user; everything else, including every new test file until someone moves it here, is
+// `integration` (real server, real PostgreSQL, real local driver, as root).
+const UNIT = [
+  'core/errors.test.ts',
+  'core/state-machine.test.ts',
+  'core/services/auth.test.ts',
+  'src/config.test.ts',
+  'src/http/native/spec.test.ts',
+  'src/http/port-proxy.test.ts',
+  'src/http/stream-limits.test.ts',
+  'contract-tests/daytona/translations.test.ts',
+  'host/agent/server.test.ts',
+  'host/drivers/cloud-hypervisor/unit.test.ts',
+  'host/drivers/local/id-ranges.test.ts',
+  'host/network/network.test.ts',
+  'host/guest-agent/paths.test.ts',
+  'host/guest-agent/processes/output-buffer.test.ts',
+  // An in-process guest agent on a Unix socket in a temp dir, running commands as the caller
+  // (the PTY tests compile nestbox-pty.c with cc first).
+  'host/guest-agent/server.test.ts',
+  'host/guest-agent/files.test.ts',
+  'host/guest-agent/files-large.test.ts',
+  'host/guest-agent/files-multipart.test.ts',
+  'host/guest-agent/files-search.test.ts',
+  'host/guest-agent/files-watch.test.ts',
+  'host/guest-agent/processes/pty.test.ts',
+  'host/guest-agent/processes/sessions.test.ts',
+  'host/images/base-image.test.ts',
+  'host/images/vm-image.test.ts',
+];
+
+// A listed file that moved would quietly fall back to `integration` (it still runs in `npm test`):
+// say so, so that the list follows the file.
+for (const file of UNIT.filter((path) => !existsSync(new URL(path, import.meta.url)))) {
+  process.stderr.write(`vitest.config.ts: the unit test ${file} does not exist (moved? update UNIT)\n`);
+}
+
+const ALL = ['core/**/*.test.ts', 'http-kit/**/*.test.ts', 'host/**/*.test.ts', 'src/**/*.test.ts', 'test/**/*.test.ts', 'contract-tests/**/*.test.ts'];
+const NEVER = ['node_modules/**', 'dist/**'];
+
+// Integration tests share the machine's network namespaces, cgroups and a PostgreSQL server, so
+// files run one at a time (across both tiers: the pool is shared); unit tests are fast anyway.
 export default defineConfig({
   test: {
-    include: ['core/**/*.test.ts', 'http-kit/**/*.test.ts', 'host/**/*.test.ts', 'src/**/*.test.ts', 'test/**/*.test.ts', 'contract-tests/**/*.test.ts'],
-    exclude: ['node_modules/**', 'dist/**'],
     pool: 'forks',
     fileParallelism: false,
     testTimeout: 60_000,
     hookTimeout: 600_000,
-    globalSetup: ['test/global-setup.ts'],
+    projects: [
+      {
+        extends: true,
+        // Unit files run first, so a broken pure function is reported before the slow tier starts.
+        test: { name: 'unit', include: UNIT, exclude: NEVER, sequence: { groupOrder: 0 } },
+      },
+      {
+        extends: true,
+        test: {
+          name: 'integration',
+          include: ALL,
+          exclude: [...NEVER, ...UNIT],
+          sequence: { groupOrder: 1 },
+          // Builds (or reuses) the base image every integration test shares.
+          globalSetup: ['test/global-setup.ts'],
+        },
+      },
+    ],
   },
 });

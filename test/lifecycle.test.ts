@@ -2,6 +2,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { createReadStream, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
+import type { Stream } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, waitFor, type TestServer } from './harness.js';
 import { residueOf, snapshotHostNetwork } from './residue.js';
@@ -22,7 +23,7 @@ async function create(body: Record<string, unknown> = {}) {
 }
 
 /** supertest parser that keeps the body as raw bytes. */
-function binary(res: NodeJS.ReadableStream, cb: (err: Error | null, body: Buffer) => void): void {
+function binary(res: Stream, cb: (err: Error | null, body: Buffer) => void): void {
   const chunks: Buffer[] = [];
   res.on('data', (c: Buffer) => chunks.push(c));
   res.on('end', () => cb(null, Buffer.concat(chunks)));

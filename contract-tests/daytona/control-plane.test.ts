@@ -2,9 +2,12 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   DaytonaError, DaytonaNotFoundError, DaytonaConflictError, DaytonaValidationError, DaytonaAuthenticationError, Daytona,
+  type CreateSandboxFromSnapshotParams,
 } from '@daytonaio/sdk';
 import { rawFetch, startDaytonaEnv, type DaytonaTestEnv } from './helpers.js';
 
+// The SDK's types allow `resources` only next to an `image`, but its create() sends them with the
+// default snapshot too (what these tests pin), so those params are cast to the snapshot form.
 describe('Daytona control plane with @daytonaio/sdk', () => {
   let env: DaytonaTestEnv;
   beforeAll(async () => {
@@ -15,7 +18,7 @@ describe('Daytona control plane with @daytonaio/sdk', () => {
   });
 
   it('creates a started sandbox with labels, env, name and resources, and gets it by id and by name', async () => {
-    const sb = await env.daytona.create({ name: 'cp-one', labels: { team: 'x' }, envVars: { GREETING: 'hi' }, resources: { cpu: 1, memory: 1 }, autoStopInterval: 30, autoDeleteInterval: -1 });
+    const sb = await env.daytona.create({ name: 'cp-one', labels: { team: 'x' }, envVars: { GREETING: 'hi' }, resources: { cpu: 1, memory: 1 }, autoStopInterval: 30, autoDeleteInterval: -1 } as CreateSandboxFromSnapshotParams);
     expect(sb.id).toMatch(/^[a-z0-9]+$/);
     expect(sb.state).toBe('started');
     expect(sb.name).toBe('cp-one');
@@ -37,7 +40,7 @@ describe('Daytona control plane with @daytonaio/sdk', () => {
 
   it('refuses a second sandbox with the same name (409) and bad input (400) with the SDK error classes', async () => {
     await expect(env.daytona.create({ name: 'cp-one' })).rejects.toBeInstanceOf(DaytonaConflictError);
-    await expect(env.daytona.create({ resources: { cpu: 999 } })).rejects.toBeInstanceOf(DaytonaValidationError);
+    await expect(env.daytona.create({ resources: { cpu: 999 } } as CreateSandboxFromSnapshotParams)).rejects.toBeInstanceOf(DaytonaValidationError);
     const err = await env.daytona.create({ name: 'bad name!' }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(DaytonaValidationError);
     expect((err as Error).message).toMatch(/^name:/);
@@ -53,7 +56,7 @@ describe('Daytona control plane with @daytonaio/sdk', () => {
     const a = await env.daytona.create({ labels: { group: 'paging' } });
     const b = await env.daytona.create({ labels: { group: 'paging' } });
     const seen: string[] = [];
-    for await (const item of env.daytona.list({ labels: { group: 'paging' } }, 1)) seen.push(item.id);
+    for await (const item of env.daytona.list({ labels: { group: 'paging' } })) seen.push(item.id);
     expect(seen.sort()).toEqual([a.id, b.id].sort());
     const page = await rawFetch(env, `/daytona/api/sandbox?limit=1&labels=${encodeURIComponent(JSON.stringify({ group: 'paging' }))}`);
     const body = (await page.json()) as { items: { id: string; toolboxProxyUrl: string; env?: unknown }[]; nextCursor: string | null };

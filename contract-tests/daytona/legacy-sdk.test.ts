@@ -47,7 +47,9 @@ describe('Daytona compat with @daytonaio/sdk 0.129', () => {
     expect(logs.stderr).toBe('oops\n');
 
     let screen = '';
-    const pty = await sb.process.createPty({ id: 'lp1', cols: 80, rows: 24, onData: (d: Uint8Array) => (screen += new TextDecoder().decode(d)) });
+    const pty = await sb.process.createPty({ id: 'lp1', cols: 80, rows: 24, onData: (d: Uint8Array) => {
+      screen += new TextDecoder().decode(d);
+    } });
     await pty.sendInput('echo legacy-pty-$((6*7))\n');
     const deadline = Date.now() + 10_000;
     while (!screen.includes('legacy-pty-42') && Date.now() < deadline) await new Promise((res) => setTimeout(res, 50));

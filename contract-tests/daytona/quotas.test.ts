@@ -2,9 +2,11 @@
 // the limit is a 429 the SDK raises as DaytonaRateLimitError; `resources.disk` is the sandbox's
 // disk in GiB (400 past the configured maximum), visible to df inside.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { DaytonaRateLimitError, DaytonaValidationError } from '@daytonaio/sdk';
+import { DaytonaRateLimitError, DaytonaValidationError, type CreateSandboxFromSnapshotParams } from '@daytonaio/sdk';
 import { rawFetch, startDaytonaEnv, type DaytonaTestEnv } from './helpers.js';
 
+// The SDK's types allow `resources` only next to an `image`, but its create() sends them with the
+// default snapshot too (what these tests pin), so those params are cast to the snapshot form.
 describe('Daytona: organisation limits and disk size', () => {
   let env: DaytonaTestEnv;
   beforeAll(async () => {
@@ -15,8 +17,8 @@ describe('Daytona: organisation limits and disk size', () => {
   }, 180_000);
 
   it('honours resources.disk and refuses one past the maximum', async () => {
-    await expect(env.daytona.create({ resources: { disk: 5 } })).rejects.toBeInstanceOf(DaytonaValidationError);
-    const sb = await env.daytona.create({ resources: { cpu: 1, memory: 1, disk: 3 } });
+    await expect(env.daytona.create({ resources: { disk: 5 } } as CreateSandboxFromSnapshotParams)).rejects.toBeInstanceOf(DaytonaValidationError);
+    const sb = await env.daytona.create({ resources: { cpu: 1, memory: 1, disk: 3 } } as CreateSandboxFromSnapshotParams);
     expect(sb.disk).toBe(3);
     const df = await sb.process.executeCommand('df -B1M --output=size / | tail -1');
     expect(Number(df.result.trim())).toBeGreaterThan(0.9 * 3 * 1024);

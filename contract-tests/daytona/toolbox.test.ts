@@ -85,7 +85,9 @@ describe('Daytona toolbox with @daytonaio/sdk', () => {
 
     it('opens a PTY over the WebSocket with envs and exit control, resizes, lists and kills', async () => {
       let output = '';
-      const pty = await sb.process.createPty({ id: 'pty1', cols: 100, rows: 30, envs: { PTY_VAR: 'from-env' }, onData: (d) => (output += new TextDecoder().decode(d)) });
+      const pty = await sb.process.createPty({ id: 'pty1', cols: 100, rows: 30, envs: { PTY_VAR: 'from-env' }, onData: (d) => {
+        output += new TextDecoder().decode(d);
+      } });
       await pty.waitForConnection();
       await pty.sendInput('echo "value=$PTY_VAR cols=$(tput cols 2>/dev/null || stty size)"\n');
       const deadline = Date.now() + 10_000;

@@ -27,7 +27,7 @@ describe('HostService heartbeat reconciliation', () => {
     hosts.heartbeat({ hostId: 'h1', url: 'http://127.0.0.1:1', driver: 'local', capabilities: {}, sandboxes });
   const startRunning = async (id: string) => {
     const repo = sandboxRepository(db);
-    await repo.insertCreating({ id, organizationId: 'orga', hostId: 'h1', image: 'default', cpu: 1, memoryMiB: 256, env: {}, labels: {}, timeoutSeconds: 60, operationId: `op-${id}`, operationOwner: 'cp1' });
+    await repo.insertCreating({ id, organizationId: 'orga', hostId: 'h1', image: 'default', cpu: 1, memoryMiB: 256, env: {}, labels: {}, timeoutSeconds: 60, operationId: `op-${id}`, operationOwner: 'cp1', diskGiB: 10 });
     await repo.transition(id, ['creating'], { state: 'running', operation: null, operationId: null, operationOwner: null, operationStartedAt: null, startedAt: new Date() });
   };
   const stateOf = async (id: string) => (await sandboxRepository(db).findById(id))?.state;

@@ -40,7 +40,7 @@ describe.each(backends)('store on %s', (_name, open) => {
   afterAll(async () => cleanup());
 
   const make = (id: string, org = 'orga', labels: Record<string, string> = {}) =>
-    sandboxRepository(db).insertCreating({ id, organizationId: org, hostId: 'h1', image: 'default', cpu: 1, memoryMiB: 256, env: { A: '1' }, labels, timeoutSeconds: 60, operationId: `op${id}`, operationOwner: 'cp1' });
+    sandboxRepository(db).insertCreating({ id, organizationId: org, hostId: 'h1', image: 'default', cpu: 1, memoryMiB: 256, env: { A: '1' }, labels, timeoutSeconds: 60, operationId: `op${id}`, operationOwner: 'cp1', diskGiB: 10 });
 
   it('migrates down and up again unchanged', async () => {
     await rollbackAll(db);
@@ -86,7 +86,7 @@ describe.each(backends)('store on %s', (_name, open) => {
   it('keeps sandbox names unique per organisation among live sandboxes, finds by name, sorts and filters by prefix', async () => {
     const repo = sandboxRepository(db);
     const named = (id: string, name: string, org = 'orga', cpu = 1) =>
-      repo.insertCreating({ id, organizationId: org, hostId: 'h1', image: 'default', cpu, memoryMiB: 256, env: {}, labels: { batch: 'n' }, timeoutSeconds: 60, operationId: `op${id}`, operationOwner: 'cp1', name });
+      repo.insertCreating({ id, organizationId: org, hostId: 'h1', image: 'default', cpu, memoryMiB: 256, env: {}, labels: { batch: 'n' }, timeoutSeconds: 60, operationId: `op${id}`, operationOwner: 'cp1', name, diskGiB: 10 });
     await named('n1', 'zeta', 'orga', 2);
     await named('n2', 'alpha', 'orga', 1);
     await expect(named('n3', 'zeta')).rejects.toThrow();

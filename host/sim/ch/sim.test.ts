@@ -162,7 +162,7 @@ describe('cloud-hypervisor simulator', () => {
     writeFileSync(sim.faultsFile, JSON.stringify({ faulty: { latencyMs: 150, failOn: ['vm.info'] } }));
     const { api } = await startVmm('faulty');
     const started = Date.now();
-    const error = await api.info().catch((caught: unknown) => caught as { status: number; chain: string[] });
+    const error = (await api.info().catch((caught: unknown) => caught)) as { status: number; chain: string[] };
     expect(Date.now() - started).toBeGreaterThanOrEqual(140);
     expect(error.status).toBe(500);
     expect(error.chain.at(-1)).toMatch(/Injected failure/);
