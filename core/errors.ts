@@ -1,6 +1,7 @@
 // The one error catalogue. Every failure that crosses a layer is a NestboxError with a code
 // from this table; each front door (native, Daytona, E2B) renders the same object in its own
 // shape, so the status code is decided once, here.
+import type { Logger } from './logger.js';
 
 export const ERROR_CATALOGUE = {
   validation_failed: { status: 400, title: 'The request is invalid' },
@@ -184,13 +185,19 @@ let internalErrorCount = 0;
  * (whatever raised it: a bug, or a lower layer's `internal` whose text may quote host paths)
  * is logged in full with a reference and shown only as that reference.
  */
-export function publicError(err: unknown, log?: (m: string) => void, where = 'api'): NestboxError {
+export function publicError(err: unknown, log?: ((m: string) => void) | Pick<Logger, 'error'>, where = 'api'): NestboxError {
   const e = toNestboxError(err);
   if (e.status !== 500) return e;
   const ref = `${Date.now().toString(36)}-${(++internalErrorCount).toString(36)}`;
   const cause = (e as { cause?: unknown }).cause ?? e;
-  const detail = cause instanceof Error ? `${cause.message}${cause.stack ? `\n${cause.stack}` : ''}` : String(cause);
-  (log ?? ((m: string) => console.error(m)))(`${where}: internal error ${ref}: ${e === cause ? '' : `${e.message}: `}${detail}`);
+  const summary = `${where}: internal error ${ref}: ${e === cause ? '' : `${e.message}: `}${cause instanceof Error ? cause.message : String(cause)}`;
+  if (log && typeof log === 'object') {
+    // A Logger: the stack travels in `err`, the reference as a field to search by.
+    log.error({ reference: ref, err: cause }, summary);
+  } else {
+    const stack = cause instanceof Error && cause.stack ? `\n${cause.stack}` : '';
+    (log ?? ((m: string) => console.error(m)))(`${summary}${stack}`);
+  }
   return new NestboxError('internal', `${INTERNAL_ERROR_MESSAGE} (reference ${ref})`, { reference: ref });
 }
 

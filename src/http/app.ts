@@ -12,17 +12,20 @@ import { renderDaytonaError } from '../../compat/daytona/errors.js';
 import { renderControlPlaneError } from '../../compat/e2b/errors.js';
 import { requestTargetProblem } from '../../http-kit/request-checks.js';
 import { assignRequestIds, requestLogger } from './request-id.js';
+import type { Logger } from '../../core/logger.js';
 
 /**
  * Render an error in the shape of the API the path belongs to. Used where no front door has
  * taken the request yet (a malformed URL) and by the last-resort error handler.
  */
-export function renderErrorForPath(req: Request, res: Response, err: unknown, log?: (m: string) => void): void {
+export function renderErrorForPath(req: Request, res: Response, err: unknown, logger?: Logger): void {
   const path = req.path;
+  // The compat renderers still take a line writer.
+  const log = logger ? (message: string) => logger.error(message) : undefined;
   if (/^\/daytona\/(toolbox\/|api\/toolbox\/)/.test(path)) return renderDaytonaError(res, err, 'toolbox', log);
   if (path.startsWith('/daytona/')) return renderDaytonaError(res, err, 'api', log);
   if (path === '/e2b' || path.startsWith('/e2b/')) return renderControlPlaneError(res, err, log);
-  renderNativeError(res, err, log);
+  renderNativeError(res, err, logger);
 }
 
 /** One HTTP app on one port: the native API, the internal host-agent routes, later the compat layers. */
@@ -32,7 +35,7 @@ export function createApp(services: Services): Express {
   // First: every later line about the request can carry its id.
   app.use(assignRequestIds(services.logger));
   // An error rendered here is logged on the request's own logger (with its requestId).
-  const errorLog = (req: Request) => (message: string) => requestLogger(req, services.logger).error(message);
+  const errorLog = (req: Request) => requestLogger(req, services.logger);
   // Before every route: a body that stops arriving is cut, whatever reads it.
   app.use(bodyIdleTimeout(services.config.http.bodyIdleTimeoutMs));
   // Hosted ports first: a host-form request (`<port>-<id>.<domain>`) belongs to the sandbox

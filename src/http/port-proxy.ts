@@ -27,6 +27,7 @@
 // sandbox's page runs in an opaque origin: no access to the API origin's storage, cookies or
 // same-origin requests with the user's credentials. (Browsers may then leave SameSite cookies
 // off the page's own sub-requests; private ports meant for browsers belong on the host form.)
+import { requestLogger } from './request-id.js';
 import http from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { NextFunction, Request, Response } from 'express';
@@ -315,7 +316,7 @@ export class PortProxy {
           rewriteResponseHeaders: (raw) => filterSandboxResponseHeaders(raw, route.prefix),
         });
       })
-      .catch((error: unknown) => sendPage(req, res, pages.failed(publicError(error, this.services.log, 'port proxy'))));
+      .catch((error: unknown) => sendPage(req, res, pages.failed(publicError(error, requestLogger(req, this.services.logger), 'port proxy'))));
   };
 
   /** For the server's 'upgrade' event; true when the request was the proxy's to answer. */
@@ -361,7 +362,7 @@ export class PortProxy {
           },
         });
       })
-      .catch((error: unknown) => refuse(pages.failed(publicError(error, this.services.log, 'port proxy'))));
+      .catch((error: unknown) => refuse(pages.failed(publicError(error, requestLogger(req, this.services.logger), 'port proxy'))));
     return true;
   }
 

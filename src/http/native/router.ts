@@ -7,16 +7,18 @@ import addFormats from 'ajv-formats';
 import { errors, NestboxError, publicError, retryAfterSeconds, toNestboxError } from '../../../core/errors.js';
 import { canSeeSandbox, requireScope } from '../../../core/services/auth.js';
 import { SCOPES, type Principal, type Scope } from '../../../core/types.js';
+import type { Logger } from '../../../core/logger.js';
 import type { Services } from '../../services.js';
+import { requestLogger } from '../request-id.js';
 import { nativeHandlers } from './handlers/index.js';
 import type { NativeHandler } from './context.js';
 import { clientHasGone, rejectNulInJsonBody } from '../../../http-kit/request-checks.js';
 
-export function renderNativeError(res: Response, err: unknown, log?: (m: string) => void): void {
+export function renderNativeError(res: Response, err: unknown, log?: Pick<Logger, 'error'>): void {
   if (clientHasGone(res)) return void res.destroy();
   // publicError is the last-resort guard: a 500 shows only a reference, the log has the rest.
   const e = publicError(err, log, 'native API');
-  if (e.status > 500 && log) log(`native API ${e.code}: ${e.message}`);
+  if (e.status > 500 && log) log.error({ code: e.code }, `native API ${e.code}: ${e.message}`);
   if (res.headersSent) {
     // The body was already streaming: the only honest signal left is to cut the connection.
     res.destroy();
@@ -159,14 +161,14 @@ export function createNativeRouter(services: Services): Router {
         res,
       );
     } catch (err) {
-      renderNativeError(res, err, services.log);
+      renderNativeError(res, err, requestLogger(req, services.logger));
     }
   });
   // express.json failures (invalid JSON, too large, a charset other than UTF-8) arrive here;
   // core's toNestboxError gives each its 4xx.
-  router.use((err: unknown, _req: Request, res: Response, _next: unknown) => {
+  router.use((err: unknown, req: Request, res: Response, _next: unknown) => {
     if ((err as { type?: string }).type === 'entity.too.large') return renderNativeError(res, new NestboxError('payload_too_large', 'body: JSON body larger than 2 MiB'));
-    renderNativeError(res, err, services.log);
+    renderNativeError(res, err, requestLogger(req, services.logger));
   });
   return router;
 }

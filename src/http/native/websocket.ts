@@ -55,7 +55,7 @@ export function attachNativeWebSockets(server: http.Server, services: Services):
     // A compat front door (listening before this one) already took it: see upgrade-claims.ts.
     if (isUpgradeClaimed(req)) return;
     void handleUpgrade(req, socket, head).catch((err) => {
-      const e = publicError(err, services.log, 'native WebSocket');
+      const e = publicError(err, services.logger, 'native WebSocket');
       refuseUpgrade(socket, e.status, { error: e.toJSON() });
     });
   });
