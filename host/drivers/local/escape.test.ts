@@ -63,6 +63,18 @@ function agentPidOf(pids: number[]): number {
   return agent;
 }
 
+/** Python (inside a sandbox): the guest agent's pid, found by its command line. */
+const AGENT_PID_PY = `def agent_pid():
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                argv = open("/proc/%s/cmdline" % p, "rb").read().split(b"\\0")
+            except OSError:
+                continue
+            if not argv[0].endswith(b"/tini") and any(a.endswith(b"guest-agent.mjs") for a in argv):
+                return int(p)
+`;
+
 describe.skipIf(!isRoot)('escape tests (real sandboxes)', () => {
   const dataDir = mkdtempSync('/tmp/nbxe-');
   const ownerId = uniqueId('esc');
@@ -278,16 +290,7 @@ l = ctypes.CDLL(None, use_errno=True)
 def call(*args):
     r = l.syscall(*args)
     return "%d/%d" % (r, ctypes.get_errno() if r < 0 else 0)
-def agent_pid():
-    for p in os.listdir("/proc"):
-        if p.isdigit():
-            try:
-                argv = open("/proc/%s/cmdline" % p, "rb").read().split(b"\\0")
-            except OSError:
-                continue
-            if not argv[0].endswith(b"/tini") and any(a.endswith(b"guest-agent.mjs") for a in argv):
-                return int(p)
-for name, pid in [("agent", agent_pid()), ("tini", 1)]:
+${AGENT_PID_PY}for name, pid in [("agent", agent_pid()), ("tini", 1)]:
     print(name, "ptrace_attach", call(101, 16, pid, 0, 0))
     print(name, "ptrace_seize", call(101, 0x4206, pid, 0, 0))
     pidfd = l.syscall(434, pid, 0)
@@ -331,16 +334,7 @@ for program in bin/tini bin/nestbox-enter bin/nestbox-pty bin/nestbox-seccomp li
       const attack = await sh(socket, `python3 - <<'PY'
 import ctypes, os, signal, sys
 l = ctypes.CDLL(None, use_errno=True)
-def agent_pid():
-    for p in os.listdir("/proc"):
-        if p.isdigit():
-            try:
-                argv = open("/proc/%s/cmdline" % p, "rb").read().split(b"\\0")
-            except OSError:
-                continue
-            if not argv[0].endswith(b"/tini") and any(a.endswith(b"guest-agent.mjs") for a in argv):
-                return int(p)
-def attempt(label, pid):
+${AGENT_PID_PY}def attempt(label, pid):
     for sig in [0, signal.SIGSTOP, signal.SIGTERM, signal.SIGKILL]:
         try:
             os.kill(pid, sig)
