@@ -9,6 +9,7 @@ import type { StreamHeaders } from '../../../core/guest.js';
 import type { E2bDeps } from '../deps.js';
 import { clientGoneSignal, streamedBody, streamedThrough } from '../../../http-kit/request-body.js';
 import { renderEnvdHttpError } from '../errors.js';
+import { nativeUploadForm } from './upload-form.js';
 import { homeRelative, type SandboxTarget } from '../target.js';
 import { authenticateSandboxTraffic, authenticateSignature, type SandboxRoute } from '../routing.js';
 
@@ -107,9 +108,10 @@ export async function uploadFiles(deps: E2bDeps, req: Request, res: Response, ro
     const signal = clientGoneSignal(req, res);
 
     if (contentType.startsWith('multipart/form-data')) {
-      // The guest agent reads E2B's form itself: parts named `file` whose filename is the full
-      // target path, or `?path=` for every part (host/agent-protocol/files.ts UPLOAD).
-      const result = await deps.core.toolbox.uploadFiles(target.principal, target.sandboxId, { contentType, ...(path ? { path: homeRelative(path) } : {}), body }, { signal });
+      // E2B's form (parts named `file` whose filename is the full target path, or `?path=` for
+      // every part) re-encoded as the native one, streamed through (upload-form.ts).
+      const form = nativeUploadForm(body, contentType, path ? homeRelative(path) : undefined);
+      const result = await deps.core.toolbox.uploadFiles(target.principal, target.sandboxId, form, { signal });
       if (badGzip) throw badGzip;
       const failed = result.results.find((r) => !r.ok);
       if (failed && !failed.ok) throw new NestboxError((failed.error.code as NestboxError['code']) ?? 'internal', failed.error.message);
