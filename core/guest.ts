@@ -182,6 +182,14 @@ export interface StartProcessInput {
   pty?: TerminalSize;
 }
 
+/** A code kernel: the guest agent's own interpreter program for `language`, stdin open. */
+export interface StartKernelInput {
+  language: 'python';
+  tag?: string;
+  cwd?: string;
+  env?: Record<string, string>;
+}
+
 export type ProcessStatus = 'running' | 'exited' | 'killed';
 export interface StreamPosition {
   bytes: number;
@@ -332,6 +340,7 @@ export interface GuestClient {
   exec(input: ExecInput, o?: CallOptions): Promise<ExecResult>;
 
   startProcess(input: StartProcessInput, o?: CallOptions): Promise<ProcessInfo>;
+  startKernel(input: StartKernelInput, o?: CallOptions): Promise<ProcessInfo>;
   listProcesses(input: { all?: boolean }, o?: CallOptions): Promise<ProcessList>;
   getProcess(processId: string, o?: CallOptions): Promise<ProcessInfo>;
   processOutput(processId: string, input: OutputInput, o?: CallOptions): Promise<ProcessOutput>;

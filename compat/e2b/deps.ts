@@ -27,11 +27,6 @@ export interface E2bOptions {
   /** Longest sandbox timeout a create/connect/setTimeout may ask for. */
   maxTimeoutSeconds: number;
   streams: StreamCounter;
-  /**
-   * The code interpreter's kernel program (host/guest-agent/code-interpreter/kernel.py), read
-   * by the server from its own install; each context runs one copy of it.
-   */
-  kernelProgram: () => string;
   log: (message: string) => void;
 }
 

@@ -29,6 +29,7 @@ export const TOOLBOX_OPERATIONS = {
   exec: { scope: 'sandboxes:exec', verb: 'run a command in' },
   startProcess: { scope: 'sandboxes:exec', verb: 'run a command in' },
   openTerminal: { scope: 'sandboxes:exec', verb: 'open a terminal in' },
+  startKernel: { scope: 'sandboxes:exec', verb: 'run code in' },
   listProcesses: { scope: 'sandboxes:read', verb: 'list processes of' },
   getProcess: { scope: 'sandboxes:read', verb: 'inspect processes of' },
   processOutput: { scope: 'sandboxes:read', verb: 'read process output of' },
@@ -139,6 +140,15 @@ export class Toolbox {
       },
       o,
     );
+  }
+
+  /**
+   * A code kernel (the guest agent's own interpreter, state kept from cell to cell), as a
+   * process: the process methods list, follow, feed (one JSON cell per line), interrupt
+   * (SIGINT) and kill it. Its protocol is described in host/agent-protocol/processes.ts.
+   */
+  async startKernel(p: Principal, sandboxId: string, input: Guest.StartKernelInput, o?: O): Promise<Guest.ProcessInfo> {
+    return (await this.guest(p, sandboxId, 'startKernel')).startKernel(input, o);
   }
 
   async listProcesses(p: Principal, sandboxId: string, input: { all?: boolean } = {}, o?: O): Promise<Guest.ProcessList> {

@@ -43,6 +43,7 @@ export type SchemasMatchCore = [
   Check<Same<z.infer<typeof Files.DownloadRequest>, Guest.DownloadInput>>,
   Check<Same<z.infer<typeof Files.CreateWatcherRequest>, Guest.WatchInput>>,
   Check<Same<z.infer<typeof Processes.StartProcessRequest>, Guest.StartProcessInput>>,
+  Check<Same<z.infer<typeof Processes.StartKernelRequest>, Guest.StartKernelInput>>,
   Check<Same<z.infer<typeof Processes.ProcessInfo>, Guest.ProcessInfo>>,
   Check<Same<z.infer<typeof Processes.ProcessList>, Guest.ProcessList>>,
   Check<Same<z.infer<typeof Processes.OutputResponse>, Guest.ProcessOutput>>,
@@ -174,6 +175,10 @@ export class HttpGuestClient implements Guest.GuestClient {
 
   async startProcess(input: Guest.StartProcessInput, o: Guest.CallOptions = {}): Promise<Guest.ProcessInfo> {
     return (await this.json(Processes.ProcessInfo, { method: 'POST', path: '/processes', json: input, signal: o.signal })).body;
+  }
+
+  async startKernel(input: Guest.StartKernelInput, o: Guest.CallOptions = {}): Promise<Guest.ProcessInfo> {
+    return (await this.json(Processes.ProcessInfo, { method: 'POST', path: '/kernels', json: input, signal: o.signal })).body;
   }
 
   async listProcesses(input: { all?: boolean }, o: Guest.CallOptions = {}): Promise<Guest.ProcessList> {

@@ -73,6 +73,16 @@
 //          terminals get WebSocket pings every keepaliveIntervalMs (no message to filter out).
 //          Input after the terminal ended, or after /stdin/close, is dropped silently.
 //
+// KERNELS
+//
+//   POST   /kernels  StartKernelRequest → 201 ProcessInfo: a code kernel, the agent's own
+//          interpreter program for the language (code-interpreter/kernel.py for python), run
+//          as a process with stdin open (as POST /processes otherwise: tag, cwd, env; PYTHON-
+//          UNBUFFERED=1 and MPLBACKEND=Agg by default). It keeps its state from one cell to the
+//          next; its protocol is kernel.py's: one JSON cell per line on stdin, NDJSON messages
+//          (each naming its cell) on stdout; SIGINT interrupts the running cell. The process
+//          routes above list, follow, feed, signal and kill it.
+//
 // SESSIONS: a named, persistent non-interactive `bash -l` (stdin from the agent, not a
 // terminal) that runs commands one after another, so `cd`, `export`, shell variables and
 // functions carry over. Each command gets an id that is ALSO a process id: /processes/{cid},
@@ -131,6 +141,16 @@ export const StartProcessRequest = z
   })
   .strict();
 export type StartProcessRequest = z.infer<typeof StartProcessRequest>;
+
+export const KERNEL_LANGUAGES = ['python'] as const;
+export const StartKernelRequest = z
+  .object({
+    language: z.enum(KERNEL_LANGUAGES),
+    tag: z.string().optional(),
+    cwd: z.string().optional(),
+    env: z.record(z.string(), z.string()).optional(),
+  })
+  .strict();
 
 export const ProcessStatus = z.enum(['running', 'exited', 'killed']);
 export type ProcessStatus = z.infer<typeof ProcessStatus>;

@@ -1,4 +1,3 @@
-import { readFileSync } from 'node:fs';
 import express, { type Express, type NextFunction, type Request, type Response } from 'express';
 import { NestboxError } from '../../core/errors.js';
 import { hostSecretMatches } from '../../core/services/hosts.js';
@@ -12,17 +11,14 @@ import { createE2bControlPlaneRouter, createE2bSandboxTrafficHandler, type E2bOp
 import { renderDaytonaError } from '../../compat/daytona/errors.js';
 import { renderControlPlaneError } from '../../compat/e2b/errors.js';
 import { requestTargetProblem } from '../../http-kit/request-checks.js';
-import { projectPath } from '../paths.js';
 
 /** The server settings the E2B layer needs beside core's port (compat/e2b/deps.ts). */
 export function e2bOptionsOf(services: Services): E2bOptions {
-  let kernel: string | undefined;
   return {
     publicDomain: services.config.ports.publicDomain,
     maxUploadBytes: services.config.limits.maxUploadBytes,
     maxTimeoutSeconds: services.config.limits.maxTimeoutSeconds,
     streams: services.streams,
-    kernelProgram: () => (kernel ??= readFileSync(projectPath('host/guest-agent/code-interpreter/kernel.py'), 'utf8')),
     log: services.log,
   };
 }

@@ -1,7 +1,7 @@
-// Code contexts of E2B's code interpreter (port 49999, e2b.md (e)) onto guest processes: each
-// context is one persistent kernel process (host/guest-agent/code-interpreter/kernel.py)
-// started through the toolbox and tagged with the context's id, so the sandbox's process table
-// is the only record of which contexts exist.
+// Code contexts of E2B's code interpreter (port 49999, e2b.md (e)) onto code kernels: each
+// context is one kernel (the guest agent's own, toolbox.startKernel) tagged with the context's
+// id, so the sandbox's process table is the only record of which contexts exist. Only the
+// mapping of E2B's contexts lives here; the kernel and its program are core's and the guest's.
 import { randomBytes } from 'node:crypto';
 import { NestboxError } from '../../../core/errors.js';
 import type { ProcessInfo } from '../../../core/guest.js';
@@ -12,6 +12,7 @@ export const KERNEL_TAG_PREFIX = 'nestbox-e2b-kernel:';
 /** The context `/execute` uses when none is named. */
 export const DEFAULT_CONTEXT_ID = 'default-python';
 export const SUPPORTED_LANGUAGES = ['python'] as const;
+type Language = (typeof SUPPORTED_LANGUAGES)[number];
 
 export interface CodeContext {
   id: string;
@@ -35,12 +36,12 @@ function parseTag(tag: string | null): { id: string; language: string } | undefi
   return at > 0 ? { id: rest.slice(0, at), language: rest.slice(at + 1) } : undefined;
 }
 
-export function validateLanguage(language: string | undefined): string {
+export function validateLanguage(language: string | undefined): Language {
   const lang = (language ?? 'python').toLowerCase();
   if (!(SUPPORTED_LANGUAGES as readonly string[]).includes(lang)) {
     throw new NestboxError('validation_failed', `language: "${language}" is not supported by this Nestbox server (supported: ${SUPPORTED_LANGUAGES.join(', ')})`, { field: 'language' });
   }
-  return lang;
+  return lang as Language;
 }
 
 async function kernelProcesses(deps: E2bDeps, target: SandboxTarget, all: boolean): Promise<Kernel[]> {
@@ -58,12 +59,9 @@ export async function listContexts(deps: E2bDeps, target: SandboxTarget): Promis
 }
 
 async function startKernel(deps: E2bDeps, target: SandboxTarget, id: string, language: string, cwd?: string): Promise<Kernel> {
-  const process = await deps.core.toolbox.startProcess(target.principal, target.sandboxId, {
-    argv: ['python3', '-u', '-c', deps.kernelProgram()],
-    stdin: true,
+  const process = await deps.core.toolbox.startKernel(target.principal, target.sandboxId, {
+    language: validateLanguage(language),
     tag: tagOf(id, language),
-    // Figures render to PNG without a display.
-    env: { MPLBACKEND: 'Agg', PYTHONUNBUFFERED: '1' },
     ...(cwd ? { cwd } : {}),
   });
   return { context: { id, language, cwd: process.cwd }, process };
