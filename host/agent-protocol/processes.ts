@@ -82,6 +82,10 @@
 //          next; its protocol is kernel.py's: one JSON cell per line on stdin, NDJSON messages
 //          (each naming its cell) on stdout; SIGINT interrupts the running cell. The process
 //          routes above list, follow, feed, signal and kill it.
+//   A cell: write `{"id":"<cell id>","code":"…","env_vars":{…}}` and a newline to its stdin;
+//   its messages are the stdout lines `{"cell":"<cell id>","type":…,…}` (KernelMessage) from
+//   the offsets it had before the write, up to `{"type":"end_of_execution"}`. A kernel that
+//   exits before that lost the cell and its state. (The typed client's runCell does all this.)
 //
 // SESSIONS: a named, persistent non-interactive `bash -l` (stdin from the agent, not a
 // terminal) that runs commands one after another, so `cd`, `export`, shell variables and
@@ -151,6 +155,9 @@ export const StartKernelRequest = z
     env: z.record(z.string(), z.string()).optional(),
   })
   .strict();
+
+/** One line of a kernel's stdout: a message about one cell, in kernel.py's shapes. */
+export const KernelMessage = z.looseObject({ type: z.string(), cell: z.string() });
 
 export const ProcessStatus = z.enum(['running', 'exited', 'killed']);
 export type ProcessStatus = z.infer<typeof ProcessStatus>;

@@ -1,7 +1,6 @@
 // The code-interpreter HTTP API (port 49999 traffic, e2b.md (e)): /execute streams the
 // kernel's NDJSON for one cell; /contexts manages kernels (kernels.ts).
 import type { Request, Response } from 'express';
-import { randomBytes } from 'node:crypto';
 import { NestboxError, publicError } from '../../../core/errors.js';
 import { clientHasGone } from '../../../http-kit/request-checks.js';
 import type { E2bDeps } from '../deps.js';
@@ -54,58 +53,21 @@ export async function execute(deps: E2bDeps, target: SandboxTarget, req: Request
   }
 
   const kernel = await kernelFor(deps, target, contextId, language);
-  const processId = kernel.process.processId;
+  // A client that gives up (the SDK's timeoutMs) interrupts the cell (runCell): the context's
+  // kernel keeps its state for the next call.
   const abort = new AbortController();
-  let finished = false;
-  // A client that gives up (the SDK's timeoutMs) interrupts the cell: KeyboardInterrupt in the
-  // kernel, whose state survives for the next call.
-  res.on('close', () => {
-    abort.abort();
-    if (!finished) {
-      void toolbox.signalProcess(principal, sandboxId, processId, 'SIGINT').catch(() => undefined);
-    }
-  });
+  res.on('close', () => abort.abort());
+  const messages = await toolbox.runCell(principal, sandboxId, kernel.process.processId, { code, ...(envVars ? { env: envVars as Record<string, string> } : {}) }, { signal: abort.signal });
 
-  // Note where the kernel's output is now, hand it the cell, then follow the output from that
-  // offset: the guest replays from any offset, so nothing is missed. (The stream is opened after
-  // the cell is written because its headers only come with its first event.)
-  const now = await toolbox.getProcess(principal, sandboxId, processId);
-  const cellId = randomBytes(8).toString('hex');
-  const cell = JSON.stringify({ id: cellId, code, ...(envVars ? { env_vars: envVars } : {}) }) + '\n';
-  await toolbox.writeStdin(principal, sandboxId, processId, Buffer.from(cell));
-  const stream = await toolbox.processEvents(principal, sandboxId, processId, { stdoutOffset: now.stdout.bytes, stderrOffset: now.stderr.bytes }, { signal: abort.signal });
-
+  // The kernel speaks E2B's /execute shapes already (kernel.py): each message is one NDJSON line.
   res.status(200).setHeader('content-type', 'application/x-ndjson');
   res.flushHeaders();
-  const decoder = new TextDecoder();
-  let buffer = '';
   try {
-    for await (const event of stream.events()) {
-      if (event.type === 'keepalive') {
-        res.write(JSON.stringify({ type: 'keepalive' }) + '\n');
-        continue;
-      }
-      if (event.type === 'exit') break;
-      if (event.type !== 'stdout') continue;
-      buffer += decoder.decode(Buffer.from(event.data, 'base64'), { stream: true });
-      let at: number;
-      while ((at = buffer.indexOf('\n')) !== -1) {
-        const line = buffer.slice(0, at);
-        buffer = buffer.slice(at + 1);
-        let message: Record<string, unknown>;
-        try {
-          message = JSON.parse(line) as Record<string, unknown>;
-        } catch {
-          continue;
-        }
-        if (message.cell !== cellId) continue;
-        delete message.cell;
-        res.write(JSON.stringify(message) + '\n');
-        if (message.type === 'end_of_execution') {
-          finished = true;
-          res.end();
-          return;
-        }
+    for await (const message of messages) {
+      res.write(JSON.stringify(message) + '\n');
+      if (message.type === 'end_of_execution') {
+        res.end();
+        return;
       }
     }
   } catch (err) {
@@ -113,7 +75,6 @@ export async function execute(deps: E2bDeps, target: SandboxTarget, req: Request
     throw err;
   }
   // The kernel died mid-cell (os._exit, out of memory): upstream reports it this way.
-  finished = true;
   res.write(JSON.stringify({ type: 'error', name: 'UnexpectedEndOfExecution', value: 'the code context\'s kernel exited during the execution; its state is lost', traceback: '' }) + '\n');
   res.write(JSON.stringify({ type: 'end_of_execution' }) + '\n');
   res.end();

@@ -2,6 +2,8 @@
 // ships with it) as a process with stdin open; cells go in on stdin, NDJSON comes out on stdout.
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { KernelMessage } from '../../../core/guest.js';
+import { HttpGuestClient } from '../../agent-protocol/guest-client.js';
 import { startProcessTestAgent, type ProcessTestAgent } from './test-support.js';
 
 describe('POST /kernels', () => {
@@ -55,5 +57,43 @@ describe('POST /kernels', () => {
     expect(argv.status).toBe(400);
     expect(argv.json.error.code).toBe('validation_failed');
     expect((await agent.call('GET', '/kernels')).status).toBe(405);
+  });
+
+  describe('through the typed client (runCell: what core calls)', () => {
+    const guest = () =>
+      new HttpGuestClient(
+        (r) => agent.client.request({ method: r.method, path: r.path, headers: r.headers, body: r.body, signal: r.signal }),
+        (path) => ({ url: agent.wsUrl(path), headers: {} }),
+        'test',
+      );
+
+    async function collect(messages: AsyncGenerator<KernelMessage>): Promise<KernelMessage[]> {
+      const out: KernelMessage[] = [];
+      for await (const m of messages) out.push(m);
+      return out;
+    }
+
+    it('runs cells with their env, keeps state, interrupts a cell whose caller gave up, and reports a kernel that died', async () => {
+      const g = guest();
+      const kernel = await g.startKernel({ language: 'python', tag: 'typed' });
+      const first = await collect(await g.runCell(kernel.processId, { code: 'import os\ny = os.environ["CELL_VAR"]', env: { CELL_VAR: 'from-env' } }));
+      expect(first.at(-1)).toEqual({ type: 'end_of_execution' });
+      expect(first.every((m) => !('cell' in m))).toBe(true);
+      const second = await collect(await g.runCell(kernel.processId, { code: 'y' }));
+      expect(second).toContainEqual(expect.objectContaining({ type: 'result', text: 'from-env' }));
+
+      // A caller that gives up: SIGINT interrupts the cell, the kernel and its state live on.
+      const abort = new AbortController();
+      const runaway = await g.runCell(kernel.processId, { code: 'import time\nwhile True: time.sleep(0.05)' }, { signal: abort.signal });
+      setTimeout(() => abort.abort(), 300);
+      await expect(collect(runaway)).rejects.toThrow();
+      const after = await collect(await g.runCell(kernel.processId, { code: 'y + "!"' }));
+      expect(after).toContainEqual(expect.objectContaining({ type: 'result', text: 'from-env!' }));
+
+      // A kernel that exits mid-cell: the stream ends without end_of_execution.
+      const died = await collect(await g.runCell(kernel.processId, { code: 'os._exit(3)' }));
+      expect(died.map((m) => m.type)).not.toContain('end_of_execution');
+      expect((await agent.waitForEnd(kernel.processId)).exitCode).toBe(3);
+    });
   });
 });
