@@ -182,6 +182,30 @@ export interface StartProcessInput {
   pty?: TerminalSize;
 }
 
+/** A code kernel: the guest agent's own interpreter program for `language`, stdin open. */
+export interface StartKernelInput {
+  language: 'python';
+  tag?: string;
+  cwd?: string;
+  env?: Record<string, string>;
+}
+
+/** One cell of code for a kernel, with environment variables for that cell only. */
+export interface CellInput {
+  code: string;
+  env?: Record<string, string>;
+}
+
+/**
+ * A kernel's message about the cell it runs (host/guest-agent/code-interpreter/kernel.py:
+ * number_of_executions, stdout/stderr, result, error, end_of_execution), or `keepalive` while
+ * it runs.
+ */
+export interface KernelMessage {
+  type: string;
+  [field: string]: unknown;
+}
+
 export type ProcessStatus = 'running' | 'exited' | 'killed';
 export interface StreamPosition {
   bytes: number;
@@ -332,6 +356,13 @@ export interface GuestClient {
   exec(input: ExecInput, o?: CallOptions): Promise<ExecResult>;
 
   startProcess(input: StartProcessInput, o?: CallOptions): Promise<ProcessInfo>;
+  startKernel(input: StartKernelInput, o?: CallOptions): Promise<ProcessInfo>;
+  /**
+   * Runs one cell in a kernel: its messages as they come, ending after `end_of_execution`, or
+   * without it when the kernel exited mid-cell. Aborting `o.signal` before the end interrupts
+   * the cell (SIGINT: the kernel keeps its state) and ends the stream.
+   */
+  runCell(kernelProcessId: string, input: CellInput, o?: CallOptions): Promise<AsyncGenerator<KernelMessage>>;
   listProcesses(input: { all?: boolean }, o?: CallOptions): Promise<ProcessList>;
   getProcess(processId: string, o?: CallOptions): Promise<ProcessInfo>;
   processOutput(processId: string, input: OutputInput, o?: CallOptions): Promise<ProcessOutput>;

@@ -29,7 +29,13 @@ await build({
   // ws tries optional native add-ons (bufferutil, utf-8-validate) with a runtime require; inside
   // a sandbox that lookup walks up to /node_modules, which the sandbox itself can write, so a
   // planted package would run inside the agent. Folded to constants, the lookups are dead code.
-  define: { 'process.env.WS_NO_BUFFER_UTIL': '"1"', 'process.env.WS_NO_UTF_8_VALIDATE': '"1"' },
+  // The code kernel's program (POST /kernels) travels inside the bundle, as a string constant
+  // (host/guest-agent/code-interpreter/kernel-program.ts).
+  define: {
+    'process.env.WS_NO_BUFFER_UTIL': '"1"',
+    'process.env.WS_NO_UTF_8_VALIDATE': '"1"',
+    NESTBOX_PYTHON_KERNEL: JSON.stringify(readFileSync(resolve(repoRoot, 'host/guest-agent/code-interpreter/kernel.py'), 'utf8')),
+  },
   // An ESM bundle has no `require`; give one to any CommonJS code that esbuild inlines so a
   // dependency calling require('node:…') keeps working.
   banner: {

@@ -15,7 +15,8 @@ import { listRoutes } from './route-list.js';
 import { scopeTestKeys } from './scope-keys.js';
 import { SCOPES, type Scope } from '../core/types.js';
 import { NATIVE_WEBSOCKET_ROUTES } from '../src/http/native/websocket.js';
-import { createControlPlaneRouter as createE2bControlPlane } from '../compat/e2b/control-plane.js';
+import { createE2bControlPlaneRouter as createE2bControlPlane } from '../compat/e2b/index.js';
+import { e2bOptionsOf } from '../src/http/app.js';
 import { createControlPlaneRouter as createDaytonaControlPlane } from '../compat/daytona/control-plane.js';
 import { createToolboxRouter } from '../compat/daytona/toolbox.js';
 import { E2B_CONTROL_PLANE_SCOPES } from '../compat/e2b/scopes.js';
@@ -230,7 +231,7 @@ describe('Daytona API: every route of its routers', () => {
 
 describe('E2B API: every control-plane route', () => {
   it('declares a scope for every route, in the order the router serves them', () => {
-    expect(listRoutes(createE2bControlPlane(t.server.services)).map((r) => `${r.method} ${r.path}`)).toEqual(tableKeys(E2B_CONTROL_PLANE_SCOPES));
+    expect(listRoutes(createE2bControlPlane(t.server.services, e2bOptionsOf(t.server.services))).map((r) => `${r.method} ${r.path}`)).toEqual(tableKeys(E2B_CONTROL_PLANE_SCOPES));
   });
 
   it('answers 401 / 403 / 404 / 401 on every route', async () => {

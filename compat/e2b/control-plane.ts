@@ -6,7 +6,7 @@ import express, { type NextFunction, type Request, type Response, type Router } 
 import { errors, NestboxError } from '../../core/errors.js';
 import { isTransitional, type SandboxState } from '../../core/state-machine.js';
 import type { Principal, Sandbox, Snapshot } from '../../core/types.js';
-import type { Services } from '../../src/services.js';
+import type { E2bDeps } from './deps.js';
 import { notSupported, renderControlPlaneError } from './errors.js';
 import { ENVD_VERSION } from './routing.js';
 import { E2B_CONTROL_PLANE_SCOPES } from './scopes.js';
@@ -23,11 +23,6 @@ const DEFAULT_LIST_LIMIT = 100;
 const SETTLE_WAIT_MS = 60_000;
 
 type Handler = (req: Request, res: Response, principal: Principal) => Promise<void>;
-
-export interface ControlPlaneOptions {
-  /** Wildcard domain for `<port>-<id>.<domain>` hosts, returned as `domain` so getHost() works. */
-  publicDomain?: string;
-}
 
 /**
  * E2B states: running and paused. A core sandbox that is stopped (disk kept, memory not) is
@@ -75,7 +70,10 @@ export function parseMetadataFilter(value: unknown): Record<string, string> | un
   return out;
 }
 
-export function createControlPlaneRouter(services: Services, options: ControlPlaneOptions = {}): Router {
+export function createControlPlaneRouter(deps: E2bDeps): Router {
+  const core = deps.core;
+  // `publicDomain`: the wildcard domain for `<port>-<id>.<domain>` hosts, returned as `domain` so getHost() works.
+  const options = { publicDomain: deps.publicDomain };
   const router = express.Router();
   router.use(express.json({ limit: '1mb' }));
   router.use(rejectNulInJsonBody((res, err) => renderControlPlaneError(res, err)));
@@ -84,13 +82,13 @@ export function createControlPlaneRouter(services: Services, options: ControlPla
   // sandboxes, the sandbox in the path (scopes.ts), before any handler runs.
   router.use((req: Request, res: Response, next: NextFunction) => {
     const key = req.headers['x-api-key'];
-    services.auth
+    core.auth
       .authenticate(typeof key === 'string' ? key.trim() : undefined)
       .then((principal) => {
         res.locals.principal = principal;
         next();
       })
-      .catch((err) => renderControlPlaneError(res, err, services.log));
+      .catch((err) => renderControlPlaneError(res, err, deps.log));
   });
   router.use(
     scopeGate(E2B_CONTROL_PLANE_SCOPES, {
@@ -99,7 +97,7 @@ export function createControlPlaneRouter(services: Services, options: ControlPla
       checkVisible: async (principal, sandboxId) => {
         if (!canSeeSandbox(principal, sandboxId)) throw errors.notFound('sandbox', sandboxId);
       },
-      onError: (res, err) => renderControlPlaneError(res, err, services.log),
+      onError: (res, err) => renderControlPlaneError(res, err, deps.log),
     }),
   );
 
@@ -107,7 +105,7 @@ export function createControlPlaneRouter(services: Services, options: ControlPla
     try {
       await handler(req, res, (res.locals as { principal: Principal }).principal);
     } catch (err) {
-      renderControlPlaneError(res, err, services.log);
+      renderControlPlaneError(res, err, deps.log);
     }
   };
   const body = (req: Request): Record<string, unknown> => (req.body && typeof req.body === 'object' ? (req.body as Record<string, unknown>) : {});
@@ -119,7 +117,7 @@ export function createControlPlaneRouter(services: Services, options: ControlPla
     if (typeof templateID !== 'string' || templateID === '') throw errors.validation('templateID', 'must be a template id');
     if (templateID === 'mcp-gateway') throw notSupported('the MCP gateway template');
     try {
-      await services.snapshots.get(principal, templateID);
+      await core.snapshots.get(principal, templateID);
     } catch (err) {
       if (err instanceof NestboxError && err.code === 'not_found') throw new NestboxError('not_found', `template ${templateID} not found (templates are Nestbox snapshots; "base" is the default image)`);
       throw err;
@@ -129,7 +127,7 @@ export function createControlPlaneRouter(services: Services, options: ControlPla
 
   async function snapshotNames(principal: Principal): Promise<Map<string, string>> {
     if (!principal.scopes.has('snapshots:read')) return new Map();
-    return new Map((await services.snapshots.list(principal)).map((s: Snapshot) => [s.id, s.name]));
+    return new Map((await core.snapshots.list(principal)).map((s: Snapshot) => [s.id, s.name]));
   }
 
   function templateIdOf(s: Sandbox, names: Map<string, string>): string {
@@ -143,7 +141,7 @@ export function createControlPlaneRouter(services: Services, options: ControlPla
    * sends no token (e2b.md (b) "envdAccessToken: optional").
    */
   async function envdTokens(principal: Principal, s: Sandbox): Promise<{ envdAccessToken?: string; trafficAccessToken: string | null }> {
-    const credential = await services.sandboxTokens.envdCredential(principal, s.id);
+    const credential = await core.sandboxTokens.envdCredential(principal, s.id);
     return credential ? { envdAccessToken: credential.accessToken, trafficAccessToken: credential.trafficToken } : { trafficAccessToken: null };
   }
 
@@ -196,10 +194,10 @@ export function createControlPlaneRouter(services: Services, options: ControlPla
     if (b.volumeMounts !== undefined && Array.isArray(b.volumeMounts) && b.volumeMounts.length > 0) throw notSupported('volumeMounts');
     if (b.mcp !== undefined && b.mcp !== null) throw notSupported('mcp');
     const egress = egressOf(b);
-    const sandbox = await services.sandboxes.create(principal, {
+    const sandbox = await core.sandboxes.create(principal, {
       ...source,
       ...(egress ? { egress } : {}),
-      timeoutSeconds: Math.min(timeoutOf(b) ?? DEFAULT_TIMEOUT_SECONDS, services.config.limits.maxTimeoutSeconds),
+      timeoutSeconds: Math.min(timeoutOf(b) ?? DEFAULT_TIMEOUT_SECONDS, deps.maxTimeoutSeconds),
       env: stringMap(b, 'envVars'),
       labels: stringMap(b, 'metadata'),
       // E2B kills a sandbox at its timeout unless autoPause asks to keep it. Core stops it at
@@ -217,10 +215,10 @@ export function createControlPlaneRouter(services: Services, options: ControlPla
   /** A sandbox in the middle of a stop or pause is waited for: E2B shows it as paused already. */
   async function settled(principal: Principal, sandboxId: string): Promise<Sandbox> {
     const deadline = Date.now() + SETTLE_WAIT_MS;
-    let sandbox = await services.sandboxes.get(principal, sandboxId);
+    let sandbox = await core.sandboxes.get(principal, sandboxId);
     while (isTransitional(sandbox.state) && sandbox.state !== 'deleting' && Date.now() < deadline) {
       await new Promise((r) => setTimeout(r, 100));
-      sandbox = await services.sandboxes.get(principal, sandboxId);
+      sandbox = await core.sandboxes.get(principal, sandboxId);
     }
     return sandbox;
   }
@@ -230,8 +228,8 @@ export function createControlPlaneRouter(services: Services, options: ControlPla
     const timeout = timeoutOf(b);
     let sandbox = await settled(principal, id(req));
     const wasRunning = sandbox.state === 'running';
-    if (!wasRunning) sandbox = await services.sandboxes.resume(principal, sandbox.id);
-    if (timeout !== undefined) sandbox = await services.sandboxes.update(principal, sandbox.id, { timeoutSeconds: Math.min(timeout, services.config.limits.maxTimeoutSeconds) });
+    if (!wasRunning) sandbox = await core.sandboxes.resume(principal, sandbox.id);
+    if (timeout !== undefined) sandbox = await core.sandboxes.update(principal, sandbox.id, { timeoutSeconds: Math.min(timeout, deps.maxTimeoutSeconds) });
     res.status(wasRunning ? 200 : 201).json(await sandboxResponse(principal, sandbox, await snapshotNames(principal)));
   };
 
@@ -240,9 +238,9 @@ export function createControlPlaneRouter(services: Services, options: ControlPla
     const b = body(req);
     const current = await settled(principal, id(req));
     if (e2bState(current.state) === 'running') throw new NestboxError('conflict', `sandbox ${current.id} is not paused`);
-    let sandbox = await services.sandboxes.resume(principal, current.id);
+    let sandbox = await core.sandboxes.resume(principal, current.id);
     const timeout = timeoutOf(b);
-    if (timeout !== undefined) sandbox = await services.sandboxes.update(principal, sandbox.id, { timeoutSeconds: Math.min(timeout, services.config.limits.maxTimeoutSeconds) });
+    if (timeout !== undefined) sandbox = await core.sandboxes.update(principal, sandbox.id, { timeoutSeconds: Math.min(timeout, deps.maxTimeoutSeconds) });
     res.status(201).json(await sandboxResponse(principal, sandbox, await snapshotNames(principal)));
   };
 
@@ -256,7 +254,7 @@ export function createControlPlaneRouter(services: Services, options: ControlPla
       states.push(...mapped);
     }
     const limit = q.limit === undefined ? DEFAULT_LIST_LIMIT : Number(q.limit);
-    const page = await services.sandboxes.list(principal, {
+    const page = await core.sandboxes.list(principal, {
       labels: parseMetadataFilter(q.metadata),
       states,
       limit,
@@ -270,12 +268,12 @@ export function createControlPlaneRouter(services: Services, options: ControlPla
   };
 
   const pause: Handler = async (req, res, principal) => {
-    const current = await services.sandboxes.get(principal, id(req));
+    const current = await core.sandboxes.get(principal, id(req));
     // Already paused → body code 409 → the SDK's pause() returns false.
     if (e2bState(current.state) === 'paused') throw new NestboxError('conflict', `sandbox ${current.id} is already paused`);
-    await services.sandboxes.pause(principal, current.id);
+    await core.sandboxes.pause(principal, current.id);
     // A paused E2B sandbox is kept until resumed or killed: if its timeout stops it, it is not deleted.
-    await services.sandboxes.update(principal, current.id, { autoDeleteSeconds: null });
+    await core.sandboxes.update(principal, current.id, { autoDeleteSeconds: null });
     res.status(204).end();
   };
 
@@ -287,21 +285,21 @@ export function createControlPlaneRouter(services: Services, options: ControlPla
     throw notSupported('sandbox metrics');
   }));
   router.get('/sandboxes/:sandboxID', route(async (req, res, principal) => {
-    const sandbox = await services.sandboxes.get(principal, id(req));
+    const sandbox = await core.sandboxes.get(principal, id(req));
     res.status(200).json(await listedSandbox(principal, sandbox, await snapshotNames(principal), true));
   }));
   router.delete('/sandboxes/:sandboxID', route(async (req, res, principal) => {
-    await services.sandboxes.delete(principal, id(req));
+    await core.sandboxes.delete(principal, id(req));
     res.status(204).end();
   }));
   router.post('/sandboxes/:sandboxID/timeout', route(async (req, res, principal) => {
     const timeout = timeoutOf(body(req));
     if (timeout === undefined) throw errors.validation('timeout', 'required');
-    await services.sandboxes.update(principal, id(req), { timeoutSeconds: Math.min(timeout, services.config.limits.maxTimeoutSeconds) });
+    await core.sandboxes.update(principal, id(req), { timeoutSeconds: Math.min(timeout, deps.maxTimeoutSeconds) });
     res.status(204).end();
   }));
   router.post('/sandboxes/:sandboxID/refreshes', route(async (req, res, principal) => {
-    await services.sandboxes.keepAlive(principal, id(req));
+    await core.sandboxes.keepAlive(principal, id(req));
     res.status(204).end();
   }));
   router.post('/sandboxes/:sandboxID/pause', route(pause));
@@ -309,17 +307,17 @@ export function createControlPlaneRouter(services: Services, options: ControlPla
   router.post('/sandboxes/:sandboxID/connect', route(connect));
   router.post('/v2/sandboxes/:sandboxID/connect', route(connect));
   router.get('/sandboxes/:sandboxID/metrics', route(async (req, _res, principal) => {
-    await services.sandboxes.get(principal, id(req));
+    await core.sandboxes.get(principal, id(req));
     throw notSupported('sandbox metrics');
   }));
   router.get(['/sandboxes/:sandboxID/logs', '/v2/sandboxes/:sandboxID/logs'], route(async (req, _res, principal) => {
-    await services.sandboxes.get(principal, id(req));
+    await core.sandboxes.get(principal, id(req));
     throw notSupported('sandbox logs');
   }));
   // sbx.updateNetwork() (e2b.md (b)): onto core's egress policy, applied live by the host.
   router.put('/sandboxes/:sandboxID/network', route(async (req, res, principal) => {
     const egress = egressOf(body(req)) ?? { mode: 'allow-all' as const };
-    await services.sandboxes.update(principal, id(req), { egress });
+    await core.sandboxes.update(principal, id(req), { egress });
     res.status(204).end();
   }));
 
@@ -327,22 +325,22 @@ export function createControlPlaneRouter(services: Services, options: ControlPla
   router.post('/sandboxes/:sandboxID/snapshots', route(async (req, res, principal) => {
     const b = body(req);
     const name = typeof b.name === 'string' && b.name ? b.name : `${id(req)}-${Date.now().toString(36)}`;
-    const snapshot = await services.snapshots.create(principal, { sandboxId: id(req), name });
+    const snapshot = await core.snapshots.create(principal, { sandboxId: id(req), name });
     res.status(201).json({ snapshotID: snapshot.name, names: [snapshot.name] });
   }));
   router.get('/snapshots', route(async (req, res, principal) => {
-    let items = await services.snapshots.list(principal);
+    let items = await core.snapshots.list(principal);
     if (typeof req.query.sandboxID === 'string') items = items.filter((s) => s.sourceSandboxId === req.query.sandboxID);
     if (typeof req.query.name === 'string') items = items.filter((s) => s.name === req.query.name);
     res.status(200).json(items.map((s) => ({ snapshotID: s.name, names: [s.name] })));
   }));
   router.delete('/templates/:templateID', route(async (req, res, principal) => {
-    await services.snapshots.delete(principal, String(req.params.templateID));
+    await core.snapshots.delete(principal, String(req.params.templateID));
     res.status(204).end();
   }));
   router.post('/sandboxes/:sandboxID/fork', route(async (req, res, principal) => {
     const b = body(req);
-    const result = await services.sandboxes.fork(principal, id(req), {
+    const result = await core.sandboxes.fork(principal, id(req), {
       count: typeof b.count === 'number' ? b.count : undefined,
       timeoutSeconds: timeoutOf(b),
     });
@@ -367,7 +365,7 @@ export function createControlPlaneRouter(services: Services, options: ControlPla
   // Malformed JSON, an unknown charset and the like: E2B's error shape, never the native one
   // (core's toNestboxError gives each its 4xx).
   router.use((err: unknown, _req: Request, res: Response, _next: NextFunction) => {
-    renderControlPlaneError(res, err, services.log);
+    renderControlPlaneError(res, err, deps.log);
   });
   return router;
 }

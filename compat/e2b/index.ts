@@ -7,7 +7,8 @@
 import express, { type NextFunction, type Request, type RequestHandler, type Response, type Router } from 'express';
 import type { HandlerContext } from '@connectrpc/connect';
 import { NestboxError } from '../../core/errors.js';
-import type { Services } from '../../src/services.js';
+import type { CompatPort } from '../../core/compat-port.js';
+import type { E2bDeps, E2bOptions } from './deps.js';
 import { createControlPlaneRouter } from './control-plane.js';
 import { Filesystem } from './gen/filesystem/filesystem_pb.js';
 import { Process } from './gen/process/process_pb.js';
@@ -20,9 +21,12 @@ import { envdConnectHandler } from './envd/connect-adapter.js';
 import { rejectNulInJsonBody, requestTargetProblem } from '../../http-kit/request-checks.js';
 import { authenticateSandboxTraffic, CODE_INTERPRETER_PORT, ENVD_PORT, sandboxRouteOf, type SandboxRoute } from './routing.js';
 
-export interface E2bOptions {
-  /** `<port>-<id>.<domain>` host routing and the `domain` of create responses. */
-  publicDomain?: string;
+export type { E2bOptions } from './deps.js';
+
+/** Only core's port, named entry by entry: whatever else the caller's object holds stays out of reach. */
+function depsOf(core: CompatPort, options: E2bOptions): E2bDeps {
+  const { toolbox, sandboxes, snapshots, auth, sandboxTokens, ports, idempotency } = core;
+  return { ...options, core: { toolbox, sandboxes, snapshots, auth, sandboxTokens, ports, idempotency } };
 }
 
 const RPC_PATH = /^\/(process\.Process|filesystem\.Filesystem)\//;
@@ -37,12 +41,13 @@ function isSandboxTraffic(req: Request, route: SandboxRoute): boolean {
   return false;
 }
 
-export function createE2bSandboxTrafficHandler(services: Services, options: E2bOptions = {}): RequestHandler {
-  const resolveRpc = async (ctx: HandlerContext) => authenticateSandboxTraffic(services, ctx.requestHeader, sandboxRouteOf(ctx.requestHeader, options.publicDomain));
+export function createE2bSandboxTrafficHandler(core: CompatPort, options: E2bOptions): RequestHandler {
+  const deps = depsOf(core, options);
+  const resolveRpc = async (ctx: HandlerContext) => authenticateSandboxTraffic(deps.core, ctx.requestHeader, sandboxRouteOf(ctx.requestHeader, options.publicDomain));
   const connect = envdConnectHandler((router) => {
-    router.service(Process, processService(services, resolveRpc));
-    router.service(Filesystem, filesystemService(services, resolveRpc));
-  }, services.log);
+    router.service(Process, processService(deps, resolveRpc));
+    router.service(Filesystem, filesystemService(deps, resolveRpc));
+  }, deps.log);
   const json = express.json({ limit: '16mb' });
   const noNulInBody = rejectNulInJsonBody((res, err) => renderCodeInterpreterError(res, err));
 
@@ -62,22 +67,22 @@ export function createE2bSandboxTrafficHandler(services: Services, options: E2bO
     if (port === CODE_INTERPRETER_PORT) {
       // The code interpreter sends X-Access-Token on /execute only; /contexts carry the traffic token (e2b.md (e)).
       return json(req, res, (err?: unknown) => {
-        if (err) return renderCodeInterpreterError(res, err, services.log);
+        if (err) return renderCodeInterpreterError(res, err, deps.log);
         noNulInBody(req, res, () => {
-          void authenticateSandboxTraffic(services, req.headers, route, { allowTrafficToken: true })
-            .then((target) => handleCodeInterpreter(services, target, req, res))
-            .catch((e) => renderCodeInterpreterError(res, e, services.log));
+          void authenticateSandboxTraffic(deps.core, req.headers, route, { allowTrafficToken: true })
+            .then((target) => handleCodeInterpreter(deps, target, req, res))
+            .catch((e) => renderCodeInterpreterError(res, e, deps.log));
         });
       });
     }
     if (RPC_PATH.test(req.path)) return void connect(req, res);
-    if (req.path === '/files' && req.method === 'GET') return void downloadFile(services, req, res, route);
-    if (req.path === '/files' && req.method === 'POST') return void uploadFiles(services, req, res, route);
-    if (req.path === '/health') return void health(services, res, route, req);
+    if (req.path === '/files' && req.method === 'GET') return void downloadFile(deps, req, res, route);
+    if (req.path === '/files' && req.method === 'POST') return void uploadFiles(deps, req, res, route);
+    if (req.path === '/health') return void health(deps, res, route, req);
     renderEnvdHttpError(res, new NestboxError('not_found', `no envd route ${req.method} ${req.path}`));
   };
 }
 
-export function createE2bControlPlaneRouter(services: Services, options: E2bOptions = {}): Router {
-  return createControlPlaneRouter(services, options);
+export function createE2bControlPlaneRouter(core: CompatPort, options: E2bOptions): Router {
+  return createControlPlaneRouter(depsOf(core, options));
 }

@@ -4,8 +4,11 @@
 // fallbacks: a token that is unique per sandbox, a signature, or a `<port>-<id>.<domain>` host.
 import { createHash } from 'node:crypto';
 import { errors, NestboxError } from '../../core/errors.js';
-import type { Services } from '../../src/services.js';
-import type { SandboxTarget } from './guest.js';
+import type { CompatPort } from '../../core/compat-port.js';
+import type { SandboxTarget } from './target.js';
+
+/** What authenticating in-sandbox traffic needs of core: its sandbox tokens. */
+type TokenPort = Pick<CompatPort, 'sandboxTokens'>;
 
 export const ENVD_PORT = 49983;
 export const CODE_INTERPRETER_PORT = 49999;
@@ -50,7 +53,7 @@ export function sandboxRouteOf(headers: HeaderBag, publicDomain?: string): Sandb
  * /execute; its other calls carry the traffic token (e2b.md (e) headers), accepted there.
  */
 export async function authenticateSandboxTraffic(
-  services: Services,
+  core: TokenPort,
   headers: HeaderBag,
   route: SandboxRoute,
   opts: { allowTrafficToken?: boolean } = {},
@@ -58,11 +61,11 @@ export async function authenticateSandboxTraffic(
   const access = header(headers, 'x-access-token');
   const traffic = header(headers, 'e2b-traffic-access-token');
   if (access) {
-    const principal = await services.sandboxTokens.authenticate(access, route.sandboxId);
+    const principal = await core.sandboxTokens.authenticate(access, route.sandboxId);
     return { principal, sandboxId: [...principal.sandboxIds!][0] };
   }
   if (opts.allowTrafficToken && traffic && route.sandboxId) {
-    const principal = await services.sandboxTokens.authenticate(traffic, route.sandboxId, ['traffic']);
+    const principal = await core.sandboxTokens.authenticate(traffic, route.sandboxId, ['traffic']);
     return { principal, sandboxId: route.sandboxId };
   }
   throw errors.unauthorized('unauthorized access, please provide a valid access token (X-Access-Token)');
@@ -86,7 +89,7 @@ export function fileSignature(path: string, operation: 'read' | 'write', usernam
  * (NESTBOX_SANDBOX_TOKEN_TTL_SECONDS), so even a URL signed without an expiration dies with it.
  */
 export async function authenticateSignature(
-  services: Services,
+  core: TokenPort,
   route: SandboxRoute,
   q: { path: string; username: string; signature: string; expiration?: string },
   operation: 'read' | 'write',
@@ -95,10 +98,10 @@ export async function authenticateSignature(
     const expiry = Number(q.expiration);
     const now = Date.now() / 1000;
     if (!/^\d{1,12}$/.test(q.expiration) || expiry < now) throw new NestboxError('unauthorized', 'signature has expired');
-    const max = services.sandboxTokens.signedUrlMaxSeconds;
+    const max = core.sandboxTokens.signedUrlMaxSeconds;
     if (expiry > now + max) throw new NestboxError('unauthorized', `signature_expiration: more than ${max} seconds ahead (this server's maximum for signed URLs)`);
   }
-  const candidates = await services.sandboxTokens.signatureCandidates('envd', route.sandboxId ? { sandboxId: route.sandboxId } : { sandboxStates: ['running', 'paused'] });
+  const candidates = await core.sandboxTokens.signatureCandidates('envd', route.sandboxId ? { sandboxId: route.sandboxId } : { sandboxStates: ['running', 'paused'] });
   for (const c of candidates) {
     if (fileSignature(q.path, operation, q.username, c.secret, q.expiration) === q.signature) {
       return { principal: c.principal, sandboxId: c.sandboxId };

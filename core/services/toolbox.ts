@@ -29,6 +29,8 @@ export const TOOLBOX_OPERATIONS = {
   exec: { scope: 'sandboxes:exec', verb: 'run a command in' },
   startProcess: { scope: 'sandboxes:exec', verb: 'run a command in' },
   openTerminal: { scope: 'sandboxes:exec', verb: 'open a terminal in' },
+  startKernel: { scope: 'sandboxes:exec', verb: 'run code in' },
+  runCell: { scope: 'sandboxes:exec', verb: 'run code in' },
   listProcesses: { scope: 'sandboxes:read', verb: 'list processes of' },
   getProcess: { scope: 'sandboxes:read', verb: 'inspect processes of' },
   processOutput: { scope: 'sandboxes:read', verb: 'read process output of' },
@@ -139,6 +141,24 @@ export class Toolbox {
       },
       o,
     );
+  }
+
+  /**
+   * A code kernel (the guest agent's own interpreter, state kept from cell to cell), as a
+   * process: the process methods list, follow, feed (one JSON cell per line), interrupt
+   * (SIGINT) and kill it. Its protocol is described in host/agent-protocol/processes.ts.
+   */
+  async startKernel(p: Principal, sandboxId: string, input: Guest.StartKernelInput, o?: O): Promise<Guest.ProcessInfo> {
+    return (await this.guest(p, sandboxId, 'startKernel')).startKernel(input, o);
+  }
+
+  /**
+   * One cell of code in a kernel (startKernel): the kernel's messages as they come, ending
+   * after `end_of_execution`, or without it when the kernel exited mid-cell (its state is
+   * lost). Aborting `o.signal` interrupts the cell; the kernel keeps its state.
+   */
+  async runCell(p: Principal, sandboxId: string, kernelProcessId: string, input: Guest.CellInput, o?: O): Promise<AsyncGenerator<Guest.KernelMessage>> {
+    return (await this.guest(p, sandboxId, 'runCell')).runCell(kernelProcessId, input, o);
   }
 
   async listProcesses(p: Principal, sandboxId: string, input: { all?: boolean } = {}, o?: O): Promise<Guest.ProcessList> {

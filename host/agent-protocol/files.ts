@@ -50,9 +50,9 @@
 //   Daytona form: for each file i a text field `files[i].path` (the destination) followed by
 //   the file part `files[i].file`; the part's filename and Content-Type are ignored.
 //   Simple form: a text field `path` followed by a file part named `file`.
-//   E2B form: file parts named `file` whose filename is the full destination path (no
-//   preceding `path` field); `?path=` in the query, when given, is the destination of every
-//   such part (E2B's single-file write).
+//   `?path=` in the query, when given, is the destination of every `file` part without a
+//   preceding `path` field (a single-file write). A part's filename is never a destination
+//   (E2B's full-path filenames are turned into `path` fields by compat/e2b).
 //   Each file streams to a temp file beside its destination and is renamed into place;
 //   parents are created; a replaced file keeps its mode (new files 0644). Answer: 200
 //   UploadResponse when every file succeeded, 207 with the same shape when some failed.

@@ -4,6 +4,7 @@
 // agent's `/agent` and `/files-view` pass-throughs (host/protocol/client.ts) — so the control
 // plane and a host-side caller would share it. Answers are validated with the wire schemas
 // (types.ts, files.ts, processes.ts); errors are decoded by core's one decoder.
+import { randomBytes } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import type { Readable } from 'node:stream';
 import type { z } from 'zod';
@@ -43,6 +44,7 @@ export type SchemasMatchCore = [
   Check<Same<z.infer<typeof Files.DownloadRequest>, Guest.DownloadInput>>,
   Check<Same<z.infer<typeof Files.CreateWatcherRequest>, Guest.WatchInput>>,
   Check<Same<z.infer<typeof Processes.StartProcessRequest>, Guest.StartProcessInput>>,
+  Check<Same<z.infer<typeof Processes.StartKernelRequest>, Guest.StartKernelInput>>,
   Check<Same<z.infer<typeof Processes.ProcessInfo>, Guest.ProcessInfo>>,
   Check<Same<z.infer<typeof Processes.ProcessList>, Guest.ProcessList>>,
   Check<Same<z.infer<typeof Processes.OutputResponse>, Guest.ProcessOutput>>,
@@ -182,6 +184,62 @@ export class HttpGuestClient implements Guest.GuestClient {
 
   async startProcess(input: Guest.StartProcessInput, o: Guest.CallOptions = {}): Promise<Guest.ProcessInfo> {
     return (await this.json(Processes.ProcessInfo, { method: 'POST', path: '/processes', json: input, signal: o.signal })).body;
+  }
+
+  async startKernel(input: Guest.StartKernelInput, o: Guest.CallOptions = {}): Promise<Guest.ProcessInfo> {
+    return (await this.json(Processes.ProcessInfo, { method: 'POST', path: '/kernels', json: input, signal: o.signal })).body;
+  }
+
+  async runCell(processId: string, input: Guest.CellInput, o: Guest.CallOptions = {}): Promise<AsyncGenerator<Guest.KernelMessage>> {
+    let finished = false;
+    // A caller that gives up interrupts the cell: KeyboardInterrupt in the kernel, whose state
+    // survives for the next cell.
+    o.signal?.addEventListener('abort', () => {
+      if (!finished) void this.signalProcess(processId, 'SIGINT').catch(() => undefined);
+    }, { once: true });
+    // Note where the kernel's output is now, hand it the cell, then follow the output from that
+    // offset: the guest replays from any offset, so nothing is missed. (The stream is opened
+    // after the cell is written because its headers only come with its first event.)
+    const now = await this.getProcess(processId);
+    const cell = randomBytes(8).toString('hex');
+    await this.writeStdin(processId, Buffer.from(`${JSON.stringify({ id: cell, code: input.code, ...(input.env ? { env_vars: input.env } : {}) })}\n`));
+    const stream = await this.processEvents(processId, { stdoutOffset: now.stdout.bytes, stderrOffset: now.stderr.bytes }, o);
+    return (async function* () {
+      const decoder = new TextDecoder();
+      let buffer = '';
+      try {
+        for await (const event of stream.events()) {
+          if (event.type === 'keepalive') {
+            yield { type: 'keepalive' };
+            continue;
+          }
+          if (event.type === 'exit') break;
+          if (event.type !== 'stdout') continue;
+          buffer += decoder.decode(Buffer.from(event.data, 'base64'), { stream: true });
+          let at: number;
+          while ((at = buffer.indexOf('\n')) !== -1) {
+            const line = buffer.slice(0, at);
+            buffer = buffer.slice(at + 1);
+            let parsed: unknown;
+            try {
+              parsed = JSON.parse(line);
+            } catch {
+              continue;
+            }
+            // Messages of other cells (an interrupted one still finishing) are not this caller's.
+            if (!Processes.KernelMessage.safeParse(parsed).success || (parsed as { cell: string }).cell !== cell) continue;
+            const { cell: _cell, ...message } = parsed as Guest.KernelMessage & { cell: string };
+            if (message.type === 'end_of_execution') finished = true;
+            yield message;
+            if (finished) return;
+          }
+        }
+        // The kernel exited mid-cell: nothing is left to interrupt.
+        finished = true;
+      } finally {
+        stream.body.destroy();
+      }
+    })();
   }
 
   async listProcesses(input: { all?: boolean }, o: Guest.CallOptions = {}): Promise<Guest.ProcessList> {

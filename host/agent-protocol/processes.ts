@@ -73,6 +73,20 @@
 //          terminals get WebSocket pings every keepaliveIntervalMs (no message to filter out).
 //          Input after the terminal ended, or after /stdin/close, is dropped silently.
 //
+// KERNELS
+//
+//   POST   /kernels  StartKernelRequest → 201 ProcessInfo: a code kernel, the agent's own
+//          interpreter program for the language (code-interpreter/kernel.py for python), run
+//          as a process with stdin open (as POST /processes otherwise: tag, cwd, env; PYTHON-
+//          UNBUFFERED=1 and MPLBACKEND=Agg by default). It keeps its state from one cell to the
+//          next; its protocol is kernel.py's: one JSON cell per line on stdin, NDJSON messages
+//          (each naming its cell) on stdout; SIGINT interrupts the running cell. The process
+//          routes above list, follow, feed, signal and kill it.
+//   A cell: write `{"id":"<cell id>","code":"…","env_vars":{…}}` and a newline to its stdin;
+//   its messages are the stdout lines `{"cell":"<cell id>","type":…,…}` (KernelMessage) from
+//   the offsets it had before the write, up to `{"type":"end_of_execution"}`. A kernel that
+//   exits before that lost the cell and its state. (The typed client's runCell does all this.)
+//
 // SESSIONS: a named, persistent non-interactive `bash -l` (stdin from the agent, not a
 // terminal) that runs commands one after another, so `cd`, `export`, shell variables and
 // functions carry over. Each command gets an id that is ALSO a process id: /processes/{cid},
@@ -131,6 +145,19 @@ export const StartProcessRequest = z
   })
   .strict();
 export type StartProcessRequest = z.infer<typeof StartProcessRequest>;
+
+export const KERNEL_LANGUAGES = ['python'] as const;
+export const StartKernelRequest = z
+  .object({
+    language: z.enum(KERNEL_LANGUAGES),
+    tag: z.string().optional(),
+    cwd: z.string().optional(),
+    env: z.record(z.string(), z.string()).optional(),
+  })
+  .strict();
+
+/** One line of a kernel's stdout: a message about one cell, in kernel.py's shapes. */
+export const KernelMessage = z.looseObject({ type: z.string(), cell: z.string() });
 
 export const ProcessStatus = z.enum(['running', 'exited', 'killed']);
 export type ProcessStatus = z.infer<typeof ProcessStatus>;

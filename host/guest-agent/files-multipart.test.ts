@@ -56,21 +56,18 @@ describe('multipart upload and download', () => {
       expect(await readFile(join(agent.home, 'relative/ok.bin'))).toEqual(Buffer.from([0, 1, 2, 255]));
     });
 
-    it('takes the simple path + file form and E2B’s full-path filenames, and ?path=', async () => {
+    // E2B's full-path filenames are compat/e2b's to translate (test/e2b-upload-form.test.ts):
+    // the agent reads only the native forms, so a filename alone names no destination.
+    it('takes the simple path + file form and ?path=, and never a filename as the path', async () => {
       const simple = await upload(multipartBody([{ field: 'path', value: 'simple/one.txt' }, { field: 'file', value: 'one', filename: 'whatever' }]));
       expect(simple.status).toBe(200);
       expect(await readFile(join(agent.home, 'simple/one.txt'), 'utf8')).toBe('one');
 
       const e2bPath = join(agent.home, 'e2b/a/b.txt');
-      const e2b = await upload(
-        multipartBody([
-          { field: 'file', value: 'B', filename: e2bPath },
-          { field: 'file', value: 'C', filename: join(agent.home, 'e2b/c.txt') },
-        ]),
-      );
-      expect(e2b.status).toBe(200);
-      expect(await readFile(e2bPath, 'utf8')).toBe('B');
-      expect(await readFile(join(agent.home, 'e2b/c.txt'), 'utf8')).toBe('C');
+      const filenameOnly = await upload(multipartBody([{ field: 'file', value: 'B', filename: e2bPath }]));
+      expect(filenameOnly.status).toBe(207);
+      expect(filenameOnly.json().results).toEqual([{ path: 'path', ok: false, error: { code: 'validation_failed', message: 'path: required before the file part' } }]);
+      await expect(stat(e2bPath)).rejects.toThrow(/ENOENT/);
 
       const withQuery = await upload(multipartBody([{ field: 'file', value: 'Q', filename: 'b.txt' }]), `?${q({ path: 'e2b/from-query.txt' })}`);
       expect(withQuery.json().results).toEqual([{ path: join(agent.home, 'e2b/from-query.txt'), size: 1, ok: true }]);

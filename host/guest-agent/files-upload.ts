@@ -16,7 +16,7 @@ export interface UploadSettings {
   home: string;
   /** Largest accepted body in bytes; Infinity = no limit. */
   maxUploadBytes: number;
-  /** `?path=` of the request: the destination of E2B-style `file` parts. */
+  /** `?path=` of the request: the destination of `file` parts without a `path` field. */
   queryPath: string | null;
 }
 
@@ -82,8 +82,7 @@ export async function receiveUpload(req: IncomingMessage, settings: UploadSettin
 
   let parser: busboy.Busboy;
   try {
-    // preservePath: E2B puts the full destination path in the part's filename.
-    parser = busboy({ headers: req.headers, preservePath: true, limits: { fieldSize: MAX_FIELD_BYTES } });
+    parser = busboy({ headers: req.headers, limits: { fieldSize: MAX_FIELD_BYTES } });
   } catch (error) {
     throw validationFailed('content-type', (error as Error).message);
   }
@@ -98,15 +97,16 @@ export async function receiveUpload(req: IncomingMessage, settings: UploadSettin
     else if (name === 'path') pendingSimplePath = value;
     // Other text fields carry nothing the agent uses.
   });
-  parser.on('file', (name, part, info) => {
+  parser.on('file', (name, part) => {
     const daytona = DAYTONA_FILE_FIELD.exec(name);
     let destination: { field: string; raw: string | undefined };
     if (daytona) {
       destination = { field: `files[${daytona[1]}].path`, raw: pendingDaytonaPaths.get(daytona[1]) };
       pendingDaytonaPaths.delete(daytona[1]);
     } else if (name === 'file') {
-      // The simple form's `path` field, else E2B's query path, else E2B's full-path filename.
-      const raw = pendingSimplePath ?? (settings.queryPath || undefined) ?? (info.filename || undefined);
+      // The simple form's `path` field, else the query's path. (E2B's full-path filenames are
+      // translated into `path` fields by compat/e2b: the agent reads only the native forms.)
+      const raw = pendingSimplePath ?? (settings.queryPath || undefined);
       destination = { field: 'path', raw };
       pendingSimplePath = undefined;
     } else {

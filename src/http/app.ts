@@ -7,12 +7,23 @@ import { createNativeRouter, renderNativeError } from './native/router.js';
 import { PortProxy } from './port-proxy.js';
 import { bodyIdleTimeout } from './slow-clients.js';
 import { createDaytonaRouter } from '../../compat/daytona/router.js';
-import { createE2bControlPlaneRouter, createE2bSandboxTrafficHandler } from '../../compat/e2b/index.js';
+import { createE2bControlPlaneRouter, createE2bSandboxTrafficHandler, type E2bOptions } from '../../compat/e2b/index.js';
 import { renderDaytonaError } from '../../compat/daytona/errors.js';
 import { renderControlPlaneError } from '../../compat/e2b/errors.js';
 import { requestTargetProblem } from '../../http-kit/request-checks.js';
 import { assignRequestIds, requestLogger } from './request-id.js';
 import type { Logger } from '../../core/logger.js';
+
+/** The server settings the E2B layer needs beside core's port (compat/e2b/deps.ts). */
+export function e2bOptionsOf(services: Services): E2bOptions {
+  return {
+    publicDomain: services.config.ports.publicDomain,
+    maxUploadBytes: services.config.limits.maxUploadBytes,
+    maxTimeoutSeconds: services.config.limits.maxTimeoutSeconds,
+    streams: services.streams,
+    log: services.log,
+  };
+}
 
 /**
  * Render an error in the shape of the API the path belongs to. Used where no front door has
@@ -31,6 +42,7 @@ export function renderErrorForPath(req: Request, res: Response, err: unknown, lo
 /** One HTTP app on one port: the native API, the internal host-agent routes, later the compat layers. */
 export function createApp(services: Services): Express {
   const app = express();
+  const e2bOptions = e2bOptionsOf(services);
   app.disable('x-powered-by');
   // First: every later line about the request can carry its id.
   app.use(assignRequestIds(services.logger));
@@ -42,7 +54,7 @@ export function createApp(services: Services): Express {
   // whatever its path, and path-form URLs must reach the sandbox exactly as sent.
   // E2B in-sandbox traffic (envd, code interpreter) is recognised by its routing headers or by
   // `49983-`/`49999-<id>.<domain>` hosts, so it goes first; other ports fall through.
-  app.use(createE2bSandboxTrafficHandler(services, { publicDomain: services.config.ports.publicDomain }));
+  app.use(createE2bSandboxTrafficHandler(services, e2bOptions));
   app.use(new PortProxy(services).middleware);
   // Collapse duplicate slashes so `//api/v1/...` from sloppy URL joining still routes.
   app.use((req, _res, next) => {
@@ -61,7 +73,7 @@ export function createApp(services: Services): Express {
   // Daytona: control plane at /daytona/api, toolbox at /daytona/toolbox (compat/daytona/router.ts).
   app.use('/daytona', createDaytonaRouter(services));
   // E2B: control plane under /e2b (its in-sandbox traffic is routed above, before hosted ports).
-  app.use('/e2b', createE2bControlPlaneRouter(services, { publicDomain: services.config.ports.publicDomain }));
+  app.use('/e2b', createE2bControlPlaneRouter(services, e2bOptions));
 
   app.post(HEARTBEAT_PATH, express.json({ limit: '4mb' }), async (req: Request, res: Response) => {
     try {

@@ -1,25 +1,18 @@
-// Code contexts of E2B's code interpreter (port 49999, e2b.md (e)) onto guest processes: each
-// context is one persistent kernel process (host/guest-agent/code-interpreter/kernel.py)
-// started through the guest agent's /processes route and tagged with the context's id, so the
-// guest agent's process table is the only record of which contexts exist.
+// Code contexts of E2B's code interpreter (port 49999, e2b.md (e)) onto code kernels: each
+// context is one kernel (the guest agent's own, toolbox.startKernel) tagged with the context's
+// id, so the sandbox's process table is the only record of which contexts exist. Only the
+// mapping of E2B's contexts lives here; the kernel and its program are core's and the guest's.
 import { randomBytes } from 'node:crypto';
-import { readFileSync } from 'node:fs';
 import { NestboxError } from '../../../core/errors.js';
-import type { ProcessInfo, ProcessList } from '../../../host/agent-protocol/processes.js';
-import type { Services } from '../../../src/services.js';
-import { projectPath } from '../../../src/paths.js';
-import { guestJson, type SandboxTarget } from '../guest.js';
+import type { ProcessInfo } from '../../../core/guest.js';
+import type { E2bDeps } from '../deps.js';
+import type { SandboxTarget } from '../target.js';
 
 export const KERNEL_TAG_PREFIX = 'nestbox-e2b-kernel:';
 /** The context `/execute` uses when none is named. */
 export const DEFAULT_CONTEXT_ID = 'default-python';
 export const SUPPORTED_LANGUAGES = ['python'] as const;
-
-let kernelSource: string | undefined;
-function kernelProgram(): string {
-  kernelSource ??= readFileSync(projectPath('host/guest-agent/code-interpreter/kernel.py'), 'utf8');
-  return kernelSource;
-}
+type Language = (typeof SUPPORTED_LANGUAGES)[number];
 
 export interface CodeContext {
   id: string;
@@ -43,19 +36,16 @@ function parseTag(tag: string | null): { id: string; language: string } | undefi
   return at > 0 ? { id: rest.slice(0, at), language: rest.slice(at + 1) } : undefined;
 }
 
-export function validateLanguage(language: string | undefined): string {
+export function validateLanguage(language: string | undefined): Language {
   const lang = (language ?? 'python').toLowerCase();
   if (!(SUPPORTED_LANGUAGES as readonly string[]).includes(lang)) {
     throw new NestboxError('validation_failed', `language: "${language}" is not supported by this Nestbox server (supported: ${SUPPORTED_LANGUAGES.join(', ')})`, { field: 'language' });
   }
-  return lang;
+  return lang as Language;
 }
 
-const exec = (services: Services, target: SandboxTarget, method: string, path: string, json?: unknown) =>
-  guestJson<unknown>(services, target, { scope: 'sandboxes:exec', operation: 'run code in', method, path, json });
-
-async function kernelProcesses(services: Services, target: SandboxTarget, all: boolean): Promise<Kernel[]> {
-  const { body } = await guestJson<ProcessList>(services, target, { scope: 'sandboxes:read', operation: 'run code in', method: 'GET', path: `/processes${all ? '?all=true' : ''}` });
+async function kernelProcesses(deps: E2bDeps, target: SandboxTarget, all: boolean): Promise<Kernel[]> {
+  const body = await deps.core.toolbox.listProcesses(target.principal, target.sandboxId, all ? { all } : {});
   const kernels: Kernel[] = [];
   for (const p of body.processes) {
     const parsed = parseTag(p.tag);
@@ -64,26 +54,22 @@ async function kernelProcesses(services: Services, target: SandboxTarget, all: b
   return kernels;
 }
 
-export async function listContexts(services: Services, target: SandboxTarget): Promise<CodeContext[]> {
-  return (await kernelProcesses(services, target, false)).filter((k) => k.process.status === 'running').map((k) => k.context);
+export async function listContexts(deps: E2bDeps, target: SandboxTarget): Promise<CodeContext[]> {
+  return (await kernelProcesses(deps, target, false)).filter((k) => k.process.status === 'running').map((k) => k.context);
 }
 
-async function startKernel(services: Services, target: SandboxTarget, id: string, language: string, cwd?: string): Promise<Kernel> {
-  const { body } = await exec(services, target, 'POST', '/processes', {
-    argv: ['python3', '-u', '-c', kernelProgram()],
-    stdin: true,
+async function startKernel(deps: E2bDeps, target: SandboxTarget, id: string, language: string, cwd?: string): Promise<Kernel> {
+  const process = await deps.core.toolbox.startKernel(target.principal, target.sandboxId, {
+    language: validateLanguage(language),
     tag: tagOf(id, language),
-    // Figures render to PNG without a display.
-    env: { MPLBACKEND: 'Agg', PYTHONUNBUFFERED: '1' },
     ...(cwd ? { cwd } : {}),
   });
-  const process = body as ProcessInfo;
   return { context: { id, language, cwd: process.cwd }, process };
 }
 
-export async function createContext(services: Services, target: SandboxTarget, input: { language?: string; cwd?: string }): Promise<CodeContext> {
+export async function createContext(deps: E2bDeps, target: SandboxTarget, input: { language?: string; cwd?: string }): Promise<CodeContext> {
   const language = validateLanguage(input.language);
-  return (await startKernel(services, target, randomBytes(12).toString('hex'), language, input.cwd)).context;
+  return (await startKernel(deps, target, randomBytes(12).toString('hex'), language, input.cwd)).context;
 }
 
 /** Concurrent first calls on one context start one kernel, not several (within this replica). */
@@ -93,9 +79,9 @@ const starting = new Map<string, Promise<Kernel>>();
  * The running kernel of a context. The default context starts on first use; a context whose
  * kernel died (os._exit, OOM) is started again, like Jupyter restarts a dead kernel.
  */
-export async function kernelFor(services: Services, target: SandboxTarget, contextId: string | undefined, language?: string): Promise<Kernel> {
+export async function kernelFor(deps: E2bDeps, target: SandboxTarget, contextId: string | undefined, language?: string): Promise<Kernel> {
   const id = contextId ?? (language && validateLanguage(language) !== 'python' ? `default-${language}` : DEFAULT_CONTEXT_ID);
-  const kernels = (await kernelProcesses(services, target, true)).filter((k) => k.context.id === id);
+  const kernels = (await kernelProcesses(deps, target, true)).filter((k) => k.context.id === id);
   const running = kernels.find((k) => k.process.status === 'running');
   if (running) return running;
   // A kernel that was killed (removeContext, or the OOM killer) ends its context; one that
@@ -105,22 +91,22 @@ export async function kernelFor(services: Services, target: SandboxTarget, conte
   let pending = starting.get(key);
   if (!pending) {
     const previous = kernels[0];
-    pending = startKernel(services, target, id, previous?.context.language ?? 'python', previous?.context.cwd).finally(() => starting.delete(key));
+    pending = startKernel(deps, target, id, previous?.context.language ?? 'python', previous?.context.cwd).finally(() => starting.delete(key));
     starting.set(key, pending);
   }
   return pending;
 }
 
-export async function removeContext(services: Services, target: SandboxTarget, contextId: string): Promise<void> {
-  const running = (await kernelProcesses(services, target, false)).filter((k) => k.context.id === contextId && k.process.status === 'running');
+export async function removeContext(deps: E2bDeps, target: SandboxTarget, contextId: string): Promise<void> {
+  const running = (await kernelProcesses(deps, target, false)).filter((k) => k.context.id === contextId && k.process.status === 'running');
   if (running.length === 0) throw new NestboxError('not_found', `Context ${contextId} not found`);
-  for (const k of running) await exec(services, target, 'DELETE', `/processes/${encodeURIComponent(k.process.processId)}`);
+  for (const k of running) await deps.core.toolbox.killProcess(target.principal, target.sandboxId, k.process.processId);
 }
 
 /** A fresh kernel for the context (its state is gone), same id, language and cwd. */
-export async function restartContext(services: Services, target: SandboxTarget, contextId: string): Promise<CodeContext> {
-  const kernels = (await kernelProcesses(services, target, true)).filter((k) => k.context.id === contextId);
+export async function restartContext(deps: E2bDeps, target: SandboxTarget, contextId: string): Promise<CodeContext> {
+  const kernels = (await kernelProcesses(deps, target, true)).filter((k) => k.context.id === contextId);
   if (kernels.length === 0) throw new NestboxError('not_found', `Context ${contextId} not found`);
-  for (const k of kernels.filter((k) => k.process.status === 'running')) await exec(services, target, 'DELETE', `/processes/${encodeURIComponent(k.process.processId)}`);
-  return (await startKernel(services, target, contextId, kernels[0].context.language, kernels[0].context.cwd)).context;
+  for (const k of kernels.filter((k) => k.process.status === 'running')) await deps.core.toolbox.killProcess(target.principal, target.sandboxId, k.process.processId);
+  return (await startKernel(deps, target, contextId, kernels[0].context.language, kernels[0].context.cwd)).context;
 }

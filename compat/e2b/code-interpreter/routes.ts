@@ -1,13 +1,11 @@
 // The code-interpreter HTTP API (port 49999 traffic, e2b.md (e)): /execute streams the
 // kernel's NDJSON for one cell; /contexts manages kernels (kernels.ts).
 import type { Request, Response } from 'express';
-import { randomBytes } from 'node:crypto';
 import { NestboxError, publicError } from '../../../core/errors.js';
 import { clientHasGone } from '../../../http-kit/request-checks.js';
-import type { ProcessEvent } from '../../../host/agent-protocol/processes.js';
-import type { Services } from '../../../src/services.js';
+import type { E2bDeps } from '../deps.js';
 import { isSandboxUnavailable } from '../errors.js';
-import { guestEvents, guestJson, type SandboxTarget } from '../guest.js';
+import type { SandboxTarget } from '../target.js';
 import { createContext, kernelFor, listContexts, removeContext, restartContext } from './kernels.js';
 
 /**
@@ -38,9 +36,11 @@ function optionalString(value: unknown, field: string): string | undefined {
   return value;
 }
 
-export async function execute(services: Services, target: SandboxTarget, req: Request, res: Response): Promise<void> {
+export async function execute(deps: E2bDeps, target: SandboxTarget, req: Request, res: Response): Promise<void> {
+  const { toolbox } = deps.core;
+  const { principal, sandboxId } = target;
   // The answer streams for as long as the code runs: counted against the stream caps (429 beyond).
-  services.streams.acquireUntilClosed({ keyId: target.principal.keyId, sandboxId: target.sandboxId }, res);
+  deps.streams.acquireUntilClosed({ keyId: target.principal.keyId, sandboxId: target.sandboxId }, res);
   const body = (req.body ?? {}) as ExecuteBody;
   const code = optionalString(body.code, 'code');
   if (code === undefined) throw new NestboxError('validation_failed', 'code: required', { field: 'code' });
@@ -52,71 +52,22 @@ export async function execute(services: Services, target: SandboxTarget, req: Re
     throw new NestboxError('validation_failed', 'env_vars: must be an object of strings', { field: 'env_vars' });
   }
 
-  const kernel = await kernelFor(services, target, contextId, language);
-  const processPath = `/processes/${encodeURIComponent(kernel.process.processId)}`;
+  const kernel = await kernelFor(deps, target, contextId, language);
+  // A client that gives up (the SDK's timeoutMs) interrupts the cell (runCell): the context's
+  // kernel keeps its state for the next call.
   const abort = new AbortController();
-  let finished = false;
-  // A client that gives up (the SDK's timeoutMs) interrupts the cell: KeyboardInterrupt in the
-  // kernel, whose state survives for the next call.
-  res.on('close', () => {
-    abort.abort();
-    if (!finished) {
-      void guestJson(services, target, { scope: 'sandboxes:exec', operation: 'run code in', method: 'POST', path: `${processPath}/signal`, json: { signal: 'SIGINT' } }).catch(() => undefined);
-    }
-  });
+  res.on('close', () => abort.abort());
+  const messages = await toolbox.runCell(principal, sandboxId, kernel.process.processId, { code, ...(envVars ? { env: envVars as Record<string, string> } : {}) }, { signal: abort.signal });
 
-  // Note where the kernel's output is now, hand it the cell, then follow the output from that
-  // offset: the guest replays from any offset, so nothing is missed. (The stream is opened after
-  // the cell is written because its headers only come with its first event.)
-  const { body: now } = await guestJson<{ stdout: { bytes: number }; stderr: { bytes: number } }>(services, target, { scope: 'sandboxes:read', operation: 'run code in', method: 'GET', path: processPath });
-  const cellId = randomBytes(8).toString('hex');
-  const cell = JSON.stringify({ id: cellId, code, ...(envVars ? { env_vars: envVars } : {}) }) + '\n';
-  await guestJson(services, target, {
-    scope: 'sandboxes:exec',
-    operation: 'run code in',
-    method: 'POST',
-    path: `${processPath}/stdin`,
-    body: Buffer.from(cell),
-    headers: { 'content-type': 'application/octet-stream' },
-  });
-  const events = await guestEvents<ProcessEvent>(services, target, {
-    scope: 'sandboxes:read',
-    operation: 'run code in',
-    path: `${processPath}/events?stdoutOffset=${now.stdout.bytes}&stderrOffset=${now.stderr.bytes}`,
-    signal: abort.signal,
-  });
-
+  // The kernel speaks E2B's /execute shapes already (kernel.py): each message is one NDJSON line.
   res.status(200).setHeader('content-type', 'application/x-ndjson');
   res.flushHeaders();
-  const decoder = new TextDecoder();
-  let buffer = '';
   try {
-    for await (const event of events) {
-      if (event.type === 'keepalive') {
-        res.write(JSON.stringify({ type: 'keepalive' }) + '\n');
-        continue;
-      }
-      if (event.type === 'exit') break;
-      if (event.type !== 'stdout') continue;
-      buffer += decoder.decode(Buffer.from(event.data, 'base64'), { stream: true });
-      let at: number;
-      while ((at = buffer.indexOf('\n')) !== -1) {
-        const line = buffer.slice(0, at);
-        buffer = buffer.slice(at + 1);
-        let message: Record<string, unknown>;
-        try {
-          message = JSON.parse(line) as Record<string, unknown>;
-        } catch {
-          continue;
-        }
-        if (message.cell !== cellId) continue;
-        delete message.cell;
-        res.write(JSON.stringify(message) + '\n');
-        if (message.type === 'end_of_execution') {
-          finished = true;
-          res.end();
-          return;
-        }
+    for await (const message of messages) {
+      res.write(JSON.stringify(message) + '\n');
+      if (message.type === 'end_of_execution') {
+        res.end();
+        return;
       }
     }
   } catch (err) {
@@ -124,33 +75,32 @@ export async function execute(services: Services, target: SandboxTarget, req: Re
     throw err;
   }
   // The kernel died mid-cell (os._exit, out of memory): upstream reports it this way.
-  finished = true;
   res.write(JSON.stringify({ type: 'error', name: 'UnexpectedEndOfExecution', value: 'the code context\'s kernel exited during the execution; its state is lost', traceback: '' }) + '\n');
   res.write(JSON.stringify({ type: 'end_of_execution' }) + '\n');
   res.end();
 }
 
-export async function handleCodeInterpreter(services: Services, target: SandboxTarget, req: Request, res: Response): Promise<void> {
+export async function handleCodeInterpreter(deps: E2bDeps, target: SandboxTarget, req: Request, res: Response): Promise<void> {
   try {
     const path = req.path.replace(/\/+$/, '') || '/';
     const contextMatch = path.match(/^\/contexts\/([^/]+)(\/restart)?$/);
-    if (path === '/execute' && req.method === 'POST') return await execute(services, target, req, res);
+    if (path === '/execute' && req.method === 'POST') return await execute(deps, target, req, res);
     if (path === '/contexts' && req.method === 'POST') {
       const body = (req.body ?? {}) as { language?: unknown; cwd?: unknown };
-      res.status(200).json(await createContext(services, target, { language: optionalString(body.language, 'language'), cwd: optionalString(body.cwd, 'cwd') }));
+      res.status(200).json(await createContext(deps, target, { language: optionalString(body.language, 'language'), cwd: optionalString(body.cwd, 'cwd') }));
       return;
     }
     if (path === '/contexts' && req.method === 'GET') {
-      res.status(200).json(await listContexts(services, target));
+      res.status(200).json(await listContexts(deps, target));
       return;
     }
     if (contextMatch && !contextMatch[2] && req.method === 'DELETE') {
-      await removeContext(services, target, decodeURIComponent(contextMatch[1]));
+      await removeContext(deps, target, decodeURIComponent(contextMatch[1]));
       res.status(204).end();
       return;
     }
     if (contextMatch && contextMatch[2] && req.method === 'POST') {
-      await restartContext(services, target, decodeURIComponent(contextMatch[1]));
+      await restartContext(deps, target, decodeURIComponent(contextMatch[1]));
       res.status(204).end();
       return;
     }
@@ -160,6 +110,6 @@ export async function handleCodeInterpreter(services: Services, target: SandboxT
     }
     throw new NestboxError('not_found', `no code-interpreter route ${req.method} ${path}`);
   } catch (err) {
-    renderCodeInterpreterError(res, err, services.log);
+    renderCodeInterpreterError(res, err, deps.log);
   }
 }

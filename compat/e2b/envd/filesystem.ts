@@ -1,16 +1,15 @@
-// envd's `filesystem.Filesystem` service translated onto the guest agent's file routes
-// (e2b.md (c) "RPC-by-RPC usage"; host/agent-protocol/files.ts).
+// envd's `filesystem.Filesystem` service translated onto the toolbox's file operations
+// (e2b.md (c) "RPC-by-RPC usage"; core/services/toolbox.ts).
 import { posix } from 'node:path';
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from '@connectrpc/connect';
 import type { MessageInitShape } from '@bufbuild/protobuf';
 import { timestampFromDate } from '@bufbuild/protobuf/wkt';
-import type { CreateWatcherResponse as GuestCreateWatcher, WatcherEventsResponse, WatchEvent } from '../../../host/agent-protocol/files.js';
-import type { FileInfo, ListResponse } from '../../../host/agent-protocol/types.js';
+import type { FileInfo } from '../../../core/guest.js';
 import { NestboxError } from '../../../core/errors.js';
-import type { Services } from '../../../src/services.js';
+import type { E2bDeps } from '../deps.js';
 import { EventType, FileType, Filesystem, type EntryInfoSchema, type FilesystemEventSchema } from '../gen/filesystem/filesystem_pb.js';
 import { rpcError } from '../errors.js';
-import { guestEvents, guestJson, guestPath, type SandboxTarget } from '../guest.js';
+import { homeRelative, type SandboxTarget } from '../target.js';
 
 type EntryInit = MessageInitShape<typeof EntryInfoSchema>;
 type FilesystemEventInit = MessageInitShape<typeof FilesystemEventSchema>;
@@ -79,10 +78,11 @@ const errorsTo = (log: (m: string) => void) => <A extends unknown[], R>(fn: (...
   }
 };
 
-export function filesystemService(services: Services, resolve: ResolveTarget): Partial<ServiceImpl<typeof Filesystem>> {
-  const withErrors = errorsTo(services.log);
-  const stat = async (target: SandboxTarget, path: string, signal?: AbortSignal): Promise<FileInfo> =>
-    (await guestJson<FileInfo>(services, target, { scope: 'files:read', operation: 'read files of', method: 'GET', path: `/files/stat?path=${encodeURIComponent(guestPath(path))}`, signal, fileRead: true })).body;
+export function filesystemService(deps: E2bDeps, resolve: ResolveTarget): Partial<ServiceImpl<typeof Filesystem>> {
+  const { toolbox } = deps.core;
+  const withErrors = errorsTo(deps.log);
+  const stat = (target: SandboxTarget, path: string, signal?: AbortSignal): Promise<FileInfo> =>
+    toolbox.statFile(target.principal, target.sandboxId, homeRelative(path), { signal });
 
   async function filesystemEvent(target: SandboxTarget, root: string, e: { type: string; path: string }, includeEntry: boolean): Promise<FilesystemEventInit | undefined> {
     const type = EVENT_TYPE[e.type];
@@ -102,49 +102,35 @@ export function filesystemService(services: Services, resolve: ResolveTarget): P
       const target = await resolve(ctx);
       let result;
       try {
-        result = await guestJson<FileInfo>(services, target, { scope: 'files:write', operation: 'write files of', method: 'POST', path: '/files/mkdir', json: { path: guestPath(req.path) }, signal: ctx.signal });
+        result = await toolbox.makeDirectory(target.principal, target.sandboxId, { path: homeRelative(req.path) }, { signal: ctx.signal });
       } catch (err) {
         // Exists as something else: envd's already_exists too (makeDir → false).
         if (err instanceof NestboxError && err.code === 'conflict') throw new ConnectError(err.message, Code.AlreadyExists);
         throw err;
       }
-      // 200 = it was already a directory; the SDK's makeDir() returns false on already_exists.
-      if (result.status === 200) throw new ConnectError(`directory ${req.path} already exists`, Code.AlreadyExists);
-      return { entry: entryInfo(result.body) };
+      // It was already a directory: the SDK's makeDir() returns false on already_exists.
+      if (!result.created) throw new ConnectError(`directory ${req.path} already exists`, Code.AlreadyExists);
+      return { entry: entryInfo(result.info) };
     }),
 
     move: withErrors(async (req, ctx) => {
       const target = await resolve(ctx);
       // rename(2) semantics, like envd: an existing destination is replaced.
-      const { body } = await guestJson<FileInfo>(services, target, {
-        scope: 'files:write',
-        operation: 'write files of',
-        method: 'POST',
-        path: '/files/move',
-        json: { from: guestPath(req.source), to: guestPath(req.destination), overwrite: true },
-        signal: ctx.signal,
-      });
-      return { entry: entryInfo(body) };
+      const info = await toolbox.moveFile(target.principal, target.sandboxId, { from: homeRelative(req.source), to: homeRelative(req.destination), overwrite: true }, { signal: ctx.signal });
+      return { entry: entryInfo(info) };
     }),
 
     listDir: withErrors(async (req, ctx) => {
       const target = await resolve(ctx);
       // depth 0 (the proto3 default when absent) means 1, as upstream.
       const depth = Math.min(Math.max(req.depth || 1, 1), 32);
-      const { body } = await guestJson<ListResponse>(services, target, {
-        scope: 'files:read',
-        operation: 'read files of',
-        method: 'GET',
-        path: `/files/list?path=${encodeURIComponent(guestPath(req.path || '.'))}&depth=${depth}`,
-        signal: ctx.signal,
-        fileRead: true,
-      });
-      return { entries: body.entries.map(entryInfo) };
+      const list = await toolbox.listFiles(target.principal, target.sandboxId, { path: homeRelative(req.path || '.'), depth }, { signal: ctx.signal });
+      return { entries: list.entries.map(entryInfo) };
     }),
 
     remove: withErrors(async (req, ctx) => {
       const target = await resolve(ctx);
-      await guestJson(services, target, { scope: 'files:write', operation: 'write files of', method: 'DELETE', path: `/files?path=${encodeURIComponent(guestPath(req.path))}&recursive=true`, signal: ctx.signal });
+      await toolbox.deleteFile(target.principal, target.sandboxId, { path: homeRelative(req.path), recursive: true }, { signal: ctx.signal });
       return {};
     }),
 
@@ -152,15 +138,10 @@ export function filesystemService(services: Services, resolve: ResolveTarget): P
       try {
         const target = await resolve(ctx);
         // A server stream for as long as it runs: counted against the stream caps (429 beyond them).
-        services.streams.acquireUntilAborted({ keyId: target.principal.keyId, sandboxId: target.sandboxId }, ctx.signal);
+        deps.streams.acquireUntilAborted({ keyId: target.principal.keyId, sandboxId: target.sandboxId }, ctx.signal);
         const root = (await stat(target, req.path, ctx.signal)).path;
-        const events = await guestEvents<WatchEvent>(services, target, {
-          scope: 'files:read',
-          operation: 'watch files of',
-          path: `/files/watch?path=${encodeURIComponent(root)}&recursive=${req.recursive ? 'true' : 'false'}`,
-          signal: ctx.signal,
-        });
-        for await (const e of events) {
+        const stream = await toolbox.watchFiles(target.principal, target.sandboxId, { path: root, recursive: req.recursive }, { signal: ctx.signal });
+        for await (const e of stream.events()) {
           // The first message must be start (e2b.md (h) 3); the guest's ready means every watch is in place.
           if (e.type === 'ready') yield { event: { case: 'start', value: {} } };
           else if (e.type === 'keepalive') yield { event: { case: 'keepalive', value: {} } };
@@ -170,23 +151,23 @@ export function filesystemService(services: Services, resolve: ResolveTarget): P
           }
         }
       } catch (err) {
-        throw rpcError(err, ctx.signal, services.log);
+        throw rpcError(err, ctx.signal, deps.log);
       }
     },
 
     createWatcher: withErrors(async (req, ctx) => {
       const target = await resolve(ctx);
       const root = (await stat(target, req.path, ctx.signal)).path;
-      const { body } = await guestJson<GuestCreateWatcher>(services, target, { scope: 'files:read', operation: 'watch files of', method: 'POST', path: '/files/watchers', json: { path: root, recursive: req.recursive }, signal: ctx.signal });
-      return { watcherId: encodeWatcherId(body.watcherId, root, req.includeEntry) };
+      const created = await toolbox.createWatcher(target.principal, target.sandboxId, { path: root, recursive: req.recursive }, { signal: ctx.signal });
+      return { watcherId: encodeWatcherId(created.watcherId, root, req.includeEntry) };
     }),
 
     getWatcherEvents: withErrors(async (req, ctx) => {
       const target = await resolve(ctx);
       const w = decodeWatcherId(req.watcherId);
-      const { body } = await guestJson<WatcherEventsResponse>(services, target, { scope: 'files:read', operation: 'watch files of', method: 'GET', path: `/files/watchers/${encodeURIComponent(w.guestId)}/events`, signal: ctx.signal });
+      const drained = await toolbox.watcherEvents(target.principal, target.sandboxId, w.guestId, { signal: ctx.signal });
       const events: FilesystemEventInit[] = [];
-      for (const e of body.events) {
+      for (const e of drained.events) {
         const event = await filesystemEvent(target, w.root, e, w.includeEntry);
         if (event) events.push(event);
       }
@@ -196,7 +177,7 @@ export function filesystemService(services: Services, resolve: ResolveTarget): P
     removeWatcher: withErrors(async (req, ctx) => {
       const target = await resolve(ctx);
       const w = decodeWatcherId(req.watcherId);
-      await guestJson(services, target, { scope: 'files:read', operation: 'watch files of', method: 'DELETE', path: `/files/watchers/${encodeURIComponent(w.guestId)}`, signal: ctx.signal });
+      await toolbox.deleteWatcher(target.principal, target.sandboxId, w.guestId, { signal: ctx.signal });
       return {};
     }),
   };

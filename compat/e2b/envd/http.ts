@@ -1,19 +1,24 @@
-// envd's plain HTTP routes: `GET/POST /files` and `/health` (e2b.md (d)), onto the guest
-// agent's file routes through core.
+// envd's plain HTTP routes: `GET/POST /files` and `/health` (e2b.md (d)), onto the toolbox's
+// file operations (core/services/toolbox.ts).
 import type { Request, Response } from 'express';
 import { pipeline } from 'node:stream/promises';
 import { createGunzip } from 'node:zlib';
 import type { Readable } from 'node:stream';
 import { NestboxError } from '../../../core/errors.js';
-import type { FileInfo } from '../../../host/agent-protocol/types.js';
-import type { UploadResponse } from '../../../host/agent-protocol/files.js';
-import type { Services } from '../../../src/services.js';
+import type { StreamHeaders } from '../../../core/guest.js';
+import type { E2bDeps } from '../deps.js';
 import { clientGoneSignal, streamedBody, streamedThrough } from '../../../http-kit/request-body.js';
 import { renderEnvdHttpError } from '../errors.js';
-import { guestError, guestJson, guestPath, guestRequest, type SandboxTarget } from '../guest.js';
+import { nativeUploadForm } from './upload-form.js';
+import { homeRelative, type SandboxTarget } from '../target.js';
 import { authenticateSandboxTraffic, authenticateSignature, type SandboxRoute } from '../routing.js';
 
-const PASSED_DOWNLOAD_HEADERS = ['content-length', 'content-range', 'accept-ranges'];
+/** The download headers passed on as the toolbox gives them. */
+const PASSED_DOWNLOAD_HEADERS: [keyof StreamHeaders, string][] = [
+  ['contentLength', 'content-length'],
+  ['contentRange', 'content-range'],
+  ['acceptRanges', 'accept-ranges'],
+];
 
 function queryValue(req: Request, name: string): string | undefined {
   const v = req.query[name];
@@ -24,11 +29,11 @@ function queryValue(req: Request, name: string): string | undefined {
  * `/files` accepts the sandbox's token or a valid signature; a wrong token is refused even with
  * a good signature (e2b.md (d) "Auth rules").
  */
-async function filesTarget(services: Services, req: Request, route: SandboxRoute, operation: 'read' | 'write'): Promise<SandboxTarget> {
+async function filesTarget(deps: E2bDeps, req: Request, route: SandboxRoute, operation: 'read' | 'write'): Promise<SandboxTarget> {
   const signature = queryValue(req, 'signature');
-  if (req.headers['x-access-token'] || !signature) return authenticateSandboxTraffic(services, req.headers, route);
+  if (req.headers['x-access-token'] || !signature) return authenticateSandboxTraffic(deps.core, req.headers, route);
   return authenticateSignature(
-    services,
+    deps.core,
     route,
     { path: queryValue(req, 'path') ?? '', username: queryValue(req, 'username') ?? '', signature, expiration: queryValue(req, 'signature_expiration') },
     operation,
@@ -46,51 +51,47 @@ function requirePath(req: Request): string {
   return path;
 }
 
-export async function downloadFile(services: Services, req: Request, res: Response, route: SandboxRoute): Promise<void> {
+export async function downloadFile(deps: E2bDeps, req: Request, res: Response, route: SandboxRoute): Promise<void> {
   try {
-    const target = await filesTarget(services, req, route, 'read');
+    const target = await filesTarget(deps, req, route, 'read');
     const path = requirePath(req);
     const abort = new AbortController();
     res.on('close', () => {
       if (!res.writableFinished) abort.abort();
     });
-    const upstream = await guestRequest(services, target, {
-      scope: 'files:read',
-      operation: 'read files of',
-      method: 'GET',
-      path: `/files/content?path=${encodeURIComponent(guestPath(path))}`,
-      headers: typeof req.headers.range === 'string' ? { range: req.headers.range } : {},
-      signal: abort.signal,
-      fileRead: true,
-    });
-    const status = upstream.statusCode ?? 502;
-    if (status >= 400) throw await guestError(upstream);
-    res.status(status);
-    for (const name of PASSED_DOWNLOAD_HEADERS) {
-      const v = upstream.headers[name];
+    const file = await deps.core.toolbox.readFile(
+      target.principal,
+      target.sandboxId,
+      homeRelative(path),
+      typeof req.headers.range === 'string' ? { range: req.headers.range } : {},
+      { signal: abort.signal },
+    );
+    res.status(file.status);
+    for (const [key, name] of PASSED_DOWNLOAD_HEADERS) {
+      const v = file.headers[key];
       if (v !== undefined) res.setHeader(name, v);
     }
     const name = path.slice(path.lastIndexOf('/') + 1);
     res.setHeader('content-type', 'application/octet-stream');
     res.setHeader('content-disposition', `inline; filename="${name.replace(/[^\x20-\x7e]|["\\]/g, '_')}"`);
-    await pipeline(upstream, res);
+    await pipeline(file.body, res);
   } catch (err) {
-    renderEnvdHttpError(res, err, services.log);
+    renderEnvdHttpError(res, err, deps.log);
   }
 }
 
-export async function uploadFiles(services: Services, req: Request, res: Response, route: SandboxRoute): Promise<void> {
+export async function uploadFiles(deps: E2bDeps, req: Request, res: Response, route: SandboxRoute): Promise<void> {
   // A body that says gzip but is not: the gunzip stream fails, which cuts the upload to the
   // guest mid-way; the client must hear that its body was bad (400), not that the host is
   // unreachable (502 "socket hang up", found by the fuzz suite).
   let badGzip: NestboxError | undefined;
   try {
-    const target = await filesTarget(services, req, route, 'write');
+    const target = await filesTarget(deps, req, route, 'write');
     // File metadata (xattrs) has no Nestbox counterpart yet: say so instead of dropping it.
     if (Object.keys(req.headers).some((h) => h.startsWith('x-metadata-'))) {
       throw new NestboxError('validation_failed', 'X-Metadata-*: file metadata is not supported by this Nestbox server', { field: 'metadata' });
     }
-    const max = services.config.limits.maxUploadBytes;
+    const max = deps.maxUploadBytes;
     const declared = Number(req.headers['content-length'] ?? 0);
     if (declared > max) throw new NestboxError('payload_too_large', `body: ${declared} bytes exceeds the upload limit of ${max} bytes`);
     const contentType = String(req.headers['content-type'] ?? '');
@@ -107,22 +108,11 @@ export async function uploadFiles(services: Services, req: Request, res: Respons
     const signal = clientGoneSignal(req, res);
 
     if (contentType.startsWith('multipart/form-data')) {
-      // The guest agent reads E2B's form itself: parts named `file` whose filename is the full
-      // target path, or `?path=` for every part (host/agent-protocol/files.ts UPLOAD).
-      const upstream = await guestRequest(services, target, {
-        scope: 'files:write',
-        operation: 'write files of',
-        method: 'POST',
-        path: `/files/upload${path ? `?path=${encodeURIComponent(guestPath(path))}` : ''}`,
-        headers: { 'content-type': contentType },
-        body,
-        signal,
-      });
-      if ((upstream.statusCode ?? 502) >= 400) throw await guestError(upstream);
+      // E2B's form (parts named `file` whose filename is the full target path, or `?path=` for
+      // every part) re-encoded as the native one, streamed through (upload-form.ts).
+      const form = nativeUploadForm(body, contentType, path ? homeRelative(path) : undefined);
+      const result = await deps.core.toolbox.uploadFiles(target.principal, target.sandboxId, form, { signal });
       if (badGzip) throw badGzip;
-      const chunks: Buffer[] = [];
-      for await (const c of upstream) chunks.push(c as Buffer);
-      const result = JSON.parse(Buffer.concat(chunks).toString('utf8')) as UploadResponse;
       const failed = result.results.find((r) => !r.ok);
       if (failed && !failed.ok) throw new NestboxError((failed.error.code as NestboxError['code']) ?? 'internal', failed.error.message);
       if (result.results.length === 0) throw new NestboxError('validation_failed', 'body: no file part named "file"', { field: 'file' });
@@ -131,19 +121,11 @@ export async function uploadFiles(services: Services, req: Request, res: Respons
     }
     // application/octet-stream (envd ≥ 0.5.7): one file, `path` required.
     if (!path) throw new NestboxError('validation_failed', 'path: required for application/octet-stream uploads', { field: 'path' });
-    const { body: info } = await guestJson<FileInfo>(services, target, {
-      scope: 'files:write',
-      operation: 'write files of',
-      method: 'PUT',
-      path: `/files/content?path=${encodeURIComponent(guestPath(path))}`,
-      headers: { 'content-type': 'application/octet-stream' },
-      body,
-      signal,
-    });
+    const info = await deps.core.toolbox.writeFile(target.principal, target.sandboxId, homeRelative(path), body, {}, { signal });
     if (badGzip) throw badGzip;
     res.status(200).json([writtenEntry(info.path)]);
   } catch (err) {
-    renderEnvdHttpError(res, badGzip ?? err, services.log);
+    renderEnvdHttpError(res, badGzip ?? err, deps.log);
   }
 }
 
@@ -153,18 +135,18 @@ export async function uploadFiles(services: Services, req: Request, res: Respons
  * sandbox ids exist (issue 11): without a valid token of this sandbox the answer is the same 401
  * for every id. The SDK always sends its token (it has one from create/connect).
  */
-export async function health(services: Services, res: Response, route: SandboxRoute, req: Request): Promise<void> {
+export async function health(deps: E2bDeps, res: Response, route: SandboxRoute, req: Request): Promise<void> {
   try {
     // One answer for every credential problem (missing, forged, another sandbox's, expired,
     // revoked), so it says nothing about the id either.
-    const target = await authenticateSandboxTraffic(services, req.headers, route).catch((err: unknown) => {
+    const target = await authenticateSandboxTraffic(deps.core, req.headers, route).catch((err: unknown) => {
       if (err instanceof NestboxError && err.code === 'unauthorized') throw new NestboxError('unauthorized', 'unauthorized access, please provide a valid access token (X-Access-Token)');
       throw err;
     });
-    const sandbox = await services.sandboxes.get(target.principal, target.sandboxId);
+    const sandbox = await deps.core.sandboxes.get(target.principal, target.sandboxId);
     if (sandbox.state !== 'running') throw new NestboxError('invalid_state', `sandbox ${sandbox.id} is ${sandbox.state}`, { kind: 'sandbox' });
     res.status(204).end();
   } catch (err) {
-    renderEnvdHttpError(res, err, services.log);
+    renderEnvdHttpError(res, err, deps.log);
   }
 }

@@ -1,12 +1,12 @@
-// envd's `process.Process` service translated onto the guest agent's /processes routes
-// (e2b.md (c) "RPC-by-RPC usage"; host/agent-protocol/processes.ts). E2B names a process by its
-// pid (or tag); the guest agent by a process id, so every call first finds the guest process
-// with that pid: no mapping is kept here.
+// envd's `process.Process` service translated onto the toolbox's process operations
+// (e2b.md (c) "RPC-by-RPC usage"; core/services/toolbox.ts). E2B names a process by its pid (or
+// tag); Nestbox by a process id, so every call first finds the process with that pid: no
+// mapping is kept here.
 import { constants as osConstants } from 'node:os';
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from '@connectrpc/connect';
 import type { MessageInitShape } from '@bufbuild/protobuf';
-import type { ProcessEvent as GuestProcessEvent, ProcessInfo as GuestProcessInfo, ProcessList } from '../../../host/agent-protocol/processes.js';
-import type { Services } from '../../../src/services.js';
+import type { ProcessInfo as GuestProcessInfo } from '../../../core/guest.js';
+import type { E2bDeps } from '../deps.js';
 import {
   Process,
   Signal,
@@ -15,7 +15,7 @@ import {
   type PTY,
 } from '../gen/process/process_pb.js';
 import { rpcError } from '../errors.js';
-import { guestEvents, guestJson, type SandboxTarget } from '../guest.js';
+import type { SandboxTarget } from '../target.js';
 import { unixUserOf } from '../routing.js';
 import { KERNEL_TAG_PREFIX } from '../code-interpreter/kernels.js';
 
@@ -30,8 +30,8 @@ function isHidden(p: GuestProcessInfo): boolean {
   return p.tag !== null && (p.tag.startsWith('session:') || p.tag.startsWith(KERNEL_TAG_PREFIX));
 }
 
-async function findProcess(services: Services, target: SandboxTarget, selector: ProcessSelector | undefined, signal?: AbortSignal): Promise<GuestProcessInfo> {
-  const { body } = await guestJson<ProcessList>(services, target, { scope: 'sandboxes:read', operation: 'list processes of', method: 'GET', path: '/processes?all=true', signal });
+async function findProcess(deps: E2bDeps, target: SandboxTarget, selector: ProcessSelector | undefined, signal?: AbortSignal): Promise<GuestProcessInfo> {
+  const body = await deps.core.toolbox.listProcesses(target.principal, target.sandboxId, { all: true }, { signal });
   const wanted = selector?.selector;
   if (!wanted?.case) throw new ConnectError('process: give a pid or a tag', Code.InvalidArgument);
   const matches = body.processes.filter((p) => !isHidden(p) && (wanted.case === 'pid' ? p.pid === wanted.value : p.tag === wanted.value));
@@ -61,15 +61,10 @@ export function endEvent(exit: { status: string; exitCode: number | null; signal
 }
 
 /** Relay a guest process's events as envd ProcessEvents: start first (e2b.md (h) 3), then data, keepalives and end. */
-async function* relayEvents(services: Services, target: SandboxTarget, info: GuestProcessInfo, offsets: { stdout: number; stderr: number }, ctx: HandlerContext): AsyncGenerator<ProcessEventInit> {
+async function* relayEvents(deps: E2bDeps, target: SandboxTarget, info: GuestProcessInfo, offsets: { stdout: number; stderr: number }, ctx: HandlerContext): AsyncGenerator<ProcessEventInit> {
   yield { event: { case: 'start', value: { pid: info.pid } } };
-  const events = await guestEvents<GuestProcessEvent>(services, target, {
-    scope: 'sandboxes:read',
-    operation: 'stream process output of',
-    path: `/processes/${encodeURIComponent(info.processId)}/events?stdoutOffset=${offsets.stdout}&stderrOffset=${offsets.stderr}`,
-    signal: ctx.signal,
-  });
-  for await (const e of events) {
+  const stream = await deps.core.toolbox.processEvents(target.principal, target.sandboxId, info.processId, { stdoutOffset: offsets.stdout, stderrOffset: offsets.stderr }, { signal: ctx.signal });
+  for await (const e of stream.events()) {
     if (e.type === 'keepalive') {
       yield { event: { case: 'keepalive', value: {} } };
     } else if (e.type === 'exit') {
@@ -108,37 +103,28 @@ const streamErrorsTo = (log: (m: string) => void) => <A extends unknown[], R>(fn
     }
   };
 
-export function processService(services: Services, resolve: ResolveTarget): Partial<ServiceImpl<typeof Process>> {
-  const withErrors = errorsTo(services.log);
-  const withStreamErrors = streamErrorsTo(services.log);
-  const exec = (target: SandboxTarget, method: string, path: string, json?: unknown, signal?: AbortSignal) =>
-    guestJson(services, target, { scope: 'sandboxes:exec', operation: 'control processes of', method, path, json, signal });
+export function processService(deps: E2bDeps, resolve: ResolveTarget): Partial<ServiceImpl<typeof Process>> {
+  const { toolbox } = deps.core;
+  const withErrors = errorsTo(deps.log);
+  const withStreamErrors = streamErrorsTo(deps.log);
 
   async function writeInput(target: SandboxTarget, selector: ProcessSelector | undefined, data: Uint8Array, signal: AbortSignal): Promise<void> {
-    const info = await findProcess(services, target, selector, signal);
-    await guestJson(services, target, {
-      scope: 'sandboxes:exec',
-      operation: 'write to processes of',
-      method: 'POST',
-      path: `/processes/${encodeURIComponent(info.processId)}/stdin`,
-      body: Buffer.from(data),
-      headers: { 'content-type': 'application/octet-stream' },
-      signal,
-    });
+    const info = await findProcess(deps, target, selector, signal);
+    await toolbox.writeStdin(target.principal, target.sandboxId, info.processId, Buffer.from(data), { signal });
   }
 
   return {
     start: withStreamErrors(async function* (req, ctx) {
       const target = await resolve(ctx);
       // A server stream for as long as it runs: counted against the stream caps (429 beyond them).
-      services.streams.acquireUntilAborted({ keyId: target.principal.keyId, sandboxId: target.sandboxId }, ctx.signal);
+      deps.streams.acquireUntilAborted({ keyId: target.principal.keyId, sandboxId: target.sandboxId }, ctx.signal);
       const config = req.process;
       if (!config?.cmd) throw new ConnectError('process.cmd: required', Code.InvalidArgument);
       const pty = ptySize(req.pty);
       // Connect-Timeout-Ms is the process's lifetime in envd (e2b.md (h) 9): pass it on so the
       // guest kills the process at the deadline the client gave up at.
       const timeoutMs = ctx.timeoutMs();
-      const started = await exec(target, 'POST', '/processes', {
+      const info = await toolbox.startProcess(target.principal, target.sandboxId, {
         argv: [config.cmd, ...config.args],
         ...(Object.keys(config.envs).length ? { env: config.envs } : {}),
         ...(config.cwd ? { cwd: config.cwd } : {}),
@@ -148,16 +134,15 @@ export function processService(services: Services, resolve: ResolveTarget): Part
         ...(timeoutMs !== undefined ? { timeoutMs: Math.min(MAX_PROCESS_TIMEOUT_MS, Math.max(1, Math.floor(timeoutMs))) } : {}),
         ...(req.tag !== undefined ? { tag: req.tag } : {}),
         ...(pty ? { pty } : { stdin: req.stdin ?? true }),
-      }, ctx.signal);
-      const info = started.body as GuestProcessInfo;
-      for await (const event of relayEvents(services, target, info, { stdout: 0, stderr: 0 }, ctx)) yield { event };
+      }, { signal: ctx.signal });
+      for await (const event of relayEvents(deps, target, info, { stdout: 0, stderr: 0 }, ctx)) yield { event };
     }),
 
     connect: withStreamErrors(async function* (req, ctx) {
       const target = await resolve(ctx);
       // A server stream for as long as it runs: counted against the stream caps (429 beyond them).
-      services.streams.acquireUntilAborted({ keyId: target.principal.keyId, sandboxId: target.sandboxId }, ctx.signal);
-      const info = await findProcess(services, target, req.process, ctx.signal);
+      deps.streams.acquireUntilAborted({ keyId: target.principal.keyId, sandboxId: target.sandboxId }, ctx.signal);
+      const info = await findProcess(deps, target, req.process, ctx.signal);
       if (info.status !== 'running') {
         // Upstream replays start + end for a process that just ended.
         yield { event: { event: { case: 'start', value: { pid: info.pid } } } };
@@ -165,12 +150,12 @@ export function processService(services: Services, resolve: ResolveTarget): Part
         return;
       }
       // Output from this point on, as envd's Connect does.
-      for await (const event of relayEvents(services, target, info, { stdout: info.stdout.bytes, stderr: info.stderr.bytes }, ctx)) yield { event };
+      for await (const event of relayEvents(deps, target, info, { stdout: info.stdout.bytes, stderr: info.stderr.bytes }, ctx)) yield { event };
     }),
 
     list: withErrors(async (_req, ctx) => {
       const target = await resolve(ctx);
-      const { body } = await guestJson<ProcessList>(services, target, { scope: 'sandboxes:read', operation: 'list processes of', method: 'GET', path: '/processes', signal: ctx.signal });
+      const body = await toolbox.listProcesses(target.principal, target.sandboxId, {}, { signal: ctx.signal });
       return {
         // `config` is always set: the SDK reads it without a guard (e2b.md (h) 18).
         processes: body.processes
@@ -203,28 +188,27 @@ export function processService(services: Services, resolve: ResolveTarget): Part
 
     sendSignal: withErrors(async (req, ctx) => {
       const target = await resolve(ctx);
-      const info = await findProcess(services, target, req.process, ctx.signal);
+      const info = await findProcess(deps, target, req.process, ctx.signal);
       // envd answers not_found for a process that is gone; the SDK's kill() then returns false.
       if (info.status !== 'running') throw new ConnectError(`process with pid ${info.pid} not found`, Code.NotFound);
-      const path = `/processes/${encodeURIComponent(info.processId)}`;
-      if (req.signal === Signal.SIGKILL) await exec(target, 'DELETE', path, undefined, ctx.signal); // the whole process group, like envd's kill
-      else if (req.signal === Signal.SIGTERM) await exec(target, 'POST', `${path}/signal`, { signal: 'SIGTERM' }, ctx.signal);
+      if (req.signal === Signal.SIGKILL) await toolbox.killProcess(target.principal, target.sandboxId, info.processId, { signal: ctx.signal }); // the whole process group, like envd's kill
+      else if (req.signal === Signal.SIGTERM) await toolbox.signalProcess(target.principal, target.sandboxId, info.processId, 'SIGTERM', { signal: ctx.signal });
       else throw new ConnectError('signal: SIGTERM or SIGKILL', Code.InvalidArgument);
       return {};
     }),
 
     update: withErrors(async (req, ctx) => {
       const target = await resolve(ctx);
-      const info = await findProcess(services, target, req.process, ctx.signal);
+      const info = await findProcess(deps, target, req.process, ctx.signal);
       const size = ptySize(req.pty);
-      if (size) await exec(target, 'POST', `/processes/${encodeURIComponent(info.processId)}/resize`, size, ctx.signal);
+      if (size) await toolbox.resizeTerminal(target.principal, target.sandboxId, info.processId, size, { signal: ctx.signal });
       return {};
     }),
 
     closeStdin: withErrors(async (req, ctx) => {
       const target = await resolve(ctx);
-      const info = await findProcess(services, target, req.process, ctx.signal);
-      await exec(target, 'POST', `/processes/${encodeURIComponent(info.processId)}/stdin/close`, undefined, ctx.signal);
+      const info = await findProcess(deps, target, req.process, ctx.signal);
+      await toolbox.closeStdin(target.principal, target.sandboxId, info.processId, { signal: ctx.signal });
       return {};
     }),
   };

@@ -1,7 +1,8 @@
 # Nestbox's code-interpreter kernel: one persistent python3 process per code context, so
 # variables, imports and functions carry over from one cell to the next. It needs nothing but
-# the standard library (no ipykernel, no network). The E2B layer (compat/e2b/code-interpreter)
-# starts it through the guest agent's /processes route and talks to it over its stdin/stdout:
+# the standard library (no ipykernel, no network). It ships inside the guest agent, which
+# starts it on POST /kernels (core's toolbox.startKernel; the E2B layer's code contexts are
+# kernels); callers talk to it over its stdin/stdout through the process routes:
 #
 #   stdin  (one JSON object per line): {"id": "<cell id>", "code": "...", "env_vars": {...}}
 #   stdout (one JSON object per line, each with "cell": "<cell id>"), in E2B's /execute shapes:

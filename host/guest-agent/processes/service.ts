@@ -10,6 +10,7 @@ import {
   ResizeRequest,
   SessionCommandRequest,
   SignalRequest,
+  StartKernelRequest,
   StartProcessRequest,
   type ProcessList,
   type SessionList,
@@ -24,6 +25,7 @@ import { commandView, SessionManager, type SessionSettings } from './sessions.js
 import { prepareStart, startPipeProcess, startPtyProcess } from './spawn.js';
 import { eventsWebSocketSink, ptyWebSocketSink, pumpOutput, serverSentEventsSink } from './streams.js';
 import { discardableBody } from '../../agent-protocol/request-body.js';
+import { pythonKernelProgram } from '../code-interpreter/kernel-program.js';
 
 const MiB = 1024 * 1024;
 
@@ -140,7 +142,7 @@ export class ProcessService {
   /** The handler for a process/session route, or undefined when the path is not ours. */
   route(method: string | undefined, pathname: string): RouteHandler | undefined {
     const segments = splitPath(pathname);
-    if (!segments || (segments[0] !== 'processes' && segments[0] !== 'sessions')) return undefined;
+    if (!segments || (segments[0] !== 'processes' && segments[0] !== 'sessions' && segments[0] !== 'kernels')) return undefined;
     for (const route of this.routes) {
       const params = matchSegments(route.segments, segments);
       if (!params) continue;
@@ -191,6 +193,25 @@ export class ProcessService {
           const prepared = await prepareStart(request, this.settings);
           const id = this.registry.nextId();
           const process = prepared.pty ? await startPtyProcess(id, prepared, this.settings) : await startPipeProcess(id, prepared, this.settings);
+          this.registry.add(process);
+          sendJson(res, 201, process.info());
+        },
+      }),
+      route('/kernels', {
+        POST: async ({ req, res }) => {
+          const request = await json(req, StartKernelRequest);
+          const prepared = await prepareStart(
+            {
+              argv: ['python3', '-u', '-c', pythonKernelProgram()],
+              stdin: true,
+              tag: request.tag,
+              cwd: request.cwd,
+              // Figures render to PNG without a display; cell output is never held back.
+              env: { MPLBACKEND: 'Agg', PYTHONUNBUFFERED: '1', ...request.env },
+            },
+            this.settings,
+          );
+          const process = await startPipeProcess(this.registry.nextId(), prepared, this.settings);
           this.registry.add(process);
           sendJson(res, 201, process.info());
         },
