@@ -5,7 +5,6 @@ import type { IncomingMessage } from 'node:http';
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import { NestboxError } from '../../core/errors.js';
 import type { Principal } from '../../core/types.js';
-import type { Services } from '../../src/services.js';
 import { renderDaytonaError, type DaytonaSurface } from './errors.js';
 
 /** Where the compat layer is mounted (src/http/app.ts): users set DAYTONA_API_URL=<origin>/daytona/api. */
@@ -37,10 +36,34 @@ export function toolboxProxyUrl(req: IncomingMessage): string {
   return `${publicOrigin(req)}${DAYTONA_PREFIX}/toolbox`;
 }
 
+/** Where internal failures are logged (a 500 shows the client only a reference). */
+export type Log = (message: string) => void;
+
+/** The server's stream caps (held per API key and per sandbox; beyond a cap, rate_limited). */
+export interface StreamSlots {
+  /** Holds a slot until `emitter` (the client's socket) emits 'close'; throws rate_limited beyond the caps. */
+  acquireUntilClosed(owner: { keyId?: string; sandboxId: string }, emitter: { once(event: 'close', listener: () => void): unknown }): unknown;
+}
+
+/**
+ * What the Daytona layer needs besides core's port (core/compat-port.ts): a few values of the
+ * server's configuration and the HTTP-level services that are not core's. Built where the
+ * router is mounted (src/http/app.ts `daytonaOptionsOf`), so this layer imports nothing of src/.
+ */
+export interface DaytonaOptions {
+  /** The native API's upload limit (NESTBOX_MAX_UPLOAD_BYTES), enforced while streaming. */
+  maxUploadBytes: number;
+  /** The longest sandbox timeout (NESTBOX_MAX_TIMEOUT_SECONDS): Daytona's intervals are capped by it. */
+  maxTimeoutSeconds: number;
+  /** Caps on long-lived streams: each toolbox WebSocket holds a slot while it is open. */
+  streams: StreamSlots;
+  log: Log;
+}
+
 /** Express handler wrapper: any throw becomes Daytona's error shape for that surface. */
-export function handle(services: Services, surface: DaytonaSurface, fn: (req: Request, res: Response) => Promise<void>) {
+export function handle(log: Log, surface: DaytonaSurface, fn: (req: Request, res: Response) => Promise<void>) {
   return (req: Request, res: Response, _next: NextFunction): void => {
-    fn(req, res).catch((err) => renderDaytonaError(res, err, surface, services.log));
+    fn(req, res).catch((err) => renderDaytonaError(res, err, surface, log));
   };
 }
 

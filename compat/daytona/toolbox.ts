@@ -7,9 +7,9 @@ import express, { type Request, type Response, type Router } from 'express';
 import { NestboxError, errors } from '../../core/errors.js';
 import type { Principal } from '../../core/types.js';
 import type { ByteStream, ExecInput, ExecResult, FileInfo, SessionInfo } from '../../core/guest.js';
-import type { Services } from '../../src/services.js';
+import type { CompatPort } from '../../core/compat-port.js';
 import { clientGoneSignal, streamedBody } from '../../http-kit/request-body.js';
-import { handle, markedText, principalOf, queryString, requireQuery, wantsMarkedText, type ToolboxCall } from './context.js';
+import { handle, markedText, principalOf, queryString, requireQuery, wantsMarkedText, type DaytonaOptions, type ToolboxCall } from './context.js';
 import { daemonCall, daemonError, FILE_CODES, notSupported, PROCESS_CODES } from './errors.js';
 import { createGitRoutes } from './git.js';
 import { createPty, findPty, ptyInfo, ptyProcesses } from './pty.js';
@@ -75,11 +75,11 @@ const SESSION_LOG_MAX_BYTES = 64 * 1024 * 1024;
 /** Longest timeout a toolbox command may ask for, as the native API's `timeoutMs` maximum. */
 const MAX_COMMAND_TIMEOUT_SECONDS = 86_400;
 
-export function createToolboxRouter(services: Services): Router {
+export function createToolboxRouter(core: Pick<CompatPort, 'toolbox' | 'sandboxes'>, options: Pick<DaytonaOptions, 'log' | 'maxUploadBytes'>): Router {
   const router = express.Router({ mergeParams: true });
-  const { sandboxes, toolbox } = services;
+  const { sandboxes, toolbox } = core;
   const tb = (fn: (c: ToolboxCall) => Promise<void>) =>
-    handle(services, 'toolbox', (req, res) => fn({ req, res, principal: principalOf(res), sandboxId: String(req.params.sandboxId) }));
+    handle(options.log, 'toolbox', (req, res) => fn({ req, res, principal: principalOf(res), sandboxId: String(req.params.sandboxId) }));
   /** A client that goes away cancels the guest call (a foreground command is killed). */
   const untilGone = (c: ToolboxCall) => ({ signal: clientGoneSignal(c.req, c.res) });
   const execIn = (c: ToolboxCall, input: ExecInput): Promise<ExecResult> => toolbox.exec(c.principal, c.sandboxId, input, untilGone(c));
@@ -309,7 +309,7 @@ export function createToolboxRouter(services: Services): Router {
     const contentType = c.req.headers['content-type'];
     if (!contentType?.startsWith('multipart/form-data')) throw new NestboxError('unsupported_media_type', 'content-type: must be multipart/form-data');
     // The same upload limit as the native API, enforced while streaming (bulk uploads are chunked).
-    const max = services.config.limits.maxUploadBytes;
+    const max = options.maxUploadBytes;
     if (Number(c.req.headers['content-length'] ?? 0) > max) throw new NestboxError('payload_too_large', `body: exceeds the upload limit of ${max} bytes`);
     const result = await file(toolbox.uploadFiles(c.principal, c.sandboxId, { contentType, path, body: streamedBody(c.req, max) }, untilGone(c)));
     const failed = result.results.filter((r) => !r.ok);

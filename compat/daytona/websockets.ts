@@ -14,8 +14,8 @@ import { TOOLBOX_OPERATIONS } from '../../core/services/toolbox.js';
 import type { Principal } from '../../core/types.js';
 import { UPSTREAM_HANDSHAKE_TIMEOUT_MS } from '../../host/protocol/ws-relay.js';
 import { claimUpgrade } from '../../http-kit/upgrade-claims.js';
-import type { Services } from '../../src/services.js';
-import { DAYTONA_PREFIX, STDERR_MARKER, STDOUT_MARKER } from './context.js';
+import type { CompatPort, ToolboxPort } from '../../core/compat-port.js';
+import { DAYTONA_PREFIX, STDERR_MARKER, STDOUT_MARKER, type DaytonaOptions } from './context.js';
 import { daemonCall, daemonError, daytonaErrorBody, notSupported, PROCESS_CODES, withDaemonCode } from './errors.js';
 import { createPty, findPty } from './pty.js';
 
@@ -72,8 +72,7 @@ function accept(req: http.IncomingMessage, socket: Duplex, head: Buffer, protoco
 }
 
 /** Session command logs, follow mode: process events → `01 01 01`/`02 02 02`-marked bytes, close 1000 at exit. */
-async function followLogs(services: Services, principal: Principal, sandboxId: string, sessionId: string, commandId: string, req: http.IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
-  const { toolbox } = services;
+async function followLogs(toolbox: ToolboxPort, principal: Principal, sandboxId: string, sessionId: string, commandId: string, req: http.IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
   if (sessionId !== 'entrypoint') {
     // The session must exist and own the command (command ids are process ids in the guest).
     await daemonCall(PROCESS_CODES, toolbox.getSessionCommand(principal, sandboxId, sessionId, commandId));
@@ -124,8 +123,7 @@ function ptyEnvs(req: http.IncomingMessage): Record<string, string> | undefined 
 }
 
 /** The PTY socket (daytona.md (e) "PTY"): connected → output → exited + close with a JSON reason. */
-async function attachPty(services: Services, principal: Principal, sandboxId: string, processId: string, req: http.IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
-  const { toolbox } = services;
+async function attachPty(toolbox: ToolboxPort, principal: Principal, sandboxId: string, processId: string, req: http.IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
   const upstream = await openUpstream(await toolbox.attachTerminal(principal, sandboxId, processId));
   const exitControl = offeredProtocols(req).includes(PTY_EXIT_CONTROL_SUBPROTOCOL);
   const client = await accept(req, socket, head, exitControl ? PTY_EXIT_CONTROL_SUBPROTOCOL : false);
@@ -170,7 +168,8 @@ async function attachPty(services: Services, principal: Principal, sandboxId: st
   upstream.resume();
 }
 
-export function attachDaytonaWebSockets(server: http.Server, services: Services): void {
+export function attachDaytonaWebSockets(server: http.Server, core: Pick<CompatPort, 'auth' | 'toolbox'>, options: Pick<DaytonaOptions, 'streams'>): void {
+  const { toolbox } = core;
   server.on('upgrade', (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
     const url = new URL((req.url ?? '/').replace(/\/{2,}/g, '/'), 'http://nestbox');
     if (!url.pathname.startsWith(`${DAYTONA_PREFIX}/`)) return;
@@ -184,28 +183,28 @@ export function attachDaytonaWebSockets(server: http.Server, services: Services)
     const target = parseToolboxPath(url.pathname);
     if (!target) throw new NestboxError('not_found', `no WebSocket route ${url.pathname}`);
     const header = req.headers.authorization;
-    const principal = await services.auth.authenticate(header?.startsWith('Bearer ') ? header.slice(7).trim() : undefined);
+    const principal = await core.auth.authenticate(header?.startsWith('Bearer ') ? header.slice(7).trim() : undefined);
     const { sandboxId, path } = target;
     // Counted until the client's socket closes; beyond the caps a 429 in Daytona's shape.
-    services.streams.acquireUntilClosed({ keyId: principal.keyId, sandboxId }, socket);
+    options.streams.acquireUntilClosed({ keyId: principal.keyId, sandboxId }, socket);
     let m: RegExpExecArray | null;
     if ((m = /^\/process\/session\/([^/]+)\/command\/([^/]+)\/logs$/.exec(path))) {
-      return followLogs(services, principal, sandboxId, decodeURIComponent(m[1]), decodeURIComponent(m[2]), req, socket, head);
+      return followLogs(toolbox, principal, sandboxId, decodeURIComponent(m[1]), decodeURIComponent(m[2]), req, socket, head);
     }
-    if (path === '/process/session/entrypoint/logs') return followLogs(services, principal, sandboxId, 'entrypoint', '', req, socket, head);
+    if (path === '/process/session/entrypoint/logs') return followLogs(toolbox, principal, sandboxId, 'entrypoint', '', req, socket, head);
     // PTY sockets attach to a terminal: its scope before anything is looked up (finding the PTY
     // only lists processes, which needs less).
     if (path === '/process/pty/create-connect' || /^\/process\/pty\/[^/]+\/connect$/.test(path)) requireScope(principal, TOOLBOX_OPERATIONS.attachTerminal.scope);
     if (path === '/process/pty/create-connect') {
       const num = (n: string) => (url.searchParams.get(n) ? Number(url.searchParams.get(n)) : undefined);
-      const created = await createPty(services.toolbox, principal, sandboxId, { id: url.searchParams.get('id') ?? '', cols: num('cols'), rows: num('rows'), cwd: url.searchParams.get('cwd') ?? undefined, envs: ptyEnvs(req) });
-      return attachPty(services, principal, sandboxId, created.processId, req, socket, head);
+      const created = await createPty(toolbox, principal, sandboxId, { id: url.searchParams.get('id') ?? '', cols: num('cols'), rows: num('rows'), cwd: url.searchParams.get('cwd') ?? undefined, envs: ptyEnvs(req) });
+      return attachPty(toolbox, principal, sandboxId, created.processId, req, socket, head);
     }
     if ((m = /^\/process\/pty\/([^/]+)\/connect$/.exec(path))) {
       const id = decodeURIComponent(m[1]);
-      const pty = await findPty(services.toolbox, principal, sandboxId, id);
+      const pty = await findPty(toolbox, principal, sandboxId, id);
       if (!pty) throw daemonError('not_found', `PTY session ${id} not found`, 'PROCESS_NOT_FOUND');
-      return attachPty(services, principal, sandboxId, pty.processId, req, socket, head);
+      return attachPty(toolbox, principal, sandboxId, pty.processId, req, socket, head);
     }
     if (path === '/process/interpreter/execute') throw notSupported('the code interpreter (codeInterpreter.runCode)', 'use process.codeRun');
     throw new NestboxError('not_found', `no WebSocket route ${path}`);
