@@ -6,10 +6,11 @@ import { pipeline } from 'node:stream/promises';
 import express, { type Request, type Response, type Router } from 'express';
 import { NestboxError, errors } from '../../core/errors.js';
 import type { Principal } from '../../core/types.js';
-import type { ByteStream, ExecInput, ExecResult, FileInfo, SessionInfo } from '../../core/guest.js';
+import type { ExecInput, ExecResult, FileInfo, SessionInfo } from '../../core/guest.js';
 import type { CompatPort } from '../../core/compat-port.js';
 import { clientGoneSignal, streamedBody } from '../../http-kit/request-body.js';
 import { handle, markedText, principalOf, queryString, requireQuery, wantsMarkedText, type DaytonaOptions, type ToolboxCall } from './context.js';
+import { daytonaDownloadParts } from './download-parts.js';
 import { daemonCall, daemonError, FILE_CODES, notSupported, PROCESS_CODES } from './errors.js';
 import { createGitRoutes } from './git.js';
 import { createPty, findPty, ptyInfo, ptyProcesses } from './pty.js';
@@ -324,23 +325,24 @@ export function createToolboxRouter(core: Pick<CompatPort, 'toolbox' | 'sandboxe
   router.post('/files/upload-v2', tb((c) => forwardUpload(c, requireQuery(c.req, 'path'))));
   router.post('/files/upload', tb((c) => forwardUpload(c, requireQuery(c.req, 'path'))));
 
-  /** A toolbox byte stream written out as Daytona answers it: 200 with the content type and length. */
-  const sendBytes = async (c: ToolboxCall, stream: ByteStream, contentType?: string): Promise<void> => {
-    c.res.status(200);
-    const type = contentType ?? stream.headers.contentType;
-    if (type) c.res.setHeader('content-type', type);
-    if (stream.headers.contentLength) c.res.setHeader('content-length', stream.headers.contentLength);
-    await pipeline(stream.body, c.res);
-  };
-  // Bulk download: the guest agent writes Daytona's multipart, error parts included (daytona.md (d)).
+  // Bulk download (daytona.md (d)): core's multipart, one part per path, with each `error`
+  // part's body rewritten to Daytona's daemon shape on the way through (download-parts.ts).
   router.post('/files/bulk-download', tb(async (c) => {
     const b = body(c.req);
     if (!Array.isArray(b.paths) || b.paths.length === 0 || b.paths.some((p) => typeof p !== 'string')) throw errors.validation('paths', 'must be a non-empty array of paths');
-    await sendBytes(c, await file(toolbox.downloadFiles(c.principal, c.sandboxId, { paths: b.paths as string[], errorStyle: 'daytona' }, untilGone(c))));
+    const stream = await file(toolbox.downloadFiles(c.principal, c.sandboxId, { paths: b.paths as string[] }, untilGone(c)));
+    const rewrite = daytonaDownloadParts(stream.headers.contentType);
+    c.res.status(200);
+    if (stream.headers.contentType) c.res.setHeader('content-type', stream.headers.contentType);
+    await pipeline(stream.body, rewrite, c.res);
   }));
   // Raw single-file download (signed download URLs).
   router.get('/files/download', tb(async (c) => {
-    await sendBytes(c, await file(toolbox.readFile(c.principal, c.sandboxId, requireQuery(c.req, 'path'), {}, untilGone(c))), 'application/octet-stream');
+    const stream = await file(toolbox.readFile(c.principal, c.sandboxId, requireQuery(c.req, 'path'), {}, untilGone(c)));
+    c.res.status(200);
+    c.res.setHeader('content-type', 'application/octet-stream');
+    if (stream.headers.contentLength) c.res.setHeader('content-length', stream.headers.contentLength);
+    await pipeline(stream.body, c.res);
   }));
 
   // --- info, env, metrics (daytona.md (c) "Info, env, metrics") ----------------------------
