@@ -42,34 +42,6 @@ export function daytonaFileInfo(f: FileInfo): Record<string, unknown> {
   };
 }
 
-const SYSTEM_METRICS_SCRIPT = String.raw`
-import json, os, time, shutil
-def cpu():
-    with open('/proc/stat') as f:
-        v = [int(x) for x in f.readline().split()[1:]]
-    return sum(v), v[3] + (v[4] if len(v) > 4 else 0)
-t1, i1 = cpu(); time.sleep(0.2); t2, i2 = cpu()
-used = 0.0 if t2 == t1 else 100.0 * (1 - (i2 - i1) / (t2 - t1))
-mem = {}
-with open('/proc/meminfo') as f:
-    for line in f:
-        k, v = line.split(':', 1)
-        mem[k] = int(v.split()[0]) * 1024
-total = mem.get('MemTotal', 0)
-for path in ('/sys/fs/cgroup/memory.max', '/sys/fs/cgroup/memory/memory.limit_in_bytes'):
-    try:
-        with open(path) as f:
-            limit = f.read().strip()
-        if limit.isdigit() and 0 < int(limit) < total:
-            total = int(limit)
-        break
-    except OSError:
-        pass
-usedmem = max(0, mem.get('MemTotal', 0) - mem.get('MemAvailable', 0))
-disk = shutil.disk_usage('/')
-print(json.dumps({'cpuCount': os.cpu_count() or 0, 'cpuUsedPct': round(used, 2), 'memTotal': total, 'memUsed': min(usedmem, total), 'memCache': mem.get('Cached', 0), 'diskTotal': disk.total, 'diskUsed': disk.used}))
-`;
-
 /** Session command logs are read whole, up to this much per stream. */
 const SESSION_LOG_MAX_BYTES = 64 * 1024 * 1024;
 
@@ -305,7 +277,11 @@ export function createToolboxRouter(core: Pick<CompatPort, 'toolbox' | 'sandboxe
     c.res.json(replaced.results.map((r, i) => ({ file: paths[i] !== undefined ? paths[i] : r.path, success: !r.error, ...(r.error ? { error: r.error.message } : {}) })));
   }));
 
-  /** Multipart uploads stream straight to the guest agent, which speaks Daytona's `files[i].*` form (daytona.md (d)). */
+  /**
+   * Multipart uploads stream through to core's uploadFiles as they are: Daytona's bulk form
+   * (`files[i].path` + `files[i].file`) is the native one, and its single-file form is a `file`
+   * part to `?path=` (daytona.md (d)).
+   */
   const forwardUpload = async (c: ToolboxCall, path?: string): Promise<void> => {
     const contentType = c.req.headers['content-type'];
     if (!contentType?.startsWith('multipart/form-data')) throw new NestboxError('unsupported_media_type', 'content-type: must be multipart/form-data');
@@ -357,9 +333,7 @@ export function createToolboxRouter(core: Pick<CompatPort, 'toolbox' | 'sandboxe
     c.res.json({ dir: r.stdout.trim() });
   }));
   router.get('/system/metrics', tb(async (c) => {
-    const r = await execIn(c, { argv: ['python3', '-c', SYSTEM_METRICS_SCRIPT], timeoutMs: 10_000 });
-    if (r.exitCode !== 0) throw errors.internal(`reading metrics failed: ${r.stdout}${r.stderr}`.slice(0, 500));
-    c.res.json({ ...(JSON.parse(r.stdout) as object), timestamp: new Date().toISOString() });
+    c.res.json({ ...(await toolbox.systemMetrics(c.principal, c.sandboxId, untilGone(c))), timestamp: new Date().toISOString() });
   }));
   router.get('/version', tb(async (c) => {
     c.res.json({ version: 'nestbox' });
