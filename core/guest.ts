@@ -122,8 +122,6 @@ export interface UploadInput {
 
 export interface DownloadInput {
   paths: string[];
-  /** Body of the `error` parts: the native shape, or Daytona's daemon shape (read by compat/daytona). */
-  errorStyle?: 'nestbox' | 'daytona';
 }
 
 export type WatchChangeType = 'create' | 'write' | 'remove' | 'rename' | 'chmod';

@@ -14,7 +14,7 @@ import { SnapshotService } from '../core/services/snapshots.js';
 import { IdempotencyService } from '../core/services/idempotency.js';
 import { SandboxTokenService } from '../core/services/sandbox-tokens.js';
 import { HttpHostClient } from '../host/protocol/client.js';
-import { createApp } from './http/app.js';
+import { createApp, daytonaOptionsOf } from './http/app.js';
 import { attachNativeWebSockets } from './http/native/websocket.js';
 import { attachPortProxyUpgrades } from './http/port-proxy.js';
 import { PortService } from '../core/services/ports.js';
@@ -130,7 +130,7 @@ export async function startServer(config: Config, logger: Logger = createLogger(
   // Hosted-port upgrades are claimed before any other front door looks at them.
   attachPortProxyUpgrades(server, services);
   // Compat front doors claim their upgrades first; the native listener answers the rest.
-  attachDaytonaWebSockets(server, services);
+  attachDaytonaWebSockets(server, services, daytonaOptionsOf(services));
   attachNativeWebSockets(server, services);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);

@@ -19,6 +19,7 @@ import { createE2bControlPlaneRouter as createE2bControlPlane } from '../compat/
 import { e2bOptionsOf } from '../src/http/app.js';
 import { createControlPlaneRouter as createDaytonaControlPlane } from '../compat/daytona/control-plane.js';
 import { createToolboxRouter } from '../compat/daytona/toolbox.js';
+import { daytonaOptionsOf } from '../src/http/app.js';
 import { E2B_CONTROL_PLANE_SCOPES } from '../compat/e2b/scopes.js';
 import { DAYTONA_API_SCOPES, DAYTONA_TOOLBOX_SCOPES } from '../compat/daytona/scopes.js';
 import { tableKeys, type ScopeTable } from '../compat/scope-gate.js';
@@ -198,8 +199,8 @@ describe('Daytona API: every route of its routers', () => {
 
   it('declares a scope for every route, in the order the routers serve them', () => {
     const services = t.server.services;
-    expect(listRoutes(createDaytonaControlPlane(services)).map((r) => `${r.method} ${r.path}`)).toEqual(tableKeys(DAYTONA_API_SCOPES));
-    expect(listRoutes(createToolboxRouter(services)).map((r) => `${r.method} ${r.path}`)).toEqual(tableKeys(DAYTONA_TOOLBOX_SCOPES));
+    expect(listRoutes(createDaytonaControlPlane(services, daytonaOptionsOf(services))).map((r) => `${r.method} ${r.path}`)).toEqual(tableKeys(DAYTONA_API_SCOPES));
+    expect(listRoutes(createToolboxRouter(services, daytonaOptionsOf(services))).map((r) => `${r.method} ${r.path}`)).toEqual(tableKeys(DAYTONA_TOOLBOX_SCOPES));
   });
 
   it('answers 401 / 403 / 404 / 401 on every control-plane route', async () => {

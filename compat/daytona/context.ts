@@ -1,12 +1,11 @@
 // Plumbing shared by the Daytona control plane and toolbox translators: who is calling, the
-// public URLs the SDK is handed back, and calls to the sandbox's guest agent through core.
+// public URLs the SDK is handed back, query parameters, and the handler wrappers. The sandbox
+// itself is reached only through core's toolbox (compat-port.ts), never by a guest path.
 import type { IncomingMessage } from 'node:http';
-import type { Readable } from 'node:stream';
-import type { NextFunction, Request, Response } from 'express';
-import { isErrorCode, NestboxError, type ErrorCode } from '../../core/errors.js';
-import type { Principal, Scope } from '../../core/types.js';
-import type { Services } from '../../src/services.js';
-import { renderDaytonaError, type DaytonaDaemonCode, type DaytonaSurface } from './errors.js';
+import type { NextFunction, Request, RequestHandler, Response } from 'express';
+import { NestboxError } from '../../core/errors.js';
+import type { Principal } from '../../core/types.js';
+import { renderDaytonaError, type DaytonaSurface } from './errors.js';
 
 /** Where the compat layer is mounted (src/http/app.ts): users set DAYTONA_API_URL=<origin>/daytona/api. */
 export const DAYTONA_PREFIX = '/daytona';
@@ -37,10 +36,34 @@ export function toolboxProxyUrl(req: IncomingMessage): string {
   return `${publicOrigin(req)}${DAYTONA_PREFIX}/toolbox`;
 }
 
+/** Where internal failures are logged (a 500 shows the client only a reference). */
+export type Log = (message: string) => void;
+
+/** The server's stream caps (held per API key and per sandbox; beyond a cap, rate_limited). */
+export interface StreamSlots {
+  /** Holds a slot until `emitter` (the client's socket) emits 'close'; throws rate_limited beyond the caps. */
+  acquireUntilClosed(owner: { keyId?: string; sandboxId: string }, emitter: { once(event: 'close', listener: () => void): unknown }): unknown;
+}
+
+/**
+ * What the Daytona layer needs besides core's port (core/compat-port.ts): a few values of the
+ * server's configuration and the HTTP-level services that are not core's. Built where the
+ * router is mounted (src/http/app.ts `daytonaOptionsOf`), so this layer imports nothing of src/.
+ */
+export interface DaytonaOptions {
+  /** The native API's upload limit (NESTBOX_MAX_UPLOAD_BYTES), enforced while streaming. */
+  maxUploadBytes: number;
+  /** The longest sandbox timeout (NESTBOX_MAX_TIMEOUT_SECONDS): Daytona's intervals are capped by it. */
+  maxTimeoutSeconds: number;
+  /** Caps on long-lived streams: each toolbox WebSocket holds a slot while it is open. */
+  streams: StreamSlots;
+  log: Log;
+}
+
 /** Express handler wrapper: any throw becomes Daytona's error shape for that surface. */
-export function handle(services: Services, surface: DaytonaSurface, fn: (req: Request, res: Response) => Promise<void>) {
+export function handle(log: Log, surface: DaytonaSurface, fn: (req: Request, res: Response) => Promise<void>) {
   return (req: Request, res: Response, _next: NextFunction): void => {
-    fn(req, res).catch((err) => renderDaytonaError(res, err, surface, services.log));
+    fn(req, res).catch((err) => renderDaytonaError(res, err, surface, log));
   };
 }
 
@@ -77,72 +100,16 @@ export function markedText(stdout: string, stderr: string): string {
   return out;
 }
 
-export interface AgentCall {
-  method: string;
-  /** Guest-agent path with its query string. */
-  path: string;
-  json?: unknown;
-  body?: Readable | Buffer;
-  headers?: Record<string, string>;
-  scope: Scope;
-  /** For "cannot … a stopped sandbox" messages. */
-  operation: string;
-  /** Read-only file calls that a stopped sandbox can answer from its kept disk. */
-  fileRead?: boolean;
-  /** Which Daytona daemon code the SDK should see for each core error code of the guest. */
-  daytonaCodes?: Partial<Record<ErrorCode, DaytonaDaemonCode>>;
-  signal?: AbortSignal;
+/** One toolbox request as the translators see it: the caller, the sandbox, the exchange. */
+export interface ToolboxCall {
+  req: Request;
+  res: Response;
+  principal: Principal;
+  sandboxId: string;
 }
 
-/** Send a request to the sandbox's guest agent; the stream is returned as is. */
-export async function agentRaw(services: Services, principal: Principal, sandboxId: string, call: AgentCall): Promise<IncomingMessage> {
-  const headers: Record<string, string> = { ...call.headers };
-  let body = call.body;
-  if (call.json !== undefined) {
-    body = Buffer.from(JSON.stringify(call.json));
-    headers['content-type'] = 'application/json';
-  }
-  const request = { method: call.method, path: call.path, headers, body, signal: call.signal };
-  return call.fileRead
-    ? services.sandboxes.fileReadRequest(principal, sandboxId, call.operation, request)
-    : services.sandboxes.agentRequest(principal, sandboxId, call.scope, call.operation, request);
-}
-
-async function readBody(res: IncomingMessage): Promise<Buffer> {
-  const chunks: Buffer[] = [];
-  for await (const c of res) chunks.push(c as Buffer);
-  return Buffer.concat(chunks);
-}
-
-/** The guest agent's `{error:{code,message}}` as a NestboxError carrying the Daytona code that applies. */
-export async function agentFailure(res: IncomingMessage, daytonaCodes?: AgentCall['daytonaCodes']): Promise<NestboxError> {
-  const text = (await readBody(res)).toString('utf8');
-  let code: ErrorCode = (res.statusCode ?? 500) === 404 ? 'not_found' : 'internal';
-  let message = text || `the sandbox agent answered ${res.statusCode}`;
-  try {
-    const parsed = JSON.parse(text) as { error?: { code?: string; message?: string } };
-    if (parsed.error?.code && isErrorCode(parsed.error.code)) code = parsed.error.code;
-    if (parsed.error?.message) message = parsed.error.message;
-  } catch {
-    // not JSON: keep the text
-  }
-  const daytonaCode = daytonaCodes?.[code];
-  return new NestboxError(code, message, daytonaCode ? { daytonaCode } : undefined);
-}
-
-/** A JSON call to the guest agent; a guest error is thrown as a NestboxError. */
-export async function agentJson<T>(services: Services, principal: Principal, sandboxId: string, call: AgentCall): Promise<{ status: number; body: T }> {
-  const res = await agentRaw(services, principal, sandboxId, call);
-  const status = res.statusCode ?? 502;
-  if (status >= 400) throw await agentFailure(res, call.daytonaCodes);
-  const buf = await readBody(res);
-  return { status, body: (buf.length ? JSON.parse(buf.toString('utf8')) : undefined) as T };
-}
-
-/** File routes: a missing or forbidden path gets the daemon codes that select DaytonaFileNotFoundError etc. */
-export const FILE_CODES: AgentCall['daytonaCodes'] = { not_found: 'FILE_NOT_FOUND', forbidden: 'FILE_ACCESS_DENIED' };
-/** Process and session routes. */
-export const PROCESS_CODES: AgentCall['daytonaCodes'] = { not_found: 'PROCESS_NOT_FOUND' };
+/** Wraps a toolbox translator into an express handler (errors in Daytona's toolbox shape). */
+export type ToolboxHandler = (fn: (c: ToolboxCall) => Promise<void>) => RequestHandler;
 
 export function queryString(req: Request, name: string): string | undefined {
   const v = req.query[name];
@@ -154,11 +121,4 @@ export function requireQuery(req: Request, name: string): string {
   const v = queryString(req, name);
   if (v === undefined || v === '') throw new NestboxError('validation_failed', `${name}: is required`, { field: name });
   return v;
-}
-
-export function q(params: Record<string, string | number | boolean | undefined>): string {
-  const sp = new URLSearchParams();
-  for (const [k, v] of Object.entries(params)) if (v !== undefined) sp.set(k, String(v));
-  const s = sp.toString();
-  return s ? `?${s}` : '';
 }

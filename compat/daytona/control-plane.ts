@@ -6,8 +6,8 @@ import { NestboxError, errors } from '../../core/errors.js';
 import type { CreateSandboxInput, LifecyclePolicy, ListSandboxesInput } from '../../core/services/sandboxes.js';
 import type { SandboxState } from '../../core/state-machine.js';
 import type { Principal, Sandbox, Snapshot } from '../../core/types.js';
-import type { Services } from '../../src/services.js';
-import { handle, principalOf, toolboxProxyUrl } from './context.js';
+import type { CompatPort } from '../../core/compat-port.js';
+import { handle, principalOf, toolboxProxyUrl, type DaytonaOptions } from './context.js';
 import { notSupported } from './errors.js';
 import { CORE_STATES_OF, renderDaytonaSandbox, renderDaytonaSnapshot } from './sandbox-dto.js';
 import { requireScope } from '../../core/services/auth.js';
@@ -218,13 +218,13 @@ function listInput(req: Request): ListSandboxesInput {
   return input;
 }
 
-export function createControlPlaneRouter(services: Services): Router {
+export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 'snapshots' | 'sandboxTokens' | 'ports'>, options: Pick<DaytonaOptions, 'log' | 'maxTimeoutSeconds'>): Router {
   const router = express.Router();
-  const { sandboxes, snapshots } = services;
-  const maxSeconds = services.config.limits.maxTimeoutSeconds;
+  const { sandboxes, snapshots } = core;
+  const maxSeconds = options.maxTimeoutSeconds;
   const dto = (req: Request, s: Sandbox, full = true) => renderDaytonaSandbox(s, toolboxProxyUrl(req), { full });
   const api = (fn: (req: Request, res: Response, principal: Principal) => Promise<void>) =>
-    handle(services, 'api', (req, res) => fn(req, res, principalOf(res)));
+    handle(options.log, 'api', (req, res) => fn(req, res, principalOf(res)));
   /** Path ids may be names too (daytona.md (b): `GET /sandbox/{sandboxIdOrName}`). */
   const resolve = async (principal: Principal, req: Request): Promise<Sandbox> => sandboxes.getByIdOrName(principal, String(req.params.sandboxId));
 
@@ -235,7 +235,7 @@ export function createControlPlaneRouter(services: Services): Router {
     if (unhonoured.length) {
       // Accepted, but the caller is told what had no effect (never silently faked).
       res.setHeader('X-Nestbox-Unhonoured-Options', unhonoured.join(', ').replace(/[^\x20-\x7e]/g, '?'));
-      services.log(`daytona create: accepted without effect: ${unhonoured.join(', ')}`);
+      options.log(`daytona create: accepted without effect: ${unhonoured.join(', ')}`);
     }
     const created = await sandboxes.create(principal, input);
     res.status(200).json(dto(req, created));
@@ -370,13 +370,13 @@ export function createControlPlaneRouter(services: Services): Router {
   // key's file scopes and no more, expires, and dies with the key or the sandbox.
   router.get('/sandbox/:sandboxId/signing-key', api(async (req, res, principal) => {
     const s = await resolve(principal, req);
-    res.json(await services.sandboxTokens.daytonaSigningKey(principal, s.id));
+    res.json(await core.sandboxTokens.daytonaSigningKey(principal, s.id));
   }));
   // Every signing key of the sandbox (whoever fetched it) stops working; the caller gets a new one.
   router.post('/sandbox/:sandboxId/signing-key/rotate', api(async (req, res, principal) => {
     requireScope(principal, 'sandboxes:operate');
     const s = await resolve(principal, req);
-    res.json(await services.sandboxTokens.rotateDaytonaSigningKeys(principal, s.id));
+    res.json(await core.sandboxTokens.rotateDaytonaSigningKeys(principal, s.id));
   }));
 
   const unsupportedSandboxRoute = (method: 'get' | 'post' | 'put' | 'delete', path: string, feature: string, why?: string) =>
@@ -389,7 +389,7 @@ export function createControlPlaneRouter(services: Services): Router {
   // and the previous token of that port stops working.
   router.get('/sandbox/:sandboxId/ports/:port/preview-url', api(async (req, res, principal) => {
     const s = await resolve(principal, req);
-    const published = await services.ports.publish(principal, s.id, { port: Number(req.params.port), public: false });
+    const published = await core.ports.publish(principal, s.id, { port: Number(req.params.port), public: false });
     res.json({ sandboxId: s.id, url: published.url, token: published.token ?? '' });
   }));
   // Signed preview URL (daytona.md (b)): an expiring HMAC token in the URL, checked by the
@@ -398,7 +398,7 @@ export function createControlPlaneRouter(services: Services): Router {
     const s = await resolve(principal, req);
     const port = Number(req.params.port);
     const expiresInSeconds = req.query.expiresInSeconds === undefined ? 60 : Number(req.query.expiresInSeconds);
-    const signed = await services.ports.signedUrl(principal, s.id, { port, expiresInSeconds });
+    const signed = await core.ports.signedUrl(principal, s.id, { port, expiresInSeconds });
     res.json({ sandboxId: s.id, port, token: signed.token, url: signed.url });
   }));
   // Expiring one signed URL early would need stored revocations; refused rather than faked.

@@ -4,7 +4,7 @@
 // here; nothing else decides a Daytona status.
 import { STATUS_CODES } from 'node:http';
 import type { Response } from 'express';
-import { NestboxError, publicError, retryAfterSeconds, toNestboxError } from '../../core/errors.js';
+import { NestboxError, publicError, retryAfterSeconds, type ErrorCode } from '../../core/errors.js';
 import { clientHasGone } from '../../http-kit/request-checks.js';
 
 export type DaytonaSurface = 'api' | 'toolbox';
@@ -22,6 +22,36 @@ export type DaytonaDaemonCode =
 /** A NestboxError that names the Daytona daemon code the SDK should see. */
 export function daemonError(code: ConstructorParameters<typeof NestboxError>[0], message: string, daytonaCode?: DaytonaDaemonCode): NestboxError {
   return new NestboxError(code, message, daytonaCode ? { daytonaCode } : undefined);
+}
+
+/** Which Daytona daemon code the SDK should see for each core error code of a guest answer. */
+export type DaemonCodes = Partial<Record<ErrorCode, DaytonaDaemonCode>>;
+
+/** File routes: a missing or forbidden path gets the daemon codes that select DaytonaFileNotFoundError etc. */
+export const FILE_CODES: DaemonCodes = { not_found: 'FILE_NOT_FOUND', forbidden: 'FILE_ACCESS_DENIED' };
+/** Process, session and PTY routes. */
+export const PROCESS_CODES: DaemonCodes = { not_found: 'PROCESS_NOT_FOUND' };
+
+/**
+ * `err` with the Daytona daemon code `codes` gives its core code, if it is about what the guest
+ * was asked (a file, a process, a session). An error about the sandbox itself (core names it
+ * with `kind: 'sandbox'`: not found, not running) keeps its plain shape, so the SDK raises
+ * DaytonaNotFoundError for a missing sandbox rather than DaytonaFileNotFoundError; so does an
+ * error that already names its daemon code.
+ */
+export function withDaemonCode(err: unknown, codes: DaemonCodes): unknown {
+  if (!(err instanceof NestboxError) || err.details?.kind === 'sandbox' || err.details?.daytonaCode !== undefined) return err;
+  const daytonaCode = codes[err.code];
+  return daytonaCode ? new NestboxError(err.code, err.message, { ...err.details, daytonaCode }) : err;
+}
+
+/** A toolbox call whose guest errors carry the Daytona daemon codes of `codes` (withDaemonCode). */
+export async function daemonCall<T>(codes: DaemonCodes, call: Promise<T>): Promise<T> {
+  try {
+    return await call;
+  } catch (err) {
+    throw withDaemonCode(err, codes);
+  }
 }
 
 /** A Daytona feature Nestbox does not have: a 501 that names it (never a fake success). */

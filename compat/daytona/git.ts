@@ -1,15 +1,13 @@
 // Daytona's git endpoints (daytona.md (c) "Git"), done by running git inside the sandbox
-// through core's exec. Arguments always travel as argv (never through a shell), credentials as
+// through core's toolbox (`toolbox.exec`). Arguments always travel as argv (never through a shell), credentials as
 // environment variables read by a one-off credential helper, so nothing lands in the sandbox's
 // shell history or process arguments.
 import express, { type Request, type Router } from 'express';
 import { errors, type ErrorCode } from '../../core/errors.js';
-import type { ExecResult } from '../../core/host-client.js';
-import type { Services } from '../../src/services.js';
+import type { ToolboxPort } from '../../core/compat-port.js';
+import type { ExecResult } from '../../core/guest.js';
+import type { ToolboxCall, ToolboxHandler } from './context.js';
 import { daemonError, type DaytonaDaemonCode } from './errors.js';
-import type { ToolboxCall } from './toolbox.js';
-
-type Tb = (fn: (c: ToolboxCall) => Promise<void>) => express.RequestHandler;
 
 const CREDENTIAL_HELPER = '!f() { test "$1" = get || exit 0; echo "username=$NESTBOX_GIT_USERNAME"; echo "password=$NESTBOX_GIT_PASSWORD"; }; f';
 
@@ -79,7 +77,7 @@ export function parsePorcelainStatus(text: string): Record<string, unknown> {
   return { currentBranch, fileStatus, ahead, behind, branchPublished: upstream !== undefined, ...(upstream ? { upstream } : {}), detached };
 }
 
-export function createGitRoutes(services: Services, tb: Tb): Router {
+export function createGitRoutes(toolbox: ToolboxPort, tb: ToolboxHandler): Router {
   const router = express.Router({ mergeParams: true });
   const body = (req: Request): Record<string, unknown> => (req.body && typeof req.body === 'object' ? (req.body as Record<string, unknown>) : {});
   const str = (v: unknown, field: string): string => {
@@ -102,7 +100,7 @@ export function createGitRoutes(services: Services, tb: Tb): Router {
       pre.push('-c', 'credential.helper=', '-c', `credential.helper=${CREDENTIAL_HELPER}`);
     }
     const argv = ['git', ...pre, ...(cwd !== undefined ? ['-C', cwd] : []), ...args];
-    const r = await services.sandboxes.exec(c.principal, c.sandboxId, { argv, env, timeoutMs: o.timeoutMs ?? 10 * 60_000 });
+    const r = await toolbox.exec(c.principal, c.sandboxId, { argv, env, timeoutMs: o.timeoutMs ?? 10 * 60_000 });
     if (r.exitCode !== 0 && !(r.exitCode !== null && o.okExitCodes?.includes(r.exitCode))) {
       const output = `${r.stderr}${r.stdout}`.trim();
       const { code, daytona } = classifyGitFailure(output);
@@ -265,7 +263,7 @@ export function createGitRoutes(services: Services, tb: Tb): Router {
     const host = opt(b.host) ?? 'github.com';
     const input = `protocol=${protocol}\nhost=${host}\nusername=${str(b.username, 'username')}\npassword=${str(b.password, 'password')}\n\n`;
     await git(c, undefined, ['config', '--global', 'credential.helper', 'store']);
-    const r = await services.sandboxes.exec(c.principal, c.sandboxId, {
+    const r = await toolbox.exec(c.principal, c.sandboxId, {
       argv: ['/bin/sh', '-c', 'printf %s "$NESTBOX_GIT_CREDENTIAL" | git credential approve'],
       env: { NESTBOX_GIT_CREDENTIAL: input },
     });

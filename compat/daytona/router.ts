@@ -5,8 +5,8 @@
 // `Authorization: Bearer <Nestbox API key>` on everything except /config and signed file URLs.
 import express, { type NextFunction, type Request, type Response, type Router } from 'express';
 import { NestboxError } from '../../core/errors.js';
-import type { Services } from '../../src/services.js';
-import { bearerToken, handle, toolboxProxyUrl } from './context.js';
+import type { CompatPort } from '../../core/compat-port.js';
+import { bearerToken, handle, toolboxProxyUrl, type DaytonaOptions } from './context.js';
 import { createControlPlaneRouter } from './control-plane.js';
 import { renderDaytonaError, type DaytonaSurface } from './errors.js';
 import { verifySignedFileUrl } from './signing.js';
@@ -17,6 +17,7 @@ import type { Principal } from '../../core/types.js';
 import { rejectNulInJsonBody } from '../../http-kit/request-checks.js';
 
 export { attachDaytonaWebSockets } from './websockets.js';
+export type { DaytonaOptions } from './context.js';
 
 /** Scopes a signed file URL grants: exactly the one operation it was signed for. */
 const SIGNED_URL_OPERATIONS: Record<string, { path: string; scope: 'files:read' | 'files:write' }> = {
@@ -24,19 +25,21 @@ const SIGNED_URL_OPERATIONS: Record<string, { path: string; scope: 'files:read' 
   POST: { path: '/files/upload-v2', scope: 'files:write' },
 };
 
-export function createDaytonaRouter(services: Services): Router {
+/** The Daytona front door over core's port; `options` carries the server settings it needs. */
+export function createDaytonaRouter(core: CompatPort, options: DaytonaOptions): Router {
+  const { log } = options;
   const router = express.Router();
   // daytona.md (h) 14: empty POSTs carry x-www-form-urlencoded; only JSON bodies are parsed.
   const json = express.json({ limit: '16mb', type: 'application/json' });
 
   const authenticate = (surface: DaytonaSurface) => (req: Request, res: Response, next: NextFunction): void => {
-    services.auth
+    core.auth
       .authenticate(bearerToken(req))
       .then((principal) => {
         res.locals.principal = principal;
         next();
       })
-      .catch((err) => renderDaytonaError(res, err, surface, services.log));
+      .catch((err) => renderDaytonaError(res, err, surface, log));
   };
 
   // Toolbox auth: a bearer key, or for the two signed-URL routes a valid signature (no key).
@@ -45,12 +48,12 @@ export function createDaytonaRouter(services: Services): Router {
     if (!req.headers.authorization && signed && req.path === signed.path && typeof req.query.signature === 'string') {
       const sandboxId = String(req.params.sandboxId);
       Promise.resolve()
-        .then(() => verifySignedFileUrl(services, sandboxId, req.method, String(req.query.path ?? ''), String(req.query.expires ?? ''), String(req.query.signature), signed.scope))
+        .then(() => verifySignedFileUrl(core.sandboxTokens, sandboxId, req.method, String(req.query.path ?? ''), String(req.query.expires ?? ''), String(req.query.signature), signed.scope))
         .then((principal) => {
           res.locals.principal = principal;
           next();
         })
-        .catch((err) => renderDaytonaError(res, err, 'toolbox', services.log));
+        .catch((err) => renderDaytonaError(res, err, 'toolbox', log));
       return;
     }
     authenticate('toolbox')(req, res, next);
@@ -60,7 +63,7 @@ export function createDaytonaRouter(services: Services): Router {
   // Daytona's shape, not express's HTML page; core's toNestboxError gives each its status.
   const jsonErrors = (surface: DaytonaSurface) => (err: unknown, _req: Request, res: Response, next: NextFunction): void => {
     if (!err) return next();
-    renderDaytonaError(res, err, surface, services.log);
+    renderDaytonaError(res, err, surface, log);
   };
   const noNul = (surface: DaytonaSurface) => rejectNulInJsonBody((res, err) => renderDaytonaError(res, err, surface));
 
@@ -72,19 +75,19 @@ export function createDaytonaRouter(services: Services): Router {
       // Visibility only (ids or names; a limited key sees the others as absent): no scope is used.
       checkVisible: async (principal, idOrName) => {
         if (principal.sandboxIds?.has(idOrName)) return;
-        await services.sandboxes.getByIdOrName({ ...principal, scopes: new Set(['sandboxes:read']) }, idOrName);
+        await core.sandboxes.getByIdOrName({ ...principal, scopes: new Set(['sandboxes:read']) }, idOrName);
       },
-      onError: (res, err) => renderDaytonaError(res, err, surface, services.log),
+      onError: (res, err) => renderDaytonaError(res, err, surface, log),
     });
-  const toolbox = createToolboxRouter(services);
+  const toolbox = createToolboxRouter(core, options);
   const toolboxChain = [toolboxAuth, gate(DAYTONA_TOOLBOX_SCOPES, 'toolbox'), json, jsonErrors('toolbox'), noNul('toolbox'), toolbox];
 
   // /config needs no auth on the real server; SDK 0.113–0.13x read proxyToolboxUrl from it (appendix A).
-  router.get('/api/config', handle(services, 'api', async (req, res) => {
+  router.get('/api/config', handle(log, 'api', async (req, res) => {
     res.json({ proxyToolboxUrl: toolboxProxyUrl(req), version: 'nestbox', defaultSnapshot: null, dashboardUrl: null, maintananceMode: false });
   }));
   router.use('/api/toolbox/:sandboxId/toolbox', ...toolboxChain);
-  router.use('/api', authenticate('api'), gate(DAYTONA_API_SCOPES, 'api'), json, jsonErrors('api'), noNul('api'), createControlPlaneRouter(services));
+  router.use('/api', authenticate('api'), gate(DAYTONA_API_SCOPES, 'api'), json, jsonErrors('api'), noNul('api'), createControlPlaneRouter(core, options));
   router.use('/toolbox/:sandboxId', ...toolboxChain);
 
   router.use('/api', (req: Request, res: Response) => renderDaytonaError(res, new NestboxError('not_found', `no route ${req.method} ${req.originalUrl.split('?')[0]}`), 'api'));

@@ -8,7 +8,7 @@
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import { NestboxError } from '../../core/errors.js';
 import type { Principal, Scope } from '../../core/types.js';
-import type { Services } from '../../src/services.js';
+import type { SandboxTokensPort } from '../../core/compat-port.js';
 
 export function fileUrlSignature(key: string, method: string, path: string, expires: string): string {
   return `v1_${createHmac('sha256', key).update(`v1:files:${method}:${path}:${expires}`).digest('base64url')}`;
@@ -30,10 +30,10 @@ export function checkExpiry(expires: string, maxSeconds: number, nowMs = Date.no
  * The principal of a signed URL: 403 unless `signature` signs (method, path, expires) with a
  * live signing key of this sandbox, has not expired, and its key may do `scope`.
  */
-export async function verifySignedFileUrl(services: Services, sandboxId: string, method: string, path: string, expires: string, signature: string, scope: Scope): Promise<Principal> {
-  checkExpiry(expires, services.sandboxTokens.signedUrlMaxSeconds);
+export async function verifySignedFileUrl(sandboxTokens: Pick<SandboxTokensPort, 'signedUrlMaxSeconds' | 'signatureCandidates'>, sandboxId: string, method: string, path: string, expires: string, signature: string, scope: Scope): Promise<Principal> {
+  checkExpiry(expires, sandboxTokens.signedUrlMaxSeconds);
   const given = Buffer.from(signature);
-  for (const candidate of await services.sandboxTokens.signatureCandidates('daytona-signing', { sandboxId })) {
+  for (const candidate of await sandboxTokens.signatureCandidates('daytona-signing', { sandboxId })) {
     const expected = Buffer.from(fileUrlSignature(candidate.secret, method, path, expires));
     if (expected.length !== given.length || !timingSafeEqual(expected, given)) continue;
     if (!candidate.principal.scopes.has(scope)) throw new NestboxError('forbidden', `signature: the API key that signed this URL lacks the ${scope} scope`);

@@ -1,29 +1,20 @@
 // Daytona toolbox (daytona.md (c)): process, session, PTY, file and info endpoints translated
-// onto the sandbox's guest agent through core (`sandboxes.exec` / `agentRequest`).
+// onto core's toolbox (core/services/toolbox.ts): typed calls in, typed values out, each
+// rendered in Daytona's shape here. Guest errors get Daytona's daemon codes (errors.ts).
 import { constants as osConstants } from 'node:os';
 import { pipeline } from 'node:stream/promises';
 import express, { type Request, type Response, type Router } from 'express';
 import { NestboxError, errors } from '../../core/errors.js';
 import type { Principal } from '../../core/types.js';
-import type { ExecResult } from '../../core/host-client.js';
-import type { FileInfo } from '../../host/agent-protocol/types.js';
-import type { FindResponse, ReplaceResponse, SearchResponse, UploadResponse } from '../../host/agent-protocol/files.js';
-import type { OutputResponse, ProcessInfo, ProcessList, SessionCommand, SessionInfo, SessionList } from '../../host/agent-protocol/processes.js';
-import type { Services } from '../../src/services.js';
-import { streamedBody } from '../../http-kit/request-body.js';
-import {
-  agentFailure, agentJson, agentRaw, FILE_CODES, handle, markedText, PROCESS_CODES, principalOf, q, queryString, requireQuery, wantsMarkedText,
-} from './context.js';
-import { daemonError, notSupported } from './errors.js';
+import type { ExecInput, ExecResult, FileInfo, SessionInfo } from '../../core/guest.js';
+import type { CompatPort } from '../../core/compat-port.js';
+import { clientGoneSignal, streamedBody } from '../../http-kit/request-body.js';
+import { handle, markedText, principalOf, queryString, requireQuery, wantsMarkedText, type DaytonaOptions, type ToolboxCall } from './context.js';
+import { daytonaDownloadParts } from './download-parts.js';
+import { daemonCall, daemonError, FILE_CODES, notSupported, PROCESS_CODES } from './errors.js';
 import { createGitRoutes } from './git.js';
+import { createPty, findPty, ptyInfo, ptyProcesses } from './pty.js';
 import { SANDBOX_USER } from './sandbox-dto.js';
-
-export interface ToolboxCall {
-  req: Request;
-  res: Response;
-  principal: Principal;
-  sandboxId: string;
-}
 
 /** Exit code of a process that a signal ended, the way shells report it (128 + signal number). */
 export function exitCodeOf(r: Pick<ExecResult, 'exitCode' | 'signal'>): number {
@@ -51,96 +42,22 @@ export function daytonaFileInfo(f: FileInfo): Record<string, unknown> {
   };
 }
 
-/** Tag that marks a guest process as the Daytona PTY session `id` (PTY ids are the user's). */
-const PTY_TAG_PREFIX = 'daytona-pty:';
-
-function ptyInfo(p: ProcessInfo, size?: { cols: number; rows: number }): Record<string, unknown> {
-  return {
-    id: p.tag!.slice(PTY_TAG_PREFIX.length),
-    active: p.status === 'running',
-    cols: size?.cols ?? 0,
-    rows: size?.rows ?? 0,
-    cwd: p.cwd,
-    envs: {},
-    createdAt: p.startedAt,
-    lazyStart: false,
-  };
-}
-
-/** Find the guest process behind a Daytona PTY id (running ones first). */
-export async function findPty(services: Services, principal: Principal, sandboxId: string, id: string, includeEnded = false): Promise<ProcessInfo | undefined> {
-  const { body } = await agentJson<ProcessList>(services, principal, sandboxId, {
-    method: 'GET', path: `/processes${q({ all: includeEnded ? 'true' : undefined })}`, scope: 'sandboxes:exec', operation: 'use terminals of',
-  });
-  return body.processes.find((p) => p.tag === PTY_TAG_PREFIX + id && p.pty && (includeEnded || p.status === 'running'));
-}
-
-/** Start a login shell on a terminal for the Daytona PTY session `id`. */
-export async function createPty(services: Services, principal: Principal, sandboxId: string, o: { id: string; cols?: number; rows?: number; cwd?: string; envs?: Record<string, string> }): Promise<ProcessInfo> {
-  if (!/^[A-Za-z0-9_.-]{1,64}$/.test(o.id)) throw errors.validation('id', 'must be 1-64 characters of A-Z a-z 0-9 _ . -');
-  if (await findPty(services, principal, sandboxId, o.id)) throw new NestboxError('conflict', `PTY session ${o.id} already exists`);
-  const { body } = await agentJson<ProcessInfo>(services, principal, sandboxId, {
-    method: 'POST',
-    path: '/processes',
-    json: {
-      argv: ['/bin/bash', '-l'],
-      cwd: o.cwd || undefined,
-      env: { TERM: 'xterm-256color', ...o.envs },
-      stdin: true,
-      tag: PTY_TAG_PREFIX + o.id,
-      pty: { cols: o.cols ?? 80, rows: o.rows ?? 24 },
-    },
-    scope: 'sandboxes:exec',
-    operation: 'open a terminal in',
-  });
-  return body;
-}
-
-const SYSTEM_METRICS_SCRIPT = String.raw`
-import json, os, time, shutil
-def cpu():
-    with open('/proc/stat') as f:
-        v = [int(x) for x in f.readline().split()[1:]]
-    return sum(v), v[3] + (v[4] if len(v) > 4 else 0)
-t1, i1 = cpu(); time.sleep(0.2); t2, i2 = cpu()
-used = 0.0 if t2 == t1 else 100.0 * (1 - (i2 - i1) / (t2 - t1))
-mem = {}
-with open('/proc/meminfo') as f:
-    for line in f:
-        k, v = line.split(':', 1)
-        mem[k] = int(v.split()[0]) * 1024
-total = mem.get('MemTotal', 0)
-for path in ('/sys/fs/cgroup/memory.max', '/sys/fs/cgroup/memory/memory.limit_in_bytes'):
-    try:
-        with open(path) as f:
-            limit = f.read().strip()
-        if limit.isdigit() and 0 < int(limit) < total:
-            total = int(limit)
-        break
-    except OSError:
-        pass
-usedmem = max(0, mem.get('MemTotal', 0) - mem.get('MemAvailable', 0))
-disk = shutil.disk_usage('/')
-print(json.dumps({'cpuCount': os.cpu_count() or 0, 'cpuUsedPct': round(used, 2), 'memTotal': total, 'memUsed': min(usedmem, total), 'memCache': mem.get('Cached', 0), 'diskTotal': disk.total, 'diskUsed': disk.used}))
-`;
+/** Session command logs are read whole, up to this much per stream. */
+const SESSION_LOG_MAX_BYTES = 64 * 1024 * 1024;
 
 /** Longest timeout a toolbox command may ask for, as the native API's `timeoutMs` maximum. */
 const MAX_COMMAND_TIMEOUT_SECONDS = 86_400;
 
-export function createToolboxRouter(services: Services): Router {
+export function createToolboxRouter(core: Pick<CompatPort, 'toolbox' | 'sandboxes'>, options: Pick<DaytonaOptions, 'log' | 'maxUploadBytes'>): Router {
   const router = express.Router({ mergeParams: true });
-  const { sandboxes } = services;
+  const { sandboxes, toolbox } = core;
   const tb = (fn: (c: ToolboxCall) => Promise<void>) =>
-    handle(services, 'toolbox', (req, res) => fn({ req, res, principal: principalOf(res), sandboxId: String(req.params.sandboxId) }));
-  const abortOnClose = (res: Response): AbortSignal => {
-    const abort = new AbortController();
-    res.on('close', () => {
-      if (!res.writableFinished) abort.abort();
-    });
-    return abort.signal;
-  };
-  const execIn = async (c: ToolboxCall, input: { cmd?: string; argv?: string[]; cwd?: string; env?: Record<string, string>; timeoutMs?: number }) =>
-    sandboxes.exec(c.principal, c.sandboxId, input, abortOnClose(c.res));
+    handle(options.log, 'toolbox', (req, res) => fn({ req, res, principal: principalOf(res), sandboxId: String(req.params.sandboxId) }));
+  /** A client that goes away cancels the guest call (a foreground command is killed). */
+  const untilGone = (c: ToolboxCall) => ({ signal: clientGoneSignal(c.req, c.res) });
+  const execIn = (c: ToolboxCall, input: ExecInput): Promise<ExecResult> => toolbox.exec(c.principal, c.sandboxId, input, untilGone(c));
+  const sessionOf = (c: ToolboxCall) => String(c.req.params.sessionId);
+  const commandOf = (c: ToolboxCall) => String(c.req.params.commandId);
   const body = (req: Request): Record<string, unknown> => (req.body && typeof req.body === 'object' ? (req.body as Record<string, unknown>) : {});
   const str = (v: unknown, field: string, required = false): string | undefined => {
     if (v === undefined || v === null) {
@@ -196,11 +113,11 @@ export function createToolboxRouter(services: Services): Router {
   });
   router.post('/process/session', tb(async (c) => {
     const sessionId = str(body(c.req).sessionId, 'sessionId', true);
-    await agentJson(services, c.principal, c.sandboxId, { method: 'POST', path: '/sessions', json: { sessionId }, scope: 'sandboxes:exec', operation: 'create sessions in' });
+    await toolbox.createSession(c.principal, c.sandboxId, { sessionId });
     c.res.status(201).end();
   }));
   router.get('/process/session', tb(async (c) => {
-    const { body: list } = await agentJson<SessionList>(services, c.principal, c.sandboxId, { method: 'GET', path: '/sessions', scope: 'sandboxes:read', operation: 'list sessions of' });
+    const list = await toolbox.listSessions(c.principal, c.sandboxId);
     c.res.json(list.sessions.map(sessionJson));
   }));
   // Nestbox sandboxes have no entrypoint command: the entrypoint session exists and is empty.
@@ -214,27 +131,22 @@ export function createToolboxRouter(services: Services): Router {
     else c.res.json({ output: '', stdout: '', stderr: '' });
   }));
   router.get('/process/session/:sessionId', tb(async (c) => {
-    const { body: s } = await agentJson<SessionInfo>(services, c.principal, c.sandboxId, { method: 'GET', path: `/sessions/${encodeURIComponent(c.req.params.sessionId as string)}`, scope: 'sandboxes:read', operation: 'read sessions of', daytonaCodes: PROCESS_CODES });
+    const s = await daemonCall(PROCESS_CODES, toolbox.getSession(c.principal, c.sandboxId, sessionOf(c)));
     c.res.json(sessionJson(s));
   }));
   router.delete('/process/session/:sessionId', tb(async (c) => {
-    await agentJson(services, c.principal, c.sandboxId, { method: 'DELETE', path: `/sessions/${encodeURIComponent(c.req.params.sessionId as string)}`, scope: 'sandboxes:exec', operation: 'delete sessions of', daytonaCodes: PROCESS_CODES });
+    await daemonCall(PROCESS_CODES, toolbox.deleteSession(c.principal, c.sandboxId, sessionOf(c)));
     c.res.status(204).end();
   }));
   router.post('/process/session/:sessionId/exec', tb(async (c) => {
     const b = body(c.req);
     const command = str(b.command, 'command', true)!;
     const runAsync = b.runAsync === true || b.async === true;
-    const { status, body: cmd } = await agentJson<SessionCommand>(services, c.principal, c.sandboxId, {
-      method: 'POST',
-      path: `/sessions/${encodeURIComponent(c.req.params.sessionId as string)}/commands`,
+    const { status, command: cmd } = await daemonCall(
+      { ...PROCESS_CODES, invalid_state: 'SESSION_ENDED' },
       // stdin is kept open for asynchronous commands only: input can be sent to those while they run.
-      json: { cmd: command, async: runAsync, stdin: runAsync || undefined },
-      scope: 'sandboxes:exec',
-      operation: 'run commands in',
-      daytonaCodes: { ...PROCESS_CODES, invalid_state: 'SESSION_ENDED' },
-      signal: abortOnClose(c.res),
-    });
+      toolbox.runSessionCommand(c.principal, c.sandboxId, sessionOf(c), { cmd: command, async: runAsync, stdin: runAsync || undefined }, untilGone(c)),
+    );
     // daytona.md (h) 17: asynchronous commands are answered with 202 {cmdId}.
     if (runAsync || status === 202) {
       c.res.status(202).json({ cmdId: cmd.commandId });
@@ -251,32 +163,21 @@ export function createToolboxRouter(services: Services): Router {
     });
   }));
   router.get('/process/session/:sessionId/command/:commandId', tb(async (c) => {
-    const { body: cmd } = await agentJson<SessionCommand>(services, c.principal, c.sandboxId, {
-      method: 'GET', path: `/sessions/${encodeURIComponent(c.req.params.sessionId as string)}/commands/${encodeURIComponent(c.req.params.commandId as string)}`,
-      scope: 'sandboxes:read', operation: 'read commands of', daytonaCodes: PROCESS_CODES,
-    });
+    const cmd = await daemonCall(PROCESS_CODES, toolbox.getSessionCommand(c.principal, c.sandboxId, sessionOf(c), commandOf(c)));
     // daytona.md (h) 17: no exitCode means "still running".
     c.res.json({ id: cmd.commandId, command: cmd.cmd, ...(cmd.status === 'exited' ? { exitCode: cmd.exitCode ?? -1 } : {}) });
   }));
   router.get('/process/session/:sessionId/command/:commandId/logs', tb(async (c) => {
-    const cid = encodeURIComponent(c.req.params.commandId as string);
     // The session must exist and own the command (command ids are process ids in the guest).
-    await agentJson(services, c.principal, c.sandboxId, { method: 'GET', path: `/sessions/${encodeURIComponent(c.req.params.sessionId as string)}/commands/${cid}`, scope: 'sandboxes:read', operation: 'read commands of', daytonaCodes: PROCESS_CODES });
-    const { body: out } = await agentJson<OutputResponse>(services, c.principal, c.sandboxId, {
-      method: 'GET', path: `/processes/${cid}/output?offset=0&maxBytes=${64 * 1024 * 1024}`, scope: 'sandboxes:read', operation: 'read command output of', daytonaCodes: PROCESS_CODES,
-    });
+    await daemonCall(PROCESS_CODES, toolbox.getSessionCommand(c.principal, c.sandboxId, sessionOf(c), commandOf(c)));
+    const out = await daemonCall(PROCESS_CODES, toolbox.processOutput(c.principal, c.sandboxId, commandOf(c), { offset: 0, maxBytes: SESSION_LOG_MAX_BYTES }));
     // daytona.md (h) 9: JSON for SDK ≥ 0.167, marked text for older ones.
     if (wantsMarkedText(c.req)) c.res.type('text/plain').send(markedText(out.stdout, out.stderr));
     else c.res.json({ output: out.stdout + out.stderr, stdout: out.stdout, stderr: out.stderr });
   }));
   router.post('/process/session/:sessionId/command/:commandId/input', tb(async (c) => {
     const data = str(body(c.req).data, 'data', true)!;
-    const res = await agentRaw(services, c.principal, c.sandboxId, {
-      method: 'POST', path: `/processes/${encodeURIComponent(c.req.params.commandId as string)}/stdin`, body: Buffer.from(data), headers: { 'content-type': 'application/octet-stream' },
-      scope: 'sandboxes:exec', operation: 'send input in',
-    });
-    if ((res.statusCode ?? 500) >= 400) throw await agentFailure(res, { ...PROCESS_CODES, invalid_state: 'COMMAND_ALREADY_COMPLETED' });
-    res.resume();
+    await daemonCall({ ...PROCESS_CODES, invalid_state: 'COMMAND_ALREADY_COMPLETED' }, toolbox.writeStdin(c.principal, c.sandboxId, commandOf(c), Buffer.from(data)));
     c.res.status(200).end();
   }));
 
@@ -284,16 +185,16 @@ export function createToolboxRouter(services: Services): Router {
   router.post('/process/pty', tb(async (c) => {
     const b = body(c.req);
     const id = str(b.id, 'id', true)!;
-    await createPty(services, c.principal, c.sandboxId, { id, cols: typeof b.cols === 'number' ? b.cols : undefined, rows: typeof b.rows === 'number' ? b.rows : undefined, cwd: str(b.cwd, 'cwd'), envs: envOf(b.envs, 'envs') });
+    await createPty(toolbox, c.principal, c.sandboxId, { id, cols: typeof b.cols === 'number' ? b.cols : undefined, rows: typeof b.rows === 'number' ? b.rows : undefined, cwd: str(b.cwd, 'cwd'), envs: envOf(b.envs, 'envs') });
     c.res.status(201).json({ sessionId: id });
   }));
   router.get('/process/pty', tb(async (c) => {
-    const { body: list } = await agentJson<ProcessList>(services, c.principal, c.sandboxId, { method: 'GET', path: '/processes', scope: 'sandboxes:read', operation: 'list terminals of' });
-    c.res.json({ sessions: list.processes.filter((p) => p.pty && p.tag?.startsWith(PTY_TAG_PREFIX)).map((p) => ptyInfo(p)) });
+    const list = await toolbox.listProcesses(c.principal, c.sandboxId);
+    c.res.json({ sessions: ptyProcesses(list.processes).map((p) => ptyInfo(p)) });
   }));
-  const requirePty = async (c: ToolboxCall, includeEnded = false): Promise<ProcessInfo> => {
+  const requirePty = async (c: ToolboxCall, includeEnded = false) => {
     const id = String(c.req.params.ptyId);
-    const p = await findPty(services, c.principal, c.sandboxId, id, includeEnded);
+    const p = await findPty(toolbox, c.principal, c.sandboxId, id, includeEnded);
     if (!p) throw daemonError('not_found', `PTY session ${id} not found`, 'PROCESS_NOT_FOUND');
     return p;
   };
@@ -304,12 +205,12 @@ export function createToolboxRouter(services: Services): Router {
     const b = body(c.req);
     const p = await requirePty(c);
     const size = { cols: Number(b.cols), rows: Number(b.rows) };
-    await agentJson(services, c.principal, c.sandboxId, { method: 'POST', path: `/processes/${p.processId}/resize`, json: size, scope: 'sandboxes:exec', operation: 'resize terminals of', daytonaCodes: PROCESS_CODES });
+    await daemonCall(PROCESS_CODES, toolbox.resizeTerminal(c.principal, c.sandboxId, p.processId, size));
     c.res.json(ptyInfo(p, size));
   }));
   router.delete('/process/pty/:ptyId', tb(async (c) => {
     const p = await requirePty(c);
-    await agentJson(services, c.principal, c.sandboxId, { method: 'DELETE', path: `/processes/${p.processId}`, scope: 'sandboxes:exec', operation: 'kill terminals of', daytonaCodes: PROCESS_CODES });
+    await daemonCall(PROCESS_CODES, toolbox.killProcess(c.principal, c.sandboxId, p.processId));
     c.res.status(200).end();
   }));
 
@@ -321,33 +222,32 @@ export function createToolboxRouter(services: Services): Router {
 
   // --- files (daytona.md (c) "File system", (d)) --------------------------------------------
 
-  const fileCall = (c: ToolboxCall, call: { method: string; path: string; json?: unknown; write?: boolean; operation: string }) =>
-    agentJson<unknown>(services, c.principal, c.sandboxId, {
-      ...call,
-      scope: call.write ? 'files:write' : 'files:read',
-      fileRead: !call.write && call.method === 'GET',
-      daytonaCodes: FILE_CODES,
-    });
+  /** A file call: a missing or forbidden path is Daytona's FILE_NOT_FOUND / FILE_ACCESS_DENIED. */
+  const file = <T>(call: Promise<T>): Promise<T> => daemonCall(FILE_CODES, call);
+  /** `?depth=` passed on as given; the guest names a bad value (400). */
+  const depthOf = (c: ToolboxCall): number | undefined => {
+    const v = queryString(c.req, 'depth');
+    return v === undefined ? undefined : Number(v);
+  };
 
   router.get('/files', tb(async (c) => {
-    const { body: list } = await fileCall(c, { method: 'GET', path: `/files/list${q({ path: requireQuery(c.req, 'path'), depth: queryString(c.req, 'depth') })}`, operation: 'list files of' });
-    c.res.json((list as { entries: FileInfo[] }).entries.map(daytonaFileInfo));
+    const list = await file(toolbox.listFiles(c.principal, c.sandboxId, { path: requireQuery(c.req, 'path'), depth: depthOf(c) }));
+    c.res.json(list.entries.map(daytonaFileInfo));
   }));
   router.get('/files/info', tb(async (c) => {
-    const { body: info } = await fileCall(c, { method: 'GET', path: `/files/stat${q({ path: requireQuery(c.req, 'path') })}`, operation: 'read files of' });
-    c.res.json(daytonaFileInfo(info as FileInfo));
+    c.res.json(daytonaFileInfo(await file(toolbox.statFile(c.principal, c.sandboxId, requireQuery(c.req, 'path')))));
   }));
   router.post('/files/folder', tb(async (c) => {
-    await fileCall(c, { method: 'POST', path: '/files/mkdir', json: { path: requireQuery(c.req, 'path'), mode: queryString(c.req, 'mode') || undefined }, write: true, operation: 'create folders in' });
+    await file(toolbox.makeDirectory(c.principal, c.sandboxId, { path: requireQuery(c.req, 'path'), mode: queryString(c.req, 'mode') || undefined }));
     c.res.status(201).end();
   }));
   router.delete('/files', tb(async (c) => {
-    await fileCall(c, { method: 'DELETE', path: `/files${q({ path: requireQuery(c.req, 'path'), recursive: queryString(c.req, 'recursive') === 'true' ? 'true' : undefined })}`, write: true, operation: 'delete files of' });
+    await file(toolbox.deleteFile(c.principal, c.sandboxId, { path: requireQuery(c.req, 'path'), recursive: queryString(c.req, 'recursive') === 'true' || undefined }));
     c.res.status(204).end();
   }));
   // Daytona's move renames over an existing file, like rename(2).
   router.post('/files/move', tb(async (c) => {
-    await fileCall(c, { method: 'POST', path: '/files/move', json: { from: requireQuery(c.req, 'source'), to: requireQuery(c.req, 'destination'), overwrite: true }, write: true, operation: 'move files in' });
+    await file(toolbox.moveFile(c.principal, c.sandboxId, { from: requireQuery(c.req, 'source'), to: requireQuery(c.req, 'destination'), overwrite: true }));
     c.res.status(200).end();
   }));
   router.post('/files/permissions', tb(async (c) => {
@@ -355,40 +255,40 @@ export function createToolboxRouter(services: Services): Router {
     const mode = queryString(c.req, 'mode') || undefined;
     const owner = queryString(c.req, 'owner') || undefined;
     const group = queryString(c.req, 'group') || undefined;
-    if (owner || group) await fileCall(c, { method: 'POST', path: '/files/chown', json: { path, owner, group }, write: true, operation: 'change owners in' });
-    if (mode) await fileCall(c, { method: 'POST', path: '/files/chmod', json: { path, mode }, write: true, operation: 'change modes in' });
+    if (owner || group) await file(toolbox.changeOwner(c.principal, c.sandboxId, { path, owner, group }));
+    if (mode) await file(toolbox.changeMode(c.principal, c.sandboxId, { path, mode }));
     c.res.status(200).end();
   }));
   // Daytona's find is a content search (grep -rn), its search a name glob: the names are swapped
-  // relative to the guest agent's routes.
+  // relative to core's operations.
   router.get('/files/find', tb(async (c) => {
-    const { body: found } = await fileCall(c, { method: 'GET', path: `/files/search${q({ path: requireQuery(c.req, 'path'), query: requireQuery(c.req, 'pattern') })}`, operation: 'search files of' });
-    c.res.json((found as SearchResponse).matches.map((m) => ({ file: m.path, line: m.line, content: m.text })));
+    const found = await file(toolbox.searchFiles(c.principal, c.sandboxId, { path: requireQuery(c.req, 'path'), query: requireQuery(c.req, 'pattern') }));
+    c.res.json(found.matches.map((m) => ({ file: m.path, line: m.line, content: m.text })));
   }));
   router.get('/files/search', tb(async (c) => {
-    const { body: found } = await fileCall(c, { method: 'GET', path: `/files/find${q({ path: requireQuery(c.req, 'path'), pattern: requireQuery(c.req, 'pattern') })}`, operation: 'search files of' });
-    c.res.json({ files: (found as FindResponse).paths });
+    const found = await file(toolbox.findFiles(c.principal, c.sandboxId, { path: requireQuery(c.req, 'path'), pattern: requireQuery(c.req, 'pattern') }));
+    c.res.json({ files: found.paths });
   }));
   router.post('/files/replace', tb(async (c) => {
     const b = body(c.req);
     if (!Array.isArray(b.files) || b.files.some((f) => typeof f !== 'string')) throw errors.validation('files', 'must be an array of paths');
-    const { body: replaced } = await fileCall(c, { method: 'POST', path: '/files/replace', json: { paths: b.files, find: str(b.pattern, 'pattern', true), replace: str(b.newValue, 'newValue', true) }, write: true, operation: 'replace in files of' });
-    c.res.json((replaced as ReplaceResponse).results.map((r, i) => ({ file: b.files && (b.files as string[])[i] !== undefined ? (b.files as string[])[i] : r.path, success: !r.error, ...(r.error ? { error: r.error.message } : {}) })));
+    const paths = b.files as string[];
+    const replaced = await file(toolbox.replaceInFiles(c.principal, c.sandboxId, { paths, find: str(b.pattern, 'pattern', true)!, replace: str(b.newValue, 'newValue', true)! }));
+    c.res.json(replaced.results.map((r, i) => ({ file: paths[i] !== undefined ? paths[i] : r.path, success: !r.error, ...(r.error ? { error: r.error.message } : {}) })));
   }));
 
-  /** Multipart uploads stream straight to the guest agent, which speaks Daytona's `files[i].*` form (daytona.md (d)). */
-  const forwardUpload = async (c: ToolboxCall, guestPath: string): Promise<void> => {
+  /**
+   * Multipart uploads stream through to core's uploadFiles as they are: Daytona's bulk form
+   * (`files[i].path` + `files[i].file`) is the native one, and its single-file form is a `file`
+   * part to `?path=` (daytona.md (d)).
+   */
+  const forwardUpload = async (c: ToolboxCall, path?: string): Promise<void> => {
     const contentType = c.req.headers['content-type'];
     if (!contentType?.startsWith('multipart/form-data')) throw new NestboxError('unsupported_media_type', 'content-type: must be multipart/form-data');
-    const headers: Record<string, string> = { 'content-type': contentType };
     // The same upload limit as the native API, enforced while streaming (bulk uploads are chunked).
-    const max = services.config.limits.maxUploadBytes;
+    const max = options.maxUploadBytes;
     if (Number(c.req.headers['content-length'] ?? 0) > max) throw new NestboxError('payload_too_large', `body: exceeds the upload limit of ${max} bytes`);
-    const res = await agentRaw(services, c.principal, c.sandboxId, { method: 'POST', path: guestPath, body: streamedBody(c.req, max), headers, scope: 'files:write', operation: 'upload files to', daytonaCodes: FILE_CODES, signal: abortOnClose(c.res) });
-    if ((res.statusCode ?? 500) >= 400) throw await agentFailure(res, FILE_CODES);
-    const chunks: Buffer[] = [];
-    for await (const chunk of res) chunks.push(chunk as Buffer);
-    const result = JSON.parse(Buffer.concat(chunks).toString('utf8')) as UploadResponse;
+    const result = await file(toolbox.uploadFiles(c.principal, c.sandboxId, { contentType, path, body: streamedBody(c.req, max) }, untilGone(c)));
     const failed = result.results.filter((r) => !r.ok);
     if (failed.length) {
       const first = failed[0] as { path: string; error: { code: string; message: string } };
@@ -396,33 +296,29 @@ export function createToolboxRouter(services: Services): Router {
     }
     c.res.json({ files: result.results.map((r) => ({ path: r.path, bytes: r.ok ? r.size : 0 })) });
   };
-  router.post('/files/bulk-upload', tb((c) => forwardUpload(c, '/files/upload')));
+  router.post('/files/bulk-upload', tb((c) => forwardUpload(c)));
   // upload-v2 (signed upload URLs) and the older single-file upload: one `file` part to ?path=.
-  router.post('/files/upload-v2', tb((c) => forwardUpload(c, `/files/upload${q({ path: requireQuery(c.req, 'path') })}`)));
-  router.post('/files/upload', tb((c) => forwardUpload(c, `/files/upload${q({ path: requireQuery(c.req, 'path') })}`)));
+  router.post('/files/upload-v2', tb((c) => forwardUpload(c, requireQuery(c.req, 'path'))));
+  router.post('/files/upload', tb((c) => forwardUpload(c, requireQuery(c.req, 'path'))));
 
-  // Bulk download: the guest agent writes Daytona's multipart, error parts included (daytona.md (d)).
+  // Bulk download (daytona.md (d)): core's multipart, one part per path, with each `error`
+  // part's body rewritten to Daytona's daemon shape on the way through (download-parts.ts).
   router.post('/files/bulk-download', tb(async (c) => {
     const b = body(c.req);
     if (!Array.isArray(b.paths) || b.paths.length === 0 || b.paths.some((p) => typeof p !== 'string')) throw errors.validation('paths', 'must be a non-empty array of paths');
-    const res = await agentRaw(services, c.principal, c.sandboxId, {
-      method: 'POST', path: '/files/download', json: { paths: b.paths, errorStyle: 'daytona' }, scope: 'files:read', fileRead: true, operation: 'download files of', signal: abortOnClose(c.res),
-    });
-    if ((res.statusCode ?? 500) >= 400) throw await agentFailure(res, FILE_CODES);
+    const stream = await file(toolbox.downloadFiles(c.principal, c.sandboxId, { paths: b.paths as string[] }, untilGone(c)));
+    const rewrite = daytonaDownloadParts(stream.headers.contentType);
     c.res.status(200);
-    for (const name of ['content-type', 'content-length']) if (res.headers[name]) c.res.setHeader(name, res.headers[name]!);
-    await pipeline(res, c.res);
+    if (stream.headers.contentType) c.res.setHeader('content-type', stream.headers.contentType);
+    await pipeline(stream.body, rewrite, c.res);
   }));
   // Raw single-file download (signed download URLs).
   router.get('/files/download', tb(async (c) => {
-    const res = await agentRaw(services, c.principal, c.sandboxId, {
-      method: 'GET', path: `/files/content${q({ path: requireQuery(c.req, 'path') })}`, scope: 'files:read', fileRead: true, operation: 'download files of', signal: abortOnClose(c.res),
-    });
-    if ((res.statusCode ?? 500) >= 400) throw await agentFailure(res, FILE_CODES);
+    const stream = await file(toolbox.readFile(c.principal, c.sandboxId, requireQuery(c.req, 'path'), {}, untilGone(c)));
     c.res.status(200);
     c.res.setHeader('content-type', 'application/octet-stream');
-    if (res.headers['content-length']) c.res.setHeader('content-length', res.headers['content-length']);
-    await pipeline(res, c.res);
+    if (stream.headers.contentLength) c.res.setHeader('content-length', stream.headers.contentLength);
+    await pipeline(stream.body, c.res);
   }));
 
   // --- info, env, metrics (daytona.md (c) "Info, env, metrics") ----------------------------
@@ -437,9 +333,7 @@ export function createToolboxRouter(services: Services): Router {
     c.res.json({ dir: r.stdout.trim() });
   }));
   router.get('/system/metrics', tb(async (c) => {
-    const r = await execIn(c, { argv: ['python3', '-c', SYSTEM_METRICS_SCRIPT], timeoutMs: 10_000 });
-    if (r.exitCode !== 0) throw errors.internal(`reading metrics failed: ${r.stdout}${r.stderr}`.slice(0, 500));
-    c.res.json({ ...(JSON.parse(r.stdout) as object), timestamp: new Date().toISOString() });
+    c.res.json({ ...(await toolbox.systemMetrics(c.principal, c.sandboxId, untilGone(c))), timestamp: new Date().toISOString() });
   }));
   router.get('/version', tb(async (c) => {
     c.res.json({ version: 'nestbox' });
@@ -448,7 +342,7 @@ export function createToolboxRouter(services: Services): Router {
     throw notSupported('updating the environment of a running sandbox (updateEnv)', 'pass env when creating the sandbox, or per command');
   }));
 
-  router.use('/git', createGitRoutes(services, tb));
+  router.use('/git', createGitRoutes(toolbox, tb));
 
   const area = (path: string, feature: string, why?: string) => router.all(path, tb(async () => {
     throw notSupported(feature, why);

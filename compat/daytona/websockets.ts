@@ -1,21 +1,23 @@
 // Daytona's toolbox WebSockets (daytona.md (e)): session-log follow with the 3-byte stream
 // markers, and PTY sockets with the exit-control subprotocol. Each is a translation of a
-// guest-agent socket reached through core (`sandboxes.agentWebSocket`): process events → marked
-// log bytes, terminal frames → Daytona's control messages.
+// guest-agent socket that core's toolbox opens (`toolbox.processEventsSocket`,
+// `toolbox.attachTerminal`): process events → marked log bytes, terminal frames → Daytona's
+// control messages.
 import type http from 'node:http';
 import { constants as osConstants } from 'node:os';
 import type { Duplex } from 'node:stream';
 import { WebSocket, WebSocketServer } from 'ws';
-import { NestboxError, publicError } from '../../core/errors.js';
+import { decodeErrorBody, NestboxError, publicError } from '../../core/errors.js';
+import type { GuestWebSocketTarget, ProcessEvent } from '../../core/guest.js';
+import { requireScope } from '../../core/services/auth.js';
+import { TOOLBOX_OPERATIONS } from '../../core/services/toolbox.js';
 import type { Principal } from '../../core/types.js';
-import type { ProcessEvent } from '../../host/agent-protocol/processes.js';
-import { keepActiveWhileOpen } from '../../src/http/native/websocket.js';
 import { UPSTREAM_HANDSHAKE_TIMEOUT_MS } from '../../host/protocol/ws-relay.js';
 import { claimUpgrade } from '../../http-kit/upgrade-claims.js';
-import type { Services } from '../../src/services.js';
-import { agentJson, DAYTONA_PREFIX, PROCESS_CODES, STDERR_MARKER, STDOUT_MARKER } from './context.js';
-import { daemonError, daytonaErrorBody, notSupported } from './errors.js';
-import { createPty, findPty } from './toolbox.js';
+import type { CompatPort, ToolboxPort } from '../../core/compat-port.js';
+import { DAYTONA_PREFIX, STDERR_MARKER, STDOUT_MARKER, type DaytonaOptions } from './context.js';
+import { daemonCall, daemonError, daytonaErrorBody, notSupported, PROCESS_CODES, withDaemonCode } from './errors.js';
+import { createPty, findPty } from './pty.js';
 
 export const PTY_EXIT_CONTROL_SUBPROTOCOL = 'X-Daytona-Pty-Exit-Control';
 const PTY_ENVS_SUBPROTOCOL_PREFIX = 'X-Daytona-Pty-Envs~';
@@ -34,7 +36,12 @@ function refuse(socket: Duplex, err: unknown, path: string): void {
 }
 const http_status = (s: number) => ({ 400: 'Bad Request', 401: 'Unauthorized', 403: 'Forbidden', 404: 'Not Found', 409: 'Conflict', 429: 'Too Many Requests', 501: 'Not Implemented' } as Record<number, string>)[s] ?? 'Error';
 
-function openUpstream(url: string, headers: Record<string, string>): Promise<WebSocket> {
+/**
+ * The guest socket the toolbox named, opened (and paused: the guest may speak first) before the
+ * client is accepted, so a refusal (unknown process, not a terminal) reaches the client as an
+ * HTTP error in Daytona's shape, decoded by core's one decoder.
+ */
+function openUpstream({ url, headers }: GuestWebSocketTarget): Promise<WebSocket> {
   const ws = new WebSocket(url, { headers, handshakeTimeout: UPSTREAM_HANDSHAKE_TIMEOUT_MS });
   return new Promise((resolve, reject) => {
     ws.once('open', () => {
@@ -44,18 +51,8 @@ function openUpstream(url: string, headers: Record<string, string>): Promise<Web
     ws.once('unexpected-response', (_r, res) => {
       const chunks: Buffer[] = [];
       res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => {
-        let message = Buffer.concat(chunks).toString('utf8');
-        let code = res.statusCode === 404 ? 'not_found' : 'internal';
-        try {
-          const parsed = JSON.parse(message) as { error?: { code?: string; message?: string } };
-          message = parsed.error?.message ?? message;
-          code = parsed.error?.code ?? code;
-        } catch {
-          // keep text
-        }
-        reject(code === 'not_found' ? daemonError('not_found', message, 'PROCESS_NOT_FOUND') : new NestboxError('internal', message));
-      });
+      res.on('end', () => reject(withDaemonCode(decodeErrorBody(res.statusCode ?? 502, Buffer.concat(chunks).toString('utf8'), "the sandbox's agent"), PROCESS_CODES)));
+      res.on('error', () => reject(new NestboxError('host_unavailable', "the sandbox's agent closed the connection")));
     });
     ws.once('error', (err) => reject(new NestboxError('host_unavailable', `the sandbox's agent is not reachable: ${err.message}`)));
   });
@@ -75,11 +72,10 @@ function accept(req: http.IncomingMessage, socket: Duplex, head: Buffer, protoco
 }
 
 /** Session command logs, follow mode: process events → `01 01 01`/`02 02 02`-marked bytes, close 1000 at exit. */
-async function followLogs(services: Services, principal: Principal, sandboxId: string, sessionId: string, commandId: string, req: http.IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
+async function followLogs(toolbox: ToolboxPort, principal: Principal, sandboxId: string, sessionId: string, commandId: string, req: http.IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
   if (sessionId !== 'entrypoint') {
-    await agentJson(services, principal, sandboxId, {
-      method: 'GET', path: `/sessions/${encodeURIComponent(sessionId)}/commands/${encodeURIComponent(commandId)}`, scope: 'sandboxes:read', operation: 'read commands of', daytonaCodes: PROCESS_CODES,
-    });
+    // The session must exist and own the command (command ids are process ids in the guest).
+    await daemonCall(PROCESS_CODES, toolbox.getSessionCommand(principal, sandboxId, sessionId, commandId));
   }
   if (sessionId === 'entrypoint') {
     // No entrypoint command runs in a Nestbox sandbox: the log is empty and already complete.
@@ -87,10 +83,10 @@ async function followLogs(services: Services, principal: Principal, sandboxId: s
     client.close(1000);
     return;
   }
-  const target = await services.sandboxes.agentWebSocket(principal, sandboxId, 'sandboxes:read', 'stream command logs of', `/processes/${encodeURIComponent(commandId)}/events?offset=0`);
-  const upstream = await openUpstream(target.url, target.headers);
+  const upstream = await openUpstream(await toolbox.processEventsSocket(principal, sandboxId, commandId, { offset: 0 }));
   const client = await accept(req, socket, head, false);
-  keepActiveWhileOpen(services, sandboxId, (stop) => client.once('close', stop));
+  // An open log stream counts as activity for the idle policy.
+  client.once('close', toolbox.keepActive(sandboxId));
   upstream.on('message', (data, isBinary) => {
     if (isBinary || client.readyState !== WebSocket.OPEN) return;
     let event: ProcessEvent;
@@ -127,12 +123,12 @@ function ptyEnvs(req: http.IncomingMessage): Record<string, string> | undefined 
 }
 
 /** The PTY socket (daytona.md (e) "PTY"): connected → output → exited + close with a JSON reason. */
-async function attachPty(services: Services, principal: Principal, sandboxId: string, processId: string, req: http.IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
-  const target = await services.sandboxes.agentWebSocket(principal, sandboxId, 'sandboxes:exec', 'attach to terminals of', `/processes/${encodeURIComponent(processId)}/pty`);
-  const upstream = await openUpstream(target.url, target.headers);
+async function attachPty(toolbox: ToolboxPort, principal: Principal, sandboxId: string, processId: string, req: http.IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
+  const upstream = await openUpstream(await toolbox.attachTerminal(principal, sandboxId, processId));
   const exitControl = offeredProtocols(req).includes(PTY_EXIT_CONTROL_SUBPROTOCOL);
   const client = await accept(req, socket, head, exitControl ? PTY_EXIT_CONTROL_SUBPROTOCOL : false);
-  keepActiveWhileOpen(services, sandboxId, (stop) => client.once('close', stop));
+  // An open terminal counts as activity for the idle policy.
+  client.once('close', toolbox.keepActive(sandboxId));
   client.send(JSON.stringify({ type: 'control', status: 'connected' }));
   let exited = false;
   upstream.on('message', (data, isBinary) => {
@@ -172,7 +168,8 @@ async function attachPty(services: Services, principal: Principal, sandboxId: st
   upstream.resume();
 }
 
-export function attachDaytonaWebSockets(server: http.Server, services: Services): void {
+export function attachDaytonaWebSockets(server: http.Server, core: Pick<CompatPort, 'auth' | 'toolbox'>, options: Pick<DaytonaOptions, 'streams'>): void {
+  const { toolbox } = core;
   server.on('upgrade', (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
     const url = new URL((req.url ?? '/').replace(/\/{2,}/g, '/'), 'http://nestbox');
     if (!url.pathname.startsWith(`${DAYTONA_PREFIX}/`)) return;
@@ -186,25 +183,28 @@ export function attachDaytonaWebSockets(server: http.Server, services: Services)
     const target = parseToolboxPath(url.pathname);
     if (!target) throw new NestboxError('not_found', `no WebSocket route ${url.pathname}`);
     const header = req.headers.authorization;
-    const principal = await services.auth.authenticate(header?.startsWith('Bearer ') ? header.slice(7).trim() : undefined);
+    const principal = await core.auth.authenticate(header?.startsWith('Bearer ') ? header.slice(7).trim() : undefined);
     const { sandboxId, path } = target;
     // Counted until the client's socket closes; beyond the caps a 429 in Daytona's shape.
-    services.streams.acquireUntilClosed({ keyId: principal.keyId, sandboxId }, socket);
+    options.streams.acquireUntilClosed({ keyId: principal.keyId, sandboxId }, socket);
     let m: RegExpExecArray | null;
     if ((m = /^\/process\/session\/([^/]+)\/command\/([^/]+)\/logs$/.exec(path))) {
-      return followLogs(services, principal, sandboxId, decodeURIComponent(m[1]), decodeURIComponent(m[2]), req, socket, head);
+      return followLogs(toolbox, principal, sandboxId, decodeURIComponent(m[1]), decodeURIComponent(m[2]), req, socket, head);
     }
-    if (path === '/process/session/entrypoint/logs') return followLogs(services, principal, sandboxId, 'entrypoint', '', req, socket, head);
+    if (path === '/process/session/entrypoint/logs') return followLogs(toolbox, principal, sandboxId, 'entrypoint', '', req, socket, head);
+    // PTY sockets attach to a terminal: its scope before anything is looked up (finding the PTY
+    // only lists processes, which needs less).
+    if (path === '/process/pty/create-connect' || /^\/process\/pty\/[^/]+\/connect$/.test(path)) requireScope(principal, TOOLBOX_OPERATIONS.attachTerminal.scope);
     if (path === '/process/pty/create-connect') {
       const num = (n: string) => (url.searchParams.get(n) ? Number(url.searchParams.get(n)) : undefined);
-      const created = await createPty(services, principal, sandboxId, { id: url.searchParams.get('id') ?? '', cols: num('cols'), rows: num('rows'), cwd: url.searchParams.get('cwd') ?? undefined, envs: ptyEnvs(req) });
-      return attachPty(services, principal, sandboxId, created.processId, req, socket, head);
+      const created = await createPty(toolbox, principal, sandboxId, { id: url.searchParams.get('id') ?? '', cols: num('cols'), rows: num('rows'), cwd: url.searchParams.get('cwd') ?? undefined, envs: ptyEnvs(req) });
+      return attachPty(toolbox, principal, sandboxId, created.processId, req, socket, head);
     }
     if ((m = /^\/process\/pty\/([^/]+)\/connect$/.exec(path))) {
       const id = decodeURIComponent(m[1]);
-      const pty = await findPty(services, principal, sandboxId, id);
+      const pty = await findPty(toolbox, principal, sandboxId, id);
       if (!pty) throw daemonError('not_found', `PTY session ${id} not found`, 'PROCESS_NOT_FOUND');
-      return attachPty(services, principal, sandboxId, pty.processId, req, socket, head);
+      return attachPty(toolbox, principal, sandboxId, pty.processId, req, socket, head);
     }
     if (path === '/process/interpreter/execute') throw notSupported('the code interpreter (codeInterpreter.runCode)', 'use process.codeRun');
     throw new NestboxError('not_found', `no WebSocket route ${path}`);

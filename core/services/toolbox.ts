@@ -12,6 +12,7 @@ import type * as Guest from '../guest.js';
 import type { Principal, Scope } from '../types.js';
 import { requireScope } from './auth.js';
 import type { SandboxService } from './sandboxes.js';
+import { parseSystemMetrics, SYSTEM_METRICS_COMMAND, type SystemMetrics } from './system-metrics.js';
 
 interface OperationRule {
   scope: Scope;
@@ -67,6 +68,9 @@ export const TOOLBOX_OPERATIONS = {
   createWatcher: { scope: 'files:read', verb: 'watch files of' },
   watcherEvents: { scope: 'files:read', verb: 'watch files of' },
   deleteWatcher: { scope: 'files:read', verb: 'watch files of' },
+
+  // Measured by a command run inside the sandbox (system-metrics.ts).
+  systemMetrics: { scope: 'sandboxes:exec', verb: 'read metrics of' },
 } as const satisfies Record<string, OperationRule>;
 
 export type ToolboxOperation = keyof typeof TOOLBOX_OPERATIONS;
@@ -321,5 +325,12 @@ export class Toolbox {
 
   async deleteWatcher(p: Principal, sandboxId: string, watcherId: string, o?: O): Promise<void> {
     return (await this.guest(p, sandboxId, 'deleteWatcher')).deleteWatcher(watcherId, o);
+  }
+
+  // ---- the sandbox as a machine --------------------------------------------------------------
+
+  /** CPU, memory and disk use as the sandbox's workload sees them (takes about 0.2 s). */
+  async systemMetrics(p: Principal, sandboxId: string, o?: O): Promise<SystemMetrics> {
+    return parseSystemMetrics(await (await this.guest(p, sandboxId, 'systemMetrics')).exec(SYSTEM_METRICS_COMMAND, o));
   }
 }

@@ -67,9 +67,8 @@
 //     failure: Content-Disposition: form-data; name="error"; filename="<requested path>"
 //              Content-Type: application/json
 //              body {"error":{"code":"not_found","message":"…","status":404}}
-//              or, with `errorStyle: "daytona"` in the request, Daytona's daemon shape
-//              {"message":"…","statusCode":404,"code":"FILE_NOT_FOUND","source":"DAYTONA_DAEMON"}
-//              (codes: FILE_NOT_FOUND, FILE_ACCESS_DENIED, INVALID_FILE_PATH, FILE_READ_FAILED)
+//              (the Content-Length is always sent: compat/daytona rewrites these bodies to
+//              Daytona's daemon shape by it, passing file parts through unparsed)
 //   The filename is the requested path byte-for-byte when it is printable ASCII without `"`
 //   or `\`; otherwise `filename="<ASCII fallback, others as _>"; filename*=utf-8''<RFC 5987
 //   percent-encoded path>` (busboy and browsers prefer filename*). A file that fails after its
@@ -178,26 +177,15 @@ export type UploadResponse = z.infer<typeof UploadResponse>;
 export const DownloadRequest = z
   .object({
     paths: z.array(z.string()).min(1).max(10_000),
-    // The body of `error` parts; see DOWNLOAD above. Lets the Daytona layer pass the stream on as is.
-    errorStyle: z.enum(['nestbox', 'daytona']).optional(),
   })
   .strict();
 export type DownloadRequest = z.infer<typeof DownloadRequest>;
 
-/** Body of a download `error` part (the default errorStyle). */
+/** Body of a download `error` part. */
 export const DownloadErrorPart = z.object({
   error: z.object({ code: z.string(), message: z.string(), status: z.number().int() }),
 });
 export type DownloadErrorPart = z.infer<typeof DownloadErrorPart>;
-
-/** Body of a download `error` part with errorStyle "daytona". */
-export const DaytonaDownloadErrorPart = z.object({
-  message: z.string(),
-  statusCode: z.number().int(),
-  code: z.string(),
-  source: z.literal('DAYTONA_DAEMON'),
-});
-export type DaytonaDownloadErrorPart = z.infer<typeof DaytonaDownloadErrorPart>;
 
 export const WatchChangeType = z.enum(['create', 'write', 'remove', 'rename', 'chmod']);
 export type WatchChangeType = z.infer<typeof WatchChangeType>;

@@ -1,10 +1,10 @@
 // POST /files/download: many files in one multipart/form-data response, one part per requested
 // path in request order, each file streamed with backpressure after the previous one. Failures
-// of single files become `error` parts so one missing file does not fail the others (the shape
-// Daytona's SDK expects; see agent-protocol/files.ts).
+// of single files become `error` parts so one missing file does not fail the others (see
+// agent-protocol/files.ts; compat/daytona gives their bodies Daytona's shape).
 import { randomBytes } from 'node:crypto';
 import type { ServerResponse } from 'node:http';
-import type { DaytonaDownloadErrorPart, DownloadErrorPart, DownloadRequest } from '../agent-protocol/files.js';
+import type { DownloadErrorPart } from '../agent-protocol/files.js';
 import { AgentHttpError, fsErrorToHttp } from './errors.js';
 import { noteStreamedBytes, openForReading } from './files.js';
 import { resolveSandboxPath } from './paths.js';
@@ -29,22 +29,10 @@ export function filenameParameters(requestedPath: string): string {
   return `filename="${fallback}"; filename*=utf-8''${encodeRfc5987(wellFormed)}`;
 }
 
-type ErrorStyle = NonNullable<DownloadRequest['errorStyle']>;
-
-/** Daytona's daemon codes that its SDK turns into specific error classes. */
-const DAYTONA_CODES: Record<string, string> = {
-  not_found: 'FILE_NOT_FOUND',
-  forbidden: 'FILE_ACCESS_DENIED',
-  validation_failed: 'INVALID_FILE_PATH',
-};
-
-function errorBody(error: unknown, path: string, style: ErrorStyle): DownloadErrorPart | DaytonaDownloadErrorPart {
+function errorBody(error: unknown, path: string): DownloadErrorPart {
   const mapped =
     (error instanceof AgentHttpError ? error : fsErrorToHttp(error, path)) ??
     new AgentHttpError(500, 'internal', `internal error reading ${path}: ${(error as Error)?.message ?? String(error)}`);
-  if (style === 'daytona') {
-    return { message: mapped.message, statusCode: mapped.status, code: DAYTONA_CODES[mapped.code] ?? 'FILE_READ_FAILED', source: 'DAYTONA_DAEMON' };
-  }
   return { error: { code: mapped.code, message: mapped.message, status: mapped.status } };
 }
 
@@ -69,7 +57,7 @@ async function write(res: ServerResponse, data: Buffer | string): Promise<void> 
   if (!res.write(data)) await drained(res);
 }
 
-export async function sendDownload(res: ServerResponse, requestedPaths: string[], home: string, errorStyle: ErrorStyle = 'nestbox'): Promise<void> {
+export async function sendDownload(res: ServerResponse, requestedPaths: string[], home: string): Promise<void> {
   const boundary = `nestbox-${randomBytes(16).toString('hex')}`;
   res.writeHead(200, { 'Content-Type': `multipart/form-data; boundary=${boundary}` });
 
@@ -82,7 +70,7 @@ export async function sendDownload(res: ServerResponse, requestedPaths: string[]
       shownPath = absolutePath;
       opened = await openForReading(absolutePath);
     } catch (error) {
-      const body = Buffer.from(JSON.stringify(errorBody(error, shownPath, errorStyle)));
+      const body = Buffer.from(JSON.stringify(errorBody(error, shownPath)));
       await write(
         res,
         `--${boundary}\r\nContent-Disposition: form-data; name="error"; ${disposition}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n`,

@@ -153,7 +153,7 @@ export function createFileRoutes(settings: FileRouteSettings): FileRoutes {
     '/files/download': {
       POST: async ({ req, res }) => {
         const request = await readJsonBody(req, DownloadRequest, settings.maxJsonBodyBytes);
-        await sendDownload(res, request.paths, home, request.errorStyle);
+        await sendDownload(res, request.paths, home);
       },
     },
     '/files/watch': {

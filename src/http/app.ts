@@ -6,7 +6,7 @@ import type { Services } from '../services.js';
 import { createNativeRouter, renderNativeError } from './native/router.js';
 import { PortProxy } from './port-proxy.js';
 import { bodyIdleTimeout } from './slow-clients.js';
-import { createDaytonaRouter } from '../../compat/daytona/router.js';
+import { createDaytonaRouter, type DaytonaOptions } from '../../compat/daytona/router.js';
 import { createE2bControlPlaneRouter, createE2bSandboxTrafficHandler, type E2bOptions } from '../../compat/e2b/index.js';
 import { renderDaytonaError } from '../../compat/daytona/errors.js';
 import { renderControlPlaneError } from '../../compat/e2b/errors.js';
@@ -37,6 +37,12 @@ export function renderErrorForPath(req: Request, res: Response, err: unknown, lo
   if (path.startsWith('/daytona/')) return renderDaytonaError(res, err, 'api', log);
   if (path === '/e2b' || path.startsWith('/e2b/')) return renderControlPlaneError(res, err, log);
   renderNativeError(res, err, logger);
+}
+
+/** The server settings the Daytona layer needs besides core's port (it imports nothing of src/). */
+export function daytonaOptionsOf(services: Services): DaytonaOptions {
+  const { maxUploadBytes, maxTimeoutSeconds } = services.config.limits;
+  return { maxUploadBytes, maxTimeoutSeconds, streams: services.streams, log: services.log };
 }
 
 /** One HTTP app on one port: the native API, the internal host-agent routes, later the compat layers. */
@@ -71,7 +77,7 @@ export function createApp(services: Services): Express {
 
   app.use('/api/v1', createNativeRouter(services));
   // Daytona: control plane at /daytona/api, toolbox at /daytona/toolbox (compat/daytona/router.ts).
-  app.use('/daytona', createDaytonaRouter(services));
+  app.use('/daytona', createDaytonaRouter(services, daytonaOptionsOf(services)));
   // E2B: control plane under /e2b (its in-sandbox traffic is routed above, before hosted ports).
   app.use('/e2b', createE2bControlPlaneRouter(services, e2bOptions));
 
