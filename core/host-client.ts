@@ -96,13 +96,6 @@ export interface HostClient {
    * host's read-only view of a stopped sandbox's kept disk, which serves the file reads only.
    */
   guest(id: string, view?: GuestView): GuestClient;
-  /**
-   * @deprecated The untyped channel, kept only while compat/ still builds guest paths; use
-   * `guest(id)`. Any guest-agent route, streamed both ways; the caller reads status and body.
-   */
-  agentRequest(id: string, request: AgentRequest): Promise<import('node:http').IncomingMessage>;
-  /** @deprecated With agentRequest; use `guest(id).processEventsSocket()` etc. */
-  agentWebSocket(id: string, path: string): AgentWebSocketTarget;
   /** Freeze a running sandbox (idempotent). */
   pauseSandbox(id: string): Promise<HostSandboxRuntime>;
   /** Thaw a paused sandbox (idempotent). */
@@ -113,8 +106,6 @@ export interface HostClient {
   snapshotSandbox(id: string, snapshotId: string): Promise<HostSnapshotResult>;
   /** Idempotent; `conflict` while a sandbox or another snapshot on the host uses it. */
   deleteSnapshot(snapshotId: string): Promise<void>;
-  /** @deprecated With agentRequest; use `guest(id, 'stopped-disk')`. A guest-agent route served read-only from a STOPPED sandbox's disk (`invalid_state` if it runs). */
-  fileViewRequest(id: string, request: AgentRequest): Promise<import('node:http').IncomingMessage>;
   /** Change the sandbox's egress policy; live when it runs, kept for its next start otherwise. */
   setEgress(id: string, egress: EgressPolicy): Promise<HostEgressResult>;
   /** Hosted-port traffic goes through the host agent that owns the sandbox. */

@@ -192,13 +192,7 @@ describe('an answer before the body is all sent (disk full)', () => {
       await upload.closed;
       // Unrelated requests right after, on the same pools (control plane → host agent → guest).
       expect(await client.getSandbox(SANDBOX)).toEqual({ id: SANDBOX, status: 'running' });
-      const stat = await client.agentRequest(SANDBOX, { method: 'GET', path: `/files/stat?path=${encodeURIComponent(disk)}`, headers: {} });
-      const text = await new Promise<string>((resolve, reject) => {
-        const parts: Buffer[] = [];
-        stat.on('data', (part: Buffer) => parts.push(part)).once('end', () => resolve(Buffer.concat(parts).toString('utf8'))).once('error', reject);
-      });
-      expect(stat.statusCode, text).toBe(200);
-      expect(JSON.parse(text).type).toBe('dir');
+      expect((await client.guest(SANDBOX).statFile(disk)).type).toBe('dir');
     }
   });
 });

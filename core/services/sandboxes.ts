@@ -5,10 +5,9 @@ import { newOperationId, newSandboxId } from '../ids.js';
 import { assertCanBegin, assertRunning, isTransitional, OPERATIONS, type SandboxState } from '../state-machine.js';
 import { failureMessage, Lifecycle, timeoutDeadline } from '../lifecycle.js';
 import { snapshotRepository } from '../store/repositories/snapshots.js';
-import type { IncomingMessage } from 'node:http';
-import type { AgentRequest, AgentWebSocketTarget, EgressPolicy, ExecInput, ExecResult, HostClient, HostSandboxSpec } from '../host-client.js';
+import type { EgressPolicy, HostClient, HostSandboxSpec } from '../host-client.js';
 import type { GuestClient } from '../guest.js';
-import type { Principal, Sandbox, Scope, Snapshot } from '../types.js';
+import type { Principal, Sandbox, Snapshot } from '../types.js';
 import { canSeeSandbox, requireScope } from './auth.js';
 import type { HostService } from './hosts.js';
 
@@ -708,39 +707,5 @@ export class SandboxService {
     }
     const { client } = await this.runningSandbox(principal, id, operation);
     return client.guest(id);
-  }
-
-  /** @deprecated compat only, until it uses Toolbox.exec. */
-  async exec(principal: Principal, id: string, input: ExecInput, signal?: AbortSignal): Promise<ExecResult> {
-    requireScope(principal, 'sandboxes:exec');
-    return (await this.guestFor(principal, id, 'run a command in')).exec(input, { signal });
-  }
-
-  /**
-   * @deprecated The untyped channel, kept only while compat/ builds guest paths (the Toolbox
-   * replaces it): any guest-agent route after the checks of every other call.
-   */
-  async agentRequest(principal: Principal, id: string, scope: Scope, operation: string, request: AgentRequest): Promise<IncomingMessage> {
-    requireScope(principal, scope);
-    const { client } = await this.runningSandbox(principal, id, operation);
-    return client.agentRequest(id, request);
-  }
-
-  /** @deprecated With agentRequest: read-only file routes, served from a stopped sandbox's kept disk. */
-  async fileReadRequest(principal: Principal, id: string, operation: string, request: AgentRequest): Promise<IncomingMessage> {
-    requireScope(principal, 'files:read');
-    const sandbox = await this.load(principal, id);
-    if ((sandbox.state === 'stopped' || sandbox.state === 'error') && !isWakeable(sandbox)) {
-      return (await this.hosts.clientFor(sandbox.hostId!)).fileViewRequest(id, request);
-    }
-    const { client } = await this.runningSandbox(principal, id, operation);
-    return client.agentRequest(id, request);
-  }
-
-  /** @deprecated With agentRequest; the Toolbox has one method per WebSocket. */
-  async agentWebSocket(principal: Principal, id: string, scope: Scope, operation: string, path: string): Promise<AgentWebSocketTarget> {
-    requireScope(principal, scope);
-    const { client } = await this.runningSandbox(principal, id, operation);
-    return client.agentWebSocket(id, path);
   }
 }

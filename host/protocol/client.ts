@@ -70,14 +70,6 @@ export class HttpHostClient implements HostClient {
     );
   }
 
-  agentRequest(id: string, request: AgentRequest): Promise<http.IncomingMessage> {
-    return this.relay(id, '/agent', request);
-  }
-
-  fileViewRequest(id: string, request: AgentRequest): Promise<http.IncomingMessage> {
-    return this.relay(id, '/files-view', request);
-  }
-
   /** A guest-agent request through one of the host agent's pass-through prefixes. */
   private relay(id: string, prefix: '/agent' | '/files-view', request: AgentRequest): Promise<http.IncomingMessage> {
     const body = Buffer.isBuffer(request.body) ? undefined : request.body;
@@ -93,7 +85,8 @@ export class HttpHostClient implements HostClient {
     });
   }
 
-  agentWebSocket(id: string, path: string): AgentWebSocketTarget {
+  /** Where the guest agent's WebSocket routes of a sandbox are reached (through the host agent). */
+  private agentWebSocket(id: string, path: string): AgentWebSocketTarget {
     const url = new URL(this.sandboxPath(id, `/agent${path}`), this.base);
     url.protocol = this.base.protocol === 'https:' ? 'wss:' : 'ws:';
     return { url: url.toString(), headers: { authorization: `Bearer ${this.opts.secret}` } };
