@@ -48,3 +48,6 @@ export const silentLogger: Logger = {
   error: () => undefined,
   child: () => silentLogger,
 };
+
+/** What a last-resort error renderer needs of a logger (core/errors.ts publicError). */
+export type ErrorLog = Pick<Logger, 'error'>;

@@ -121,7 +121,6 @@ export async function startServer(config: Config, logger: Logger = createLogger(
     hostSecret,
     nativeSpecText: readFileSync(projectPath('openapi/native.yaml'), 'utf8'),
     logger: log,
-    log: (message) => log.error(message),
   };
   const server = http.createServer(createApp(services));
   // Slow clients: header, request and upgrade deadlines (bodies stalling: createApp).

@@ -37,10 +37,5 @@ export interface Services extends CompatPort {
   nativeSpecText: string;
   /** The server's logger; per request, `requestLogger(req, logger)` (http/request-id.ts) adds the request id. */
   logger: Logger;
-  /**
-   * Error lines of the front doors that still take a function (compat, native, port proxy):
-   * `logger.error` of the line. Kept until those take the Logger.
-   */
-  log: (message: string) => void;
 }
 

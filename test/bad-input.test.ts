@@ -237,3 +237,23 @@ describe('envd upload with a body that is not the gzip it claims (found by the f
     }
   }, 120_000);
 });
+
+describe('envd upload of a form that breaks while it is translated (found by the fuzz suite)', () => {
+  it('is a 400 in E2B\'s shape naming the form, never 502 "socket hang up"', async () => {
+    const created = await t.http.post('/api/v1/sandboxes').set(t.auth).send({ timeoutSeconds: 0, memoryMiB: 512, egress: { mode: 'deny-all' } });
+    expect(created.status, JSON.stringify(created.body)).toBe(201);
+    const token = (await t.http.get(`/e2b/sandboxes/${created.body.id}`).set('X-API-Key', t.apiKey)).body.envdAccessToken;
+    const headers = { 'e2b-sandbox-id': created.body.id, 'e2b-sandbox-port': '49983', 'x-access-token': token, 'content-type': 'multipart/form-data; boundary=fuzzb' };
+    const form = (filename: string, data: string) => `--fuzzb\r\nContent-Disposition: form-data; name="file"; filename="${filename}"\r\nContent-Type: application/octet-stream\r\n\r\n${data}\r\n--fuzzb--\r\n`;
+    const cases = [
+      ['/files?path=%2Ftmp%2Ffuzz%2Fx%2F%10%F4%89%A1%86%05&signature_expiration=x', form('/tmp/fuzz/a\u0000b', 'xyz')],
+      ['/files?path=%2Ftmp%2Ffuzz%2Fup&username=%09&signature=%5B%5D&signature_expiration=99999999999', form('/tmp/fuzz/\u0002b', '\u0006')],
+    ];
+    for (const [path, body] of cases) {
+      const r = await raw('POST', path, headers, body);
+      // A control character in a part's filename: busboy refuses the part header.
+      expect(r.status, `${path}: ${r.text}`).toBe(400);
+      expect(r.json, r.text).toMatchObject({ code: 400, message: expect.stringContaining('multipart/form-data') });
+    }
+  }, 120_000);
+});

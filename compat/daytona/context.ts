@@ -6,6 +6,7 @@ import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import { NestboxError } from '../../core/errors.js';
 import type { Principal } from '../../core/types.js';
 import { renderDaytonaError, type DaytonaSurface } from './errors.js';
+import type { Logger } from '../../core/logger.js';
 
 /** Where the compat layer is mounted (src/http/app.ts): users set DAYTONA_API_URL=<origin>/daytona/api. */
 export const DAYTONA_PREFIX = '/daytona';
@@ -37,7 +38,8 @@ export function toolboxProxyUrl(req: IncomingMessage): string {
 }
 
 /** Where internal failures are logged (a 500 shows the client only a reference). */
-export type Log = (message: string) => void;
+/** The server's logger (core/logger.ts); errors go to it with their fields. */
+export type Log = Logger;
 
 /** The server's stream caps (held per API key and per sandbox; beyond a cap, rate_limited). */
 export interface StreamSlots {

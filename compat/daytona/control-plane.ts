@@ -235,7 +235,7 @@ export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 's
     if (unhonoured.length) {
       // Accepted, but the caller is told what had no effect (never silently faked).
       res.setHeader('X-Nestbox-Unhonoured-Options', unhonoured.join(', ').replace(/[^\x20-\x7e]/g, '?'));
-      options.log(`daytona create: accepted without effect: ${unhonoured.join(', ')}`);
+      options.log.warn({ unhonoured }, `daytona create: accepted without effect: ${unhonoured.join(', ')}`);
     }
     const created = await sandboxes.create(principal, input);
     res.status(200).json(dto(req, created));

@@ -6,6 +6,7 @@ import { STATUS_CODES } from 'node:http';
 import type { Response } from 'express';
 import { NestboxError, publicError, retryAfterSeconds, type ErrorCode } from '../../core/errors.js';
 import { clientHasGone } from '../../http-kit/request-checks.js';
+import type { ErrorLog } from '../../core/logger.js';
 
 export type DaytonaSurface = 'api' | 'toolbox';
 
@@ -81,7 +82,7 @@ export function daytonaErrorBody(err: NestboxError, surface: DaytonaSurface, pat
   return body;
 }
 
-export function renderDaytonaError(res: Response, err: unknown, surface: DaytonaSurface, log?: (m: string) => void): void {
+export function renderDaytonaError(res: Response, err: unknown, surface: DaytonaSurface, log?: ErrorLog): void {
   // A client that went away mid-answer: nobody to tell, nothing internal to log.
   if (clientHasGone(res)) return void res.destroy();
   // The last-resort guard: a 500 shows only a reference, the log has the rest.

@@ -2,6 +2,7 @@
 // explicit set of server settings built where the E2B routers are mounted (src/http/app.ts).
 // Nothing here reaches into src/: the layer translates E2B's wire formats onto these calls only.
 import type { CompatPort } from '../../core/compat-port.js';
+import type { Logger } from '../../core/logger.js';
 
 /** Who a long-lived stream is counted against (the stream caps of the server). */
 export interface StreamOwner {
@@ -27,7 +28,7 @@ export interface E2bOptions {
   /** Longest sandbox timeout a create/connect/setTimeout may ask for. */
   maxTimeoutSeconds: number;
   streams: StreamCounter;
-  log: (message: string) => void;
+  log: Logger;
 }
 
 /** The E2B layer's dependencies: core's port plus the settings above. */

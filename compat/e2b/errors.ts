@@ -4,13 +4,14 @@ import type { Response } from 'express';
 import { Code, ConnectError } from '@connectrpc/connect';
 import { NestboxError, publicError, retryAfterSeconds, toNestboxError } from '../../core/errors.js';
 import { clientHasGone } from '../../http-kit/request-checks.js';
+import type { ErrorLog } from '../../core/logger.js';
 
 /**
  * Control plane: `{code, message}` with `code` equal to the HTTP status, because the SDK reads
  * `code` from the body to tell 404 (SandboxNotFoundError / kill → false) and 409 (pause →
  * false) apart (e2b.md (f) "Observed trap").
  */
-export function renderControlPlaneError(res: Response, err: unknown, log?: (m: string) => void): void {
+export function renderControlPlaneError(res: Response, err: unknown, log?: ErrorLog): void {
   // A client that went away mid-answer: nobody to tell, nothing internal to log.
   if (clientHasGone(res)) return void res.destroy();
   // The last-resort guard: a 500 shows only a reference, the log has the rest.
@@ -36,7 +37,7 @@ export function isSandboxUnavailable(e: NestboxError): boolean {
  * running answers 502, as E2B's edge proxy does, which the SDK turns into TimeoutError
  * (e2b.md (f) "envd HTTP").
  */
-export function renderEnvdHttpError(res: Response, err: unknown, log?: (m: string) => void): void {
+export function renderEnvdHttpError(res: Response, err: unknown, log?: ErrorLog): void {
   if (clientHasGone(res)) return void res.destroy();
   const e = publicError(err, log, 'e2b envd');
   if (res.headersSent) {
@@ -74,7 +75,7 @@ const CONNECT_CODES: Record<string, Code> = {
  * Connect errors"). A sandbox that is gone or not running is `unavailable`, which the SDK
  * reports as "sandbox is probably not running anymore".
  */
-export function toConnectError(err: unknown, log?: (m: string) => void): ConnectError {
+export function toConnectError(err: unknown, log?: ErrorLog): ConnectError {
   if (err instanceof ConnectError) return err;
   const e = publicError(err, log, 'e2b envd rpc');
   if (isSandboxUnavailable(e)) return new ConnectError(e.message, Code.Unavailable);
@@ -86,7 +87,7 @@ export function toConnectError(err: unknown, log?: (m: string) => void): Connect
  * stream, hit its own deadline): the guest call it was waiting on breaks too, which is the
  * client's doing, not an internal error.
  */
-export function rpcError(err: unknown, signal: AbortSignal, log?: (m: string) => void): ConnectError {
+export function rpcError(err: unknown, signal: AbortSignal, log?: ErrorLog): ConnectError {
   if (signal.aborted && !(err instanceof ConnectError)) {
     // Its own deadline (Connect-Timeout-Ms) aborts the call with deadline_exceeded as the reason.
     return signal.reason instanceof ConnectError ? signal.reason : new ConnectError('the call was cancelled by the client', Code.Canceled);

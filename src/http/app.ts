@@ -21,7 +21,7 @@ export function e2bOptionsOf(services: Services): E2bOptions {
     maxUploadBytes: services.config.limits.maxUploadBytes,
     maxTimeoutSeconds: services.config.limits.maxTimeoutSeconds,
     streams: services.streams,
-    log: services.log,
+    log: services.logger.child({ component: 'e2b' }),
   };
 }
 
@@ -31,8 +31,7 @@ export function e2bOptionsOf(services: Services): E2bOptions {
  */
 export function renderErrorForPath(req: Request, res: Response, err: unknown, logger?: Logger): void {
   const path = req.path;
-  // The compat renderers still take a line writer.
-  const log = logger ? (message: string) => logger.error(message) : undefined;
+  const log = logger;
   if (/^\/daytona\/(toolbox\/|api\/toolbox\/)/.test(path)) return renderDaytonaError(res, err, 'toolbox', log);
   if (path.startsWith('/daytona/')) return renderDaytonaError(res, err, 'api', log);
   if (path === '/e2b' || path.startsWith('/e2b/')) return renderControlPlaneError(res, err, log);
@@ -42,7 +41,7 @@ export function renderErrorForPath(req: Request, res: Response, err: unknown, lo
 /** The server settings the Daytona layer needs besides core's port (it imports nothing of src/). */
 export function daytonaOptionsOf(services: Services): DaytonaOptions {
   const { maxUploadBytes, maxTimeoutSeconds } = services.config.limits;
-  return { maxUploadBytes, maxTimeoutSeconds, streams: services.streams, log: services.log };
+  return { maxUploadBytes, maxTimeoutSeconds, streams: services.streams, log: services.logger.child({ component: 'daytona' }) };
 }
 
 /** One HTTP app on one port: the native API, the internal host-agent routes, later the compat layers. */

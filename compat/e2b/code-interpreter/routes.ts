@@ -7,12 +7,13 @@ import type { E2bDeps } from '../deps.js';
 import { isSandboxUnavailable } from '../errors.js';
 import type { SandboxTarget } from '../target.js';
 import { createContext, kernelFor, listContexts, removeContext, restartContext } from './kernels.js';
+import type { ErrorLog } from '../../../core/logger.js';
 
 /**
  * Status handling of the SDK (e2b.md (e)): 404 → NotFoundError, 502 → TimeoutError, anything
  * else → SandboxError("<status> <statusText>"); the body text is the message.
  */
-export function renderCodeInterpreterError(res: Response, err: unknown, log?: (m: string) => void): void {
+export function renderCodeInterpreterError(res: Response, err: unknown, log?: ErrorLog): void {
   if (clientHasGone(res)) return void res.destroy();
   const e = publicError(err, log, 'e2b code interpreter');
   if (res.headersSent) {

@@ -11,6 +11,7 @@ import { fromBinary } from '@bufbuild/protobuf';
 import { Code, ConnectError, createConnectRouter, type ConnectRouter } from '@connectrpc/connect';
 import type { Compression } from '@connectrpc/connect/protocol';
 import { compressionBrotli, compressionGzip, universalRequestFromNodeRequest, universalResponseToNodeResponse } from '@connectrpc/connect-node';
+import type { ErrorLog } from '../../../core/logger.js';
 
 /** Largest request message accepted (connect-es's default is 4 GiB). Unary envd messages are small; stdin chunks are well below. */
 export const MAX_RPC_MESSAGE_BYTES = 16 * 1024 * 1024;
@@ -62,7 +63,7 @@ async function readBody(req: http.IncomingMessage, max: number): Promise<Buffer 
   return Buffer.concat(chunks);
 }
 
-export function envdConnectHandler(routes: (router: ConnectRouter) => void, log: (m: string) => void) {
+export function envdConnectHandler(routes: (router: ConnectRouter) => void, log: ErrorLog) {
   const router = createConnectRouter({ acceptCompression: COMPRESSIONS, readMaxBytes: MAX_RPC_MESSAGE_BYTES, maxTimeoutMs: MAX_RPC_DEADLINE_MS });
   routes(router);
   const handlers = new Map(router.handlers.map((h) => [h.requestPath, h]));
@@ -106,7 +107,7 @@ export function envdConnectHandler(routes: (router: ConnectRouter) => void, log:
       await universalResponseToNodeResponse(uRes, res);
     } catch (reason) {
       if (ConnectError.from(reason).code === Code.Aborted) return;
-      log(`e2b envd: rpc ${handler.method.name} of ${handler.service.typeName} failed: ${reason instanceof Error ? reason.stack ?? reason.message : String(reason)}`);
+      log.error({ err: reason, rpc: `${handler.service.typeName}/${handler.method.name}` }, `e2b envd: rpc ${handler.method.name} of ${handler.service.typeName} failed: ${reason instanceof Error ? reason.message : String(reason)}`);
       if (!res.headersSent) writeConnectError(res, 500, 'internal', 'internal error; the server log has the details');
       else res.destroy();
     }

@@ -10,6 +10,7 @@ import type { E2bDeps } from '../deps.js';
 import { EventType, FileType, Filesystem, type EntryInfoSchema, type FilesystemEventSchema } from '../gen/filesystem/filesystem_pb.js';
 import { rpcError } from '../errors.js';
 import { homeRelative, type SandboxTarget } from '../target.js';
+import type { ErrorLog } from '../../../core/logger.js';
 
 type EntryInit = MessageInitShape<typeof EntryInfoSchema>;
 type FilesystemEventInit = MessageInitShape<typeof FilesystemEventSchema>;
@@ -70,7 +71,7 @@ function decodeWatcherId(id: string): { guestId: string; root: string; includeEn
 }
 
 /** RPC errors as Connect errors; a 500's details go to the log, not the client. */
-const errorsTo = (log: (m: string) => void) => <A extends unknown[], R>(fn: (...a: A) => Promise<R>) => async (...a: A): Promise<R> => {
+const errorsTo = (log: ErrorLog) => <A extends unknown[], R>(fn: (...a: A) => Promise<R>) => async (...a: A): Promise<R> => {
   try {
     return await fn(...a);
   } catch (err) {

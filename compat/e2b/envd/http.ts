@@ -9,7 +9,7 @@ import type { StreamHeaders } from '../../../core/guest.js';
 import type { E2bDeps } from '../deps.js';
 import { clientGoneSignal, streamedBody, streamedThrough } from '../../../http-kit/request-body.js';
 import { renderEnvdHttpError } from '../errors.js';
-import { nativeUploadForm } from './upload-form.js';
+import { nativeUploadForm, type NativeUploadForm } from './upload-form.js';
 import { homeRelative, type SandboxTarget } from '../target.js';
 import { authenticateSandboxTraffic, authenticateSignature, type SandboxRoute } from '../routing.js';
 
@@ -85,6 +85,7 @@ export async function uploadFiles(deps: E2bDeps, req: Request, res: Response, ro
   // guest mid-way; the client must hear that its body was bad (400), not that the host is
   // unreachable (502 "socket hang up", found by the fuzz suite).
   let badGzip: NestboxError | undefined;
+  let form: NativeUploadForm | undefined;
   try {
     const target = await filesTarget(deps, req, route, 'write');
     // File metadata (xattrs) has no Nestbox counterpart yet: say so instead of dropping it.
@@ -110,7 +111,7 @@ export async function uploadFiles(deps: E2bDeps, req: Request, res: Response, ro
     if (contentType.startsWith('multipart/form-data')) {
       // E2B's form (parts named `file` whose filename is the full target path, or `?path=` for
       // every part) re-encoded as the native one, streamed through (upload-form.ts).
-      const form = nativeUploadForm(body, contentType, path ? homeRelative(path) : undefined);
+      form = nativeUploadForm(body, contentType, path ? homeRelative(path) : undefined);
       const result = await deps.core.toolbox.uploadFiles(target.principal, target.sandboxId, form, { signal });
       if (badGzip) throw badGzip;
       const failed = result.results.find((r) => !r.ok);
@@ -125,7 +126,7 @@ export async function uploadFiles(deps: E2bDeps, req: Request, res: Response, ro
     if (badGzip) throw badGzip;
     res.status(200).json([writtenEntry(info.path)]);
   } catch (err) {
-    renderEnvdHttpError(res, badGzip ?? err, deps.log);
+    renderEnvdHttpError(res, badGzip ?? form?.failure() ?? err, deps.log);
   }
 }
 

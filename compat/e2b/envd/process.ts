@@ -18,6 +18,7 @@ import { rpcError } from '../errors.js';
 import type { SandboxTarget } from '../target.js';
 import { unixUserOf } from '../routing.js';
 import { KERNEL_TAG_PREFIX } from '../code-interpreter/kernels.js';
+import type { ErrorLog } from '../../../core/logger.js';
 
 /** Longest process lifetime passed to the guest (the native API's `timeoutMs` maximum, 24 h). */
 const MAX_PROCESS_TIMEOUT_MS = 86_400_000;
@@ -86,7 +87,7 @@ function ptySize(pty: PTY | undefined): { cols: number; rows: number } | undefin
 }
 
 /** RPC errors as Connect errors; a 500's details go to the log, not the client. */
-const errorsTo = (log: (m: string) => void) => <A extends unknown[], R>(fn: (...a: A) => Promise<R>) => async (...a: A): Promise<R> => {
+const errorsTo = (log: ErrorLog) => <A extends unknown[], R>(fn: (...a: A) => Promise<R>) => async (...a: A): Promise<R> => {
   try {
     return await fn(...a);
   } catch (err) {
@@ -94,7 +95,7 @@ const errorsTo = (log: (m: string) => void) => <A extends unknown[], R>(fn: (...
   }
 };
 
-const streamErrorsTo = (log: (m: string) => void) => <A extends unknown[], R>(fn: (...a: A) => AsyncGenerator<R>) =>
+const streamErrorsTo = (log: ErrorLog) => <A extends unknown[], R>(fn: (...a: A) => AsyncGenerator<R>) =>
   async function* (...a: A): AsyncGenerator<R> {
     try {
       yield* fn(...a);

@@ -20,6 +20,12 @@ const MULTIPART_FORM_DATA = /^multipart\/form-data\s*;/i;
 export interface NativeUploadForm {
   contentType: string;
   body: Readable;
+  /**
+   * Why the client's form could not be translated, once it failed. The upstream request then
+   * fails as a broken body ("socket hang up"), which is not what the client must hear: the
+   * caller answers with this instead.
+   */
+  failure(): NestboxError | undefined;
 }
 
 type FormItem =
@@ -82,6 +88,7 @@ export function nativeUploadForm(source: Readable, contentType: string, queryPat
     if (err) push({ kind: 'error', error: formError(err) });
   });
 
+  let failure: NestboxError | undefined;
   const boundary = `nestbox-e2b-${randomBytes(16).toString('hex')}`;
   const partHead = (disposition: string, type?: string): Buffer =>
     Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; ${disposition}\r\n${type ? `Content-Type: ${type}\r\n` : ''}\r\n`);
@@ -97,7 +104,7 @@ export function nativeUploadForm(source: Readable, contentType: string, queryPat
           wake = undefined;
           continue;
         }
-        if (item.kind === 'error') throw item.error;
+        if (item.kind === 'error') throw (failure = formError(item.error));
         if (item.kind === 'end') {
           yield Buffer.from(`--${boundary}--\r\n`);
           return;
@@ -117,7 +124,7 @@ export function nativeUploadForm(source: Readable, contentType: string, queryPat
           for await (const chunk of item.part) yield chunk as Buffer;
         } catch (err) {
           // busboy destroys the part in flight with the error that broke the form.
-          throw formError(err as Error);
+          throw (failure = formError(err as Error));
         }
         yield Buffer.from('\r\n');
       }
@@ -127,5 +134,5 @@ export function nativeUploadForm(source: Readable, contentType: string, queryPat
     }
   }
 
-  return { contentType: `multipart/form-data; boundary=${boundary}`, body: Readable.from(encode(), { objectMode: false }) };
+  return { contentType: `multipart/form-data; boundary=${boundary}`, body: Readable.from(encode(), { objectMode: false }), failure: () => failure };
 }
