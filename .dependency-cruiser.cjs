@@ -52,6 +52,16 @@ module.exports = {
       to: { path: '^src/' },
     },
     {
+      name: 'front-doors-not-to-the-guest-protocol',
+      comment:
+        'The front doors (native handlers, compat, the HTTP kit) reach a sandbox only through core\'s typed toolbox; ' +
+        'the guest agent\'s wire protocol (host/agent-protocol, host/guest-agent) is the typed guest client\'s alone. ' +
+        'request-body.ts is the exception: a generic reader of request bodies both hops use.',
+      severity: 'error',
+      from: { path: '^(compat|src/http|http-kit)/', pathNot: TEST_ONLY },
+      to: { path: '^host/(agent-protocol|guest-agent)/', pathNot: '^host/agent-protocol/request-body\\.ts$' },
+    },
+    {
       name: 'http-kit-not-to-front-doors',
       comment: 'The kit sits below both front doors and the composition root, so both can use it.',
       severity: 'error',
