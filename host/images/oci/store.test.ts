@@ -1,0 +1,184 @@
+// The OCI image store against Debian's registry on loopback, seeded with images built here:
+// pull and unpack (whiteouts applied, config recorded), one copy per digest (twice, by digest,
+// concurrently), manifest lists resolved to linux/amd64, a missing tag, basic auth, a mirror,
+// and what a killed pull leaves behind.
+import { createHash } from 'node:crypto';
+import { existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { execFileSync } from 'node:child_process';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ImageError } from './errors.js';
+import { parseImageReference } from './reference.js';
+import { OciImageStore } from './store.js';
+import { buildTestImage, busyboxImageSpec, distrolessImageSpec, pushTestImage, startTestRegistry, type TestRegistry } from './test-registry.js';
+
+const CREDS = { username: 'tester', password: 'correct horse' };
+
+describe('OCI image store', () => {
+  let dir: string;
+  let registry: TestRegistry;
+  let authRegistry: TestRegistry;
+  let busyboxLayout: string;
+  const storeDir = () => join(dir, 'store');
+
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'nestbox-oci-'));
+    [registry, authRegistry] = await Promise.all([startTestRegistry(), startTestRegistry({ htpasswd: CREDS })]);
+    busyboxLayout = await buildTestImage(join(dir, 'busybox'), busyboxImageSpec({ files: { 'etc/removed': { content: 'gone\n' } }, whiteouts: ['/etc/removed'], env: ['GREETING=hello from the image', 'PATH=/bin'], workingDir: '/work', labels: { 'org.example.test': 'yes' } }));
+    await pushTestImage(busyboxLayout, `${registry.host}/test/busybox:1`);
+    await pushTestImage(busyboxLayout, `${registry.host}/test/busybox:other-tag`);
+    await pushTestImage(busyboxLayout, `${authRegistry.host}/private/busybox:1`, CREDS);
+  }, 300_000);
+
+  afterAll(async () => {
+    await Promise.all([registry?.stop(), authRegistry?.stop()]);
+    if (dir) await rm(dir, { recursive: true, force: true });
+  });
+
+  it('pulls and unpacks an image, applying whiteouts and recording its config', async () => {
+    const store = new OciImageStore({ storeDir: storeDir() });
+    const image = await store.pull(`${registry.host}/test/busybox:1`);
+    expect(image.pulled).toBe(true);
+    expect(image.meta.id).toMatch(/^sha256:[a-f0-9]{64}$/);
+    expect(image.meta.reference).toBe(`${registry.host}/test/busybox:1`);
+    expect(lstatSync(join(image.rootfs, 'bin', 'busybox')).isFile()).toBe(true);
+    expect(lstatSync(join(image.rootfs, 'bin', 'sh')).isSymbolicLink()).toBe(true);
+    expect(existsSync(join(image.rootfs, 'etc', 'removed'))).toBe(false);
+    expect(lstatSync(join(image.rootfs, 'work')).isDirectory()).toBe(true);
+    expect(image.meta.config.env).toEqual(expect.arrayContaining(['GREETING=hello from the image', 'PATH=/bin']));
+    expect(image.meta.config.workingDir).toBe('/work');
+    expect(image.meta.config.labels['org.example.test']).toBe('yes');
+    expect(image.meta.layers).toHaveLength(2);
+    expect(image.meta.sizeBytes).toBeGreaterThan(1_000_000);
+    // The id is the registry's manifest digest.
+    const raw = execFileSync('skopeo', ['inspect', '--raw', '--tls-verify=false', `docker://${registry.host}/test/busybox:1`]);
+    expect(image.meta.id).toBe(`sha256:${createHash('sha256').update(raw).digest('hex')}`);
+    expect(JSON.parse(readFileSync(join(image.rootfs, '..', 'image.json'), 'utf8')).id).toBe(image.meta.id);
+    expect(await store.get(image.meta.id)).toMatchObject({ rootfs: image.rootfs });
+  });
+
+  it('keeps one copy per digest: pulled again, by another tag, by digest', async () => {
+    const store = new OciImageStore({ storeDir: storeDir() });
+    const first = await store.pull(`${registry.host}/test/busybox:1`);
+    const again = await store.pull(`${registry.host}/test/busybox:other-tag`);
+    const byDigest = await store.pull(`${registry.host}/test/busybox@${first.meta.id}`);
+    expect(again.pulled).toBe(false);
+    expect(byDigest.pulled).toBe(false);
+    expect(new Set([first.meta.id, again.meta.id, byDigest.meta.id]).size).toBe(1);
+    expect(readdirSync(join(storeDir(), 'images'))).toEqual([first.meta.id.slice(7)]);
+  });
+
+  it('makes one copy when two pulls of one image race', async () => {
+    const layout = await buildTestImage(join(dir, 'race'), distrolessImageSpec());
+    await pushTestImage(layout, `${registry.host}/test/distroless:race`);
+    const store = new OciImageStore({ storeDir: join(dir, 'race-store') });
+    const [a, b] = await Promise.all([store.pull(`${registry.host}/test/distroless:race`), new OciImageStore({ storeDir: join(dir, 'race-store') }).pull(`${registry.host}/test/distroless:race`)]);
+    expect(a.meta.id).toBe(b.meta.id);
+    expect([a.pulled, b.pulled].filter(Boolean)).toHaveLength(1);
+    expect(readdirSync(join(dir, 'race-store', 'images'))).toHaveLength(1);
+    expect(readdirSync(join(dir, 'race-store', 'tmp'))).toEqual([]);
+    expect(existsSync(join(a.rootfs, 'tini'))).toBe(true);
+    expect(existsSync(join(a.rootfs, 'bin'))).toBe(false);
+  });
+
+  it('answers not_found for a tag or repository that does not exist', async () => {
+    const store = new OciImageStore({ storeDir: storeDir() });
+    const missingTag = await store.pull(`${registry.host}/test/busybox:no-such-tag`).catch((error) => error);
+    expect(missingTag).toBeInstanceOf(ImageError);
+    expect(missingTag.code).toBe('not_found');
+    expect(missingTag.message).toContain('manifest unknown');
+    const missingRepo = await store.pull(`${registry.host}/test/nothing-here:1`).catch((error) => error);
+    expect(missingRepo.code).toBe('not_found');
+    const unreachable = await store.pull('127.0.0.1:1/test/busybox:1').catch((error) => error);
+    expect(unreachable.code).toBe('host_unavailable');
+  });
+
+  it('refuses bad references with validation_failed', async () => {
+    const store = new OciImageStore({ storeDir: storeDir() });
+    for (const bad of ['', 'UPPER/case', 'x@sha256:abc', 'a/b:bad tag']) {
+      const error = await store.pull(bad).catch((e) => e);
+      expect(error.code, bad).toBe('validation_failed');
+    }
+    expect(parseImageReference('busybox')).toEqual({ registry: 'docker.io', repository: 'library/busybox', tag: 'latest' });
+    expect(parseImageReference('localhost:5000/a/b@sha256:' + 'a'.repeat(64))).toMatchObject({ registry: 'localhost:5000', repository: 'a/b', tag: undefined });
+  });
+
+  it('pulls from a basic-auth registry with the right credentials only, never leaving them in argv or on disk', async () => {
+    const store = new OciImageStore({ storeDir: join(dir, 'auth-store') });
+    const ref = `${authRegistry.host}/private/busybox:1`;
+    const anonymous = await store.pull(ref).catch((error) => error);
+    expect(anonymous.code).toBe('unauthorized');
+    const wrong = await store.pull(ref, { credentials: { username: CREDS.username, password: 'wrong' } }).catch((error) => error);
+    expect(wrong.code).toBe('unauthorized');
+    const seenArgv: string[] = [];
+    const watcher = setInterval(() => {
+      for (const pid of readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
+        try {
+          const cmdline = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+          if (cmdline.startsWith('skopeo')) seenArgv.push(cmdline);
+        } catch {
+          // Gone.
+        }
+      }
+    }, 5);
+    try {
+      const image = await store.pull(ref, { credentials: CREDS });
+      expect(image.pulled).toBe(true);
+    } finally {
+      clearInterval(watcher);
+    }
+    expect(seenArgv.join('\n')).not.toContain(CREDS.password);
+    expect(readdirSync(tmpdir()).filter((entry) => entry.startsWith('nestbox-auth-'))).toEqual([]);
+  });
+
+  it('resolves a manifest list to its linux/amd64 image', async () => {
+    const layout = join(dir, 'busybox', 'layout');
+    // An image index with an arm64 entry first (the same manifest: only the platform differs).
+    const index = JSON.parse(readFileSync(join(layout, 'index.json'), 'utf8'));
+    const image = index.manifests.find((m: { annotations?: Record<string, string> }) => m.annotations?.['org.opencontainers.image.ref.name'] === 'image');
+    const entry = (architecture: string) => ({ mediaType: image.mediaType, digest: image.digest, size: image.size, platform: { os: 'linux', architecture } });
+    const list = Buffer.from(JSON.stringify({ schemaVersion: 2, mediaType: 'application/vnd.oci.image.index.v1+json', manifests: [entry('arm64'), entry('amd64')] }));
+    const listDigest = createHash('sha256').update(list).digest('hex');
+    mkdirSync(join(layout, 'blobs', 'sha256'), { recursive: true });
+    writeFileSync(join(layout, 'blobs', 'sha256', listDigest), list);
+    index.manifests.push({ mediaType: 'application/vnd.oci.image.index.v1+json', digest: `sha256:${listDigest}`, size: list.length, annotations: { 'org.opencontainers.image.ref.name': 'multi' } });
+    writeFileSync(join(layout, 'index.json'), JSON.stringify(index));
+    execFileSync('skopeo', ['copy', '--quiet', '--all', '--dest-tls-verify=false', `oci:${layout}:multi`, `docker://${registry.host}/test/busybox:multi`], { timeout: 120_000 });
+    const store = new OciImageStore({ storeDir: join(dir, 'list-store') });
+    const pulled = await store.pull(`${registry.host}/test/busybox:multi`);
+    expect(pulled.pulled).toBe(true);
+    expect(pulled.meta.id).toBe(image.digest);
+    expect(pulled.meta.source.indexDigest).toBe(`sha256:${listDigest}`);
+    // The store that pulled busybox:1 before already has that digest: nothing is copied.
+    const again = await new OciImageStore({ storeDir: storeDir() }).pull(`${registry.host}/test/busybox:multi`);
+    expect(again).toMatchObject({ pulled: false, meta: { id: image.digest } });
+  });
+
+  it('pulls through a configured mirror', async () => {
+    // 127.0.0.2:9 answers nothing: the image can only come from the mirror.
+    const store = new OciImageStore({ storeDir: join(dir, 'mirror-store'), mirrors: { '127.0.0.2:9': [registry.host] } });
+    const image = await store.pull('127.0.0.2:9/test/busybox:1');
+    expect(image.pulled).toBe(true);
+    expect(image.meta.source.registry).toBe('127.0.0.2:9');
+  });
+
+  it('sweeps what a killed pull left (temp dir, stale lock) and pulls again', async () => {
+    const store = new OciImageStore({ storeDir: join(dir, 'crash-store') });
+    await store.open();
+    const probe = await new OciImageStore({ storeDir: join(dir, 'probe-store') }).pull(`${registry.host}/test/busybox:1`);
+    const hex = probe.meta.id.slice(7);
+    // What a kill -9 in the middle of a pull leaves: its temp dir and its lock (pid 999999999 does not exist).
+    mkdirSync(join(dir, 'crash-store', 'tmp', `${hex}-999999999-dead`, 'bundle', 'rootfs'), { recursive: true });
+    writeFileSync(join(dir, 'crash-store', 'locks', `${hex}.lock`), JSON.stringify({ pid: 999_999_999, startTime: '1' }));
+    expect(await store.get(probe.meta.id)).toBeUndefined();
+    const image = await store.pull(`${registry.host}/test/busybox:1`);
+    expect(image.pulled).toBe(true);
+    expect(readdirSync(join(dir, 'crash-store', 'tmp'))).toEqual([]);
+    expect(readdirSync(join(dir, 'crash-store', 'locks'))).toEqual([]);
+    await store.remove(image.meta.id);
+    expect(await store.get(image.meta.id)).toBeUndefined();
+    expect(readdirSync(join(dir, 'crash-store', 'images'))).toEqual([]);
+  });
+});
