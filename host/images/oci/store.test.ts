@@ -170,7 +170,7 @@ describe('OCI image store', () => {
     const probe = await new OciImageStore({ storeDir: join(dir, 'probe-store') }).pull(`${registry.host}/test/busybox:1`);
     const hex = probe.meta.id.slice(7);
     // What a kill -9 in the middle of a pull leaves: its temp dir and its lock (pid 999999999 does not exist).
-    mkdirSync(join(dir, 'crash-store', 'tmp', `${hex}-999999999-dead`, 'bundle', 'rootfs'), { recursive: true });
+    mkdirSync(join(dir, 'crash-store', 'tmp', `${hex}-999999999-dead`, 'rootfs'), { recursive: true });
     writeFileSync(join(dir, 'crash-store', 'locks', `${hex}.lock`), JSON.stringify({ pid: 999_999_999, startTime: '1' }));
     expect(await store.get(probe.meta.id)).toBeUndefined();
     const image = await store.pull(`${registry.host}/test/busybox:1`);

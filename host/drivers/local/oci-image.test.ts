@@ -1,0 +1,112 @@
+// Sandboxes of the local driver created from pulled OCI images (host/images/oci): a busybox
+// image (a shell, no bash), a distroless one (one static binary, no shell), the image's Env and
+// WorkingDir reaching processes, and the 400 a cmd gets where there is no shell. Images are built
+// here with umoci and served by Debian's registry on loopback.
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { AgentClient, AgentRequestError } from '../../agent-protocol/client.js';
+import { OciImageStore } from '../../images/oci/store.js';
+import { buildTestImage, busyboxImageSpec, distrolessImageSpec, pushTestImage, startTestRegistry, type TestRegistry } from '../../images/oci/test-registry.js';
+import type { SandboxSpec } from '../types.js';
+import { Cgroups } from './cgroups.js';
+import { LocalDriver } from './driver.js';
+import { uniqueId } from './test-support.js';
+
+const IMAGES_DIR = process.env.NESTBOX_TEST_IMAGES_DIR ?? '/var/tmp/nestbox-test-images';
+const REPO = resolve(import.meta.dirname, '../../..');
+const AGENT_BUNDLE = join(REPO, 'dist', 'guest-agent.mjs');
+
+describe.skipIf(process.getuid?.() !== 0)('LocalDriver with OCI images', () => {
+  const dataDir = mkdtempSync('/tmp/nbxo-');
+  const ownerId = uniqueId('oci');
+  const created = new Set<string>();
+  let registry: TestRegistry;
+  let driver: LocalDriver;
+  let cgroups: Cgroups;
+  let busyboxId: string;
+  let distrolessId: string;
+
+  const spec = (id: string, image: string, env: Record<string, string> = {}): SandboxSpec => ({ id, image, cpu: 1, memoryMiB: 256, env });
+  async function exec(socket: string, request: { argv?: string[]; cmd?: string }) {
+    const client = new AgentClient(socket);
+    try {
+      return await client.exec({ ...request, timeoutMs: 20_000 });
+    } finally {
+      client.close();
+    }
+  }
+
+  beforeAll(async () => {
+    if (!existsSync(AGENT_BUNDLE)) execFileSync('npm', ['run', 'build'], { cwd: REPO, stdio: 'inherit' });
+    cgroups = await Cgroups.detect();
+    registry = await startTestRegistry();
+    const work = join(dataDir, 'build');
+    await pushTestImage(await buildTestImage(join(work, 'busybox'), busyboxImageSpec({ env: ['GREETING=hello from the image', 'PATH=/bin', 'OVERRIDDEN=image'], workingDir: '/srv/app' })), `${registry.host}/test/busybox:1`);
+    await pushTestImage(await buildTestImage(join(work, 'distroless'), distrolessImageSpec()), `${registry.host}/test/distroless:1`);
+    // The driver finds pulled images in <imagesDir>/oci by default; a store of this test's own.
+    const store = new OciImageStore({ storeDir: join(dataDir, 'oci') });
+    busyboxId = (await store.pull(`${registry.host}/test/busybox:1`)).meta.id;
+    distrolessId = (await store.pull(`${registry.host}/test/distroless:1`)).meta.id;
+    driver = new LocalDriver({ dataDir, imagesDir: IMAGES_DIR, ociStoreDir: join(dataDir, 'oci'), guestAgentBundle: AGENT_BUNDLE, ownerId, slotPoolSize: 0 });
+    await driver.init();
+  }, 300_000);
+
+  afterAll(async () => {
+    for (const id of created) await driver?.destroy(id).catch(() => {});
+    await driver?.close();
+    await cgroups?.remove(cgroups.groupFor(`nestbox/${ownerId}`)).catch(() => {});
+    await registry?.stop();
+    rmSync(dataDir, { recursive: true, force: true });
+  }, 120_000);
+
+  it('runs a busybox image: its shell for cmd, its Env and WorkingDir for processes, the sandbox env on top', async () => {
+    const id = uniqueId('bbox');
+    created.add(id);
+    const runtime = await driver.create(spec(id, busyboxId, { OVERRIDDEN: 'sandbox' }));
+    const socket = runtime.agentSocket!;
+    const hi = await exec(socket, { argv: ['busybox', 'sh', '-c', 'echo hi; cat /etc/os-release || true'] });
+    expect(hi).toMatchObject({ exitCode: 0, stdout: 'hi\nNAME="Nestbox test busybox"\nID=busybox\n' });
+    // No bash in the image: a cmd runs in its /bin/sh.
+    const env = await exec(socket, { cmd: 'echo "$GREETING|$PATH|$OVERRIDDEN|$HOME"; pwd' });
+    expect(env).toMatchObject({ exitCode: 0, stdout: 'hello from the image|/bin|sandbox|/srv/app\n/srv/app\n' });
+    // Stopped and started again: the same image below the kept disk.
+    await exec(socket, { cmd: 'echo kept > /srv/app/note' });
+    await driver.stop(id);
+    const again = await driver.start(spec(id, busyboxId, { OVERRIDDEN: 'sandbox' }));
+    expect(await exec(again.agentSocket!, { argv: ['cat', '/srv/app/note'] })).toMatchObject({ exitCode: 0, stdout: 'kept\n' });
+  });
+
+  it('runs a distroless image by argv, and answers a cmd with a 400 saying there is no shell', async () => {
+    const id = uniqueId('dless');
+    created.add(id);
+    const runtime = await driver.create(spec(id, distrolessId));
+    const socket = runtime.agentSocket!;
+    const version = await exec(socket, { argv: ['/tini', '--version'] });
+    expect(version.exitCode).toBe(0);
+    expect(version.stdout).toMatch(/^tini version \d+\.\d+\.\d+/);
+    const refused = await exec(socket, { cmd: 'echo hi' }).catch((error) => error);
+    expect(refused).toBeInstanceOf(AgentRequestError);
+    expect(refused.status).toBe(400);
+    expect(refused.code).toBe('validation_failed');
+    expect(refused.message).toMatch(/cmd: this sandbox's image has no shell.*start the process by argv/);
+    // Files work without anything from the image.
+    const client = new AgentClient(socket);
+    try {
+      expect((await client.list('/')).entries.map((entry) => entry.name)).toContain('tini');
+    } finally {
+      client.close();
+    }
+  });
+
+  it('refuses an image id that is not in the store, and leaves nothing behind', async () => {
+    const id = uniqueId('nope');
+    const error = await driver.create(spec(id, `sha256:${'0'.repeat(64)}`)).catch((e) => e);
+    expect(error.code).toBe('not_found');
+    expect(error.message).toContain('not in this host');
+    expect(existsSync(join(dataDir, 'sandboxes', id))).toBe(false);
+    const invalid = await driver.create(spec(uniqueId('bad'), 'busybox:latest')).catch((e) => e);
+    expect(invalid.code).toBe('validation_failed');
+  });
+});
