@@ -2,12 +2,12 @@
 // pull and unpack (whiteouts applied, config recorded), one copy per digest (twice, by digest,
 // concurrently), manifest lists resolved to linux/amd64, a missing tag, basic auth, a mirror,
 // and what a killed pull leaves behind.
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { execFileSync } from 'node:child_process';
+import { join, resolve } from 'node:path';
+import { execFileSync, spawn } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ImageError } from './errors.js';
 import { parseImageReference } from './reference.js';
@@ -15,6 +15,8 @@ import { OciImageStore } from './store.js';
 import { buildTestImage, busyboxImageSpec, distrolessImageSpec, pushTestImage, startTestRegistry, type TestRegistry } from './test-registry.js';
 
 const CREDS = { username: 'tester', password: 'correct horse' };
+// The killed puller is a separate node process running the built store (npm run build).
+const DIST_STORE = resolve(import.meta.dirname, '../../../dist/host/images/oci/store.js');
 
 describe('OCI image store', () => {
   let dir: string;
@@ -162,6 +164,34 @@ describe('OCI image store', () => {
     const image = await store.pull('127.0.0.2:9/test/busybox:1');
     expect(image.pulled).toBe(true);
     expect(image.meta.source.registry).toBe('127.0.0.2:9');
+  });
+
+  it('shows nothing of a pull killed with -9, takes its skopeo and umoci with it, and pulls again', async () => {
+    // A layer big enough that the copy and unpack take a moment (random bytes do not compress).
+    const blob = join(dir, 'big.bin');
+    writeFileSync(blob, randomBytes(48 * 1024 * 1024));
+    const layout = await buildTestImage(join(dir, 'big'), busyboxImageSpec({ files: { 'big.bin': { copyFrom: blob } } }));
+    await pushTestImage(layout, `${registry.host}/test/big:1`);
+    const killedStore = join(dir, 'killed-store');
+    const script = `import(${JSON.stringify(DIST_STORE)}).then((m) => new m.OciImageStore({ storeDir: ${JSON.stringify(killedStore)} }).pull(${JSON.stringify(`${registry.host}/test/big:1`)}))`;
+    const child = spawn(process.execPath, ['-e', script], { stdio: 'ignore' });
+    // Its skopeo copy (a process naming the temp dir) is what we wait for; then kill -9.
+    const workers = () => readdirSync('/proc').filter((pid) => /^\d+$/.test(pid) && (() => { try { const cmdline = readFileSync(`/proc/${pid}/cmdline`, 'utf8'); return cmdline.includes(join(killedStore, 'tmp')) && !cmdline.startsWith('setpriv'); } catch { return false; } })());
+    const deadline = Date.now() + 30_000;
+    while (Date.now() < deadline && workers().length === 0) await new Promise((r) => setTimeout(r, 2));
+    const running = workers();
+    expect(running.length).toBeGreaterThan(0);
+    child.kill('SIGKILL');
+    await new Promise((r) => child.once('exit', r));
+    // Its skopeo dies with it (parent-death signal) instead of finishing the copy as an orphan.
+    for (let i = 0; i < 20 && running.some((pid) => existsSync(`/proc/${pid}/cmdline`) && readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes(killedStore)); i++) await new Promise((r) => setTimeout(r, 10));
+    expect(running.filter((pid) => existsSync(`/proc/${pid}/cmdline`) && readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes(killedStore))).toEqual([]);
+    expect(readdirSync(join(killedStore, 'images'))).toEqual([]);
+    const image = await new OciImageStore({ storeDir: killedStore }).pull(`${registry.host}/test/big:1`);
+    expect(image.pulled).toBe(true);
+    expect(readFileSync(join(image.rootfs, 'big.bin')).equals(readFileSync(blob))).toBe(true);
+    expect(readdirSync(join(killedStore, 'tmp'))).toEqual([]);
+    expect(readdirSync(join(killedStore, 'locks'))).toEqual([]);
   });
 
   it('sweeps what a killed pull left (temp dir, stale lock) and pulls again', async () => {

@@ -2,6 +2,7 @@
 // sorted into the catalogue (a missing tag is not_found, refused credentials unauthorized, an
 // unreachable registry host_unavailable) so callers never have to read Go log lines.
 import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { ImageError } from './errors.js';
 
 export interface ToolOptions {
@@ -13,11 +14,17 @@ export interface ToolOptions {
 }
 
 const STDERR_KEEP_BYTES = 16_384;
+const SETPRIV = '/usr/bin/setpriv';
 
 /** Runs a program to completion; resolves with its stdout, rejects with an ImageError. */
 export function runTool(program: string, args: string[], options: ToolOptions): Promise<Buffer> {
   return new Promise((resolve, reject) => {
-    const child = spawn(program, [...(options.globalArgs ?? []), ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: options.env ?? process.env });
+    // Under setpriv --pdeathsig: a puller killed with -9 takes its skopeo or umoci with it, so
+    // no orphan keeps writing into a temp dir the next puller of that digest sweeps.
+    const argv = [...(options.globalArgs ?? []), ...args];
+    const child = existsSync(SETPRIV)
+      ? spawn(SETPRIV, ['--pdeathsig', 'KILL', '--', program, ...argv], { stdio: ['ignore', 'pipe', 'pipe'], env: options.env ?? process.env })
+      : spawn(program, argv, { stdio: ['ignore', 'pipe', 'pipe'], env: options.env ?? process.env });
     const stdout: Buffer[] = [];
     let stderr = '';
     let timedOut = false;
@@ -57,6 +64,7 @@ export function toolMessage(stderr: string): string {
 
 function classifyFailure(program: string, verb: string, stderr: string, how: string): ImageError {
   const message = toolMessage(stderr);
+  if (/^setpriv: failed to execute/m.test(stderr)) return new ImageError('internal', `${program} could not run: ${message} (is it installed? see scripts/install-system-deps.sh)`);
   const text = `${program} ${verb} failed (${how}): ${message}`;
   if (/manifest unknown|name unknown|not found|404/i.test(message)) return new ImageError('not_found', text);
   if (/unauthorized|authentication required|401|403|denied/i.test(message)) return new ImageError('unauthorized', text);
