@@ -158,6 +158,18 @@ describe('OCI image store', () => {
     expect(again).toMatchObject({ pulled: false, meta: { id: image.digest } });
   });
 
+  it('pulls an image whose layers are zstd-compressed', async () => {
+    // Layers of their own: skopeo would reuse the gzip blobs the registry has of identical ones.
+    const layout = await buildTestImage(join(dir, 'zstd'), busyboxImageSpec({ files: { 'etc/unique': { content: randomBytes(16).toString('hex') }, 'etc/removed-too': { content: 'gone\n' } }, whiteouts: ['/etc/removed-too'] }));
+    await pushTestImage(layout, `${registry.host}/test/busybox:zstd`, undefined, { compression: 'zstd' });
+    const store = new OciImageStore({ storeDir: join(dir, 'zstd-store') });
+    const image = await store.pull(`${registry.host}/test/busybox:zstd`);
+    expect(image.meta.layers.map((layer) => layer.mediaType)).toEqual(['application/vnd.oci.image.layer.v1.tar+zstd', 'application/vnd.oci.image.layer.v1.tar+zstd']);
+    expect(lstatSync(join(image.rootfs, 'bin', 'busybox')).isFile()).toBe(true);
+    expect(existsSync(join(image.rootfs, 'etc', 'removed-too'))).toBe(false);
+    expect(existsSync(join(image.rootfs, 'etc', 'unique'))).toBe(true);
+  });
+
   it('pulls through a configured mirror', async () => {
     // 127.0.0.2:9 answers nothing: the image can only come from the mirror.
     const store = new OciImageStore({ storeDir: join(dir, 'mirror-store'), mirrors: { '127.0.0.2:9': [registry.host] } });

@@ -246,7 +246,11 @@ export class OciImageStore {
       const layout = `oci:${join(work, 'layout')}:${LAYOUT_TAG}`;
       const compressed = resolved.manifest.layers.reduce((sum, layer) => sum + layer.size, 0);
       progress(`${formatImageReference(ref)}: copying ${resolved.id} (${resolved.manifest.layers.length} layers, ${compressed} bytes)`);
-      await this.skopeo(['copy', '--quiet', ...auth.args.map((arg) => arg.replace(/^--/, '--src-')), '--override-os', PLATFORM.os, '--override-arch', PLATFORM.architecture, `docker://${pinned}`, layout], auth.registriesConf, timeoutMs, signal);
+      // umoci 0.4.7 (Debian 12) reads gzip and plain tar layers only: zstd ones are recompressed
+      // by skopeo on the way into the layout (the recorded layers stay the registry's).
+      const zstd = resolved.manifest.layers.some((layer) => layer.mediaType?.includes('zstd'));
+      const recompress = zstd ? ['--dest-compress', '--dest-compress-format', 'gzip'] : [];
+      await this.skopeo(['copy', '--quiet', ...auth.args.map((arg) => arg.replace(/^--/, '--src-')), '--override-os', PLATFORM.os, '--override-arch', PLATFORM.architecture, ...recompress, `docker://${pinned}`, layout], auth.registriesConf, timeoutMs, signal);
       const config = ImageConfig.parse(parseJson(await this.skopeo(['inspect', '--config', layout], auth.registriesConf, timeoutMs, signal), layout));
       progress(`${formatImageReference(ref)}: unpacking`);
       // As root, umoci keeps the image's owners and modes and turns whiteouts and opaque

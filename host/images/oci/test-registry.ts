@@ -106,9 +106,10 @@ export async function buildTestImage(dir: string, spec: TestImageSpec): Promise<
 }
 
 /** Pushes an OCI layout image to the registry (test credentials in argv are fine here). */
-export async function pushTestImage(layoutImage: string, destination: string, credentials?: { username: string; password: string }): Promise<void> {
+export async function pushTestImage(layoutImage: string, destination: string, credentials?: { username: string; password: string }, options: { compression?: 'gzip' | 'zstd' } = {}): Promise<void> {
   const creds = credentials ? ['--dest-creds', `${credentials.username}:${credentials.password}`] : [];
-  await run('skopeo', ['copy', '--quiet', '--dest-tls-verify=false', ...creds, `oci:${layoutImage}`, `docker://${destination}`], { timeout: TOOL_TIMEOUT_MS });
+  const compression = options.compression ? ['--dest-compress', '--dest-compress-format', options.compression] : [];
+  await run('skopeo', ['copy', '--quiet', '--dest-tls-verify=false', ...creds, ...compression, `oci:${layoutImage}`, `docker://${destination}`], { timeout: TOOL_TIMEOUT_MS });
 }
 
 /** A busybox image: the static busybox of busybox-static and a few applet links. */
