@@ -38,6 +38,20 @@ describe.skipIf(process.getuid?.() !== 0)('LocalDriver with OCI images', () => {
     }
   }
 
+  /** One JSON request to the agent: its status and parsed body. */
+  async function agentJson(socket: string, method: string, path: string, body?: unknown): Promise<{ status: number; body: unknown }> {
+    const client = new AgentClient(socket);
+    try {
+      const response = await client.request({ method, path, headers: body === undefined ? {} : { 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body) });
+      const chunks: Buffer[] = [];
+      for await (const chunk of response) chunks.push(chunk as Buffer);
+      const text = Buffer.concat(chunks).toString('utf8');
+      return { status: response.statusCode ?? 0, body: text ? JSON.parse(text) : undefined };
+    } finally {
+      client.close();
+    }
+  }
+
   beforeAll(async () => {
     if (!existsSync(AGENT_BUNDLE)) execFileSync('npm', ['run', 'build'], { cwd: REPO, stdio: 'inherit' });
     cgroups = await Cgroups.detect();
@@ -71,6 +85,13 @@ describe.skipIf(process.getuid?.() !== 0)('LocalDriver with OCI images', () => {
     // No bash in the image: a cmd runs in its /bin/sh.
     const env = await exec(socket, { cmd: 'echo "$GREETING|$PATH|$OVERRIDDEN|$HOME"; pwd' });
     expect(env).toMatchObject({ exitCode: 0, stdout: 'hello from the image|/bin|sandbox|/srv/app\n/srv/app\n' });
+    // A session runs in /bin/sh too, and keeps its state between commands.
+    const session = await agentJson(socket, 'POST', '/sessions', {});
+    expect(session.status).toBe(201);
+    const sid = (session.body as { sessionId: string }).sessionId;
+    await agentJson(socket, 'POST', `/sessions/${sid}/commands`, { cmd: 'cd /srv && X=kept' });
+    const pwd = await agentJson(socket, 'POST', `/sessions/${sid}/commands`, { cmd: 'echo "$(pwd) $X"' });
+    expect(pwd.body).toMatchObject({ exitCode: 0, stdout: '/srv kept\n' });
     // Stopped and started again: the same image below the kept disk.
     await exec(socket, { cmd: 'echo kept > /srv/app/note' });
     await driver.stop(id);
@@ -91,6 +112,21 @@ describe.skipIf(process.getuid?.() !== 0)('LocalDriver with OCI images', () => {
     expect(refused.status).toBe(400);
     expect(refused.code).toBe('validation_failed');
     expect(refused.message).toMatch(/cmd: this sandbox's image has no shell.*start the process by argv/);
+    // Detached processes: by argv they run; by cmd, and sessions, are the same clear 400.
+    const started = await agentJson(socket, 'POST', '/processes', { argv: ['/tini', '--version'] });
+    expect(started.status).toBe(201);
+    const processId = (started.body as { processId: string }).processId;
+    let info: { status?: string; exitCode?: number } = {};
+    for (let i = 0; i < 200 && info.status !== 'exited'; i++) {
+      info = (await agentJson(socket, 'GET', `/processes/${processId}`)).body as typeof info;
+      if (info.status !== 'exited') await new Promise((r) => setTimeout(r, 25));
+    }
+    expect(info).toMatchObject({ status: 'exited', exitCode: 0 });
+    for (const [path, body] of [['/processes', { cmd: 'echo hi' }], ['/sessions', {}]] as const) {
+      const answer = await agentJson(socket, 'POST', path, body);
+      expect(answer.status, path).toBe(400);
+      expect(JSON.stringify(answer.body), path).toContain('start the process by argv');
+    }
     // Files work without anything from the image.
     const client = new AgentClient(socket);
     try {

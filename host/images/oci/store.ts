@@ -357,7 +357,8 @@ function imageConfigOf(config: z.infer<typeof ImageConfig>): OciImageConfig {
 
 /**
  * Mount points the local driver needs, made in the image so sandbox upper layers stay clean (as
- * base-image.ts does), and the working directory, which Docker creates when an image lacks it.
+ * base-image.ts does), the working directory, which Docker creates when an image lacks it, and
+ * a /tmp (mode 1777) when the image has none.
  */
 async function prepareTreeForSandboxes(rootfs: string, workingDir: string): Promise<void> {
   // Never through a symlink of the image: this runs as host root, where an image's absolute
@@ -375,6 +376,11 @@ async function prepareTreeForSandboxes(rootfs: string, workingDir: string): Prom
   };
   for (const dir of ['.nestbox', 'proc', 'sys', 'dev']) await makeDirs(dir);
   if (workingDir.startsWith('/')) await makeDirs(workingDir);
+  // The agent's sessions and uploads need a /tmp, which minimal images (busybox, scratch) lack.
+  if (!(await lstat(join(rootfs, 'tmp')).catch(() => undefined))) {
+    await mkdir(join(rootfs, 'tmp'));
+    await chmod(join(rootfs, 'tmp'), 0o1777);
+  }
 }
 
 async function diskUsageBytes(path: string): Promise<number> {
