@@ -158,6 +158,28 @@ describe('OCI image store', () => {
     expect(again).toMatchObject({ pulled: false, meta: { id: image.digest } });
   });
 
+  it('removes the device nodes an image brings (a sandbox could open the host device through them)', async () => {
+    const work = join(dir, 'devices');
+    const layout = join(work, 'layout');
+    execFileSync('umoci', ['init', '--layout', layout]);
+    execFileSync('umoci', ['new', '--image', `${layout}:image`]);
+    const tree = join(work, 'tree');
+    mkdirSync(join(tree, 'bin'), { recursive: true });
+    writeFileSync(join(tree, 'bin', 'keep'), 'a file\n');
+    // /dev/null's and a disk's numbers: harmless here (the tree is only packed), fatal in a sandbox.
+    execFileSync('mknod', ['-m', '666', join(tree, 'null-like'), 'c', '1', '3']);
+    execFileSync('mknod', ['-m', '666', join(tree, 'bin', 'disk-like'), 'b', '8', '0']);
+    execFileSync('umoci', ['insert', '--image', `${layout}:image`, tree, '/'], { timeout: 120_000 });
+    await pushTestImage(`${layout}:image`, `${registry.host}/test/devices:1`);
+    const image = await new OciImageStore({ storeDir: join(dir, 'devices-store') }).pull(`${registry.host}/test/devices:1`);
+    expect(image.meta.removedDeviceNodes.sort()).toEqual(['/bin/disk-like', '/null-like']);
+    expect(existsSync(join(image.rootfs, 'null-like'))).toBe(false);
+    expect(existsSync(join(image.rootfs, 'bin', 'disk-like'))).toBe(false);
+    expect(readFileSync(join(image.rootfs, 'bin', 'keep'), 'utf8')).toBe('a file\n');
+    const found = execFileSync('find', [image.rootfs, '(', '-type', 'b', '-o', '-type', 'c', ')'], { encoding: 'utf8' });
+    expect(found).toBe('');
+  });
+
   it('pulls an image whose layers are zstd-compressed', async () => {
     // Layers of their own: skopeo would reuse the gzip blobs the registry has of identical ones.
     const layout = await buildTestImage(join(dir, 'zstd'), busyboxImageSpec({ files: { 'etc/unique': { content: randomBytes(16).toString('hex') }, 'etc/removed-too': { content: 'gone\n' } }, whiteouts: ['/etc/removed-too'] }));

@@ -87,6 +87,8 @@ export interface OciImageMeta {
   layers: { digest: string; size: number; mediaType: string }[];
   created?: string;
   config: OciImageConfig;
+  /** Device nodes the image carried, removed at unpack (paths inside the image). */
+  removedDeviceNodes: string[];
 }
 
 export interface OciImage {
@@ -260,6 +262,8 @@ export class OciImageStore {
       const rootfs = join(work, 'rootfs');
       await runTool(this.options.umociBinary ?? 'umoci', ['raw', 'unpack', '--image', `${join(work, 'layout')}:${LAYOUT_TAG}`, rootfs], { timeoutMs, signal });
       const imageConfig = imageConfigOf(config);
+      const removedDevices = await removeDeviceNodes(rootfs, timeoutMs);
+      if (removedDevices.length) progress(`${formatImageReference(ref)}: removed ${removedDevices.length} device nodes (${removedDevices.slice(0, 5).join(', ')}${removedDevices.length > 5 ? ', …' : ''})`);
       await prepareTreeForSandboxes(rootfs, imageConfig.workingDir);
       const meta: OciImageMeta = {
         id: resolved.id,
@@ -273,6 +277,7 @@ export class OciImageStore {
         layers: resolved.manifest.layers.map((layer) => ({ digest: layer.digest, size: layer.size, mediaType: layer.mediaType ?? '' })),
         created: config.created,
         config: imageConfig,
+        removedDeviceNodes: removedDevices,
       };
       // The finished image dir is assembled in tmp/ and renamed in one step.
       const staged = join(work, 'image');
@@ -381,6 +386,18 @@ async function prepareTreeForSandboxes(rootfs: string, workingDir: string): Prom
     await mkdir(join(rootfs, 'tmp'));
     await chmod(join(rootfs, 'tmp'), 0o1777);
   }
+}
+
+/**
+ * Device nodes are removed from the tree: a sandbox opening a block or character device an image
+ * brought (a host disk's major:minor, mode 0666) would reach the host's device, since the
+ * sandbox has no devices cgroup and its root overlay is not nodev. Sandboxes get their devices
+ * from the launcher's own /dev. umoci has already applied whiteouts, so none is one. `find -P`
+ * never follows the image's symlinks, and -xdev keeps it on the store's file system.
+ */
+async function removeDeviceNodes(rootfs: string, timeoutMs: number): Promise<string[]> {
+  const { stdout } = await execFileAsync('find', ['-P', rootfs, '-xdev', '(', '-type', 'b', '-o', '-type', 'c', ')', '-print0', '-delete'], { timeout: timeoutMs, maxBuffer: 64 * 1024 * 1024 });
+  return stdout.split('\0').filter(Boolean).map((path) => path.slice(rootfs.length) || '/');
 }
 
 async function diskUsageBytes(path: string): Promise<number> {
