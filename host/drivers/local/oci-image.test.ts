@@ -136,6 +136,29 @@ describe.skipIf(process.getuid?.() !== 0)('LocalDriver with OCI images', () => {
     }
   });
 
+  it('opens no device node planted in an image tree: the root overlay is nodev', async () => {
+    // The store removes an image's device nodes at unpack; this one is put straight into the
+    // unpacked tree, as if a layer still had one.
+    const store = new OciImageStore({ storeDir: join(dataDir, 'oci') });
+    const rootfs = (await store.get(busyboxId))!.rootfs;
+    execFileSync('mknod', ['-m', '666', join(rootfs, 'planted-null'), 'c', '1', '3']);
+    const id = uniqueId('nodev');
+    created.add(id);
+    try {
+      const runtime = await driver.create(spec(id, busyboxId));
+      const opened = await exec(runtime.agentSocket!, { cmd: 'echo x > /planted-null && echo opened' });
+      expect(opened.stdout).toBe('');
+      expect(opened.exitCode).not.toBe(0);
+      expect(opened.stderr).toMatch(/Permission denied/);
+      // The sandbox's own /dev still works.
+      expect(await exec(runtime.agentSocket!, { cmd: 'echo x > /dev/null && echo ok' })).toMatchObject({ exitCode: 0, stdout: 'ok\n' });
+    } finally {
+      await driver.destroy(id);
+      created.delete(id);
+      rmSync(join(rootfs, 'planted-null'), { force: true });
+    }
+  });
+
   it('refuses an image id that is not in the store, and leaves nothing behind', async () => {
     const id = uniqueId('nope');
     const error = await driver.create(spec(id, `sha256:${'0'.repeat(64)}`)).catch((e) => e);
