@@ -180,6 +180,18 @@ describe('OCI image store', () => {
     expect(found).toBe('');
   });
 
+  it('pulls an image in Docker\'s manifest format (schema 2), keeping the registry\'s digest as its id', async () => {
+    await pushTestImage(busyboxLayout, `${registry.host}/test/docker-format:1`, undefined, { format: 'v2s2' });
+    const raw = execFileSync('skopeo', ['inspect', '--raw', '--tls-verify=false', `docker://${registry.host}/test/docker-format:1`]);
+    expect(JSON.parse(raw.toString()).mediaType).toBe('application/vnd.docker.distribution.manifest.v2+json');
+    const image = await new OciImageStore({ storeDir: join(dir, 'docker-format-store') }).pull(`${registry.host}/test/docker-format:1`);
+    expect(image.meta.id).toBe(`sha256:${createHash('sha256').update(raw).digest('hex')}`);
+    expect(image.meta.layers[0].mediaType).toBe('application/vnd.docker.image.rootfs.diff.tar.gzip');
+    expect(image.meta.config.env).toContain('GREETING=hello from the image');
+    expect(lstatSync(join(image.rootfs, 'bin', 'busybox')).isFile()).toBe(true);
+    expect(existsSync(join(image.rootfs, 'etc', 'removed'))).toBe(false);
+  });
+
   it('pulls an image whose layers are zstd-compressed', async () => {
     // Layers of their own: skopeo would reuse the gzip blobs the registry has of identical ones.
     const layout = await buildTestImage(join(dir, 'zstd'), busyboxImageSpec({ files: { 'etc/unique': { content: randomBytes(16).toString('hex') }, 'etc/removed-too': { content: 'gone\n' } }, whiteouts: ['/etc/removed-too'] }));

@@ -106,10 +106,12 @@ export async function buildTestImage(dir: string, spec: TestImageSpec): Promise<
 }
 
 /** Pushes an OCI layout image to the registry (test credentials in argv are fine here). */
-export async function pushTestImage(layoutImage: string, destination: string, credentials?: { username: string; password: string }, options: { compression?: 'gzip' | 'zstd' } = {}): Promise<void> {
+export async function pushTestImage(layoutImage: string, destination: string, credentials?: { username: string; password: string }, options: { compression?: 'gzip' | 'zstd'; format?: 'oci' | 'v2s2' } = {}): Promise<void> {
   const creds = credentials ? ['--dest-creds', `${credentials.username}:${credentials.password}`] : [];
   const compression = options.compression ? ['--dest-compress', '--dest-compress-format', options.compression] : [];
-  await run('skopeo', ['copy', '--quiet', '--dest-tls-verify=false', ...creds, ...compression, `oci:${layoutImage}`, `docker://${destination}`], { timeout: TOOL_TIMEOUT_MS });
+  // v2s2: Docker's own manifest format (what most of Docker Hub serves) instead of OCI's.
+  const format = options.format ? ['--format', options.format] : [];
+  await run('skopeo', ['copy', '--quiet', '--dest-tls-verify=false', ...creds, ...compression, ...format, `oci:${layoutImage}`, `docker://${destination}`], { timeout: TOOL_TIMEOUT_MS });
 }
 
 /** A busybox image: the static busybox of busybox-static and a few applet links. */
