@@ -1,4 +1,4 @@
-// `npm run bench`: latency and throughput of the native API on this machine, each figure
+// `npm run bench`: latency and throughput of the native API (and image pulls) on this machine, each figure
 // beside a baseline measured in the same run. Prints medians (and p95 where asked).
 // Options: --creates N (default 10), --execs N (default 50), --mib N (default 50), --postgres URL.
 import { spawn } from 'node:child_process';
@@ -456,12 +456,53 @@ async function main(): Promise<void> {
       await sbx.kill();
       created.splice(created.indexOf(sbx.sandboxId), 1);
     }
+    await benchImagePull(dataDir);
   } finally {
     for (const id of created) await call(base, key, 'DELETE', `/sandboxes/${id}`).catch(() => undefined);
     await server.close();
     // The reflink store is a loop-mounted filesystem inside the data dir: release it first.
     await unmountReflinkStore(`${dataDir}/host`).catch(() => undefined);
     rmSync(dataDir, { recursive: true, force: true });
+  }
+}
+
+/**
+ * An OCI image pull (host/images/oci: resolve, skopeo copy, umoci unpack, metadata) from a
+ * registry on loopback, beside a plain `skopeo copy` of the same image into an OCI layout (the
+ * transfer alone, no unpack), and a pull of an image already in the store. Images: busybox
+ * (one static binary) and the base image's tree as one layer.
+ */
+async function benchImagePull(dataDir: string): Promise<void> {
+  const { execFileSync } = await import('node:child_process');
+  const { OciImageStore } = await import('../host/images/oci/store.js');
+  const { buildTestImage, busyboxImageSpec, pushTestImage, startTestRegistry } = await import('../host/images/oci/test-registry.js');
+  const work = `${dataDir}/image-bench`;
+  const registry = await startTestRegistry();
+  try {
+    const debian = `${work}/debian/layout`;
+    execFileSync('umoci', ['init', '--layout', debian]);
+    execFileSync('umoci', ['new', '--image', `${debian}:image`]);
+    execFileSync('umoci', ['insert', '--image', `${debian}:image`, `${values['images-dir']}/default/rootfs`, '/'], { stdio: 'ignore' });
+    const images: Record<string, string> = { busybox: await buildTestImage(`${work}/busybox`, busyboxImageSpec()), debian: `${debian}:image` };
+    for (const [name, layout] of Object.entries(images)) {
+      const ref = `${registry.host}/bench/${name}:1`;
+      await pushTestImage(layout, ref);
+      const pulls: number[] = [];
+      const copies: number[] = [];
+      let sizes = '';
+      for (let i = 0; i < 3; i++) {
+        copies.push((await timed(async () => execFileSync('skopeo', ['copy', '--quiet', '--src-tls-verify=false', `docker://${ref}`, `oci:${work}/raw-${name}-${i}:x`])))[0]);
+        const [t, image] = await timed(() => new OciImageStore({ storeDir: `${work}/store-${name}-${i}` }).pull(ref));
+        pulls.push(t);
+        sizes = `${(image.meta.compressedBytes / 1e6).toFixed(1)} MB compressed, ${(image.meta.sizeBytes / 1e6).toFixed(1)} MB unpacked`;
+      }
+      const [cached] = await timed(() => new OciImageStore({ storeDir: `${work}/store-${name}-0` }).pull(ref));
+      const [p, c] = [pulls, copies].map((xs) => quantile(xs, 0.5));
+      console.log(`image pull ${name} (${sizes}, n=3): p50 ${ms(p)}; skopeo copy alone p50 ${ms(c)} → ${(p / c).toFixed(1)}×; already in the store ${ms(cached)}`);
+    }
+  } finally {
+    await registry.stop();
+    rmSync(work, { recursive: true, force: true });
   }
 }
 

@@ -15,7 +15,11 @@ fi
 # gcc + libc6-dev build the static helpers (host/guest-agent/pty-helper/); libseccomp-dev gives
 # nestbox-seccomp the static libseccomp it links (the sandbox's seccomp profile).
 # xfsprogs formats the loop-mounted reflink store; e2fsprogs (mkfs.ext4) formats each sandbox's disk.
-packages=(debootstrap nftables tini iproute2 util-linux e2fsprogs procps psmisc ca-certificates gcc libc6-dev libseccomp-dev xfsprogs conntrack tar perl-base)
+# skopeo pulls OCI/Docker images from registries and umoci unpacks them into root filesystems
+# (host/images/oci/). The image tests run Debian's Distribution registry (docker-registry) on
+# loopback, build their images from busybox-static's binary and protect one registry with an
+# htpasswd file (apache2-utils).
+packages=(debootstrap nftables tini iproute2 util-linux e2fsprogs procps psmisc ca-certificates gcc libc6-dev libseccomp-dev xfsprogs conntrack tar perl-base skopeo umoci docker-registry busybox-static apache2-utils)
 with_postgres=false
 [[ "${1:-}" == "--with-postgres" ]] && with_postgres=true && packages+=(postgresql)
 

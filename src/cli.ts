@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Entry point: `nestbox server` (default), `nestbox host-agent`, `nestbox image build`.
+// Entry point: `nestbox server` (default), `nestbox host-agent`, `nestbox image build|pull|list`.
 import { ConfigError, loadConfig } from './config.js';
 
 const usage = `usage: nestbox <command>
@@ -11,7 +11,11 @@ const usage = `usage: nestbox <command>
                 print the secret a remote host agent with this id must use
   image build   build (or reuse) the default base image under the images dir
   image build --vm
-                build (or reuse) the cloud-hypervisor VM image (kernel, initramfs, ext4 rootfs)`;
+                build (or reuse) the cloud-hypervisor VM image (kernel, initramfs, ext4 rootfs)
+  image pull <reference> [--username <name> --password-stdin]
+                pull an OCI/Docker image into the local image store (NESTBOX_OCI_STORE_DIR);
+                prints its id (sha256:…), which a local sandbox spec can name as its image
+  image list    the pulled OCI images (JSON lines)`;
 
 async function main(argv: string[]): Promise<void> {
   const [command = 'server', ...rest] = argv;
@@ -70,6 +74,23 @@ async function main(argv: string[]): Promise<void> {
       return;
     }
     case 'image': {
+      if (rest[0] === 'pull' || rest[0] === 'list') {
+        const { OciImageStore } = await import('../host/images/oci/store.js');
+        const store = new OciImageStore({ storeDir: config.images.ociStoreDir, mirrors: config.images.mirrors, insecureRegistries: config.images.insecureRegistries, pullTimeoutMs: config.images.pullTimeoutMs });
+        if (rest[0] === 'list') {
+          for (const meta of await store.list()) console.log(JSON.stringify({ id: meta.id, reference: meta.reference, sizeBytes: meta.sizeBytes, created: meta.created, pulledAt: meta.pulledAt }));
+          return;
+        }
+        const reference = rest[1];
+        if (!reference || reference.startsWith('--')) throw new ConfigError('image pull needs an image reference (registry/name:tag or name@sha256:…)');
+        const userAt = rest.indexOf('--username');
+        const username = userAt >= 0 ? rest[userAt + 1] : undefined;
+        if ((username === undefined) !== !rest.includes('--password-stdin')) throw new ConfigError('image pull: --username and --password-stdin go together (the password is read from stdin, never argv)');
+        const password = username === undefined ? undefined : (await readStdin()).replace(/\r?\n$/, '');
+        const image = await store.pull(reference, { credentials: username === undefined ? undefined : { username, password: password! }, onProgress: (line) => console.error(line) });
+        console.log(image.meta.id);
+        return;
+      }
       if (rest[0] !== 'build') break;
       if (rest.includes('--vm')) {
         // Kernel + initramfs + ext4 rootfs for the cloud-hypervisor driver (minutes the first time).
@@ -93,8 +114,16 @@ async function main(argv: string[]): Promise<void> {
   process.exit(2);
 }
 
+async function readStdin(): Promise<string> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of process.stdin) chunks.push(chunk as Buffer);
+  return Buffer.concat(chunks).toString('utf8');
+}
+
 main(process.argv.slice(2)).catch(async (err: unknown) => {
-  console.error(err instanceof ConfigError ? err.message : err instanceof Error ? (err.stack ?? err.message) : String(err));
+  // An image pull's failure (not_found, unauthorized…) is the user's to read, not a stack trace.
+  const imageError = err instanceof Error && err.name === 'ImageError' ? `${(err as Error & { code: string }).code}: ${err.message}` : undefined;
+  console.error(err instanceof ConfigError ? err.message : (imageError ?? (err instanceof Error ? (err.stack ?? err.message) : String(err))));
   // A supervised worker that cannot start because of its configuration is not restarted.
   const { WORKER_FATAL_EXIT_CODE, WORKER_FLAG } = await import('./supervisor.js');
   process.exit(err instanceof ConfigError && process.argv.includes(WORKER_FLAG) ? WORKER_FATAL_EXIT_CODE : 1);

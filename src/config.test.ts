@@ -22,6 +22,22 @@ describe('config', () => {
     expect(loadConfig({ NESTBOX_REQUEST_TIMEOUT_MS: '0' }).http.requestTimeoutMs).toBe(0);
   });
 
+  it('reads the OCI image settings: store dir, mirrors in order, insecure registries', () => {
+    const defaults = loadConfig({ NESTBOX_DATA_DIR: '/srv/nbx' });
+    expect(defaults.images).toEqual({ ociStoreDir: '/srv/nbx/images/oci', mirrors: {}, insecureRegistries: [], pullTimeoutMs: 1_800_000 });
+    const c = loadConfig({
+      NESTBOX_OCI_STORE_DIR: '/var/lib/oci',
+      NESTBOX_REGISTRY_MIRRORS: 'docker.io=mirror.example.com/hub,docker.io=10.0.0.5:5000,ghcr.io=gh.example.com',
+      NESTBOX_INSECURE_REGISTRIES: '10.0.0.5:5000,registry.lan',
+    });
+    expect(c.images.ociStoreDir).toBe('/var/lib/oci');
+    expect(c.images.mirrors).toEqual({ 'docker.io': ['mirror.example.com/hub', '10.0.0.5:5000'], 'ghcr.io': ['gh.example.com'] });
+    expect(c.images.insecureRegistries).toEqual(['10.0.0.5:5000', 'registry.lan']);
+    expect(() => loadConfig({ NESTBOX_REGISTRY_MIRRORS: 'docker.io' })).toThrow(/NESTBOX_REGISTRY_MIRRORS/);
+    expect(() => loadConfig({ NESTBOX_REGISTRY_MIRRORS: 'docker.io=https://mirror' })).toThrow(/NESTBOX_REGISTRY_MIRRORS/);
+    expect(() => loadConfig({ NESTBOX_INSECURE_REGISTRIES: 'a b' })).toThrow(/NESTBOX_INSECURE_REGISTRIES/);
+  });
+
   it('uses PostgreSQL when a URL is given', () => {
     expect(loadConfig({ NESTBOX_DATABASE_URL: 'postgres://u:p@db/x' }).database).toEqual({ kind: 'postgres', url: 'postgres://u:p@db/x' });
   });

@@ -6,6 +6,11 @@ const port = z.coerce.number().int().min(0).max(65535);
 const positiveInt = z.coerce.number().int().positive();
 const nonNegativeInt = z.coerce.number().int().min(0);
 
+const REGISTRY_HOST = String.raw`[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::\d{1,5})?`;
+const REGISTRY_LIST = new RegExp(`^${REGISTRY_HOST}(?:,${REGISTRY_HOST})*$`);
+const MIRROR_PAIR = `${REGISTRY_HOST}=${REGISTRY_HOST}(?:/[A-Za-z0-9._/-]+)?`;
+const REGISTRY_MIRRORS = new RegExp(`^${MIRROR_PAIR}(?:,${MIRROR_PAIR})*$`);
+
 const ConfigSchema = z.object({
   NESTBOX_PORT: port.default(7070),
   NESTBOX_HOST: z.string().min(1).default('127.0.0.1'),
@@ -23,6 +28,19 @@ const ConfigSchema = z.object({
   NESTBOX_HOST_SECRET: z.string().min(32, 'must be at least 32 characters').optional(),
   // Where images are cached; several data dirs (tests) can share one.
   NESTBOX_IMAGES_DIR: z.string().min(1).optional(),
+  // Host agent: where OCI images pulled from registries live, unpacked (host/images/oci).
+  NESTBOX_OCI_STORE_DIR: z.string().min(1).optional(),
+  // Registry mirrors, tried in order before the registry itself: comma-separated
+  // `registry=mirror` pairs (`docker.io=mirror.example.com/hub,docker.io=10.0.0.5:5000`).
+  NESTBOX_REGISTRY_MIRRORS: z
+    .string()
+    .regex(REGISTRY_MIRRORS, 'must be comma-separated registry=mirror pairs (host[:port]=host[:port][/path])')
+    .optional(),
+  // Registries (host[:port], comma-separated) that may be reached over plain HTTP or with
+  // unverified TLS. Loopback registries always may, as Docker allows.
+  NESTBOX_INSECURE_REGISTRIES: z.string().regex(REGISTRY_LIST, 'must be comma-separated host[:port] names').optional(),
+  // Bound on one image pull (copy and unpack).
+  NESTBOX_IMAGE_PULL_TIMEOUT_SECONDS: positiveInt.default(1800),
   // false = the server does not start a local host agent (host agents run elsewhere).
   NESTBOX_LOCAL_HOST_AGENT: z.enum(['true', 'false']).default('true'),
   // true = `nestbox server` runs the control plane in a worker process and restarts it with
@@ -126,6 +144,8 @@ export interface Config {
   dataDir: string;
   imagesDir: string;
   database: { kind: 'postgres'; url: string } | { kind: 'pglite'; directory: string };
+  /** OCI images (host/images/oci): the store, registry mirrors and plain-HTTP registries. */
+  images: { ociStoreDir: string; mirrors: Record<string, string[]>; insecureRegistries: string[]; pullTimeoutMs: number };
   bootstrapApiKey?: string;
   hostSecret?: string;
   localHostAgent: boolean;
@@ -180,6 +200,16 @@ export interface Config {
 
 export class ConfigError extends Error {}
 
+/** `docker.io=a,docker.io=b,ghcr.io=c` → { 'docker.io': ['a', 'b'], 'ghcr.io': ['c'] } (order kept). */
+function registryMirrors(text: string | undefined): Record<string, string[]> {
+  const mirrors: Record<string, string[]> = {};
+  for (const pair of text ? text.split(',') : []) {
+    const [registry, mirror] = pair.split('=');
+    (mirrors[registry] ??= []).push(mirror);
+  }
+  return mirrors;
+}
+
 /** Parse once at start-up; an invalid value stops the start with a message naming the variable. */
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   // NESTBOX_TEST_* belong to the test suite, not to the program.
@@ -214,6 +244,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     dataDir,
     imagesDir: resolve(e.NESTBOX_IMAGES_DIR ?? `${dataDir}/images`),
     database: e.NESTBOX_DATABASE_URL ? { kind: 'postgres', url: e.NESTBOX_DATABASE_URL } : { kind: 'pglite', directory: `${dataDir}/pglite` },
+    images: {
+      ociStoreDir: resolve(e.NESTBOX_OCI_STORE_DIR ?? `${resolve(e.NESTBOX_IMAGES_DIR ?? `${dataDir}/images`)}/oci`),
+      mirrors: registryMirrors(e.NESTBOX_REGISTRY_MIRRORS),
+      insecureRegistries: e.NESTBOX_INSECURE_REGISTRIES ? e.NESTBOX_INSECURE_REGISTRIES.split(',') : [],
+      pullTimeoutMs: e.NESTBOX_IMAGE_PULL_TIMEOUT_SECONDS * 1000,
+    },
     bootstrapApiKey: e.NESTBOX_BOOTSTRAP_API_KEY,
     hostSecret: e.NESTBOX_HOST_SECRET,
     localHostAgent: e.NESTBOX_LOCAL_HOST_AGENT === 'true',

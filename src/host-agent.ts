@@ -37,6 +37,7 @@ export async function startHostAgent(config: Config, logger?: Logger): Promise<R
       : new LocalDriver({
         dataDir: config.dataDir,
         imagesDir: config.imagesDir,
+        ociStoreDir: config.images.ociStoreDir,
         guestAgentBundle: GUEST_AGENT_BUNDLE(),
         subnet: ha.subnet,
         // Several host agents can share a machine (tests do); each reclaims only what it owns.

@@ -10,7 +10,8 @@
 // PROCESSES
 //
 //   POST   /processes  StartProcessRequest → 201 ProcessInfo, as soon as the process is spawned.
-//          Exactly one of argv/cmd (`cmd` runs `bash -lc cmd`). A bad cwd or unknown user is a
+//          Exactly one of argv/cmd (`cmd` runs `bash -lc cmd`, or `/bin/sh -c cmd` in an image
+//          without bash; 400 on `cmd` in one without a shell). A bad cwd or unknown user is a
 //          400 naming the field; a missing program gives a process that exits 127 at once (126
 //          when it cannot be executed), with the reason on its stderr, like /exec.
 //          Every process gets its own process group (a pty process: its own session, whose id is
@@ -88,7 +89,7 @@
 //   exits before that lost the cell and its state. (The typed client's runCell does all this.)
 //
 // SESSIONS: a named, persistent non-interactive `bash -l` (stdin from the agent, not a
-// terminal) that runs commands one after another, so `cd`, `export`, shell variables and
+// terminal; `/bin/sh -l` in an image without bash, a 400 on create without a shell) that runs commands one after another, so `cd`, `export`, shell variables and
 // functions carry over. Each command gets an id that is ALSO a process id: /processes/{cid},
 // /output, /events, /stdin, /signal and DELETE work for it. Its ProcessInfo has pid = the
 // session shell's pid, cmd "bash", args ["-c", cmd], tag "session:<sessionId>", pty false.

@@ -40,7 +40,8 @@ export type HealthResponse = z.infer<typeof HealthResponse>;
 
 export const ExecRequest = z
   .object({
-    // Exactly one of argv or cmd. `cmd` runs as `bash -lc <cmd>`.
+    // Exactly one of argv or cmd. `cmd` runs as `bash -lc <cmd>` (`/bin/sh -c <cmd>` in an image
+    // without bash; a 400 validation_failed on `cmd` in one without any shell).
     argv: z.array(z.string()).min(1).optional(),
     cmd: z.string().optional(),
     cwd: z.string().optional(),

@@ -1,6 +1,7 @@
 // Foreground process execution: run to completion, answer with collected output.
 import type { WorkloadLauncher } from './workload.js';
 import { spawn, type ChildProcess } from 'node:child_process';
+import { accessSync, constants as fsConstants } from 'node:fs';
 import { stat } from 'node:fs/promises';
 import { performance } from 'node:perf_hooks';
 import type { ExecRequest, ExecResponse } from '../agent-protocol/types.js';
@@ -44,7 +45,28 @@ export function commandLine(request: Pick<ExecRequest, 'argv' | 'cmd'>): { file:
   }
   const cmd = request.cmd as string;
   assertNoNul(cmd, 'cmd');
-  return { file: 'bash', args: ['-lc', cmd] };
+  const shell = commandShell();
+  return { file: shell, args: [shell === 'bash' ? '-lc' : '-c', cmd] };
+}
+
+function isExecutable(path: string): boolean {
+  try {
+    accessSync(path, fsConstants.X_OK);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The shell that runs a `cmd`: bash as a login shell when the image has one on the PATH (every
+ * image Nestbox built before OCI images), else the image's /bin/sh (busybox, Alpine). An image
+ * with neither (distroless) gets a 400 naming the way out instead of a process that exits 127.
+ */
+export function commandShell(path = process.env.PATH ?? ''): 'bash' | '/bin/sh' {
+  if (path.split(':').some((dir) => dir.startsWith('/') && isExecutable(`${dir}/bash`))) return 'bash';
+  if (isExecutable('/bin/sh')) return '/bin/sh';
+  throw validationFailed('cmd', "this sandbox's image has no shell (no bash on the PATH, no /bin/sh); start the process by argv instead");
 }
 
 export async function workingDirectory(raw: string | undefined, home: string): Promise<string> {

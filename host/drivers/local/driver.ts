@@ -11,7 +11,6 @@ import { existsSync } from 'node:fs';
 import { mkdir, readdir, readFile } from 'node:fs/promises';
 import { cpus } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
-import { ensureBaseImage } from '../../images/base-image.js';
 import { sandboxDnsServers } from '../../network/dns.js';
 import { applyNftRuleset, nftAvailable, renderNftRuleset } from '../../network/nft.js';
 import type { SlotPoolStats } from '../../network/slot-pool.js';
@@ -186,7 +185,7 @@ export class LocalDriver extends LocalRecovery implements Driver {
   async create(spec: SandboxSpec, onProgress?: (line: string) => void): Promise<SandboxRuntime> {
     return this.createUnder(spec, async () => {
       const dir = this.sandboxDir(spec.id);
-      const image = await ensureBaseImage({ imagesDir: this.options.imagesDir, onProgress });
+      const image = await this.imageOf(spec, onProgress);
       const record = this.newSandboxRecord(spec);
       const build = async () => {
         if (spec.snapshot) {
@@ -204,7 +203,7 @@ export class LocalDriver extends LocalRecovery implements Driver {
           await writeRecord(dir, record);
           this.records.set(spec.id, record);
         }
-        await this.launch(record, image.rootfs, onProgress);
+        await this.launch(record, image, onProgress);
       };
       return { record, build };
     });
@@ -228,12 +227,12 @@ export class LocalDriver extends LocalRecovery implements Driver {
       if (record.status === 'paused') await this.setPaused(record, false);
       if (record.status === 'running') return { ...this.runtimeOf(record), memoryRestored: true };
       await this.closeFileView(spec.id);
-      const image = await ensureBaseImage({ imagesDir: this.options.imagesDir });
+      const image = await this.imageOf(record.spec);
       record.spec = spec;
       record.status = 'starting';
       await writeRecord(this.sandboxDir(spec.id), record);
       try {
-        await this.launch(record, image.rootfs);
+        await this.launch(record, image);
       } catch (error) {
         await this.teardownRuntime(spec.id, record).catch(() => {});
         record.status = 'stopped';
@@ -310,7 +309,8 @@ export class LocalDriver extends LocalRecovery implements Driver {
     return this.forkUnder(sourceId, children, async (source) => {
       const started = Date.now();
       await this.closeFileView(sourceId);
-      const image = await ensureBaseImage({ imagesDir: this.options.imagesDir });
+      // Children run on their source's image, whatever their specs name.
+      const image = await this.imageOf(source.spec);
       const made: SandboxRecord[] = [];
       try {
         for (const child of children) {
@@ -337,7 +337,7 @@ export class LocalDriver extends LocalRecovery implements Driver {
           for (const record of rest) await this.requireDiskStore().copyTree(this.upperDirOf(first), this.upperDirOf(record));
         }
         const copyMs = Date.now() - copyStarted;
-        const launches = await Promise.allSettled(made.map((record) => this.launch(record, image.rootfs)));
+        const launches = await Promise.allSettled(made.map((record) => this.launch(record, image)));
         const failed = launches.find((outcome): outcome is PromiseRejectedResult => outcome.status === 'rejected');
         if (failed) throw failed.reason;
         this.log.info({ sandboxId: sourceId, operation: 'fork', childIds: made.map((record) => record.id), copyMs, ms: Date.now() - started }, `fork → ${made.map((record) => record.id).join(', ')}: copy ${copyMs} ms (${this.requireDiskStore().mode}), running in ${Date.now() - started} ms`);
@@ -410,13 +410,13 @@ export class LocalDriver extends LocalRecovery implements Driver {
       if (record.status !== 'stopped') {
         throw new DriverError('invalid_state', `sandbox ${id} is ${record.status}; file views are for stopped sandboxes (use its agent)`);
       }
-      const image = await ensureBaseImage({ imagesDir: this.options.imagesDir });
+      const image = await this.imageOf(record.spec);
       return this.requireFileViews().open({
         sandboxId: id,
         sandboxDir: this.sandboxDir(id),
         layerDirs: [this.upperDirOf(record), ...(await this.layerDirsOf(record))],
         baseRootfs: image.rootfs,
-        env: record.spec.env ?? {},
+        env: { ...image.env, ...(record.spec.env ?? {}) },
       });
     });
   }

@@ -18,7 +18,7 @@ import { isProcessAlive, processStartTime, waitForProcessExit } from '../../util
 import { DriverError } from '../errors.js';
 import { readTail } from './file-view.js';
 import { readRecord, writeRecord, type SandboxRecord } from './records.js';
-import { DEFAULT_EGRESS_REFRESH_MS, DEFAULT_PIDS_MAX, isLive, LocalSandboxes, MOUNT_OPTIONS_MAX } from './sandboxes.js';
+import { DEFAULT_EGRESS_REFRESH_MS, DEFAULT_PIDS_MAX, isLive, LocalSandboxes, MOUNT_OPTIONS_MAX, type SandboxImage } from './sandboxes.js';
 import { launchSandbox, overlayLowerOption, SANDBOX_PATH } from './spawn.js';
 
 export abstract class LocalRuntime extends LocalSandboxes {
@@ -32,8 +32,9 @@ export abstract class LocalRuntime extends LocalSandboxes {
   // ---- launch ---------------------------------------------------------------------------------
 
   /** Slot, cgroups, process, agent: everything a running sandbox has beyond its disk. */
-  protected async launch(record: SandboxRecord, lowerDir: string, onProgress?: (line: string) => void): Promise<void> {
+  protected async launch(record: SandboxRecord, image: SandboxImage, onProgress?: (line: string) => void): Promise<void> {
     const { id } = record.spec;
+    const lowerDir = image.rootfs;
     const dir = this.sandboxDir(id);
     const cgroups = this.requireCgroups();
     const layerDirs = await this.layerDirsOf(record);
@@ -85,7 +86,7 @@ export abstract class LocalRuntime extends LocalSandboxes {
       ptyHelperBinary: this.ptyHelperBinary,
       guestAgentBundle: this.agentBundle,
       hostname: id,
-      env: { HOME: '/root', PATH: SANDBOX_PATH, ...record.spec.env, HOSTNAME: id },
+      env: { HOME: '/root', PATH: SANDBOX_PATH, ...image.env, ...record.spec.env, HOSTNAME: id },
       logFile: join(dir, 'sandbox.log'),
       lastCapability: this.lastCap,
       agentKey,

@@ -5,7 +5,7 @@
 // watching), recovery.ts (adoption at init), driver.ts (the Driver methods).
 import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { mkdir } from 'node:fs/promises';
+import { lstat, mkdir } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
 import type { Logger } from '../../../core/logger.js';
 import { DriverBase, assertSandboxId, SUN_PATH_MAX } from '../base/driver-base.js';
@@ -24,11 +24,15 @@ import { newRecord, readRecord, type SandboxRecord } from './records.js';
 import type { HostLoader } from './runtime-binaries.js';
 import { assertSafeHostPath } from '../../util/fs.js';
 import { assertValidEnv } from './spawn.js';
+import { ensureBaseImage } from '../../images/base-image.js';
+import { IMAGE_ID, OciImageStore, type OciImageConfig } from '../../images/oci/store.js';
 
 export interface LocalDriverOptions {
   /** Sandboxes live in `<dataDir>/sandboxes/<id>/`. Keep it short: the agent socket path must fit in 108 bytes. */
   dataDir: string;
   imagesDir: string;
+  /** The OCI image store (host/images/oci) whose images sandboxes may start from (default <imagesDir>/oci). */
+  ociStoreDir?: string;
   /** The bundled guest agent (dist/guest-agent.mjs). */
   guestAgentBundle: string;
   /** Identifies this host agent, so agents sharing a machine never reclaim each other's slots or cgroups. */
@@ -119,6 +123,7 @@ export abstract class LocalSandboxes extends DriverBase<SandboxRecord> {
   protected lastCap = 40;
   protected dnsServers: string[] = [];
   protected fileViews?: FileViews;
+  protected ociStore?: OciImageStore;
 
   constructor(protected readonly options: LocalDriverOptions) {
     super('LocalDriver', options.dataDir, options.logger);
@@ -154,7 +159,7 @@ export abstract class LocalSandboxes extends DriverBase<SandboxRecord> {
   protected validateSpec(spec: SandboxSpec): void {
     assertSandboxId(spec.id);
     const invalid = (message: string) => new DriverError('validation_failed', message);
-    if (spec.image !== 'default') throw invalid(`unknown image "${spec.image}" (the local driver has only "default")`);
+    if (spec.image !== 'default' && !IMAGE_ID.test(spec.image)) throw invalid(`unknown image "${spec.image}" (the local driver knows "default" and pulled OCI images by id, sha256:<64 hex>)`);
     if (!(spec.cpu > 0) || spec.cpu > 1024) throw invalid(`cpu must be a positive number of vCPUs, got ${spec.cpu}`);
     if (!Number.isInteger(spec.memoryMiB) || spec.memoryMiB < 64) throw invalid(`memoryMiB must be an integer of at least 64, got ${spec.memoryMiB}`);
     if (spec.snapshot !== undefined) assertSnapshotId(spec.snapshot);
@@ -172,6 +177,23 @@ export abstract class LocalSandboxes extends DriverBase<SandboxRecord> {
         `agent socket path ${socket} is ${Buffer.byteLength(socket)} bytes, over the ${SUN_PATH_MAX}-byte Unix socket limit; use a shorter data dir than ${this.dataDir}`,
       );
     }
+  }
+
+  /**
+   * The bottom layer of a sandbox and what its image says processes start with: the base image,
+   * or a pulled OCI image (host/images/oci) whose Env is the agent's environment and whose
+   * WorkingDir is its home (the default cwd, and HOME unless the image sets one).
+   */
+  protected async imageOf(spec: Pick<SandboxSpec, 'image'>, onProgress?: (line: string) => void): Promise<SandboxImage> {
+    if (spec.image === 'default') {
+      const base = await ensureBaseImage({ imagesDir: this.options.imagesDir, onProgress });
+      return { rootfs: base.rootfs, env: {} };
+    }
+    this.ociStore ??= new OciImageStore({ storeDir: this.options.ociStoreDir ?? join(this.options.imagesDir, 'oci') });
+    const image = await this.ociStore.get(spec.image);
+    if (!image) throw new DriverError('not_found', `image ${spec.image} is not in this host's image store (pull it first)`);
+    const hasRootHome = (await lstat(join(image.rootfs, 'root')).catch(() => undefined))?.isDirectory() ?? false;
+    return { rootfs: image.rootfs, env: imageEnvironment(image.meta.config, hasRootHome, (message) => this.log.warn({ image: spec.image }, message)) };
   }
 
   protected requireFileViews(): FileViews {
@@ -269,6 +291,35 @@ export abstract class LocalSandboxes extends DriverBase<SandboxRecord> {
 }
 
 // ---- free functions -----------------------------------------------------------------------------
+
+/** What a sandbox starts from: the overlay's bottom layer and the environment its image sets. */
+export interface SandboxImage {
+  rootfs: string;
+  /** Variables under the sandbox's own (spec.env wins); HOME here is the agent's home. */
+  env: Record<string, string>;
+}
+
+/**
+ * An OCI config's Env (`NAME=value` lines) and WorkingDir as the agent's environment. The agent's
+ * HOME is also every process's default cwd, so it must exist: the image's HOME, else its
+ * WorkingDir, else /root when the image has one (as Docker's HOME), else / (Docker's cwd).
+ */
+export function imageEnvironment(config: Pick<OciImageConfig, 'env' | 'workingDir'>, hasRootHome: boolean, warn: (message: string) => void): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const line of config.env) {
+    const at = line.indexOf('=');
+    const name = at > 0 ? line.slice(0, at) : '';
+    const value = at > 0 ? line.slice(at + 1) : '';
+    try {
+      assertValidEnv({ [name]: value });
+      env[name] = value;
+    } catch {
+      warn(`image environment entry ${JSON.stringify(line.slice(0, 80))} is not NAME=value with a valid name; ignored`);
+    }
+  }
+  if (env.HOME === undefined) env.HOME = config.workingDir.startsWith('/') ? config.workingDir : hasRootHome ? '/root' : '/';
+  return env;
+}
 
 /** Running or paused: it has processes, a slot and cgroups. */
 export function isLive(record: SandboxRecord): boolean {

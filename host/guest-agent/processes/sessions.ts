@@ -24,7 +24,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import type { CreateSessionRequest, SessionCommand, SessionCommandRequest, SessionInfo } from '../../agent-protocol/processes.js';
 import { AgentHttpError, notFound, validationFailed } from '../errors.js';
-import { mergedEnv, workingDirectory } from '../exec.js';
+import { commandShell, mergedEnv, workingDirectory } from '../exec.js';
 import { descendantsOf, killGroup, signalProcess } from './kill.js';
 import { invalidState, ManagedProcess, type ProcessControls } from './managed-process.js';
 import { MarkerScanner } from './marker-scanner.js';
@@ -87,7 +87,9 @@ class Session {
     private readonly onEnd: (session: Session) => void,
   ) {
     this.prefix = `NBX${randomBytes(12).toString('hex')}:`;
-    const launch = settings.launcher.wrap('bash', ['-l']);
+    // Like a cmd: bash when the image has it, else /bin/sh (the markers are POSIX shell).
+    const shell = commandShell(typeof env.PATH === 'string' ? env.PATH : undefined);
+    const launch = settings.launcher.wrap(shell, ['-l']);
     this.shell = spawn(launch.file, launch.args, { cwd, env, detached: true, stdio: ['pipe', 'pipe', 'pipe', ...launch.extraStdio] });
     const marker = Buffer.from(`\x1e${this.prefix}`, 'latin1');
     const stdout = new MarkerScanner(marker, (data) => this.current?.process.append('stdout', data), (body) => this.onMarker('stdout', body));
@@ -320,6 +322,8 @@ export class SessionManager {
     const cwd = await workingDirectory(request.cwd, this.settings.home);
     const env = mergedEnv(this.settings, request.env);
     const runAs = await resolveRunAs(undefined, this.settings.passwdPath);
+    // An image without a shell is refused before anything is made for the session.
+    commandShell(typeof env.PATH === 'string' ? env.PATH : undefined);
     const scratchDir = await mkdtemp(join(tmpdir(), 'nestbox-session-'));
     // Checked again: another create for the same id may have finished while we awaited.
     if (this.sessions.has(id)) {

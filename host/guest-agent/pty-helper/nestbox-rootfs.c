@@ -162,7 +162,8 @@ int main(int argc, char **argv) {
   }
   for (int i = 6; i < argc; i++) set_fd(fs, "lowerdir+", idmapped_clone(argv[i], userns, 1), argv[i]);
   if (fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0) fail("create the overlay", NULL);
-  int root = fsmount(fs, FSMOUNT_CLOEXEC, read_only ? MOUNT_ATTR_RDONLY : 0);
+  /* nodev: a device node in any layer (an OCI image's, say) opens nothing; /dev is a tmpfs of its own. */
+  int root = fsmount(fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NODEV | (read_only ? MOUNT_ATTR_RDONLY : 0));
   if (root < 0) fail("fsmount", NULL);
   if (move_mount(root, "", AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH) < 0) fail("move_mount to", target);
   return 0;
