@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# System packages Nestbox needs on Debian/Ubuntu, as root. With --with-postgres, also starts a
-# local PostgreSQL with a `nestbox` role for the integration tests.
+# System packages Nestbox needs on Debian/Ubuntu, as root. With --with-postgres (the test
+# command's form), also what only the tests need: a local PostgreSQL with a `nestbox` role, and
+# the image tests' registry and image ingredients.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 
@@ -16,18 +17,23 @@ fi
 # nestbox-seccomp the static libseccomp it links (the sandbox's seccomp profile).
 # xfsprogs formats the loop-mounted reflink store; e2fsprogs (mkfs.ext4) formats each sandbox's disk.
 # skopeo pulls OCI/Docker images from registries and umoci unpacks them into root filesystems
-# (host/images/oci/). The image tests run Debian's Distribution registry (docker-registry) on
-# loopback, build their images from busybox-static's binary and protect one registry with an
-# htpasswd file (apache2-utils).
-packages=(debootstrap nftables tini iproute2 util-linux e2fsprogs procps psmisc ca-certificates gcc libc6-dev libseccomp-dev xfsprogs conntrack tar perl-base skopeo umoci docker-registry busybox-static apache2-utils)
+# (host/images/oci/).
+packages=(debootstrap nftables tini iproute2 util-linux e2fsprogs procps psmisc ca-certificates gcc libc6-dev libseccomp-dev xfsprogs conntrack tar perl-base skopeo umoci)
 with_postgres=false
-[[ "${1:-}" == "--with-postgres" ]] && with_postgres=true && packages+=(postgresql)
+# Tests only: the image tests run Debian's Distribution registry (docker-registry) on loopback,
+# build their images from busybox-static's binary and protect one registry with an htpasswd
+# file (apache2-utils).
+[[ "${1:-}" == "--with-postgres" ]] && with_postgres=true && packages+=(postgresql docker-registry busybox-static apache2-utils)
 
 missing=()
 for p in "${packages[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p"); done
 if ((${#missing[@]})); then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# Debian's package enables a registry on port 5000 under systemd; the tests start their own.
+if $with_postgres && [[ -d /run/systemd/system ]] && systemctl is-enabled -q docker-registry.service 2>/dev/null; then
+  systemctl disable --now -q docker-registry.service || true
 fi
 
 if $with_postgres; then
