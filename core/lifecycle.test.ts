@@ -1,13 +1,11 @@
 // The lifecycle engine and the state table it reads: every allowed and every refused transition,
 // what each outcome writes, and the repository's refusal of writes outside the table, against
 // real PostgreSQL and PGlite.
-import { mkdtempSync, rmSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { migrateToLatest, openDatabase, type Db } from './store/db.js';
+import { migrateToLatest, type Db } from './store/db.js';
 import { sandboxRepository } from './store/repositories/sandboxes.js';
 import { organizationRepository } from './store/repositories/organizations.js';
 import { hostRepository } from './store/repositories/hosts.js';
-import { createTestDatabase } from '../test/harness.js';
 import { applyEvent, hostViewOf, Lifecycle, outcomePatch, timeoutDeadline, type OutcomeFacts } from './lifecycle.js';
 import {
   canTransition,
@@ -24,6 +22,7 @@ import {
   type SandboxState,
 } from './state-machine.js';
 import type { Sandbox } from './types.js';
+import { DB_BACKENDS } from './store/test-support.js';
 
 /** Written out by hand: a change to the table has to change this list too. */
 const ALLOWED: Record<SandboxState, SandboxState[]> = {
@@ -132,26 +131,8 @@ describe('what each outcome writes', () => {
   });
 });
 
-const backends: [string, () => Promise<{ db: Db; cleanup: () => Promise<void> }>][] = [
-  [
-    'postgres',
-    async () => {
-      const t = await createTestDatabase();
-      const db = openDatabase({ kind: 'postgres', url: t.url });
-      return { db, cleanup: async () => { await db.destroy(); await t.drop(); } };
-    },
-  ],
-  [
-    'pglite',
-    async () => {
-      const dir = mkdtempSync('/tmp/nbx-pglite-');
-      const db = openDatabase({ kind: 'pglite', directory: dir });
-      return { db, cleanup: async () => { await db.destroy(); rmSync(dir, { recursive: true, force: true }); } };
-    },
-  ],
-];
 
-describe.each(backends)('lifecycle writes on %s', (_name, open) => {
+describe.each(DB_BACKENDS)('lifecycle writes on %s', (_name, open) => {
   let db: Db;
   let cleanup: () => Promise<void>;
   let lifecycle: Lifecycle;

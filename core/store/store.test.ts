@@ -1,33 +1,14 @@
 // The same migrations and repositories against real PostgreSQL and against PGlite.
-import { mkdtempSync, rmSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { migrateToLatest, openDatabase, rollbackAll, type Db } from './db.js';
+import { migrateToLatest, rollbackAll, type Db } from './db.js';
 import { sandboxRepository } from './repositories/sandboxes.js';
 import { organizationRepository } from './repositories/organizations.js';
 import { hostRepository } from './repositories/hosts.js';
-import { createTestDatabase } from '../../test/harness.js';
 import { encodeCursor } from '../services/sandboxes.js';
+import { DB_BACKENDS } from './test-support.js';
 
-const backends: [string, () => Promise<{ db: Db; cleanup: () => Promise<void> }>][] = [
-  [
-    'postgres',
-    async () => {
-      const t = await createTestDatabase();
-      const db = openDatabase({ kind: 'postgres', url: t.url });
-      return { db, cleanup: async () => { await db.destroy(); await t.drop(); } };
-    },
-  ],
-  [
-    'pglite',
-    async () => {
-      const dir = mkdtempSync('/tmp/nbx-pglite-');
-      const db = openDatabase({ kind: 'pglite', directory: dir });
-      return { db, cleanup: async () => { await db.destroy(); rmSync(dir, { recursive: true, force: true }); } };
-    },
-  ],
-];
 
-describe.each(backends)('store on %s', (_name, open) => {
+describe.each(DB_BACKENDS)('store on %s', (_name, open) => {
   let db: Db;
   let cleanup: () => Promise<void>;
   beforeAll(async () => {
