@@ -185,19 +185,16 @@ let internalErrorCount = 0;
  * (whatever raised it: a bug, or a lower layer's `internal` whose text may quote host paths)
  * is logged in full with a reference and shown only as that reference.
  */
-export function publicError(err: unknown, log?: ((m: string) => void) | Pick<Logger, 'error'>, where = 'api'): NestboxError {
+export function publicError(err: unknown, log?: Pick<Logger, 'error'>, where = 'api'): NestboxError {
   const e = toNestboxError(err);
   if (e.status !== 500) return e;
   const ref = `${Date.now().toString(36)}-${(++internalErrorCount).toString(36)}`;
   const cause = (e as { cause?: unknown }).cause ?? e;
   const summary = `${where}: internal error ${ref}: ${e === cause ? '' : `${e.message}: `}${cause instanceof Error ? cause.message : String(cause)}`;
-  if (log && typeof log === 'object') {
-    // A Logger: the stack travels in `err`, the reference as a field to search by.
-    log.error({ reference: ref, err: cause }, summary);
-  } else {
-    const stack = cause instanceof Error && cause.stack ? `\n${cause.stack}` : '';
-    (log ?? ((m: string) => console.error(m)))(`${summary}${stack}`);
-  }
+  // The stack travels in `err`, the reference as a field to search by. Without a logger (a
+  // caller outside any server), stderr still gets the whole story.
+  if (log) log.error({ reference: ref, err: cause }, summary);
+  else console.error(`${summary}${cause instanceof Error && cause.stack ? `\n${cause.stack}` : ''}`);
   return new NestboxError('internal', `${INTERNAL_ERROR_MESSAGE} (reference ${ref})`, { reference: ref });
 }
 

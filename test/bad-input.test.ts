@@ -4,6 +4,8 @@
 import http from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { publicError, toNestboxError, NestboxError } from '../core/errors.js';
+import { silentLogger } from '../core/logger.js';
+import { createLogger } from '../src/logger.js';
 import { startTestServer, type TestServer } from './harness.js';
 
 let t: TestServer;
@@ -152,7 +154,8 @@ describe('malformed protobuf on envd Connect routes', () => {
 describe('the last-resort guard', () => {
   it('an unknown error is a 500 with a reference, its text only in the log', () => {
     const logged: string[] = [];
-    const e = publicError(new Error('select * from "sandboxes" where id = $1 - boom at /work/x/node_modules/pg/lib/client.js:1:1'), (m) => logged.push(m), 'test');
+    const log = createLogger({ level: 'error' }, { write: (line: string) => logged.push(line) });
+    const e = publicError(new Error('select * from "sandboxes" where id = $1 - boom at /work/x/node_modules/pg/lib/client.js:1:1'), log, 'test');
     expect(e.status).toBe(500);
     expect(e.message).toMatch(/^internal error; the server log has the details \(reference [a-z0-9-]+\)$/);
     expect(e.message).not.toContain('select');
@@ -160,7 +163,7 @@ describe('the last-resort guard', () => {
     expect(logged.join('\n')).toContain(String(e.details?.reference));
   });
   it('an explicit internal NestboxError (which may quote a host path) is not shown either', () => {
-    const e = publicError(new NestboxError('internal', 'host agent answered 500: ENOENT /var/lib/nestbox/x'), () => undefined);
+    const e = publicError(new NestboxError('internal', 'host agent answered 500: ENOENT /var/lib/nestbox/x'), silentLogger);
     expect(e.message).not.toContain('/var/lib');
   });
   it('4xx and meaningful 5xx keep their message', () => {

@@ -29,8 +29,8 @@ export function parseToolboxPath(pathname: string): { sandboxId: string; path: s
   return { sandboxId: decodeURIComponent(m[1] ?? m[2]), path: m[3] };
 }
 
-function refuse(socket: Duplex, err: unknown, path: string): void {
-  const e = publicError(err, undefined, 'daytona WebSocket');
+function refuse(socket: Duplex, err: unknown, path: string, log: DaytonaOptions['log']): void {
+  const e = publicError(err, log, 'daytona WebSocket');
   const text = JSON.stringify(daytonaErrorBody(e, 'toolbox', path, 'GET'));
   socket.end(`HTTP/1.1 ${e.status} ${http_status(e.status)}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(text)}\r\nconnection: close\r\n\r\n${text}`);
 }
@@ -168,13 +168,13 @@ async function attachPty(toolbox: ToolboxPort, principal: Principal, sandboxId: 
   upstream.resume();
 }
 
-export function attachDaytonaWebSockets(server: http.Server, core: Pick<CompatPort, 'auth' | 'toolbox'>, options: Pick<DaytonaOptions, 'streams'>): void {
+export function attachDaytonaWebSockets(server: http.Server, core: Pick<CompatPort, 'auth' | 'toolbox'>, options: Pick<DaytonaOptions, 'streams' | 'log'>): void {
   const { toolbox } = core;
   server.on('upgrade', (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
     const url = new URL((req.url ?? '/').replace(/\/{2,}/g, '/'), 'http://nestbox');
     if (!url.pathname.startsWith(`${DAYTONA_PREFIX}/`)) return;
     claimUpgrade(req);
-    void route(url, req, socket, head).catch((err) => refuse(socket, err, url.pathname));
+    void route(url, req, socket, head).catch((err) => refuse(socket, err, url.pathname, options.log));
   });
 
   async function route(url: URL, req: http.IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
