@@ -17,14 +17,14 @@ import { notSupported } from './errors.js';
 /** Upstream's text for domains in allowOut without ALL_TRAFFIC in denyOut (a 400). */
 const DOMAINS_NEED_DENY_ALL = "When specifying allowed domains in allow out, you must include 'ALL_TRAFFIC' in deny out to block all other traffic.";
 
-function entries(value: unknown, field: string, kinds: 'addresses-and-domains' | 'addresses'): string[] {
+function entries(value: unknown, field: string, kinds: 'addresses-and-domains' | 'addresses', isDenyOut = false): string[] {
   if (value === undefined || value === null) return [];
   if (!Array.isArray(value)) throw errors.validation(field, 'must be a list of strings');
   if (value.length > MAX_EGRESS_ENTRIES) throw errors.validation(field, `must have at most ${MAX_EGRESS_ENTRIES} entries`);
   return value.map((entry, index) => {
     const where = `${field}[${index}]`;
     // Upstream's own message for a deny entry that is no address or CIDR, after the field.
-    if (kinds === 'addresses' && typeof entry === 'string' && !isIpv4Entry(entry.trim()) && !entry.includes(':')) throw errors.validation(where, `invalid denied CIDR ${entry}`);
+    if (isDenyOut && typeof entry === 'string' && !isIpv4Entry(entry.trim()) && !entry.includes(':')) throw errors.validation(where, `invalid denied CIDR ${entry}`);
     return parseEgressEntry(entry, where, kinds);
   });
 }
@@ -45,7 +45,7 @@ export function e2bEgressPolicy(body: Record<string, unknown>): EgressPolicy | u
   if (Array.isArray(network.httpsPorts) && network.httpsPorts.length > 0) throw notSupported('network.httpsPorts (hosted ports reach the sandbox over plain HTTP)');
 
   const allowOut = entries(network.allowOut, where('allowOut'), 'addresses-and-domains');
-  const denyOut = entries(network.denyOut, where('denyOut'), 'addresses');
+  const denyOut = entries(network.denyOut, where('denyOut'), 'addresses', true);
   const internet = body.allow_internet_access ?? body.allowInternetAccess;
   if (internet !== undefined && internet !== null && typeof internet !== 'boolean') throw errors.validation('allow_internet_access', 'must be a boolean');
   // E2B: allow_internet_access false is denyOut ALL_TRAFFIC.
@@ -53,7 +53,12 @@ export function e2bEgressPolicy(body: Record<string, unknown>): EgressPolicy | u
   const blocksAll = denyOut.some(coversAllIpv4);
   if (!blocksAll && allowOut.some((entry) => !isIpv4Entry(entry))) throw errors.validation(where('allowOut'), DOMAINS_NEED_DENY_ALL);
 
-  if (blocksAll) return allowOut.length ? { mode: 'allow-list', allow: [...new Set(allowOut)] } : { mode: 'deny-all' };
+  // Python 2.63's dnsServers: resolvers all traffic may reach when allowOut names a domain
+  // (upstream allows 8.8.8.8 when it is left out; a sandbox here asks the host's resolvers, which
+  // an allow list always lets through, so nothing is added then).
+  const dnsServers = entries(network.dnsServers, where('dnsServers'), 'addresses');
+  const withResolvers = allowOut.some((entry) => !isIpv4Entry(entry)) ? [...allowOut, ...dnsServers] : allowOut;
+  if (blocksAll) return allowOut.length ? { mode: 'allow-list', allow: [...new Set(withResolvers)] } : { mode: 'deny-all' };
   if (denyOut.length === 0) return allowOut.length || internet !== undefined || network.denyOut !== undefined ? { mode: 'allow-all' } : undefined;
   const deny = subtractIpv4(denyOut, allowOut);
   if (deny.length > MAX_EGRESS_ENTRIES) throw errors.validation(where('denyOut'), `with the allowOut exceptions cut out it is ${deny.length} ranges; at most ${MAX_EGRESS_ENTRIES} are supported`);

@@ -101,6 +101,17 @@ describe('e2b network egress rules', () => {
     expect(await refused({ allowOut: ['not a host'], denyOut: [ALL_TRAFFIC] })).toMatch(/^400: network\.allowOut\[0\]:/);
     expect(await refused({ allowOut: ['*.example.com'], denyOut: [ALL_TRAFFIC] })).toMatch(/^400: network\.allowOut\[0\]: .*wildcard/);
     expect(await refused({ maskRequestHost: 'custom.example.com:${PORT}' })).toMatch(/^501: network\.maskRequestHost/);
+    // Python's dnsServers (JS 2.51 has no such option, hence the raw request): with a domain in
+    // allowOut, the resolvers named are allowed too; an entry that is no address is a 400.
+    const raw = (network: Record<string, unknown>) => fetch(`${t.opts.apiUrl}/v2/sandboxes`, { method: 'POST', headers: { 'X-API-KEY': t.apiKey, 'content-type': 'application/json' }, body: JSON.stringify({ templateID: 'base', timeout: 60, network }) });
+    const badDns = await raw({ allowOut: ['localhost'], denyOut: [ALL_TRAFFIC], dnsServers: ['resolver.example'] });
+    expect(badDns.status).toBe(400);
+    expect(((await badDns.json()) as { message: string }).message).toMatch(/^network\.dnsServers\[0\]:/);
+    const withDns = await raw({ allowOut: ['localhost'], denyOut: [ALL_TRAFFIC], dnsServers: [api] });
+    expect(withDns.status).toBe(201);
+    const dnsId = ((await withDns.json()) as { sandboxID: string }).sandboxID;
+    expect(await egressOf(dnsId)).toEqual({ mode: 'allow-list', allow: ['localhost', api] });
+    await Sandbox.kill(dnsId, t.opts);
     // updateNetwork: the same checks, fields at the top level.
     const sbx = await Sandbox.create({ ...t.opts, timeoutMs: 120_000, network: { denyOut: [ALL_TRAFFIC] } });
     try {
