@@ -23,6 +23,7 @@ export type { EgressPolicy } from './types.js';
 export interface HostEgressResult {
   egress: EgressPolicy;
   addresses: string[];
+  denied?: string[];
   unresolved: string[];
   applied: boolean;
 }

@@ -55,11 +55,14 @@ export interface Sandbox {
 /**
  * What a sandbox may reach outside (allow all by default). Isolation always applies on top:
  * never the host, other sandboxes, private, loopback or link-local ranges, whatever it says.
+ * Deny wins over allow (core/egress.ts checks a policy).
  */
 export interface EgressPolicy {
   mode: 'allow-all' | 'deny-all' | 'allow-list';
   /** allow-list: IPv4 addresses, IPv4 CIDRs and domain names (resolved by the host agent, refreshed periodically). */
   allow?: string[];
+  /** allow-all and allow-list: entries never reachable, even where `allow` names them (same kinds as `allow`). */
+  deny?: string[];
 }
 
 export interface Snapshot {

@@ -308,6 +308,21 @@ describe('egress', () => {
     expect((await patchEgress(a, { mode: 'allow-all' })).status).toBe(200);
   });
 
+  it('drops a deny list before the allow list (deny wins) and shows the policy on the sandbox', async () => {
+    const listed = await patchEgress(a, { mode: 'allow-list', allow: [INET_OTHER_RANGE, '203.0.113.0/24'], deny: [INET_ADDRESS] });
+    expect(listed.status, JSON.stringify(listed.body)).toBe(200);
+    expect(listed.body.egress).toEqual({ mode: 'allow-list', allow: [INET_OTHER_RANGE, '203.0.113.0/24'], deny: [INET_ADDRESS] });
+    expect((await t.http.get(`/api/v1/sandboxes/${a}`).set(t.auth)).body.egress).toEqual(listed.body.egress);
+    expect(await probe(a, INET_OTHER_ADDRESS, INET_PORT)).toBe('ok');
+    expect(await probe(a, INET_ADDRESS, INET_PORT)).toBe('timeout'); // allowed by the list, denied by the deny list
+    const open = await patchEgress(a, { mode: 'allow-all', deny: [INET_OTHER_RANGE] });
+    expect(open.status, JSON.stringify(open.body)).toBe(200);
+    expect(await probe(a, INET_OTHER_ADDRESS, INET_PORT)).toBe('timeout');
+    expect(await probe(a, INET_ADDRESS, INET_PORT)).toBe('ok');
+    expect((await patchEgress(a, { mode: 'allow-all' })).status).toBe(200);
+    expect(await probe(a, INET_OTHER_ADDRESS, INET_PORT)).toBe('ok');
+  });
+
   it('applies a policy given at create before anything runs', async () => {
     const created = await createSandbox({ egress: { mode: 'deny-all' } });
     b = String(created.id);
@@ -324,6 +339,12 @@ describe('egress', () => {
     expect(noList.body.error.message).toContain('egress.allow');
     const badMode = await t.http.post('/api/v1/sandboxes').set(t.auth).send({ egress: { mode: 'some' } });
     expect(badMode.status).toBe(400);
+    const badDeny = await patchEgress(a, { mode: 'allow-all', deny: ['198.51.100.0/33'] });
+    expect(badDeny.status).toBe(400);
+    expect(badDeny.body.error.message).toContain('egress.deny[0]');
+    const denyWithDenyAll = await t.http.post('/api/v1/sandboxes').set(t.auth).send({ egress: { mode: 'deny-all', deny: ['198.51.100.0/24'] } });
+    expect(denyWithDenyAll.status).toBe(400);
+    expect(denyWithDenyAll.body.error.message).toContain('egress.deny');
   });
 });
 

@@ -11,6 +11,7 @@ import { handle, principalOf, toolboxProxyUrl, type DaytonaOptions } from './con
 import { notSupported } from './errors.js';
 import { CORE_STATES_OF, renderDaytonaSandbox, renderDaytonaSnapshot } from './sandbox-dto.js';
 import { requireScope } from '../../core/services/auth.js';
+import { isIpv4Entry, parseEgressEntry } from '../../core/egress.js';
 
 const Minutes = z.number().int();
 
@@ -119,16 +120,28 @@ function refuseUnsupported(body: CreateBody): void {
 
 /**
  * Daytona's network options (daytona.md (b)) onto core's egress policy: `networkBlockAll`
- * denies all; `networkAllowList` (comma-separated CIDRs) and `domainAllowList` (comma-separated
- * names) allow only those.
+ * denies all; `networkAllowList` (comma-separated IPv4 addresses and CIDRs) and
+ * `domainAllowList` (comma-separated names) allow only those. Each entry is checked here so a
+ * 400 names the Daytona field (`networkAllowList[1]`), not core's.
  */
 export function egressOf(body: { networkBlockAll?: boolean; networkAllowList?: string; domainAllowList?: string }): EgressPolicy | undefined {
   const split = (v: string | undefined) => (v ?? '').split(',').map((x) => x.trim()).filter(Boolean);
-  const allow = [...split(body.networkAllowList), ...split(body.domainAllowList)];
+  const cidrs = split(body.networkAllowList).map((entry, i) => parseEgressEntry(entry, `networkAllowList[${i}]`, 'addresses'));
+  const domains = split(body.domainAllowList).map((entry, i) => {
+    const where = `domainAllowList[${i}]`;
+    if (isIpv4Entry(entry)) throw errors.validation(where, `"${entry}" is an address: put addresses and CIDRs in networkAllowList`);
+    return parseEgressEntry(entry, where);
+  });
+  const allow = [...cidrs, ...domains];
   if (body.networkBlockAll) return { mode: 'deny-all' };
   if (allow.length > 0) return { mode: 'allow-list', allow };
   return undefined;
 }
+
+/** `sb.updateNetworkSettings()`: the SDK requires at least one of these. */
+const NetworkSettingsBody = z
+  .object({ networkBlockAll: z.boolean().optional(), networkAllowList: z.string().optional(), domainAllowList: z.string().optional() })
+  .strict();
 
 export function createInput(body: CreateBody, maxSeconds: number): CreateSandboxInput {
   refuseUnsupported(body);
@@ -404,7 +417,14 @@ export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 's
   // Expiring one signed URL early would need stored revocations; refused rather than faked.
   unsupportedSandboxRoute('post', '/sandbox/:sandboxId/ports/:port/signed-preview-url/:token/expire', 'expiring a signed preview URL early', 'signed URLs end at their expiry time');
   unsupportedSandboxRoute('post', '/sandbox/:sandboxId/resize', 'resizing a sandbox');
-  unsupportedSandboxRoute('post', '/sandbox/:sandboxId/network-settings', 'network settings', 'they would not be enforced');
+  // sb.updateNetworkSettings(): the new posture replaces the old one, as Daytona's runner does
+  // (block all; else the lists given; else, with networkBlockAll false or empty lists, open
+  // again), in force at once on a running sandbox.
+  router.post('/sandbox/:sandboxId/network-settings', api(async (req, res, principal) => {
+    const body = parseBody(NetworkSettingsBody, req.body);
+    const s = await resolve(principal, req);
+    res.json(dto(req, await sandboxes.update(principal, s.id, { egress: egressOf(body) ?? { mode: 'allow-all' } })));
+  }));
   unsupportedSandboxRoute('put', '/sandbox/:sandboxId/secrets', 'secrets');
   unsupportedSandboxRoute('post', '/sandbox/:sandboxId/ssh-access', 'SSH access');
   unsupportedSandboxRoute('delete', '/sandbox/:sandboxId/ssh-access', 'SSH access');

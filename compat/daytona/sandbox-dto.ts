@@ -1,5 +1,6 @@
 // Daytona's Sandbox DTO and state names over core's sandbox (daytona.md (b) "The Sandbox DTO").
-import type { Sandbox, Snapshot } from '../../core/types.js';
+import type { EgressPolicy, Sandbox, Snapshot } from '../../core/types.js';
+import { isIpv4Entry } from '../../core/egress.js';
 import type { SandboxState } from '../../core/state-machine.js';
 
 /**
@@ -67,7 +68,8 @@ export function renderDaytonaSandbox(s: Sandbox, toolboxUrl: string, opts: { ful
     user: SANDBOX_USER,
     labels: s.labels,
     public: false,
-    networkBlockAll: false,
+    // What is in force (core's egress policy); spec-required on list items too.
+    networkBlockAll: s.egress.mode === 'deny-all',
     target: s.hostId ?? 'local',
     cpu: s.cpu,
     gpu: 0,
@@ -95,10 +97,23 @@ export function renderDaytonaSandbox(s: Sandbox, toolboxUrl: string, opts: { ful
   // daytona.md (b): the presence of `env` marks a full DTO; list items have none.
   if (opts.full) {
     dto.env = s.env;
-    dto.networkAllowList = undefined;
+    Object.assign(dto, daytonaAllowLists(s.egress));
     dto.volumes = [];
   }
   return dto;
+}
+
+/**
+ * An allow list as Daytona's two fields: addresses and CIDRs in `networkAllowList`, names in
+ * `domainAllowList`, comma-separated, absent when empty. A core deny list has no Daytona field
+ * (only the native API and E2B set one) and is not shown here.
+ */
+export function daytonaAllowLists(egress: EgressPolicy): { networkAllowList?: string; domainAllowList?: string } {
+  if (egress.mode !== 'allow-list') return {};
+  const allow = egress.allow ?? [];
+  const cidrs = allow.filter(isIpv4Entry);
+  const domains = allow.filter((entry) => !isIpv4Entry(entry));
+  return { ...(cidrs.length ? { networkAllowList: cidrs.join(',') } : {}), ...(domains.length ? { domainAllowList: domains.join(',') } : {}) };
 }
 
 const SNAPSHOT_STATE: Record<Snapshot['state'], string> = {

@@ -1,7 +1,6 @@
 // E2B's control-plane REST API (e2b.md (b)), served under /e2b: users set
 // E2B_API_URL=<origin>/e2b. Every route authenticates X-API-KEY as a Nestbox API key and
 // translates onto core's sandbox and snapshot services.
-import type { EgressPolicy } from '../../core/host-client.js';
 import express, { type NextFunction, type Request, type Response, type Router } from 'express';
 import { errors, NestboxError } from '../../core/errors.js';
 import { isTransitional, type SandboxState } from '../../core/state-machine.js';
@@ -10,6 +9,7 @@ import type { E2bDeps } from './deps.js';
 import { notSupported, renderControlPlaneError } from './errors.js';
 import { ENVD_VERSION } from './routing.js';
 import { E2B_CONTROL_PLANE_SCOPES } from './scopes.js';
+import { e2bEgressPolicy, e2bNetworkInfo } from './network.js';
 import { scopeGate } from '../scope-gate.js';
 import { canSeeSandbox } from '../../core/services/auth.js';
 import { rejectNulInJsonBody } from '../../http-kit/request-checks.js';
@@ -185,6 +185,7 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
       lifecycle: { onTimeout: s.autoDeleteSeconds === 0 ? 'kill' : 'pause', autoResume: false },
       memoryRestored: s.memoryRestored,
       resumeReason: s.resumeReason,
+      ...e2bNetworkInfo(s.egress),
     };
   }
 
@@ -193,7 +194,7 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
     const source = await templateSource(principal, b.templateID);
     if (b.volumeMounts !== undefined && Array.isArray(b.volumeMounts) && b.volumeMounts.length > 0) throw notSupported('volumeMounts');
     if (b.mcp !== undefined && b.mcp !== null) throw notSupported('mcp');
-    const egress = egressOf(b);
+    const egress = e2bEgressPolicy(b);
     const sandbox = await core.sandboxes.create(principal, {
       ...source,
       ...(egress ? { egress } : {}),
@@ -316,7 +317,7 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
   }));
   // sbx.updateNetwork() (e2b.md (b)): onto core's egress policy, applied live by the host.
   router.put('/sandboxes/:sandboxID/network', route(async (req, res, principal) => {
-    const egress = egressOf(body(req)) ?? { mode: 'allow-all' as const };
+    const egress = e2bEgressPolicy(body(req)) ?? { mode: 'allow-all' as const };
     await core.sandboxes.update(principal, id(req), { egress });
     res.status(204).end();
   }));
@@ -368,25 +369,4 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
     renderControlPlaneError(res, err, deps.log);
   });
   return router;
-}
-
-/**
- * E2B's network options onto core's egress policy: `allow_internet_access: false` (or
- * `allowInternetAccess`) denies all egress; `network.allowOut` / a body-level `allowOut` allows
- * only those CIDRs or domains. Deny lists have no equivalent in core: refused, not ignored.
- */
-function egressOf(b: Record<string, unknown>): EgressPolicy | undefined {
-  const network = (b.network && typeof b.network === 'object' ? b.network : b) as Record<string, unknown>;
-  const denyOut = network.denyOut;
-  if (Array.isArray(denyOut) && denyOut.length > 0) throw notSupported('network.denyOut (Nestbox egress policies are allow-all, deny-all or an allow list)');
-  if (network.egressProxy !== undefined || network.rules !== undefined) throw notSupported('egress proxies and network rules');
-  const allowOut = network.allowOut;
-  const internet = b.allow_internet_access ?? b.allowInternetAccess;
-  if (Array.isArray(allowOut) && allowOut.length > 0) {
-    if (!allowOut.every((entry) => typeof entry === 'string')) throw errors.validation('network.allowOut', 'must be a list of CIDRs or domain names');
-    return { mode: 'allow-list', allow: allowOut as string[] };
-  }
-  if (internet === false) return { mode: 'deny-all' };
-  if (internet === true || Array.isArray(allowOut)) return { mode: 'allow-all' };
-  return undefined;
 }

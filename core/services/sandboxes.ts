@@ -1,6 +1,7 @@
 import type { Db, DbOrTx } from '../store/db.js';
 import { sandboxRepository, sortValueOf, SANDBOX_SORT_KEYS, type SandboxPatch, type SandboxSortKey } from '../store/repositories/sandboxes.js';
 import { errors, NestboxError, toNestboxError } from '../errors.js';
+import { validateEgress } from '../egress.js';
 import { newOperationId, newSandboxId } from '../ids.js';
 import { assertCanBegin, assertRunning, isTransitional, OPERATIONS, type SandboxState } from '../state-machine.js';
 import { failureMessage, Lifecycle, timeoutDeadline } from '../lifecycle.js';
@@ -69,45 +70,6 @@ export interface UpdateSandboxInput extends LifecyclePolicy {
   timeoutSeconds?: number;
   /** A new outbound network policy, in force at once on a running or paused sandbox. */
   egress?: EgressPolicy;
-}
-
-const EGRESS_MODES = ['allow-all', 'deny-all', 'allow-list'] as const;
-const MAX_EGRESS_ENTRIES = 256;
-const IPV4_CIDR = /^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})(?:\/(\d{1,2}))?$/;
-const DOMAIN = /^(?=.{1,253}$)(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?$/;
-
-/**
- * An egress policy as the API accepts it: allow-list entries are IPv4 addresses, IPv4 CIDRs or
- * domain names (lower-cased, duplicates dropped); `allow` belongs to allow-list only.
- */
-export function validateEgress(input: unknown, field = 'egress'): EgressPolicy {
-  if (typeof input !== 'object' || input === null || Array.isArray(input)) throw errors.validation(field, 'must be an object with a mode');
-  const { mode, allow, ...rest } = input as { mode?: unknown; allow?: unknown };
-  const extra = Object.keys(rest)[0];
-  if (extra !== undefined) throw errors.validation(`${field}.${extra}`, 'is not a known field');
-  if (!EGRESS_MODES.includes(mode as EgressPolicy['mode'])) throw errors.validation(`${field}.mode`, `must be one of ${EGRESS_MODES.join(', ')}`);
-  if (mode !== 'allow-list') {
-    if (allow !== undefined && !(Array.isArray(allow) && allow.length === 0)) throw errors.validation(`${field}.allow`, 'is only allowed with mode "allow-list"');
-    return { mode: mode as EgressPolicy['mode'] };
-  }
-  if (!Array.isArray(allow)) throw errors.validation(`${field}.allow`, 'is required with mode "allow-list" (an array of CIDRs and domains)');
-  if (allow.length > MAX_EGRESS_ENTRIES) throw errors.validation(`${field}.allow`, `must have at most ${MAX_EGRESS_ENTRIES} entries`);
-  const entries: string[] = [];
-  allow.forEach((entry, index) => {
-    const where = `${field}.allow[${index}]`;
-    if (typeof entry !== 'string') throw errors.validation(where, 'must be a string');
-    const value = entry.trim().toLowerCase().replace(/\.$/, '');
-    const cidr = IPV4_CIDR.exec(value);
-    if (cidr) {
-      if (cidr.slice(1, 5).some((octet) => Number(octet) > 255) || (cidr[5] !== undefined && Number(cidr[5]) > 32)) throw errors.validation(where, `"${entry}" is not a valid IPv4 address or CIDR`);
-    } else if (value.includes(':')) {
-      throw errors.validation(where, 'IPv6 is not supported: sandboxes have IPv4 only');
-    } else if (!DOMAIN.test(value)) {
-      throw errors.validation(where, `"${entry}" is neither an IPv4 address, an IPv4 CIDR nor a domain name`);
-    }
-    if (!entries.includes(value)) entries.push(value);
-  });
-  return { mode: 'allow-list', allow: entries };
 }
 
 export interface ForkInput {

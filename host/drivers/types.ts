@@ -47,12 +47,16 @@ export interface EgressPolicySpec {
   mode: 'allow-all' | 'deny-all' | 'allow-list';
   /** allow-list: IPv4 addresses, IPv4 CIDRs and domain names (resolved by the host agent). */
   allow?: string[];
+  /** allow-all and allow-list: the same kinds of entries, never reachable (deny wins over allow). */
+  deny?: string[];
 }
 
 export interface EgressResult {
   egress: EgressPolicySpec;
   /** Addresses in force now (allow-list), domains resolved. */
   addresses: string[];
+  /** Addresses denied now (the deny list, domains resolved). */
+  denied?: string[];
   /** Domains that resolved to nothing; retried at every refresh. */
   unresolved: string[];
   /** false when the sandbox is not running: the policy is kept and applied at its next start. */

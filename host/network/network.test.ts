@@ -77,12 +77,13 @@ describe('nftables ruleset', () => {
   });
 
   it('deletes only the per-slot objects that exist, map element before chain, chain before set', () => {
-    const all = renderSlotRemoval({ index: 7, chain: true, allowSet: true, egressElement: true, ifaceElement: true, sourceAddresses: ['10.200.0.14'] }, 'nbxv');
+    const all = renderSlotRemoval({ index: 7, chain: true, allowSet: true, denySet: true, egressElement: true, ifaceElement: true, sourceAddresses: ['10.200.0.14'] }, 'nbxv');
     expect(all.split('\n').filter(Boolean)).toEqual([
       'delete element inet nestbox egress { "nbxv7" }',
       'flush chain inet nestbox slot_7',
       'delete chain inet nestbox slot_7',
       'delete set inet nestbox allow4_7',
+      'delete set inet nestbox deny4_7',
       'delete element inet nestbox slot_ifaces { "nbxv7" }',
       'delete element inet nestbox slot_src4 { "nbxv7" . 10.200.0.14 }',
     ]);
@@ -103,18 +104,54 @@ describe('nftables ruleset', () => {
     expect(() => renderSlotEgress(7, 'nbxv', { mode: 'allow-list', addresses: ['1.2.3.4 } ; flush ruleset'] })).toThrow();
     expect(() => renderSlotEgress(-1, 'nbxv', { mode: 'allow-all', addresses: [] })).toThrow();
   });
+
+  it('drops a deny list before any allow, keeps DNS to the resolvers, and empties the deny set otherwise', () => {
+    const rules = (text: string) => text.split('\n').filter((line) => line.startsWith('add rule'));
+    const listed = renderSlotEgress(7, 'nbxv', { mode: 'allow-list', addresses: ['203.0.113.0/24'], denied: ['203.0.113.9'] });
+    expect(listed).toContain('add element inet nestbox deny4_7 { 203.0.113.9 }');
+    expect(rules(listed)).toEqual([
+      'add rule inet nestbox slot_7 ip daddr @dns4 udp dport 53 return',
+      'add rule inet nestbox slot_7 ip daddr @dns4 tcp dport 53 return',
+      'add rule inet nestbox slot_7 ip daddr @deny4_7 drop',
+      'add rule inet nestbox slot_7 ip daddr @allow4_7 return',
+      'add rule inet nestbox slot_7 drop',
+    ]);
+    const allowAll = renderSlotEgress(7, 'nbxv', { mode: 'allow-all', addresses: [], denied: ['198.51.100.0/24'] });
+    expect(rules(allowAll)).toEqual([
+      'add rule inet nestbox slot_7 ip daddr @dns4 udp dport 53 return',
+      'add rule inet nestbox slot_7 ip daddr @dns4 tcp dport 53 return',
+      'add rule inet nestbox slot_7 ip daddr @deny4_7 drop',
+    ]);
+    // A re-apply without a deny list empties the set an earlier one filled.
+    const plain = renderSlotEgress(7, 'nbxv', { mode: 'allow-all', addresses: [] });
+    expect(plain).toContain('flush set inet nestbox deny4_7');
+    expect(plain).not.toContain('add element inet nestbox deny4_7');
+    // Deny-all needs no deny list, and DNS stays closed.
+    expect(rules(renderSlotEgress(7, 'nbxv', { mode: 'deny-all', addresses: [], denied: ['198.51.100.1'] }))).toEqual(['add rule inet nestbox slot_7 drop']);
+    expect(() => renderSlotEgress(7, 'nbxv', { mode: 'allow-all', addresses: [], denied: ['1.2.3.4 } ; flush ruleset'] })).toThrow();
+  });
 });
 
 describe('egress policy resolution', () => {
   it('canonicalises CIDRs, resolves domains with the given resolver and reports the unresolvable', async () => {
     const resolver = async (name: string) => (name === 'api.example.com' ? ['93.184.216.34', '93.184.216.35'] : []);
     const resolved = await resolveEgress({ mode: 'allow-list', allow: ['203.0.113.9/24', 'API.example.com', 'nowhere.invalid', '198.51.100.1'] }, resolver);
-    expect(resolved.rules).toEqual({ mode: 'allow-list', addresses: ['198.51.100.1', '203.0.113.0/24', '93.184.216.34', '93.184.216.35'] });
+    expect(resolved.rules).toEqual({ mode: 'allow-list', addresses: ['198.51.100.1', '203.0.113.0/24', '93.184.216.34', '93.184.216.35'], denied: [] });
     expect(resolved.unresolved).toEqual(['nowhere.invalid']);
     expect(resolved.hasDomains).toBe(true);
-    expect((await resolveEgress(undefined)).rules).toEqual({ mode: 'allow-all', addresses: [] });
-    expect((await resolveEgress({ mode: 'deny-all' })).rules).toEqual({ mode: 'deny-all', addresses: [] });
+    expect((await resolveEgress(undefined)).rules).toEqual({ mode: 'allow-all', addresses: [], denied: [] });
+    expect((await resolveEgress({ mode: 'deny-all' })).rules).toEqual({ mode: 'deny-all', addresses: [], denied: [] });
     expect(canonicalIpv4('10.1.2.3')).toBe('10.1.2.3');
+  });
+
+  it('resolves deny lists like allow lists, for allow-all and allow-list, and counts their domains for refreshes', async () => {
+    const resolver = async (name: string) => (name === 'ads.example.com' ? ['93.184.216.40'] : name === 'api.example.com' ? ['93.184.216.34'] : []);
+    const listed = await resolveEgress({ mode: 'allow-list', allow: ['api.example.com', '93.184.216.0/24'], deny: ['ads.example.com', '198.51.100.7/24', 'gone.invalid'] }, resolver);
+    expect(listed.rules).toEqual({ mode: 'allow-list', addresses: ['93.184.216.0/24', '93.184.216.34'], denied: ['198.51.100.0/24', '93.184.216.40'] });
+    expect(listed.unresolved).toEqual(['gone.invalid']);
+    const open = await resolveEgress({ mode: 'allow-all', deny: ['ads.example.com'] }, resolver);
+    expect(open).toMatchObject({ rules: { mode: 'allow-all', addresses: [], denied: ['93.184.216.40'] }, hasDomains: true });
+    expect((await resolveEgress({ mode: 'allow-all', deny: ['198.51.100.7'] }, resolver)).hasDomains).toBe(false);
     expect(canonicalIpv4('10.1.2.3/8')).toBe('10.0.0.0/8');
   });
 });

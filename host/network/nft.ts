@@ -6,9 +6,10 @@
 //
 // Per-slot egress: the forward chain jumps through a verdict map keyed by the slot's host veth
 // (`iifname vmap @egress`) into `slot_<i>`, a chain that either does nothing (allow all), drops
-// (deny all) or returns for the slot's allowed addresses and drops the rest (allow list). The
-// isolation rules come after the jump, so a `return` never lets a sandbox reach what isolation
-// forbids (host, other slots, private and link-local ranges).
+// (deny all) or returns for the slot's allowed addresses and drops the rest (allow list). A deny
+// list (`deny4_<i>`) drops before any allow is looked at, so deny wins over allow. The isolation
+// rules come after the jump, so a `return` never lets a sandbox reach what isolation forbids
+// (host, other slots, private and link-local ranges).
 //
 // Source check (anti-spoofing): a `prerouting` chain at raw priority, so before connection
 // tracking and NAT ever see the packet, drops from every slot veth
@@ -22,7 +23,7 @@
 // namespace, so it cannot add addresses, but a raw socket can forge any source: hence the host
 // side check.
 //
-// Per-slot objects (chain `slot_<i>`, set `allow4_<i>`, the `egress`, `slot_ifaces` and
+// Per-slot objects (chain `slot_<i>`, sets `allow4_<i>` and `deny4_<i>`, the `egress`, `slot_ifaces` and
 // `slot_src4` elements) live as long as the slot: built with it, emptied when it is scrubbed back
 // into a pool, deleted when it is taken apart (`renderSlotRemoval`), and a starting host agent
 // deletes those of indices nobody claims any more (a crash's leftovers).
@@ -119,21 +120,25 @@ export interface SlotEgressRules {
   mode: 'allow-all' | 'deny-all' | 'allow-list';
   /** IPv4 addresses and CIDRs (allow-list only). */
   addresses: string[];
+  /** IPv4 addresses and CIDRs never reachable (allow-all and allow-list): dropped before any allow. */
+  denied?: string[];
 }
 
 /**
- * The slot's egress chain and allow set, replaced in one transaction. Allow-all is an empty
- * chain, which is also what a scrubbed slot gets. The allow list keeps DNS to the configured
- * resolvers open so the sandbox can resolve the names it was allowed; deny-all closes DNS too
- * (no data leaves through queries).
+ * The slot's egress chain, allow set and deny set, replaced in one transaction. Allow-all is an
+ * empty chain, which is also what a scrubbed slot gets. The allow list and the deny list keep DNS
+ * to the configured resolvers open so the sandbox can resolve names (a deny list covering a
+ * resolver's address does not close DNS: deny-all does, so no data leaves through queries).
  */
 export function renderSlotEgress(index: number, vethPrefix: string, rules: SlotEgressRules): string {
   if (!Number.isInteger(index) || index < 0) throw new Error(`invalid slot index ${index}`);
   assertVethPrefix(vethPrefix);
-  for (const address of rules.addresses) assertIpv4Element(address);
+  const denied = rules.mode === 'deny-all' ? [] : rules.denied ?? [];
+  for (const address of [...rules.addresses, ...denied]) assertIpv4Element(address);
   const t = `inet ${NFT_TABLE}`;
   const chain = `slot_${index}`;
   const set = `allow4_${index}`;
+  const denySet = `deny4_${index}`;
   const lines = [
     `add table ${t}`,
     `add set ${t} dns4 { type ipv4_addr; }`,
@@ -142,17 +147,18 @@ export function renderSlotEgress(index: number, vethPrefix: string, rules: SlotE
     `flush chain ${t} ${chain}`,
     `add set ${t} ${set} { type ipv4_addr; flags interval; auto-merge; }`,
     `flush set ${t} ${set}`,
+    `add set ${t} ${denySet} { type ipv4_addr; flags interval; auto-merge; }`,
+    `flush set ${t} ${denySet}`,
     `add element ${t} egress { "${vethPrefix}${index}" : jump ${chain} }`,
   ];
   if (rules.mode === 'deny-all') lines.push(`add rule ${t} ${chain} drop`);
+  if (rules.mode === 'allow-list' || denied.length) {
+    lines.push(`add rule ${t} ${chain} ip daddr @dns4 udp dport 53 return`, `add rule ${t} ${chain} ip daddr @dns4 tcp dport 53 return`);
+  }
+  if (denied.length) lines.push(`add element ${t} ${denySet} { ${denied.join(', ')} }`, `add rule ${t} ${chain} ip daddr @${denySet} drop`);
   if (rules.mode === 'allow-list') {
     if (rules.addresses.length) lines.push(`add element ${t} ${set} { ${rules.addresses.join(', ')} }`);
-    lines.push(
-      `add rule ${t} ${chain} ip daddr @dns4 udp dport 53 return`,
-      `add rule ${t} ${chain} ip daddr @dns4 tcp dport 53 return`,
-      `add rule ${t} ${chain} ip daddr @${set} return`,
-      `add rule ${t} ${chain} drop`,
-    );
+    lines.push(`add rule ${t} ${chain} ip daddr @${set} return`, `add rule ${t} ${chain} drop`);
   }
   return `${lines.join('\n')}\n`;
 }
@@ -194,6 +200,8 @@ export interface SlotNftObjects {
   index: number;
   chain: boolean;
   allowSet: boolean;
+  /** The deny set (absent on slots an older host agent built and never re-applied). */
+  denySet?: boolean;
   /** Interface names keyed in the `egress` map / listed in `slot_ifaces` for this index. */
   egressElement: boolean;
   ifaceElement: boolean;
@@ -213,6 +221,7 @@ export function renderSlotRemoval(objects: SlotNftObjects, vethPrefix: string): 
   if (objects.egressElement) lines.push(`delete element ${t} egress { ${iface} }`);
   if (objects.chain) lines.push(`flush chain ${t} slot_${objects.index}`, `delete chain ${t} slot_${objects.index}`);
   if (objects.allowSet) lines.push(`delete set ${t} allow4_${objects.index}`);
+  if (objects.denySet) lines.push(`delete set ${t} deny4_${objects.index}`);
   if (objects.ifaceElement) lines.push(`delete element ${t} ${SLOT_IFACES_SET} { ${iface} }`);
   for (const address of objects.sourceAddresses) lines.push(`delete element ${t} ${SLOT_SOURCES_SET} { ${iface} . ${address} }`);
   return lines.length ? `${lines.join('\n')}\n` : '';
@@ -238,7 +247,7 @@ export async function listSlotNftObjects(vethPrefix: string): Promise<Map<number
   const found = new Map<number, SlotNftObjects>();
   const entry = (index: number): SlotNftObjects => {
     let objects = found.get(index);
-    if (!objects) found.set(index, (objects = { index, chain: false, allowSet: false, egressElement: false, ifaceElement: false, sourceAddresses: [] }));
+    if (!objects) found.set(index, (objects = { index, chain: false, allowSet: false, denySet: false, egressElement: false, ifaceElement: false, sourceAddresses: [] }));
     return objects;
   };
   const indexOfIface = (name: unknown): number | undefined => {
@@ -263,6 +272,8 @@ export async function listSlotNftObjects(vethPrefix: string): Promise<Map<number
     if (set) {
       const setIndex = /^allow4_(\d+)$/.exec(set.name)?.[1];
       if (setIndex !== undefined) entry(Number(setIndex)).allowSet = true;
+      const denyIndex = /^deny4_(\d+)$/.exec(set.name)?.[1];
+      if (denyIndex !== undefined) entry(Number(denyIndex)).denySet = true;
       if (set.name === SLOT_IFACES_SET) {
         for (const element of set.elem ?? []) {
           const index = indexOfIface(element);

@@ -17,6 +17,8 @@ export const EgressPolicy = z
   .object({
     mode: z.enum(['allow-all', 'deny-all', 'allow-list']),
     allow: z.array(z.string().regex(EGRESS_ENTRY, 'must be an IPv4 address, an IPv4 CIDR or a domain name')).max(MAX_EGRESS_ENTRIES).optional(),
+    /** Never reachable, even where `allow` names them (deny wins). */
+    deny: z.array(z.string().regex(EGRESS_ENTRY, 'must be an IPv4 address, an IPv4 CIDR or a domain name')).max(MAX_EGRESS_ENTRIES).optional(),
   })
   .strict();
 export type EgressPolicy = z.infer<typeof EgressPolicy>;
@@ -25,6 +27,8 @@ export const HostEgressResult = z.object({
   egress: EgressPolicy,
   /** Addresses the allow list resolved to and that are in force now. */
   addresses: z.array(z.string()),
+  /** Addresses the deny list resolved to and that are in force now. */
+  denied: z.array(z.string()).optional(),
   /** Domains that resolved to nothing (retried at every refresh). */
   unresolved: z.array(z.string()),
   applied: z.boolean(),

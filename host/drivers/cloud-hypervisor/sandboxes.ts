@@ -186,6 +186,7 @@ export abstract class ChSandboxes extends DriverBase<ChRecord> {
     if (spec.snapshot !== undefined) assertSnapshotId(spec.snapshot);
     // The slot egress rules of host/network are not applied to VMs yet: refuse rather than ignore.
     if (spec.egress && spec.egress.mode !== 'allow-all') throw invalid(`egress mode "${spec.egress.mode}" is not supported by the cloud-hypervisor driver yet`);
+    if (spec.egress?.deny?.length) throw invalid('egress deny lists are not supported by the cloud-hypervisor driver yet');
     // The guest → host vsock socket is `<vsock.socket>_<port>`: the longest path we create.
     const longest = `${this.vsockPath(spec.id)}_4294967295`;
     if (Buffer.byteLength(longest) > SUN_PATH_MAX) throw new Error(`socket path ${longest} exceeds the Unix socket limit; use a shorter data dir than ${this.dataDir}`);

@@ -452,9 +452,9 @@ export class LocalDriver extends LocalRecovery implements Driver {
     return this.withRecord(id, async (record) => {
       record.spec = { ...record.spec, egress };
       await writeRecord(this.sandboxDir(id), record);
-      if (!isLive(record) || !record.slot) return { egress, addresses: [], unresolved: [], applied: false };
+      if (!isLive(record) || !record.slot) return { egress, addresses: [], denied: [], unresolved: [], applied: false };
       const applied = await this.applyEgress(record);
-      return { egress, addresses: applied.addresses, unresolved: applied.unresolved, applied: true };
+      return { egress, addresses: applied.addresses, denied: applied.denied, unresolved: applied.unresolved, applied: true };
     });
   }
 }

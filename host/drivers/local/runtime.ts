@@ -9,7 +9,7 @@ import type { Logger } from '../../../core/logger.js';
 import { AgentClient } from '../../agent-protocol/client.js';
 import { newAgentKey } from '../../agent-protocol/auth.js';
 import { removeAgentKeyFile, writeAgentKeyFile } from '../../agent-protocol/key-file.js';
-import { resolveEgress, systemResolver } from '../../network/egress.js';
+import { egressRulesKey, resolveEgress, systemResolver } from '../../network/egress.js';
 import { applyNftRuleset, renderSlotEgress } from '../../network/nft.js';
 import { teardownSlot, VETH_PREFIX } from '../../network/slots.js';
 import { removeTree } from '../../util/fs.js';
@@ -23,7 +23,7 @@ import { launchSandbox, overlayLowerOption, SANDBOX_PATH } from './spawn.js';
 
 export abstract class LocalRuntime extends LocalSandboxes {
   /** What each live sandbox's allow list resolved to, to notice when a refresh changes it. */
-  protected readonly egressApplied = new Map<string, { addresses: string[]; unresolved: string[]; hasDomains: boolean }>();
+  protected readonly egressApplied = new Map<string, { rulesKey: string; unresolved: string[]; hasDomains: boolean }>();
   protected egressTimer?: NodeJS.Timeout;
   /** Launchers started by this process: their exit tells us at once that a sandbox died. */
   protected readonly children = new Map<string, ChildProcess>();
@@ -181,17 +181,17 @@ export abstract class LocalRuntime extends LocalSandboxes {
   // ---- egress -----------------------------------------------------------------------------------
 
   /** Renders the sandbox's policy into its slot's chain (one atomic nft transaction). */
-  protected async applyEgress(record: SandboxRecord): Promise<{ addresses: string[]; unresolved: string[] }> {
+  protected async applyEgress(record: SandboxRecord): Promise<{ addresses: string[]; denied: string[]; unresolved: string[] }> {
     if (!record.slot) throw new Error(`sandbox ${record.id} has no network slot`);
     const resolved = await resolveEgress(record.spec.egress, this.options.egressResolver ?? systemResolver);
     await applyNftRuleset(renderSlotEgress(record.slot.index, VETH_PREFIX, resolved.rules));
     if (resolved.unresolved.length) this.log.warn({ sandboxId: record.id }, `egress: ${resolved.unresolved.join(', ')} resolved to nothing (retried at the next refresh)`);
-    this.egressApplied.set(record.id, { addresses: resolved.rules.addresses, unresolved: resolved.unresolved, hasDomains: resolved.hasDomains });
+    this.egressApplied.set(record.id, { rulesKey: egressRulesKey(resolved.rules), unresolved: resolved.unresolved, hasDomains: resolved.hasDomains });
     this.startEgressRefresh();
-    return { addresses: resolved.rules.addresses, unresolved: resolved.unresolved };
+    return { addresses: resolved.rules.addresses, denied: resolved.rules.denied ?? [], unresolved: resolved.unresolved };
   }
 
-  /** Resolves the domains of every live allow list again; applies those whose addresses changed. */
+  /** Resolves the domains of every live allow and deny list again; applies those whose addresses changed. */
   async refreshEgress(): Promise<number> {
     let changed = 0;
     for (const [id, applied] of [...this.egressApplied]) {
@@ -200,10 +200,10 @@ export abstract class LocalRuntime extends LocalSandboxes {
         const record = this.records.get(id);
         if (!record || !isLive(record) || !record.slot) return;
         const resolved = await resolveEgress(record.spec.egress, this.options.egressResolver ?? systemResolver);
-        if (resolved.rules.addresses.join() === applied.addresses.join()) return;
+        if (egressRulesKey(resolved.rules) === applied.rulesKey) return;
         await applyNftRuleset(renderSlotEgress(record.slot.index, VETH_PREFIX, resolved.rules));
-        this.egressApplied.set(id, { addresses: resolved.rules.addresses, unresolved: resolved.unresolved, hasDomains: true });
-        this.log.info({ sandboxId: id }, `egress: allow list now resolves to ${resolved.rules.addresses.join(', ') || 'nothing'}`);
+        this.egressApplied.set(id, { rulesKey: egressRulesKey(resolved.rules), unresolved: resolved.unresolved, hasDomains: true });
+        this.log.info({ sandboxId: id }, `egress: allow list now resolves to ${resolved.rules.addresses.join(', ') || 'nothing'}, deny list to ${resolved.rules.denied?.join(', ') || 'nothing'}`);
         changed++;
       }).catch((error) => this.log.warn({ sandboxId: id }, `egress refresh: ${String(error)}`));
     }
