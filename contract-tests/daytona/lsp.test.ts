@@ -62,6 +62,9 @@ describe('Daytona LSP with @daytonaio/sdk', () => {
     await lsp.start();
     // A second start of the same server is a no-op, as on Daytona.
     await lsp.start();
+    // It runs as the sandbox's user, like the commands of the toolbox.
+    const runAs = await sb.process.executeCommand('ps -o user= -C pylsp');
+    expect(runAs.result.trim()).toBe((await sb.process.executeCommand('whoami')).result.trim());
     const file = `${PYTHON_PROJECT}/app.py`;
     await lsp.didOpen(file);
 
