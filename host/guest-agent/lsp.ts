@@ -5,10 +5,12 @@
 // only client of each server: it answers the server's own requests (configuration, progress,
 // registrations) with empty results and drops its notifications (diagnostics, logs).
 import { spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
 import { existsSync } from 'node:fs';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { readdir, readFile, stat } from 'node:fs/promises';
 import { extname, join, posix } from 'node:path';
+import { setTimeout as delay } from 'node:timers/promises';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import {
   CancellationTokenSource,
@@ -75,6 +77,8 @@ export interface LspSettings {
 const MAX_DOCUMENT_BYTES = 16 * 1024 * 1024;
 /** How long a stopped server gets between `exit` and SIGKILL. */
 const EXIT_GRACE_MS = 2_000;
+/** How long a failed start waits for the server's end before answering. */
+const START_FAILURE_REPORT_WAIT_MS = 1_000;
 /** Bytes of a server's stderr kept to explain its death. */
 const STDERR_TAIL_BYTES = 4096;
 /** Directories a workspace-symbol walk never enters. */
@@ -261,8 +265,14 @@ export class LspService {
       server.capabilities = result?.capabilities ?? {};
       await connection.sendNotification('initialized', {});
     } catch (error) {
+      if (error instanceof AgentHttpError && error.code === 'timeout') {
+        this.kill(server);
+        throw error;
+      }
+      // A write to a server that is dying can fail before its exit is seen: give it a moment to
+      // end and its stderr to drain, so the answer says how it ended rather than "EPIPE".
+      await Promise.race([once(child, 'close'), delay(START_FAILURE_REPORT_WAIT_MS)]);
       this.kill(server);
-      if (error instanceof AgentHttpError && error.code === 'timeout') throw error;
       throw cannotStart(language, server.exited ? server.exitReport() : (error as Error).message);
     }
     return server;
@@ -414,7 +424,7 @@ export class LspService {
     const limits = new Promise<never>((_, reject) => {
       timer = setTimeout(() => {
         cancel.cancel();
-        reject(new AgentHttpError(504, 'timeout', `${server.label} did not answer ${method} within ${Math.round(timeoutMs / 1000)} s`));
+        reject(new AgentHttpError(504, 'timeout', `${server.label} did not answer ${method} within ${timeoutMs / 1000} s`));
       }, timeoutMs);
       onExit = () => reject(new AgentHttpError(409, 'invalid_state', server.exitReport()));
       server.child.once('exit', onExit);
