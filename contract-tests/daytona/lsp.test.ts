@@ -112,6 +112,17 @@ describe('Daytona LSP with @daytonaio/sdk', () => {
     await expect(lsp.completions(file, { line: 0, character: 0 })).rejects.toBeInstanceOf(DaytonaLspServerNotInitializedError);
   }, 180_000);
 
+  it('javascript: the same server on a .js file', async () => {
+    await sb.fs.uploadFile(Buffer.from('function addNumbers(a, b) {\n  return a + b;\n}\n[].ma\n'), `${TS_PROJECT}/js/util.js`);
+    const lsp = await sb.createLspServer('javascript', `${TS_PROJECT}/js`);
+    await lsp.start();
+    const file = `${TS_PROJECT}/js/util.js`;
+    await lsp.didOpen(file);
+    expect((await lsp.documentSymbols(file)).find((s) => s.name === 'addNumbers')?.kind).toBe(FUNCTION);
+    expect((await lsp.completions(file, { line: 3, character: 5 })).items.map((i) => i.label)).toContain('map');
+    await lsp.stop();
+  }, 180_000);
+
   it('refuses what the daemon refuses: an unsupported language, calls before start, a server that died', async () => {
     // The SDK checks the language itself…
     await expect(sb.createLspServer('ruby' as never, PYTHON_PROJECT)).rejects.toThrow(/Invalid languageId: ruby/);
