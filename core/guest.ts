@@ -302,6 +302,54 @@ export interface SessionCommandRun {
   command: SessionCommand;
 }
 
+/**
+ * A language server in the sandbox, named by its language and project (one server per pair).
+ * `languageId` is checked by the guest (python, typescript, javascript); paths and `file://`
+ * URIs may be relative to the sandbox user's home.
+ */
+export interface LspServerInput {
+  languageId: string;
+  pathToProject: string;
+}
+export interface LspStartInput extends LspServerInput {
+  /** The account the server runs as (default: the agent's own). */
+  user?: string;
+}
+export interface LspDocumentInput extends LspServerInput {
+  uri: string;
+}
+/** Zero-based, as LSP counts. */
+export interface LspPosition {
+  line: number;
+  character: number;
+}
+export interface LspCompletionInput extends LspDocumentInput {
+  position: LspPosition;
+  context?: { triggerKind: number; triggerCharacter?: string };
+}
+export interface LspWorkspaceSymbolsInput extends LspServerInput {
+  query: string;
+}
+export interface LspCompletionItem {
+  label: string;
+  kind?: number;
+  detail?: string;
+  documentation?: unknown;
+  sortText?: string;
+  filterText?: string;
+  insertText?: string;
+}
+export interface LspCompletionList {
+  isIncomplete: boolean;
+  items: LspCompletionItem[];
+}
+export interface LspSymbol {
+  name: string;
+  kind: number;
+  location: { uri: string; range: { start: LspPosition; end: LspPosition } };
+  containerName?: string;
+}
+
 /** Headers of a streamed guest answer that a front door may pass on as they are. */
 export interface StreamHeaders {
   contentType?: string;
@@ -396,6 +444,16 @@ export interface GuestClient {
   createWatcher(input: WatchInput, o?: CallOptions): Promise<WatcherCreated>;
   watcherEvents(watcherId: string, o?: CallOptions): Promise<WatcherEvents>;
   deleteWatcher(watcherId: string, o?: CallOptions): Promise<void>;
+
+  /** Starts the language server (initialize done when it answers); a running one is left as is. */
+  lspStart(input: LspStartInput, o?: CallOptions): Promise<void>;
+  lspStop(input: LspServerInput, o?: CallOptions): Promise<void>;
+  /** The file is read from the sandbox's disk and handed to the server. */
+  lspDidOpen(input: LspDocumentInput, o?: CallOptions): Promise<void>;
+  lspDidClose(input: LspDocumentInput, o?: CallOptions): Promise<void>;
+  lspCompletion(input: LspCompletionInput, o?: CallOptions): Promise<LspCompletionList>;
+  lspDocumentSymbols(input: LspDocumentInput, o?: CallOptions): Promise<LspSymbol[]>;
+  lspWorkspaceSymbols(input: LspWorkspaceSymbolsInput, o?: CallOptions): Promise<LspSymbol[]>;
 
   /** WebSocket of a process's events (same messages as processEvents). */
   processEventsSocket(processId: string, from: OutputOffsets): GuestWebSocketTarget;

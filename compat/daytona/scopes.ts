@@ -114,7 +114,14 @@ export const DAYTONA_TOOLBOX_SCOPES: ScopeTable = [
   ['POST /git/config/user', 'sandboxes:exec'],
   ['POST /git/credentials', 'sandboxes:exec'],
   ['GET /git/history', 'sandboxes:exec'],
-  ['ALL /^\\/lsp(\\/.*)?$/', 'authenticated'],
+  // Language servers are programs run in the sandbox.
+  ['POST /lsp/start', 'sandboxes:exec'],
+  ['POST /lsp/stop', 'sandboxes:exec'],
+  ['POST /lsp/did-open', 'sandboxes:exec'],
+  ['POST /lsp/did-close', 'sandboxes:exec'],
+  ['POST /lsp/completions', 'sandboxes:exec'],
+  ['GET /lsp/document-symbols', 'sandboxes:exec'],
+  ['GET /lsp/workspacesymbols', 'sandboxes:exec'],
   ['ALL /^\\/computeruse(\\/.*)?$/', 'authenticated'],
   ['ALL /^\\/port(\\/.*)?$/', 'authenticated'],
 ];

@@ -13,6 +13,7 @@ import { handle, markedText, principalOf, queryString, requireQuery, wantsMarked
 import { daytonaDownloadParts } from './download-parts.js';
 import { daemonCall, daemonError, FILE_CODES, notSupported, PROCESS_CODES } from './errors.js';
 import { createGitRoutes } from './git.js';
+import { createLspRoutes } from './lsp.js';
 import { createPty, findPty, ptyInfo, ptyProcesses } from './pty.js';
 import { SANDBOX_USER } from './sandbox-dto.js';
 
@@ -343,11 +344,11 @@ export function createToolboxRouter(core: Pick<CompatPort, 'toolbox' | 'sandboxe
   }));
 
   router.use('/git', createGitRoutes(toolbox, tb));
+  router.use('/lsp', createLspRoutes(toolbox, tb));
 
   const area = (path: string, feature: string, why?: string) => router.all(path, tb(async () => {
     throw notSupported(feature, why);
   }));
-  area(/^\/lsp(\/.*)?$/ as unknown as string, 'LSP (language servers)', 'no language servers run inside Nestbox sandboxes');
   area(/^\/computeruse(\/.*)?$/ as unknown as string, 'computer use', 'Nestbox sandboxes have no desktop');
   area(/^\/port(\/.*)?$/ as unknown as string, 'port discovery');
   return router;

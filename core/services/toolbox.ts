@@ -69,6 +69,15 @@ export const TOOLBOX_OPERATIONS = {
   watcherEvents: { scope: 'files:read', verb: 'watch files of' },
   deleteWatcher: { scope: 'files:read', verb: 'watch files of' },
 
+  // Language servers run programs in the sandbox; their answers read its files.
+  lspStart: { scope: 'sandboxes:exec', verb: 'start a language server in' },
+  lspStop: { scope: 'sandboxes:exec', verb: 'stop a language server in' },
+  lspDidOpen: { scope: 'sandboxes:exec', verb: 'use a language server in' },
+  lspDidClose: { scope: 'sandboxes:exec', verb: 'use a language server in' },
+  lspCompletion: { scope: 'sandboxes:exec', verb: 'use a language server in' },
+  lspDocumentSymbols: { scope: 'sandboxes:exec', verb: 'use a language server in' },
+  lspWorkspaceSymbols: { scope: 'sandboxes:exec', verb: 'use a language server in' },
+
   // Measured by a command run inside the sandbox (system-metrics.ts).
   systemMetrics: { scope: 'sandboxes:exec', verb: 'read metrics of' },
 } as const satisfies Record<string, OperationRule>;
@@ -325,6 +334,40 @@ export class Toolbox {
 
   async deleteWatcher(p: Principal, sandboxId: string, watcherId: string, o?: O): Promise<void> {
     return (await this.guest(p, sandboxId, 'deleteWatcher')).deleteWatcher(watcherId, o);
+  }
+
+  // ---- language servers -----------------------------------------------------------------------
+
+  /**
+   * A language server for (languageId, pathToProject), run as a workload in the sandbox
+   * (host/agent-protocol/lsp.ts); the document calls below need it started.
+   */
+  async lspStart(p: Principal, sandboxId: string, input: Guest.LspStartInput, o?: O): Promise<void> {
+    return (await this.guest(p, sandboxId, 'lspStart')).lspStart(input, o);
+  }
+
+  async lspStop(p: Principal, sandboxId: string, input: Guest.LspServerInput, o?: O): Promise<void> {
+    return (await this.guest(p, sandboxId, 'lspStop')).lspStop(input, o);
+  }
+
+  async lspDidOpen(p: Principal, sandboxId: string, input: Guest.LspDocumentInput, o?: O): Promise<void> {
+    return (await this.guest(p, sandboxId, 'lspDidOpen')).lspDidOpen(input, o);
+  }
+
+  async lspDidClose(p: Principal, sandboxId: string, input: Guest.LspDocumentInput, o?: O): Promise<void> {
+    return (await this.guest(p, sandboxId, 'lspDidClose')).lspDidClose(input, o);
+  }
+
+  async lspCompletion(p: Principal, sandboxId: string, input: Guest.LspCompletionInput, o?: O): Promise<Guest.LspCompletionList> {
+    return (await this.guest(p, sandboxId, 'lspCompletion')).lspCompletion(input, o);
+  }
+
+  async lspDocumentSymbols(p: Principal, sandboxId: string, input: Guest.LspDocumentInput, o?: O): Promise<Guest.LspSymbol[]> {
+    return (await this.guest(p, sandboxId, 'lspDocumentSymbols')).lspDocumentSymbols(input, o);
+  }
+
+  async lspWorkspaceSymbols(p: Principal, sandboxId: string, input: Guest.LspWorkspaceSymbolsInput, o?: O): Promise<Guest.LspSymbol[]> {
+    return (await this.guest(p, sandboxId, 'lspWorkspaceSymbols')).lspWorkspaceSymbols(input, o);
   }
 
   // ---- the sandbox as a machine --------------------------------------------------------------

@@ -14,6 +14,7 @@ import type { AgentRequest } from '../../core/host-client.js';
 import { errorFromResponse } from '../protocol/error-response.js';
 import { serverSentEvents } from '../protocol/sse.js';
 import * as Files from './files.js';
+import * as Lsp from './lsp.js';
 import * as Processes from './processes.js';
 import { ExecResponse, FileInfo, ListResponse } from './types.js';
 
@@ -57,6 +58,13 @@ export type SchemasMatchCore = [
   Check<Same<z.infer<typeof Processes.SessionCommand>, Guest.SessionCommand>>,
   Check<Same<z.infer<typeof Processes.SessionInfo>, Guest.SessionInfo>>,
   Check<Same<z.infer<typeof Processes.SessionList>, Guest.SessionList>>,
+  Check<Same<z.infer<typeof Lsp.LspServerRequest>, Guest.LspServerInput>>,
+  Check<Same<z.infer<typeof Lsp.LspStartRequest>, Guest.LspStartInput>>,
+  Check<Same<z.infer<typeof Lsp.LspDocumentRequest>, Guest.LspDocumentInput>>,
+  Check<Same<z.infer<typeof Lsp.LspCompletionRequest>, Guest.LspCompletionInput>>,
+  Check<Same<z.infer<typeof Lsp.LspWorkspaceSymbolsRequest>, Guest.LspWorkspaceSymbolsInput>>,
+  Check<Same<z.infer<typeof Lsp.LspCompletionList>, Guest.LspCompletionList>>,
+  Check<Same<z.infer<typeof Lsp.LspSymbol>, Guest.LspSymbol>>,
 ];
 
 type Query = Record<string, string | number | boolean | undefined>;
@@ -394,6 +402,34 @@ export class HttpGuestClient implements Guest.GuestClient {
 
   deleteWatcher(watcherId: string, o: Guest.CallOptions = {}): Promise<void> {
     return this.noContent({ method: 'DELETE', path: `/files/watchers/${segment('watcher', watcherId)}`, signal: o.signal });
+  }
+
+  lspStart(input: Guest.LspStartInput, o: Guest.CallOptions = {}): Promise<void> {
+    return this.noContent({ method: 'POST', path: '/lsp/start', json: input, signal: o.signal });
+  }
+
+  lspStop(input: Guest.LspServerInput, o: Guest.CallOptions = {}): Promise<void> {
+    return this.noContent({ method: 'POST', path: '/lsp/stop', json: input, signal: o.signal });
+  }
+
+  lspDidOpen(input: Guest.LspDocumentInput, o: Guest.CallOptions = {}): Promise<void> {
+    return this.noContent({ method: 'POST', path: '/lsp/did-open', json: input, signal: o.signal });
+  }
+
+  lspDidClose(input: Guest.LspDocumentInput, o: Guest.CallOptions = {}): Promise<void> {
+    return this.noContent({ method: 'POST', path: '/lsp/did-close', json: input, signal: o.signal });
+  }
+
+  async lspCompletion(input: Guest.LspCompletionInput, o: Guest.CallOptions = {}): Promise<Guest.LspCompletionList> {
+    return (await this.json(Lsp.LspCompletionList, { method: 'POST', path: '/lsp/completion', json: input, signal: o.signal })).body;
+  }
+
+  async lspDocumentSymbols(input: Guest.LspDocumentInput, o: Guest.CallOptions = {}): Promise<Guest.LspSymbol[]> {
+    return (await this.json(Lsp.LspSymbolsResponse, { method: 'POST', path: '/lsp/document-symbols', json: input, signal: o.signal })).body.symbols;
+  }
+
+  async lspWorkspaceSymbols(input: Guest.LspWorkspaceSymbolsInput, o: Guest.CallOptions = {}): Promise<Guest.LspSymbol[]> {
+    return (await this.json(Lsp.LspSymbolsResponse, { method: 'POST', path: '/lsp/workspace-symbols', json: input, signal: o.signal })).body.symbols;
   }
 
   processEventsSocket(processId: string, from: Guest.OutputOffsets): Guest.GuestWebSocketTarget {

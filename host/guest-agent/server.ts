@@ -15,6 +15,7 @@ import { parseFileMode, resolveOptionalSandboxPath, resolveSandboxPath } from '.
 import { ProcessService, type ProcessServiceOptions } from './processes/service.js';
 import { DEFAULT_WORKLOAD_OOM_SCORE_ADJ, WorkloadLauncher } from './workload.js';
 import { createUpgradeDispatcher, type UpgradeRoute } from './websocket.js';
+import { createLspRoutes, LspService } from './lsp.js';
 
 export interface AgentServerOptions {
   /** The sandbox user's home: relative paths and the default cwd resolve against it. */
@@ -210,7 +211,8 @@ export function createAgentServer(options: AgentServerOptions): Server {
     options.processes,
   );
   const fileRoutes = createFileRoutes(resolvedOptions);
-  const routes = { ...buildRoutes(resolvedOptions, Date.now(), launcher), ...fileRoutes.routes };
+  const languageServers = new LspService({ home: resolvedOptions.home, baseEnv: resolvedOptions.env, launcher, passwdPath: options.processes?.passwdPath });
+  const routes = { ...buildRoutes(resolvedOptions, Date.now(), launcher), ...fileRoutes.routes, ...createLspRoutes(languageServers, resolvedOptions.maxJsonBodyBytes) };
 
   const server = createServer(
     {
@@ -249,6 +251,7 @@ export function createAgentServer(options: AgentServerOptions): Server {
   };
   server.on('close', () => processes.shutdown());
   server.on('close', () => fileRoutes.close());
+  server.on('close', () => languageServers.close());
   server.on('clientError', (error, socket) => {
     // Malformed HTTP: answer 400 if the socket can still take it, never crash. (No proof: the
     // request could not be parsed, so there is no nonce to answer; the host never sends these.)

@@ -16,6 +16,13 @@ mkdir -p "$target/usr/bin" "$target/etc"
 echo "I: Base system installed successfully."
 `;
 
+// Arguments: install --prefix <dir> … : leaves what installLanguageServers checks for.
+const FAKE_NPM = `#!/bin/sh
+set -e
+mkdir -p "$3/node_modules/typescript-language-server/lib"
+touch "$3/node_modules/typescript-language-server/lib/cli.mjs"
+`;
+
 describe('ensureBaseImage', () => {
   let dir: string;
   afterEach(() => rmSync(dir, { recursive: true, force: true }));
@@ -25,6 +32,7 @@ describe('ensureBaseImage', () => {
     const imagesDir = join(dir, 'images');
     const fake = join(dir, 'fake-debootstrap');
     writeFileSync(fake, FAKE_DEBOOTSTRAP, { mode: 0o755 });
+    writeFileSync(join(dir, 'fake-npm'), FAKE_NPM, { mode: 0o755 });
     const counter = join(imagesDir, 'counter');
     return { imagesDir, fake, runs: () => (existsSync(counter) ? readFileSync(counter, 'utf8').trim().split('\n').length : 0) };
   }
@@ -33,9 +41,9 @@ describe('ensureBaseImage', () => {
     const { imagesDir, fake, runs } = setup();
     const lines: string[] = [];
     const [a, b] = await Promise.all([
-      ensureBaseImage({ imagesDir, debootstrapBinary: fake, onProgress: (line) => lines.push(line) }),
+      ensureBaseImage({ imagesDir, debootstrapBinary: fake, npmBinary: join(dir, 'fake-npm'), onProgress: (line) => lines.push(line) }),
       // Either caller may win the lock, so both collect progress.
-      ensureBaseImage({ imagesDir, debootstrapBinary: fake, onProgress: (line) => lines.push(line) }),
+      ensureBaseImage({ imagesDir, debootstrapBinary: fake, npmBinary: join(dir, 'fake-npm'), onProgress: (line) => lines.push(line) }),
     ]);
     expect(runs()).toBe(1);
     expect(a.rootfs).toBe(join(imagesDir, 'default', 'rootfs'));
@@ -46,7 +54,7 @@ describe('ensureBaseImage', () => {
     expect(lines.some((line) => line.includes('fake debootstrap'))).toBe(true);
     expect(existsSync(join(imagesDir, 'default', '.lock'))).toBe(false);
 
-    await ensureBaseImage({ imagesDir, debootstrapBinary: fake });
+    await ensureBaseImage({ imagesDir, debootstrapBinary: fake, npmBinary: join(dir, 'fake-npm') });
     expect(runs()).toBe(1); // cached
   });
 
@@ -60,7 +68,7 @@ describe('ensureBaseImage', () => {
     mkdirSync(join(imageDir, 'rootfs', 'half'), { recursive: true });
     expect(await readCompleteImage(imageDir)).toBeUndefined();
 
-    const image = await ensureBaseImage({ imagesDir, debootstrapBinary: fake, lockWaitMs: 10_000 });
+    const image = await ensureBaseImage({ imagesDir, debootstrapBinary: fake, npmBinary: join(dir, 'fake-npm'), lockWaitMs: 10_000 });
     expect(runs()).toBe(1);
     expect(existsSync(join(imageDir, '.build-999999-dead'))).toBe(false);
     expect(existsSync(join(image.rootfs, 'half'))).toBe(false);

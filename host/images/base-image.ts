@@ -15,6 +15,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { createInterface } from 'node:readline';
 import { removeTree, writeFileAtomic } from '../util/fs.js';
 import { processStartTime } from '../util/process.js';
+import { installLanguageServers, LANGUAGE_SERVER_PACKAGES } from './language-servers.js';
 
 export const DEFAULT_IMAGE_PACKAGES = [
   'bash',
@@ -29,6 +30,7 @@ export const DEFAULT_IMAGE_PACKAGES = [
   // The host's node binary (bind-mounted into every sandbox for the guest agent) is linked
   // against libstdc++; it is usually pulled in anyway, but the agent must never depend on luck.
   'libstdc++6',
+  ...LANGUAGE_SERVER_PACKAGES,
 ] as const;
 
 export interface ImageManifest {
@@ -52,6 +54,8 @@ export interface EnsureBaseImageOptions {
   lockWaitMs?: number;
   /** The debootstrap program (tests substitute a fake one to exercise locking quickly). */
   debootstrapBinary?: string;
+  /** The npm program that installs the language servers (tests substitute a fake one too). */
+  npmBinary?: string;
 }
 
 export interface BaseImage {
@@ -109,6 +113,7 @@ async function buildImage(imageDir: string, name: string, options: EnsureBaseIma
   try {
     progress(`building image ${name}: debootstrap ${suite} (minbase) from ${mirror}`);
     await runDebootstrap(options.debootstrapBinary ?? 'debootstrap', ['--variant=minbase', `--include=${packages.join(',')}`, suite, target, mirror], progress);
+    await installLanguageServers(target, progress, options.npmBinary);
     await prepareTreeForSandboxes(target);
     const rootfs = join(imageDir, 'rootfs');
     // A rootfs without a manifest is the remains of a build that crashed after its rename.

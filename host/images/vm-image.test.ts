@@ -25,6 +25,13 @@ echo stale > "$target/var/lib/apt/lists/some_Packages"
 echo "I: Base system installed successfully."
 `;
 
+// Arguments: install --prefix <dir> … : leaves what installLanguageServers checks for.
+const FAKE_NPM = `#!/bin/sh
+set -e
+mkdir -p "$3/node_modules/typescript-language-server/lib"
+touch "$3/node_modules/typescript-language-server/lib/cli.mjs"
+`;
+
 function debugfsCat(image: string, path: string): string {
   return execFileSync('debugfs', ['-R', `cat ${path}`, image], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
 }
@@ -38,13 +45,15 @@ describe('ensureVmImage', () => {
     const imagesDir = join(dir, 'images');
     const fake = join(dir, 'fake-debootstrap');
     writeFileSync(fake, FAKE_DEBOOTSTRAP, { mode: 0o755 });
+    const npm = join(dir, 'fake-npm');
+    writeFileSync(npm, FAKE_NPM, { mode: 0o755 });
     const agent = join(dir, 'guest-agent.mjs');
     writeFileSync(agent, '// agent v1\n');
     const lines: string[] = [];
     // A small stand-in for the node binary keeps the 64 MiB test image roomy.
     const node = join(dir, 'node');
     writeFileSync(node, '#!/bin/sh\n', { mode: 0o755 });
-    const options = { imagesDir, guestAgentBundle: agent, nodeBinary: node, debootstrapBinary: fake, diskSizeMiB: 64, onProgress: (line: string) => lines.push(line) };
+    const options = { imagesDir, guestAgentBundle: agent, nodeBinary: node, debootstrapBinary: fake, npmBinary: npm, diskSizeMiB: 64, onProgress: (line: string) => lines.push(line) };
 
     const image = await ensureVmImage(options);
     const imageDir = join(imagesDir, VM_IMAGE_NAME);

@@ -15,6 +15,7 @@ import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { acquireBuildLock, DEFAULT_IMAGE_PACKAGES, runDebootstrap } from './base-image.js';
 import { removeTree, writeFileAtomic } from '../util/fs.js';
+import { installLanguageServers, LANGUAGE_SERVERS_IMAGE_KEY } from './language-servers.js';
 
 export const VM_IMAGE_NAME = 'vm-default';
 
@@ -67,6 +68,8 @@ export interface EnsureVmImageOptions {
   mirror?: string;
   diskSizeMiB?: number;
   debootstrapBinary?: string;
+  /** The npm program that installs the language servers (tests substitute a fake one too). */
+  npmBinary?: string;
   onProgress?: (line: string) => void;
   lockWaitMs?: number;
 }
@@ -113,7 +116,7 @@ export async function ensureVmImage(options: EnsureVmImageOptions): Promise<VmIm
 async function ensureTree(imageDir: string, suite: string, mirror: string, options: EnsureVmImageOptions, progress: (line: string) => void): Promise<{ dir: string; seconds: number }> {
   const dir = join(imageDir, 'tree');
   const packages = [...VM_IMAGE_PACKAGES];
-  const key = JSON.stringify({ suite, mirror, packages });
+  const key = JSON.stringify({ suite, mirror, packages, languageServers: LANGUAGE_SERVERS_IMAGE_KEY });
   const marker = join(imageDir, 'tree.json');
   const existing = await readFile(marker, 'utf8').then((text) => JSON.parse(text) as { key: string; seconds: number }).catch(() => undefined);
   if (existing?.key === key && existsSync(join(dir, 'usr'))) {
@@ -127,6 +130,7 @@ async function ensureTree(imageDir: string, suite: string, mirror: string, optio
   // /proc mounted, so initramfs-tools builds the initrd (MODULES=most has virtio_blk/net/pci).
   progress(`vm image: debootstrap ${suite} (minbase + ${packages.length} packages incl. linux-image-cloud-amd64) from ${mirror}`);
   await runDebootstrap(options.debootstrapBinary ?? 'debootstrap', ['--variant=minbase', `--include=${packages.join(',')}`, suite, temp, mirror], progress);
+  await installLanguageServers(temp, progress, options.npmBinary);
   await rm(marker, { force: true });
   await removeTree(dir);
   await rename(temp, dir);

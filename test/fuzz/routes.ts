@@ -261,7 +261,14 @@ const DAYTONA_TOOLBOX: RouteSpec[] = [
   { method: 'DELETE', path: '/git/branches', body: obj({ path: writePath, name: fuzzText }) },
   // Network-facing git calls: auth and routing only (a key without the scope).
   ...['clone', 'push', 'pull', 'credentials'].map((p) => ({ method: 'POST', path: `/git/${p}`, guarded: true, body: obj({ path: writePath, url: fuzzText, username: fuzzText, password: fuzzText }) })),
-  { method: 'GET', path: '/lsp/x' },
+  // Language servers: a start only of languages that do not exist (a fuzzer spawning real
+  // servers would only measure the machine); the document calls with any language.
+  { method: 'POST', path: '/lsp/start', body: obj({ languageId: fc.constantFrom('ruby', '', 'Python'), pathToProject: fuzzText }) },
+  ...['stop', 'did-open', 'did-close', 'completions'].map((p) => ({
+    method: 'POST', path: `/lsp/${p}`, body: obj({ languageId: fc.constantFrom('python', 'typescript', 'ruby'), pathToProject: fuzzText, uri: fuzzText, position: fc.constantFrom({ line: 0, character: 0 }, { line: -1 }, 'x') }),
+  })),
+  { method: 'GET', path: '/lsp/document-symbols', query: { languageId: fc.constantFrom('python', 'ruby'), pathToProject: fuzzText.map(safeEncode), uri: fuzzText.map(safeEncode) } },
+  { method: 'GET', path: '/lsp/workspacesymbols', query: { query: fuzzText.map(safeEncode), languageId: fc.constantFrom('typescript', ''), pathToProject: fuzzText.map(safeEncode) } },
   { method: 'POST', path: '/computeruse/start' },
   { method: 'GET', path: '/port' },
   { method: 'GET', path: '/:unknown' },
