@@ -68,6 +68,8 @@ export function renderDaytonaSandbox(s: Sandbox, toolboxUrl: string, opts: { ful
     labels: s.labels,
     public: false,
     networkBlockAll: false,
+    // Required by the Python SDK's Sandbox model (a strict bool): guests never get /dev/kvm here.
+    kvm: false,
     target: s.hostId ?? 'local',
     cpu: s.cpu,
     gpu: 0,
