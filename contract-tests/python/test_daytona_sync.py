@@ -3,6 +3,7 @@ process.exec / code_run, sessions, PTY, files, git (a bare repository inside the
 remote: no network), preview links to a server in the sandbox, and the SDK's error classes.
 Paths are absolute under /tmp, so nothing depends on the sandbox's default user or home."""
 
+import os
 import uuid
 
 import httpx
@@ -11,6 +12,8 @@ from daytona import (
     CodeRunParams,
     CreateSandboxFromSnapshotParams,
     Daytona,
+    DaytonaAuthenticationError,
+    DaytonaConfig,
     DaytonaError,
     DaytonaNotFoundError,
     FileUpload,
@@ -66,6 +69,14 @@ def test_create_get_list_stop_start_and_delete(daytona):
 def test_unknown_sandbox_raises_not_found(daytona):
     with pytest.raises(DaytonaNotFoundError):
         daytona.get("nosuchsandbox0000000")
+
+
+def test_a_wrong_api_key_raises_authentication_error():
+    stranger = Daytona(DaytonaConfig(api_key="not-a-nestbox-key", api_url=os.environ["DAYTONA_API_URL"]))
+    with pytest.raises(DaytonaAuthenticationError):
+        stranger.get("nosuchsandbox0000000")
+    with pytest.raises(DaytonaAuthenticationError):
+        stranger.create(CreateSandboxFromSnapshotParams(network_block_all=True))
 
 
 # --- process ---

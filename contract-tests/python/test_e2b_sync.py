@@ -8,6 +8,7 @@ from datetime import datetime, timedelta, timezone
 import httpx
 import pytest
 from e2b import (
+    AuthenticationException,
     CommandExitException,
     FileType,
     FilesystemEventType,
@@ -74,6 +75,13 @@ def test_create_get_info_list_connect_set_timeout_and_kill():
 def test_connect_to_an_unknown_sandbox_raises_not_found():
     with pytest.raises(NotFoundException):
         Sandbox.connect("nosuchsandbox0000000")
+
+
+def test_a_wrong_api_key_raises_authentication_exception():
+    with pytest.raises(AuthenticationException):
+        Sandbox.create(api_key="e2b_" + "0" * 40, allow_internet_access=False)
+    with pytest.raises(AuthenticationException):
+        Sandbox.list(api_key="e2b_" + "0" * 40).next_items()
 
 
 # --- commands ---
