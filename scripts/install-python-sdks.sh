@@ -12,7 +12,8 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 requirements="$root/contract-tests/python/requirements.txt"
-venv="${NESTBOX_PYTHON_SDKS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/nestbox/python-sdks}"
+home="${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}"
+venv="${NESTBOX_PYTHON_SDKS_DIR:-${XDG_CACHE_HOME:-$home/.cache}/nestbox/python-sdks}"
 
 python="${NESTBOX_PYTHON:-}"
 if [[ -z "$python" ]]; then
