@@ -276,3 +276,30 @@ def test_envd_calls_without_the_access_token_are_refused(sbx):
     url = f"{sbx.envd_api_url}/files?path=/tmp/py-sync/signed/up.txt"
     assert httpx.get(url, headers=headers).status_code == 401
     assert httpx.get(url, headers={**headers, "X-Access-Token": "wrong"}).status_code == 401
+
+
+# --- git (the SDK's git module, deprecated but shipped, runs git through commands; the remote is
+# a bare repository in the same sandbox: no network) ---
+
+
+def test_git_init_commit_push_clone_and_branches(sbx):
+    remote, work, clone = "/tmp/py-e2b-git/remote.git", "/tmp/py-e2b-git/work", "/tmp/py-e2b-git/clone"
+    sbx.git.init(remote, bare=True, initial_branch="main")
+    sbx.git.init(work, initial_branch="main")
+    sbx.git.remote_add(work, "origin", remote)
+    assert sbx.git.remote_get(work, "origin") == remote
+    sbx.files.write(f"{work}/a.txt", "one\n")
+    sbx.git.add(work)
+    sbx.git.commit(work, "first", author_name="Ada", author_email="ada@example.com")
+    sbx.git.push(work, remote="origin", branch="main")
+    status = sbx.git.status(work)
+    assert status.current_branch == "main"
+    assert status.file_status == []
+
+    sbx.git.clone(remote, clone, branch="main")
+    assert sbx.files.read(f"{clone}/a.txt") == "one\n"
+    assert sbx.commands.run(f"git -C {clone} log --format='%an %s'").stdout == "Ada first\n"
+    sbx.git.create_branch(work, "feature")
+    branches = sbx.git.branches(work)
+    assert sorted(branches.branches) == ["feature", "main"]
+    assert branches.current_branch == "feature"
