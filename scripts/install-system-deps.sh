@@ -22,8 +22,9 @@ packages=(debootstrap nftables tini iproute2 util-linux e2fsprogs procps psmisc 
 with_postgres=false
 # Tests only: the image tests run Debian's Distribution registry (docker-registry) on loopback,
 # build their images from busybox-static's binary and protect one registry with an htpasswd
-# file (apache2-utils).
-[[ "${1:-}" == "--with-postgres" ]] && with_postgres=true && packages+=(postgresql docker-registry busybox-static apache2-utils)
+# file (apache2-utils). The Python contract tests' virtualenv is built from Debian's python3 with
+# python3-venv (scripts/install-python-sdks.sh, at the end).
+[[ "${1:-}" == "--with-postgres" ]] && with_postgres=true && packages+=(postgresql docker-registry busybox-static apache2-utils python3 python3-venv)
 
 missing=()
 for p in "${packages[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p"); done
@@ -43,4 +44,9 @@ if $with_postgres; then
   for _ in $(seq 1 30); do pg_isready -q -h 127.0.0.1 && break; sleep 0.5; done
   su postgres -c "psql -qtAc \"SELECT 1 FROM pg_roles WHERE rolname='nestbox'\"" | grep -q 1 ||
     su postgres -c "psql -qc \"CREATE ROLE nestbox LOGIN SUPERUSER PASSWORD 'nestbox'\""
+fi
+
+# The real Python SDKs (PyPI, pinned) the Python contract tests drive, in a cached virtualenv.
+if $with_postgres; then
+  "$(dirname "$0")/install-python-sdks.sh" >/dev/null
 fi

@@ -70,6 +70,8 @@ export function renderDaytonaSandbox(s: Sandbox, toolboxUrl: string, opts: { ful
     public: false,
     // What is in force (core's egress policy); spec-required on list items too.
     networkBlockAll: s.egress.mode === 'deny-all',
+    // Required by the Python SDK's Sandbox model (a strict bool): guests never get /dev/kvm here.
+    kvm: false,
     target: s.hostId ?? 'local',
     cpu: s.cpu,
     gpu: 0,

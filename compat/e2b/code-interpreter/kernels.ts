@@ -97,16 +97,33 @@ export async function kernelFor(deps: E2bDeps, target: SandboxTarget, contextId:
   return pending;
 }
 
+/**
+ * Kills a context's running kernels and waits until none is listed as running. A kill is a
+ * signal and the kernel is reaped a moment later; E2B answers a delete or restart once the old
+ * kernel is gone, so a list (or an /execute) right after it must not find it. Bounded: a slow
+ * guest is given a few seconds.
+ */
+async function stopKernels(deps: E2bDeps, target: SandboxTarget, contextId: string, running: Kernel[]): Promise<void> {
+  for (const k of running) await deps.core.toolbox.killProcess(target.principal, target.sandboxId, k.process.processId);
+  const killed = new Set(running.map((k) => k.process.processId));
+  const deadline = Date.now() + 5_000;
+  while (Date.now() < deadline) {
+    const left = (await kernelProcesses(deps, target, false)).some((k) => k.context.id === contextId && killed.has(k.process.processId) && k.process.status === 'running');
+    if (!left) return;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
 export async function removeContext(deps: E2bDeps, target: SandboxTarget, contextId: string): Promise<void> {
   const running = (await kernelProcesses(deps, target, false)).filter((k) => k.context.id === contextId && k.process.status === 'running');
   if (running.length === 0) throw new NestboxError('not_found', `Context ${contextId} not found`);
-  for (const k of running) await deps.core.toolbox.killProcess(target.principal, target.sandboxId, k.process.processId);
+  await stopKernels(deps, target, contextId, running);
 }
 
 /** A fresh kernel for the context (its state is gone), same id, language and cwd. */
 export async function restartContext(deps: E2bDeps, target: SandboxTarget, contextId: string): Promise<CodeContext> {
   const kernels = (await kernelProcesses(deps, target, true)).filter((k) => k.context.id === contextId);
   if (kernels.length === 0) throw new NestboxError('not_found', `Context ${contextId} not found`);
-  for (const k of kernels.filter((k) => k.process.status === 'running')) await deps.core.toolbox.killProcess(target.principal, target.sandboxId, k.process.processId);
+  await stopKernels(deps, target, contextId, kernels.filter((k) => k.process.status === 'running'));
   return (await startKernel(deps, target, contextId, kernels[0].context.language, kernels[0].context.cwd)).context;
 }
