@@ -252,6 +252,25 @@ describe('slow clients', () => {
     expect((await sh(a, 'cat /tmp/slow')).stdout).toBe('s'.repeat(chunks));
   });
 
+  it('keep an idle keep-alive connection open longer than clients keep theirs (httpx: 5 s)', async () => {
+    // With Node's default of 5 s the server closed a connection just as an SDK reused it, and the
+    // request failed with ECONNRESET. A request on the same socket after 6 s idle must be answered.
+    const socket = net.connect(Number(new URL(t.url).port), '127.0.0.1');
+    const answers: string[] = [];
+    let closed = false;
+    socket.on('data', (c: Buffer) => answers.push(String(c)));
+    socket.on('close', () => (closed = true));
+    const ask = () => socket.write('GET /api/v1/health HTTP/1.1\r\nHost: x\r\n\r\n');
+    await new Promise<void>((resolve) => socket.once('connect', () => resolve()));
+    ask();
+    await waitFor('the first answer', async () => answers.join('').includes('HTTP/1.1 200'), 10_000);
+    await new Promise((r) => setTimeout(r, 6_000));
+    expect(closed).toBe(false);
+    ask();
+    await waitFor('the answer on the reused connection', async () => answers.join('').split('HTTP/1.1 200').length === 3, 10_000);
+    socket.destroy();
+  });
+
   it('close an upgrade that is never answered', async () => {
     // The sandbox accepts the connection and says nothing; no 101 and no refusal ever comes back.
     const result = await rawExchange((socket) => {

@@ -13,9 +13,18 @@ import type { NextFunction, Request, Response } from 'express';
 import { NestboxError } from '../../core/errors.js';
 import type { Config } from '../config.js';
 
+/** Longer than the clients' idle pools (httpx 5 s, Node's agent and undici 4–5 s). */
+const IDLE_KEEP_ALIVE_MS = 65_000;
+
 export function applyServerTimeouts(server: http.Server, timeouts: Config['http']): void {
   server.headersTimeout = timeouts.headersTimeoutMs;
   server.requestTimeout = timeouts.requestTimeoutMs;
+  // An idle keep-alive connection is closed by whichever side times out first. Node's default
+  // (5 s) equals the idle expiry of Python's httpx pool (the e2b and daytona SDKs), so the server
+  // could close a connection just as the client reused it: the request then failed with
+  // ECONNRESET. The server holds idle connections longer than its clients do, as load balancers
+  // do; each is still bounded by the process's descriptor limit and closed at shutdown.
+  server.keepAliveTimeout = IDLE_KEEP_ALIVE_MS;
   // Node checks both deadlines on this interval; a short timeout (tests) needs a short check.
   const smallest = Math.min(timeouts.headersTimeoutMs, timeouts.requestTimeoutMs || Infinity);
   if (smallest < 30_000) (server as { connectionsCheckingInterval?: number }).connectionsCheckingInterval = Math.max(100, Math.floor(smallest / 4));
