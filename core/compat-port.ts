@@ -35,7 +35,7 @@ export type SandboxTokensPort = Pick<
   'authenticate' | 'envdCredential' | 'daytonaSigningKey' | 'rotateDaytonaSigningKeys' | 'signatureCandidates' | 'signedUrlMaxSeconds'
 >;
 
-export type HostedPortsPort = Pick<PortService, 'publish' | 'list' | 'unpublish' | 'signedUrl'>;
+export type HostedPortsPort = Pick<PortService, 'publish' | 'list' | 'unpublish' | 'signedUrl' | 'openEveryPort' | 'closeEveryPort' | 'everyPortAccess'>;
 
 export type IdempotencyPort = Pick<IdempotencyService, 'run'>;
 

@@ -99,6 +99,7 @@ export async function startServer(config: Config, logger: Logger = createLogger(
     log.warn({ keyFile }, `created the first API key (admin, organisation "default"); it is shown once and kept in ${keyFile}:\n\n    ${bootstrap.generatedKey}\n`);
   }
 
+  const sandboxTokens = new SandboxTokenService(db, hostSecret, { ttlSeconds: config.tokens.sandboxTokenTtlSeconds, signedUrlMaxSeconds: config.tokens.signedUrlMaxSeconds });
   const services: Services = {
     config,
     db,
@@ -115,8 +116,8 @@ export async function startServer(config: Config, logger: Logger = createLogger(
       baseUrl: () => config.ports.publicUrl ?? listeningUrl,
       signingKey: createHmac('sha256', hostSecret).update('nestbox-port-signing').digest('base64url'),
       signedUrlMaxSeconds: config.tokens.signedUrlMaxSeconds,
-    }),
-    sandboxTokens: new SandboxTokenService(db, hostSecret, { ttlSeconds: config.tokens.sandboxTokenTtlSeconds, signedUrlMaxSeconds: config.tokens.signedUrlMaxSeconds }),
+    }, sandboxTokens),
+    sandboxTokens,
     streams: new StreamLimits({ perKey: config.limits.maxStreamsPerKey, perSandbox: config.limits.maxStreamsPerSandbox }),
     hostSecret,
     nativeSpecText: readFileSync(projectPath('openapi/native.yaml'), 'utf8'),

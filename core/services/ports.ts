@@ -7,7 +7,7 @@
 // may reach what, and wakes the sandbox through the sandbox engine.
 import { createHash, createHmac, timingSafeEqual } from 'node:crypto';
 import type { Db } from '../store/db.js';
-import { portRepository, type PortRecord } from '../store/repositories/ports.js';
+import { EVERY_PORT, portRepository, type PortRecord } from '../store/repositories/ports.js';
 import { sandboxRepository } from '../store/repositories/sandboxes.js';
 import { errors } from '../errors.js';
 import { randomId } from '../ids.js';
@@ -16,6 +16,7 @@ import { requireScope } from './auth.js';
 import type { HostService } from './hosts.js';
 import type { SandboxService } from './sandboxes.js';
 import type { PortProxyTarget } from '../host-client.js';
+import type { SandboxTokenService } from './sandbox-tokens.js';
 
 export interface PortServiceOptions {
   /** `<port>-<sandboxId>.<publicDomain>` URLs when set. */
@@ -48,10 +49,25 @@ export interface PublishedPort {
   token?: string;
 }
 
+export { EVERY_PORT };
+
 /** Everything the proxy needs to decide about one request. */
 export type PortLookup =
   | { found: false }
-  | { found: true; port: PortRecord; sandbox: Sandbox };
+  | {
+      found: true;
+      /** The port's own record if it was published, else the sandbox's every-port record. */
+      port: PortRecord;
+      /** The every-port record, when the sandbox has one (besides a published record). */
+      everyPort?: PortRecord;
+      sandbox: Sandbox;
+    };
+
+/** What a request presents: a port token (query, cookie, header), and E2B's traffic token. */
+export interface PresentedCredentials {
+  portToken?: string;
+  trafficToken?: string;
+}
 
 /** Hosted-port traffic is recorded as activity at most this often per sandbox. */
 const ACTIVITY_EVERY_MS = 5_000;
@@ -84,7 +100,38 @@ export class PortService {
     private readonly sandboxes: SandboxService,
     private readonly hosts: HostService,
     private readonly options: PortServiceOptions,
+    /** E2B's traffic tokens open a sandbox's every-port record when it is not public. */
+    private readonly sandboxTokens?: Pick<SandboxTokenService, 'authenticate'>,
   ) {}
+
+  /**
+   * Open every port of the sandbox (see EVERY_PORT): to anyone when `public`, else to requests
+   * carrying one of the sandbox's traffic tokens (E2B's `e2b-traffic-access-token`). Ports
+   * published on their own keep their own rule besides this one.
+   */
+  async openEveryPort(principal: Principal, sandboxId: string, input: { public: boolean }): Promise<void> {
+    requireScope(principal, 'sandboxes:operate');
+    noCredential(principal);
+    const sandbox = await this.sandboxes.get(principal, sandboxId);
+    await portRepository(this.db).upsert({ sandboxId: sandbox.id, port: EVERY_PORT, organizationId: sandbox.organizationId, public: input.public, tokenHash: null, tokenApiKeyId: null });
+    this.forget(sandbox.id, EVERY_PORT);
+  }
+
+  /** Undo openEveryPort: only published ports stay reachable. */
+  async closeEveryPort(principal: Principal, sandboxId: string): Promise<void> {
+    requireScope(principal, 'sandboxes:operate');
+    const sandbox = await this.sandboxes.get(principal, sandboxId);
+    await portRepository(this.db).remove(sandbox.id, EVERY_PORT);
+    this.forget(sandbox.id, EVERY_PORT);
+  }
+
+  /** Whether every port of the sandbox is open, and to whom (undefined: only published ports). */
+  async everyPortAccess(principal: Principal, sandboxId: string): Promise<{ public: boolean } | undefined> {
+    requireScope(principal, 'sandboxes:read');
+    const sandbox = await this.sandboxes.get(principal, sandboxId);
+    const record = await portRepository(this.db).find(sandbox.id, EVERY_PORT);
+    return record ? { public: record.public } : undefined;
+  }
 
   async publish(principal: Principal, sandboxId: string, input: PublishPortInput): Promise<PublishedPort> {
     requireScope(principal, 'sandboxes:operate');
@@ -113,7 +160,7 @@ export class PortService {
   async list(principal: Principal, sandboxId: string): Promise<PublishedPort[]> {
     requireScope(principal, 'sandboxes:read');
     const sandbox = await this.sandboxes.get(principal, sandboxId);
-    return (await portRepository(this.db).list(sandbox.id)).map((record) => this.render(record));
+    return (await portRepository(this.db).list(sandbox.id)).filter((record) => record.port !== EVERY_PORT).map((record) => this.render(record));
   }
 
   async unpublish(principal: Principal, sandboxId: string, port: number): Promise<void> {
@@ -127,9 +174,25 @@ export class PortService {
   async lookup(sandboxId: string, port: number): Promise<PortLookup> {
     if (!/^[a-z0-9]{1,32}$/.test(sandboxId) || !Number.isInteger(port) || port < 1 || port > 65535) return { found: false };
     // The sandbox is always read fresh: its state decides whether to wake it or answer 503.
-    const [record, sandbox] = await Promise.all([this.portRecord(sandboxId, port), sandboxRepository(this.db).findById(sandboxId)]);
-    if (!record || !sandbox || sandbox.state === 'deleted') return { found: false };
-    return { found: true, port: record, sandbox };
+    const [record, everyPort, sandbox] = await Promise.all([this.portRecord(sandboxId, port), this.portRecord(sandboxId, EVERY_PORT), sandboxRepository(this.db).findById(sandboxId)]);
+    const chosen = record ?? everyPort;
+    if (!chosen || !sandbox || sandbox.state === 'deleted') return { found: false };
+    return { found: true, port: chosen, ...(everyPort ? { everyPort } : {}), sandbox };
+  }
+
+  /** May the request pass: by the port's own rule, or by the sandbox's every-port rule. */
+  async admits(lookup: Extract<PortLookup, { found: true }>, presented: PresentedCredentials): Promise<boolean> {
+    if (lookup.port.port !== EVERY_PORT && (await this.authorizes(lookup.port, presented.portToken))) return true;
+    const every = lookup.everyPort;
+    if (!every) return false;
+    if (every.public) return true;
+    if (!presented.trafficToken || !this.sandboxTokens) return false;
+    try {
+      await this.sandboxTokens.authenticate(presented.trafficToken, every.sandboxId, ['traffic']);
+      return true;
+    } catch {
+      return false;
+    }
   }
 
   /** The published port (public flag, token hash), cached briefly: it is read on every proxied request. */
@@ -153,6 +216,8 @@ export class PortService {
    */
   async authorizes(record: PortRecord, presented: string | undefined): Promise<boolean> {
     if (record.public) return true;
+    // The every-port record has no token of its own (see admits).
+    if (record.port === EVERY_PORT) return false;
     if (presented?.startsWith(SIGNED_TOKEN_PREFIX)) return this.signedTokenValid(record, presented);
     if (!presented || !record.tokenHash || record.tokenKeyRevoked) return false;
     const given = Buffer.from(hashPortToken(presented), 'hex');

@@ -6,6 +6,7 @@ import { newOperationId, newSandboxId } from '../ids.js';
 import { assertCanBegin, assertRunning, isTransitional, OPERATIONS, type SandboxState } from '../state-machine.js';
 import { failureMessage, Lifecycle, timeoutDeadline } from '../lifecycle.js';
 import { snapshotRepository } from '../store/repositories/snapshots.js';
+import { EVERY_PORT, portRepository } from '../store/repositories/ports.js';
 import type { EgressPolicy, HostClient, HostSandboxSpec } from '../host-client.js';
 import type { GuestClient } from '../guest.js';
 import type { Principal, Sandbox, Snapshot } from '../types.js';
@@ -63,6 +64,12 @@ export interface CreateSandboxInput extends LifecyclePolicy {
   name?: string;
   /** Outbound network policy; default allow all. */
   egress?: EgressPolicy;
+  /**
+   * Every port the sandbox listens on is reachable through the hosted-port proxy, not only
+   * published ones (E2B's rule; a public Daytona sandbox): to anyone when `public`, else with a
+   * traffic token. Written in the same transaction as the sandbox, so it never exists without it.
+   */
+  everyPort?: { public: boolean };
 }
 
 export interface UpdateSandboxInput extends LifecyclePolicy {
@@ -223,8 +230,9 @@ export class SandboxService {
     const host = snapshot ? await this.hosts.aliveHost(snapshot.hostId) : await this.hosts.pickHost();
     const operationId = newOperationId();
     const name = validateName(input.name);
-    const created = await this.withinQuota(principal.organizationId, { sandboxes: 1, cpu: spec.cpu, memoryMiB: spec.memoryMiB }, (tx) =>
-      this.lifecycle.insert(tx, OPERATIONS.create, operationId, {
+    if (input.everyPort !== undefined && typeof input.everyPort?.public !== 'boolean') throw errors.validation('everyPort.public', 'must be true or false');
+    const created = await this.withinQuota(principal.organizationId, { sandboxes: 1, cpu: spec.cpu, memoryMiB: spec.memoryMiB }, async (tx) => {
+      const inserted = await this.lifecycle.insert(tx, OPERATIONS.create, operationId, {
         id: newSandboxId(),
         organizationId: principal.organizationId,
         hostId: host.id,
@@ -235,8 +243,12 @@ export class SandboxService {
         autoDeleteSeconds: policy.autoDeleteSeconds ?? null,
         sourceSnapshotId: snapshot?.id ?? null,
         egress,
-      }),
-    ).catch((err) => {
+      });
+      if (input.everyPort) {
+        await portRepository(tx).upsert({ sandboxId: inserted.id, port: EVERY_PORT, organizationId: inserted.organizationId, public: input.everyPort.public, tokenHash: null, tokenApiKeyId: null });
+      }
+      return inserted;
+    }).catch((err) => {
       throw nameConflict(err, name);
     });
     const client = this.hosts.clientForRecord(host);

@@ -45,10 +45,14 @@ export const NESTBOX_COOKIE_PREFIX = 'nestbox';
 /** Path-form answers: the page runs in an opaque origin (no allow-same-origin). */
 export const PATH_FORM_CSP = 'sandbox allow-scripts allow-forms allow-popups allow-modals allow-downloads';
 const PORT_TOKEN_QUERY = '_token';
+/** E2B's credential for a sandbox whose ports are not public (allowPublicTraffic false). */
+const E2B_TRAFFIC_TOKEN_HEADER = 'e2b-traffic-access-token';
+/** envd and the code interpreter: E2B's in-sandbox services, answered by compat/e2b before this proxy. */
+const E2B_SERVICE_PORTS = new Set([49983, 49999]);
 /** An open WebSocket to a port counts as activity this often. */
 const ACTIVITY_TICK_MS = 10_000;
 /** Headers the client may not forge towards the sandbox (we set them) or that carry our secrets. */
-const DROPPED_REQUEST_HEADERS = [PORT_TOKEN_HEADER, 'x-daytona-preview-token', PORT_PROXY_AUTH_HEADER, 'x-forwarded-prefix'];
+const DROPPED_REQUEST_HEADERS = [PORT_TOKEN_HEADER, 'x-daytona-preview-token', E2B_TRAFFIC_TOKEN_HEADER, PORT_PROXY_AUTH_HEADER, 'x-forwarded-prefix'];
 
 const PATH_ROUTE = /^\/p\/([a-z0-9]{1,32})\/(\d{1,5})(\/[^?#]*)?(\?.*)?$/;
 
@@ -68,6 +72,10 @@ export interface PortRoute {
 /** Which hosted port a request is for, if it is for one (both URL forms). */
 export function matchPortRoute(req: http.IncomingMessage, publicDomain: string | undefined): PortRoute | undefined {
   const rawUrl = req.url ?? '/';
+  // E2B's header form (SDKs >= 2.7 behind one URL): E2b-Sandbox-Id and E2b-Sandbox-Port name a
+  // sandbox's own port the way the host form does.
+  const e2b = e2bHeaderRoute(req);
+  if (e2b) return withQuery(e2b.sandboxId, e2b.port, '', rawUrl);
   const byHost = publicDomain ? matchHost(String(req.headers.host ?? ''), publicDomain) : undefined;
   if (byHost) return withQuery(byHost.sandboxId, byHost.port, '', rawUrl);
   const match = PATH_ROUTE.exec(rawUrl);
@@ -81,6 +89,14 @@ export function matchPortRoute(req: http.IncomingMessage, publicDomain: string |
 /** Cheap test for the WebSocket dispatcher: does this request belong to the port proxy? */
 export function isPortProxyRequest(req: http.IncomingMessage, publicDomain: string | undefined): boolean {
   return matchPortRoute(req, publicDomain) !== undefined;
+}
+
+function e2bHeaderRoute(req: http.IncomingMessage): { sandboxId: string; port: number } | undefined {
+  const id = req.headers['e2b-sandbox-id'];
+  const port = req.headers['e2b-sandbox-port'];
+  if (typeof id !== 'string' || typeof port !== 'string' || !/^[a-z0-9]{1,32}$/.test(id) || !/^\d{1,5}$/.test(port)) return undefined;
+  if (E2B_SERVICE_PORTS.has(Number(port))) return undefined;
+  return { sandboxId: id, port: Number(port) };
 }
 
 function matchHost(hostHeader: string, publicDomain: string): { sandboxId: string; port: number } | undefined {
@@ -374,7 +390,8 @@ export class PortProxy {
     // Daytona's SDKs send preview tokens in their own header; it means the same here.
     const headerToken = [PORT_TOKEN_HEADER, 'x-daytona-preview-token'].map((h) => req.headers[h]).find((v): v is string => typeof v === 'string');
     const presented = route.queryToken ?? headerToken ?? cookieToken(req, route);
-    if (!(await ports.authorizes(lookup.port, presented))) return { ok: false, page: pages.unauthorized(route) };
+    const trafficToken = req.headers[E2B_TRAFFIC_TOKEN_HEADER];
+    if (!(await ports.admits(lookup, { portToken: presented, trafficToken: typeof trafficToken === 'string' ? trafficToken : undefined }))) return { ok: false, page: pages.unauthorized(route) };
     const sandbox = await ports.readyForTraffic(lookup.sandbox);
     if (!sandbox) return { ok: false, page: pages.unknown(route) };
     if (sandbox.state !== 'running') return { ok: false, page: pages.notRunning(route, sandbox) };

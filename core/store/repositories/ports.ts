@@ -12,6 +12,14 @@ interface PortRow {
   updated_at: Date | string;
 }
 
+/**
+ * The port number of the record that stands for every port of a sandbox. E2B makes every port
+ * a sandbox listens on reachable at `<port>-<id>.<domain>` (public unless the sandbox was created
+ * with allowPublicTraffic false, then with its traffic token), and a public Daytona sandbox
+ * opens all its preview links to anyone. No port 0 can be published, so the two never collide.
+ */
+export const EVERY_PORT = 0;
+
 /** A published port of a sandbox. The token of a private port is kept only as its SHA-256. */
 export interface PortRecord {
   sandboxId: string;
