@@ -214,6 +214,11 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
     const source = await templateSource(principal, b.templateID);
     if (b.volumeMounts !== undefined && Array.isArray(b.volumeMounts) && b.volumeMounts.length > 0) throw notSupported('volumeMounts');
     if (b.mcp !== undefined && b.mcp !== null) throw notSupported('mcp');
+    // A timeout keeps the disk (core stops the sandbox), never the memory; and only connect
+    // brings a sandbox its timeout paused back. Asking for more is refused, not ignored.
+    if (b.autoPauseMemory === true) throw notSupported('lifecycle.onTimeout keepMemory (a timeout keeps the disk, not the memory: mode "filesystem")');
+    const autoResume = b.autoResume as { enabled?: unknown } | undefined | null;
+    if (autoResume && typeof autoResume === 'object' && autoResume.enabled === true) throw notSupported('lifecycle.autoResume (a sandbox its timeout paused comes back with connect only)');
     const egress = egressOf(b);
     const requested = timeoutOf(b);
     let sandbox = await core.sandboxes.create(principal, {

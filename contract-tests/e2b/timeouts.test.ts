@@ -66,6 +66,18 @@ describe('e2b sandbox timeouts', () => {
     await sbx.kill();
   });
 
+  it('refuses the timeout options it cannot honour, naming them', async () => {
+    const memory = await Sandbox.create({ ...t.opts, timeoutMs: 60_000, lifecycle: { onTimeout: { action: 'pause', keepMemory: true } } }).catch((e: unknown) => e);
+    expect(memory).toBeInstanceOf(SandboxError);
+    expect(String((memory as Error).message)).toMatch(/^501: lifecycle\.onTimeout keepMemory .*not supported/);
+    const resume = await Sandbox.create({ ...t.opts, timeoutMs: 60_000, lifecycle: { onTimeout: 'pause', autoResume: true } }).catch((e: unknown) => e);
+    expect(resume).toBeInstanceOf(SandboxError);
+    expect(String((resume as Error).message)).toMatch(/^501: lifecycle\.autoResume .*not supported/);
+    // What Nestbox does anyway is accepted.
+    const plain = await Sandbox.create({ ...t.opts, timeoutMs: 60_000, lifecycle: { onTimeout: { action: 'pause', keepMemory: false }, autoResume: false } });
+    await plain.kill();
+  });
+
   it('connect only extends a running sandbox\'s timeout; setTimeout also shortens it', async () => {
     const sbx = await Sandbox.create({ ...t.opts, timeoutMs: 120_000 });
     const before = (await sbx.getInfo()).endAt.getTime();
