@@ -44,6 +44,27 @@ function timeoutOf(body: Record<string, unknown>, field = 'timeout'): number | u
   return Math.ceil(value);
 }
 
+/**
+ * A timeout that must be positive, as E2B's resume, fork and connect-with-resume insist: in
+ * Nestbox 0 means "never", in E2B it would end the sandbox at once, so neither meaning is given
+ * to it there (upstream answers 400 "Timeout must be greater than 0").
+ */
+function positiveTimeoutOf(body: Record<string, unknown>): number | undefined {
+  const timeout = timeoutOf(body);
+  if (timeout === 0) throw errors.validation('timeout', 'must be greater than 0');
+  return timeout;
+}
+
+/** An ISO 8601 moment of a list query (`startedAfter`), or undefined when not given. */
+function instantOf(value: unknown, field: string): Date | undefined {
+  if (value === undefined || value === '') return undefined;
+  const at = typeof value === 'string' ? new Date(value) : new Date(Number.NaN);
+  if (Number.isNaN(at.getTime())) throw errors.validation(field, 'must be an ISO 8601 date-time');
+  return at;
+}
+
+const DEFAULT_SNAPSHOT_LIST_LIMIT = 100;
+
 function stringMap(body: Record<string, unknown>, field: string): Record<string, string> | undefined {
   const value = body[field];
   if (value === undefined || value === null) return undefined;
@@ -194,11 +215,19 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
     const source = await templateSource(principal, b.templateID);
     if (b.volumeMounts !== undefined && Array.isArray(b.volumeMounts) && b.volumeMounts.length > 0) throw notSupported('volumeMounts');
     if (b.mcp !== undefined && b.mcp !== null) throw notSupported('mcp');
+    // A timeout keeps the disk (core stops the sandbox), never the memory; and only connect
+    // brings a sandbox its timeout paused back. Asking for more is refused, not ignored.
+    if (b.autoPauseMemory === true) throw notSupported('lifecycle.onTimeout keepMemory (a timeout keeps the disk, not the memory: mode "filesystem")');
+    const autoResume = b.autoResume as { enabled?: unknown } | undefined | null;
+    if (autoResume && typeof autoResume === 'object' && autoResume.enabled === true) throw notSupported('lifecycle.autoResume (a sandbox its timeout paused comes back with connect only)');
     const egress = e2bEgressPolicy(b);
-    const sandbox = await core.sandboxes.create(principal, {
+    const requested = timeoutOf(b);
+    let sandbox = await core.sandboxes.create(principal, {
       ...source,
       ...(egress ? { egress } : {}),
-      timeoutSeconds: Math.min(timeoutOf(b) ?? DEFAULT_TIMEOUT_SECONDS, deps.maxTimeoutSeconds),
+      // E2B's 0 is a lifetime of nothing (the sandbox ends at once), Nestbox's 0 is "never":
+      // the sandbox gets the default and its timeout is ended right after the create.
+      timeoutSeconds: Math.min(requested || DEFAULT_TIMEOUT_SECONDS, deps.maxTimeoutSeconds),
       env: stringMap(b, 'envVars'),
       labels: stringMap(b, 'metadata'),
       // E2B kills a sandbox at its timeout unless autoPause asks to keep it. Core stops it at
@@ -206,13 +235,10 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
       // sandbox stays and lists as paused (connect resumes it, without its memory).
       autoDeleteSeconds: b.autoPause === true ? null : 0,
     });
+    if (requested === 0) sandbox = await core.sandboxes.expireNow(principal, sandbox.id);
     res.status(201).json(await sandboxResponse(principal, sandbox, await snapshotNames(principal)));
   };
 
-  /**
-   * Connect (e2b.md (b)): 200 when it was running, 201 when it had to be resumed. A paused
-   * sandbox is unpaused (memory kept); a stopped one is started from its disk.
-   */
   /** A sandbox in the middle of a stop or pause is waited for: E2B shows it as paused already. */
   async function settled(principal: Principal, sandboxId: string): Promise<Sandbox> {
     const deadline = Date.now() + SETTLE_WAIT_MS;
@@ -224,26 +250,57 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
     return sandbox;
   }
 
-  const connect: Handler = async (req, res, principal) => {
+  /**
+   * Connect (e2b.md (b)): 200 when it was running, 201 when it had to be resumed. A paused
+   * sandbox is unpaused (memory kept); a stopped one is started from its disk.
+   *
+   * Its timeout: v2 defaults to 300 s when the body names none. A running
+   * sandbox's deadline only ever moves later ("For running sandboxes, the timeout will update
+   * only if the new timeout is longer than the existing one", the SDKs' docs); a resumed one
+   * gets exactly this timeout, counted from now. It is written before the resume, so the
+   * resumed sandbox never runs with the old (possibly past) deadline.
+   */
+  const connect = (v2: boolean): Handler => async (req, res, principal) => {
     const b = body(req);
-    const timeout = timeoutOf(b);
+    const given = timeoutOf(b);
+    const timeout = Math.min(given ?? DEFAULT_TIMEOUT_SECONDS, deps.maxTimeoutSeconds);
     let sandbox = await settled(principal, id(req));
     const wasRunning = sandbox.state === 'running';
-    if (!wasRunning) sandbox = await core.sandboxes.resume(principal, sandbox.id);
-    if (timeout !== undefined) sandbox = await core.sandboxes.update(principal, sandbox.id, { timeoutSeconds: Math.min(timeout, deps.maxTimeoutSeconds) });
+    if (wasRunning) {
+      // 0 extends nothing; v1 connect without a timeout leaves it alone as well.
+      if (timeout > 0 && (v2 || given !== undefined)) sandbox = await core.sandboxes.update(principal, sandbox.id, { timeoutSeconds: timeout, timeoutMode: 'extend' });
+    } else {
+      if (given === 0) throw errors.validation('timeout', 'must be greater than 0');
+      await core.sandboxes.update(principal, sandbox.id, { timeoutSeconds: timeout });
+      sandbox = await core.sandboxes.resume(principal, sandbox.id);
+    }
     res.status(wasRunning ? 200 : 201).json(await sandboxResponse(principal, sandbox, await snapshotNames(principal)));
   };
 
   /** 2.0–2.5 resume: 201 when resumed, body code 409 when it was not paused. */
   const legacyResume: Handler = async (req, res, principal) => {
     const b = body(req);
+    const timeout = positiveTimeoutOf(b);
     const current = await settled(principal, id(req));
     if (e2bState(current.state) === 'running') throw new NestboxError('conflict', `sandbox ${current.id} is not paused`);
-    let sandbox = await core.sandboxes.resume(principal, current.id);
-    const timeout = timeoutOf(b);
-    if (timeout !== undefined) sandbox = await core.sandboxes.update(principal, sandbox.id, { timeoutSeconds: Math.min(timeout, deps.maxTimeoutSeconds) });
+    if (timeout !== undefined) await core.sandboxes.update(principal, current.id, { timeoutSeconds: Math.min(timeout, deps.maxTimeoutSeconds) });
+    const sandbox = await core.sandboxes.resume(principal, current.id);
     res.status(201).json(await sandboxResponse(principal, sandbox, await snapshotNames(principal)));
   };
+
+  /** The `template` filter: a template id is a snapshot name (or id); the default templates are the image. */
+  async function templateFilter(principal: Principal, template: unknown): Promise<string | null | undefined> {
+    if (template === undefined || template === '') return undefined;
+    if (typeof template !== 'string') throw errors.validation('template', 'must be a template id');
+    if (DEFAULT_TEMPLATES.has(template)) return null;
+    try {
+      return (await core.snapshots.get(principal, template)).id;
+    } catch (err) {
+      // Not a snapshot name this key can see: taken as a snapshot id (no match lists nothing).
+      if (err instanceof NestboxError && (err.code === 'not_found' || err.code === 'forbidden')) return template;
+      throw err;
+    }
+  }
 
   const list = (v2: boolean): Handler => async (req, res, principal) => {
     const q = req.query;
@@ -255,11 +312,23 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
       states.push(...mapped);
     }
     const limit = q.limit === undefined ? DEFAULT_LIST_LIMIT : Number(q.limit);
+    // Sorted by start time across the whole result (E2B: `order`, default newest first), so
+    // paging with nextToken walks that order.
+    const order = q.order === undefined || q.order === '' ? 'desc' : q.order;
+    if (order !== 'asc' && order !== 'desc') throw errors.validation('order', 'must be "asc" or "desc"');
     const page = await core.sandboxes.list(principal, {
       labels: parseMetadataFilter(q.metadata),
       states,
       limit,
       cursor: typeof q.nextToken === 'string' && q.nextToken ? q.nextToken : undefined,
+      startedAfter: instantOf(q.startedAfter, 'startedAfter'),
+      startedBefore: instantOf(q.startedBefore, 'startedBefore'),
+      sourceSnapshotId: await templateFilter(principal, q.template),
+      sort: { key: 'startedAt', order },
+    }).catch((err: unknown) => {
+      // The SDK's name for the cursor.
+      if (err instanceof NestboxError && err.details?.field === 'cursor') throw errors.validation('nextToken', err.message.replace(/^cursor:?\s*/, ''));
+      throw err;
     });
     const names = await snapshotNames(principal);
     const items = await Promise.all(page.items.map((s) => listedSandbox(principal, s, names, false)));
@@ -290,13 +359,19 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
     res.status(200).json(await listedSandbox(principal, sandbox, await snapshotNames(principal), true));
   }));
   router.delete('/sandboxes/:sandboxID', route(async (req, res, principal) => {
-    await core.sandboxes.delete(principal, id(req));
+    // A stop or pause in progress (E2B already lists it as paused) is waited for, then killed.
+    const sandbox = await settled(principal, id(req));
+    await core.sandboxes.delete(principal, sandbox.id);
     res.status(204).end();
   }));
+  // setTimeout sets the deadline exactly (shorter too). E2B reads 0 (and below) as "now": the
+  // sandbox's timeout ends at once, where Nestbox's 0 would mean "never".
   router.post('/sandboxes/:sandboxID/timeout', route(async (req, res, principal) => {
-    const timeout = timeoutOf(body(req));
-    if (timeout === undefined) throw errors.validation('timeout', 'required');
-    await core.sandboxes.update(principal, id(req), { timeoutSeconds: Math.min(timeout, deps.maxTimeoutSeconds) });
+    const value = body(req).timeout;
+    if (value === undefined || value === null) throw errors.validation('timeout', 'required');
+    if (typeof value !== 'number' || !Number.isFinite(value)) throw errors.validation('timeout', 'must be a number of seconds');
+    if (value <= 0) await core.sandboxes.expireNow(principal, id(req));
+    else await core.sandboxes.update(principal, id(req), { timeoutSeconds: Math.min(Math.ceil(value), deps.maxTimeoutSeconds) });
     res.status(204).end();
   }));
   router.post('/sandboxes/:sandboxID/refreshes', route(async (req, res, principal) => {
@@ -305,8 +380,8 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
   }));
   router.post('/sandboxes/:sandboxID/pause', route(pause));
   router.post('/sandboxes/:sandboxID/resume', route(legacyResume));
-  router.post('/sandboxes/:sandboxID/connect', route(connect));
-  router.post('/v2/sandboxes/:sandboxID/connect', route(connect));
+  router.post('/sandboxes/:sandboxID/connect', route(connect(false)));
+  router.post('/v2/sandboxes/:sandboxID/connect', route(connect(true)));
   router.get('/sandboxes/:sandboxID/metrics', route(async (req, _res, principal) => {
     await core.sandboxes.get(principal, id(req));
     throw notSupported('sandbox metrics');
@@ -329,11 +404,24 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
     const snapshot = await core.snapshots.create(principal, { sandboxId: id(req), name });
     res.status(201).json({ snapshotID: snapshot.name, names: [snapshot.name] });
   }));
+  // Sandbox.listSnapshots(): filters `sandboxID` and `name`, pages of `limit` (default and
+  // maximum 100) with `nextToken` / x-next-token, newest first.
   router.get('/snapshots', route(async (req, res, principal) => {
-    let items = await core.snapshots.list(principal);
-    if (typeof req.query.sandboxID === 'string') items = items.filter((s) => s.sourceSandboxId === req.query.sandboxID);
-    if (typeof req.query.name === 'string') items = items.filter((s) => s.name === req.query.name);
-    res.status(200).json(items.map((s) => ({ snapshotID: s.name, names: [s.name] })));
+    const q = req.query;
+    const limit = q.limit === undefined ? DEFAULT_SNAPSHOT_LIST_LIMIT : Number(q.limit);
+    if (!Number.isInteger(limit) || limit < 1 || limit > DEFAULT_SNAPSHOT_LIST_LIMIT) throw errors.validation('limit', `must be an integer from 1 to ${DEFAULT_SNAPSHOT_LIST_LIMIT}`);
+    const position = (s: Snapshot) => `${s.createdAt.toISOString()}|${s.id}`;
+    let items = (await core.snapshots.list(principal)).sort((a, b) => (position(a) < position(b) ? 1 : position(a) > position(b) ? -1 : 0));
+    if (typeof q.sandboxID === 'string') items = items.filter((s) => s.sourceSandboxId === q.sandboxID);
+    if (typeof q.name === 'string') items = items.filter((s) => s.name === q.name);
+    if (typeof q.nextToken === 'string' && q.nextToken) {
+      const after = Buffer.from(q.nextToken, 'base64url').toString('utf8');
+      if (!/^\d{4}-\d\d-\d\dT[\d:.]+Z\|\S+$/.test(after)) throw errors.validation('nextToken', 'is not a token returned by this API');
+      items = items.filter((s) => position(s) < after);
+    }
+    const page = items.slice(0, limit);
+    if (items.length > limit) res.setHeader('x-next-token', Buffer.from(position(page[page.length - 1])).toString('base64url'));
+    res.status(200).json(page.map((s) => ({ snapshotID: s.name, names: [s.name] })));
   }));
   router.delete('/templates/:templateID', route(async (req, res, principal) => {
     await core.snapshots.delete(principal, String(req.params.templateID));
@@ -341,9 +429,10 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
   }));
   router.post('/sandboxes/:sandboxID/fork', route(async (req, res, principal) => {
     const b = body(req);
+    const timeout = positiveTimeoutOf(b);
     const result = await core.sandboxes.fork(principal, id(req), {
       count: typeof b.count === 'number' ? b.count : undefined,
-      timeoutSeconds: timeoutOf(b),
+      timeoutSeconds: timeout === undefined ? undefined : Math.min(timeout, deps.maxTimeoutSeconds),
     });
     const names = await snapshotNames(principal);
     res.status(201).json(await Promise.all(result.sandboxes.map(async (s) => ({ sandbox: await sandboxResponse(principal, s, names) }))));

@@ -45,7 +45,16 @@ export function renderEnvdHttpError(res: Response, err: unknown, log?: ErrorLog)
     return;
   }
   const status = isSandboxUnavailable(e) ? 502 : e.status;
-  res.status(status).json({ code: status, message: e.message });
+  res.status(status).json({ code: status, message: status === 502 ? unavailableMessage(e) : e.message });
+}
+
+/**
+ * The message of a "sandbox not there" answer. E2B's proxy says the sandbox "was not found",
+ * and the Python SDK reads exactly that to tell a sandbox that is gone (killed, timed out:
+ * SandboxNotRunningException, and a health probe's `false`) from one it cannot reach.
+ */
+export function unavailableMessage(e: NestboxError): string {
+  return e.details?.kind === 'sandbox' ? `The sandbox was not found (${e.message})` : e.message;
 }
 
 const CONNECT_CODES: Record<string, Code> = {
@@ -78,7 +87,7 @@ const CONNECT_CODES: Record<string, Code> = {
 export function toConnectError(err: unknown, log?: ErrorLog): ConnectError {
   if (err instanceof ConnectError) return err;
   const e = publicError(err, log, 'e2b envd rpc');
-  if (isSandboxUnavailable(e)) return new ConnectError(e.message, Code.Unavailable);
+  if (isSandboxUnavailable(e)) return new ConnectError(unavailableMessage(e), Code.Unavailable);
   return new ConnectError(e.message, CONNECT_CODES[e.code] ?? Code.Unknown);
 }
 

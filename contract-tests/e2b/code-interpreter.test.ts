@@ -43,6 +43,25 @@ describe('e2b code interpreter', () => {
     expect(execution.logs.stderr.join('')).toBe('to err\n');
   });
 
+  it('reports one print as one message on stdout and on stderr', async () => {
+    for (const stream of ['stdout', 'stderr'] as const) {
+      const seen: string[] = [];
+      // Prints spaced out in time, so each reaches the kernel's reader on its own: a print that
+      // is split (text, then its newline) shows up as a message without a newline.
+      const execution = await sbx.runCode(`import sys, time\nfor i in range(30):\n    print("line", i, file=sys.${stream})\n    time.sleep(0.01)`, {
+        [stream === 'stdout' ? 'onStdout' : 'onStderr']: (m: { line: string }) => void seen.push(m.line),
+      });
+      const expected = Array.from({ length: 30 }, (_, i) => `line ${i}\n`).join('');
+      expect(execution.logs[stream].join('')).toBe(expected);
+      expect(execution.logs[stream].filter((m) => !m.endsWith('\n'))).toEqual([]);
+      expect(seen.join('')).toBe(expected);
+      const single = await sbx.runCode(`import sys\nprint("one line", file=sys.${stream})`);
+      expect(single.logs[stream]).toEqual(['one line\n']);
+    }
+    // Text without a newline still arrives, by the end of the cell.
+    expect((await sbx.runCode('print("no newline", end="")')).logs.stdout).toEqual(['no newline']);
+  });
+
   it('reports an error with name, value and traceback without throwing', async () => {
     const execution = await sbx.runCode('def boom():\n    return 1 / 0\nboom()');
     expect(execution.error).toBeDefined();

@@ -100,6 +100,23 @@ describe('e2b commands', () => {
   });
 });
 
+describe('e2b commands when the sandbox dies', () => {
+  it('ends a streaming command the way envd does when its sandbox is killed', async () => {
+    const victim = await Sandbox.create(t.opts);
+    const background = await victim.commands.run('sleep 600', { background: true });
+    const foreground = victim.commands.run('sleep 600').catch((e: unknown) => e);
+    // Both streams are open once the foreground command is listed.
+    for (let i = 0; i < 50 && (await victim.commands.list()).filter((p) => p.args.join(' ').includes('sleep 600')).length < 2; i++) await sleep(100);
+    // Killed by another client, as E2B users do from elsewhere.
+    expect(await Sandbox.kill(victim.sandboxId, t.opts)).toBe(true);
+    for (const err of [await background.wait().catch((e: unknown) => e), await foreground]) {
+      // The connection breaks (no Connect error), the SDK's health probe then sees the sandbox gone.
+      expect(err).toBeInstanceOf(TimeoutError);
+      expect(String((err as Error).message)).toContain('The sandbox was killed or reached its end of life while the request was in flight');
+    }
+  });
+});
+
 describe('e2b pty', () => {
   it('creates a terminal, sends input, resizes and kills it', async () => {
     const decoder = new TextDecoder();

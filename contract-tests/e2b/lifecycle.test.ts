@@ -72,6 +72,52 @@ describe('e2b Sandbox lifecycle', () => {
     await b.kill();
   });
 
+  it('lists in start order (order asc/desc across pages), from startedAfter, by template', async () => {
+    const suite = { suite: `order-${Date.now()}` };
+    const first = await Sandbox.create({ ...t.opts, metadata: suite });
+    await sleep(20);
+    const between = new Date();
+    await sleep(20);
+    const second = await Sandbox.create({ ...t.opts, metadata: suite });
+    const third = await Sandbox.create({ ...t.opts, metadata: suite });
+    const all = async (opts: Parameters<typeof Sandbox.list>[0]) => {
+      const paginator = Sandbox.list({ ...t.opts, ...opts });
+      const ids: string[] = [];
+      for (let i = 0; i < 20 && paginator.hasNext; i++) ids.push(...(await paginator.nextItems()).map((s) => s.sandboxId));
+      return ids;
+    };
+    const newestFirst = [third.sandboxId, second.sandboxId, first.sandboxId];
+    expect(await all({ query: { metadata: suite } })).toEqual(newestFirst);
+    // The order holds across the whole result, page by page.
+    expect(await all({ query: { metadata: suite }, order: 'asc', limit: 1 })).toEqual([...newestFirst].reverse());
+    expect(await all({ query: { metadata: suite }, order: 'desc', limit: 2 })).toEqual(newestFirst);
+    expect(await all({ query: { metadata: suite, startedAfter: between }, order: 'asc' })).toEqual([second.sandboxId, third.sandboxId]);
+
+    // A template is a snapshot name; the default templates are the image.
+    const snapshot = await second.createSnapshot({ name: `tpl-${Date.now()}` });
+    const fromTemplate = await Sandbox.create(snapshot.snapshotId, { ...t.opts, metadata: suite });
+    expect(await all({ query: { metadata: suite, template: snapshot.snapshotId } })).toEqual([fromTemplate.sandboxId]);
+    expect((await all({ query: { metadata: suite, template: 'base' } })).sort()).toEqual([...newestFirst].sort());
+    expect(await all({ query: { metadata: suite, template: 'no-such-template' } })).toEqual([]);
+    const bad = await fetch(`${t.opts.apiUrl}/v2/sandboxes?order=sideways`, { headers: { 'X-API-KEY': t.apiKey } });
+    expect(bad.status).toBe(400);
+    expect(await bad.json()).toMatchObject({ code: 400, message: 'order: must be "asc" or "desc"' });
+
+    // Sandbox.listSnapshots pages with limit and x-next-token too.
+    const other = await second.createSnapshot({ name: `tpl2-${Date.now()}` });
+    const paginator = Sandbox.listSnapshots({ ...t.opts, sandboxId: second.sandboxId, limit: 1 });
+    const names: string[] = [];
+    for (let i = 0; i < 10 && paginator.hasNext; i++) {
+      const page = await paginator.nextItems();
+      expect(page.length).toBeLessThanOrEqual(1);
+      names.push(...page.map((s) => s.snapshotId));
+    }
+    expect(names).toEqual([other.snapshotId, snapshot.snapshotId]);
+    for (const s of [first, second, third, fromTemplate]) await s.kill();
+    await Sandbox.deleteSnapshot(other.snapshotId, t.opts);
+    await Sandbox.deleteSnapshot(snapshot.snapshotId, t.opts);
+  });
+
   it('pause keeps processes and memory; connect resumes', async () => {
     const sbx = await Sandbox.create(t.opts);
     const bg = await sbx.commands.run('sleep 600', { background: true });

@@ -21,14 +21,37 @@ export interface BackgroundOptions {
   logger: Logger;
 }
 
+/** Node's timers take at most 2^31-1 ms; a later deadline is re-armed by the periodic pass long before. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+/**
+ * How soon the deadline timer tries again when the earliest deadline has already passed but its
+ * row could not be claimed (another replica holds it and is acting on it): soon, not in a loop.
+ */
+const PAST_DEADLINE_RETRY_MS = 100;
+
 /**
  * The control plane's background duties. All coordination goes through the database, so any
  * number of replicas can run this loop: timeouts are claimed with SKIP LOCKED and orphaned
  * operations are taken over with a compare-and-set on their operation id.
+ *
+ * Deadlines (a running sandbox's timeout, a stopped one's auto-delete) are not left to the
+ * periodic pass, which would honour them up to an interval late: each replica keeps one timer at
+ * the earliest deadline it knows. The sandbox service reports every deadline this process sets
+ * (create, start, setTimeout, keep-alive); the periodic pass and every expiry re-read the
+ * earliest one from the database, so deadlines another replica set are picked up within an
+ * interval. Whichever replica's timer fires first claims the rows (SKIP LOCKED plus the state
+ * compare-and-set), so two replicas never act on the same sandbox.
  */
 export class BackgroundJobs {
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;
+  private deadlineTimer: NodeJS.Timeout | undefined;
+  /** When the deadline timer fires (ms since the epoch), if armed. */
+  private deadlineArmedAt: number | undefined;
+  private expiring: Promise<void> | undefined;
+  /** A deadline that fell due while an expiry pass ran: run another one after it. */
+  private expireAgain = false;
+  private stopped = false;
   /** Claims and takeovers write through the engine, like every other state change. */
   private readonly lifecycle: Lifecycle;
 
@@ -40,6 +63,7 @@ export class BackgroundJobs {
     private readonly opts: BackgroundOptions,
   ) {
     this.lifecycle = new Lifecycle(db, opts.instanceId);
+    sandboxes.onDeadline((at) => this.noteDeadline(at));
   }
 
   async start(): Promise<void> {
@@ -49,8 +73,11 @@ export class BackgroundJobs {
   }
 
   async stop(): Promise<void> {
+    this.stopped = true;
     if (this.timer) clearInterval(this.timer);
+    this.disarm();
     await this.running;
+    await this.expiring;
     await controlPlaneInstanceRepository(this.db).remove(this.opts.instanceId).catch(() => undefined);
   }
 
@@ -61,10 +88,11 @@ export class BackgroundJobs {
       try {
         await controlPlaneInstanceRepository(this.db).heartbeat(this.opts.instanceId, new Date());
         await this.reconcileOrphans();
-        await this.stopExpired();
+        await this.expireDue();
         await this.applyIdlePolicy();
-        await this.deleteAfterStop();
         await this.idempotency.removeExpired();
+        // Deadlines set by other replicas (and any this process missed) are found here.
+        this.armAt(await sandboxRepository(this.db).nextDeadline());
       } catch (err) {
         this.opts.logger.error(`background pass failed: ${toNestboxError(err).message}`);
       } finally {
@@ -72,6 +100,84 @@ export class BackgroundJobs {
       }
     })();
     return this.running;
+  }
+
+  /**
+   * A deadline this process just set: the timer fires at it unless it is already armed earlier.
+   * A deadline moved later leaves the timer where it was; it then fires, finds nothing due and
+   * re-arms at the next one.
+   */
+  noteDeadline(at: Date | null): void {
+    if (at === null || this.stopped) return;
+    if (this.deadlineArmedAt === undefined || at.getTime() < this.deadlineArmedAt) this.armAt(at);
+  }
+
+  /**
+   * Arm the one timer at `at`, unless it already fires earlier. Never disarmed for lack of a
+   * deadline (null): a read may predate a deadline this process just noted, and a timer that
+   * fires with nothing due only re-arms.
+   */
+  private armAt(at: Date | null): void {
+    if (this.stopped || at === null) return;
+    if (this.deadlineArmedAt !== undefined && this.deadlineArmedAt <= at.getTime()) return;
+    this.disarm();
+    const delay = Math.min(MAX_TIMER_MS, Math.max(0, at.getTime() - Date.now()));
+    this.deadlineArmedAt = Date.now() + delay;
+    this.deadlineTimer = setTimeout(() => void this.onDeadline(), delay);
+    this.deadlineTimer.unref();
+  }
+
+  private disarm(): void {
+    if (this.deadlineTimer) clearTimeout(this.deadlineTimer);
+    this.deadlineTimer = undefined;
+    this.deadlineArmedAt = undefined;
+  }
+
+  /** The timer fired: act on what is due, then arm at the next deadline the database has. */
+  private async onDeadline(): Promise<void> {
+    this.deadlineTimer = undefined;
+    this.deadlineArmedAt = undefined;
+    if (this.expiring) {
+      this.expireAgain = true;
+      return;
+    }
+    this.expiring = (async () => {
+      try {
+        do {
+          this.expireAgain = false;
+          await this.expireDue();
+        } while (this.expireAgain && !this.stopped);
+        const next = await sandboxRepository(this.db).nextDeadline();
+        // Still due after a pass: another replica holds those rows (and acts on them); look again soon.
+        this.armAt(next && next.getTime() <= Date.now() ? new Date(Date.now() + PAST_DEADLINE_RETRY_MS) : next);
+      } catch (err) {
+        this.opts.logger.error(`deadline pass failed: ${toNestboxError(err).message}`);
+        // The periodic pass re-arms the timer from the database.
+      } finally {
+        this.expiring = undefined;
+      }
+    })();
+    await this.expiring;
+  }
+
+  /** Everything whose deadline passed: timeouts (kill or stop) and auto-deletes. */
+  async expireDue(): Promise<void> {
+    await this.deleteExpired();
+    await this.stopExpired();
+    await this.deleteAfterStop();
+  }
+
+  /** Sandboxes deleted as soon as they stop (auto-delete 0) are deleted at their timeout, in one step. */
+  async deleteExpired(): Promise<number> {
+    const claimed = await sandboxRepository(this.db).claimExpired(new Date(), 20, this.lifecycle.claimPatch(OPERATIONS.delete), 'at-once');
+    for (const sandbox of claimed) {
+      const log = this.opts.logger.child({ sandboxId: sandbox.id, operation: 'delete' });
+      log.info('reached its timeout; deleting it (auto-delete when stopped: 0 s)');
+      await this.sandboxes.finishDelete(sandbox, sandbox.operationId!).catch((err) => {
+        log.error(`timeout delete failed: ${toNestboxError(err).message}`);
+      });
+    }
+    return claimed.length;
   }
 
   async stopExpired(): Promise<number> {

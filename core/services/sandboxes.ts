@@ -74,7 +74,13 @@ export interface CreateSandboxInput extends LifecyclePolicy {
 
 export interface UpdateSandboxInput extends LifecyclePolicy {
   labels?: Record<string, string>;
+  /** A new timeout, counted from now for a running or paused sandbox (0 = none). */
   timeoutSeconds?: number;
+  /**
+   * `restart` (default): the deadline becomes now + timeoutSeconds. `extend`: it only ever moves
+   * later; a sandbox whose deadline is further away, or that has none, keeps it (E2B's connect).
+   */
+  timeoutMode?: 'restart' | 'extend';
   /** A new outbound network policy, in force at once on a running or paused sandbox. */
   egress?: EgressPolicy;
 }
@@ -105,6 +111,11 @@ export interface ListSandboxesInput {
   cursor?: string;
   idPrefix?: string;
   namePrefix?: string;
+  /** Started (or, never started, created) at or after / at or before this moment. */
+  startedAfter?: Date;
+  startedBefore?: Date;
+  /** Created from this snapshot (its id); null: from the image. */
+  sourceSnapshotId?: string | null;
   /** Default: createdAt desc. */
   sort?: { key: SandboxSortKey; order: 'asc' | 'desc' };
 }
@@ -172,6 +183,8 @@ function decodeCursor(cursor: string): { createdAt: Date; id: string } {
 export class SandboxService {
   /** Every state write goes through the engine, which takes it from the state table. */
   private readonly lifecycle: Lifecycle;
+  /** Told of every deadline this process sets (the background jobs' timer, see onDeadline). */
+  private deadlineListeners: ((at: Date) => void)[] = [];
 
   constructor(
     private readonly db: Db,
@@ -219,6 +232,17 @@ export class SandboxService {
     return sandboxRepository(this.db);
   }
 
+  /** Subscribe to the deadlines this process writes (the background jobs arm their timer with them). */
+  onDeadline(listener: (at: Date) => void): void {
+    this.deadlineListeners.push(listener);
+  }
+
+  /** Pass on the deadline of a row this process just wrote, if it has one that counts now. */
+  private noted<T extends Sandbox | undefined>(s: T): T {
+    if (s?.expiresAt && (s.state === 'running' || s.state === 'paused')) for (const listener of this.deadlineListeners) listener(s.expiresAt);
+    return s;
+  }
+
   async create(principal: Principal, input: CreateSandboxInput): Promise<Sandbox> {
     requireScope(principal, 'sandboxes:create');
     if (principal.sandboxIds !== null) throw errors.forbidden('this API key is limited to given sandboxes and cannot create new ones');
@@ -258,7 +282,7 @@ export class SandboxService {
       await this.rollBackCreate(created, OPERATIONS.create, client, operationId, err);
       throw toNestboxError(err);
     }
-    const running = await this.lifecycle.finish(created, OPERATIONS.create, 'succeeded', operationId);
+    const running = this.noted(await this.lifecycle.finish(created, OPERATIONS.create, 'succeeded', operationId));
     if (!running) {
       // Deleted while it was being created: the delete owns the cleanup; report what happened.
       throw errors.invalidState('sandbox', created.id, (await this.repo().findById(created.id))?.state ?? 'deleted', ['creating'], 'create');
@@ -372,6 +396,9 @@ export class SandboxService {
       limit: limit + 1,
       idPrefix: input.idPrefix,
       namePrefix: input.namePrefix,
+      startedAfter: input.startedAfter,
+      startedBefore: input.startedBefore,
+      sourceSnapshotId: input.sourceSnapshotId,
       sort,
       after: input.cursor && !sort ? decodeCursor(input.cursor) : undefined,
       sortAfter: input.cursor && sort ? decodeSortCursor(input.cursor, sort) : undefined,
@@ -402,13 +429,42 @@ export class SandboxService {
         throw errors.invalidState('sandbox', sandbox.id, sandbox.state, ['running', 'paused', 'stopped', 'error'], 'change the egress policy of');
       }
     }
+    if (input.timeoutMode !== undefined && input.timeoutMode !== 'restart' && input.timeoutMode !== 'extend') throw errors.validation('timeoutMode', 'must be "restart" or "extend"');
+    let extended: Sandbox | undefined;
     if (input.timeoutSeconds !== undefined) {
-      patch.timeoutSeconds = this.validateTimeout(input.timeoutSeconds);
-      // A new timeout counts from now for a running sandbox: this is the keep-alive call.
-      if (sandbox.state === 'running') patch.expiresAt = timeoutDeadline(patch.timeoutSeconds, new Date());
+      const timeoutSeconds = this.validateTimeout(input.timeoutSeconds);
+      // A new timeout counts from now for a live sandbox (a paused one's clock runs too): this
+      // is the keep-alive call. A stopped one gets it with its next start.
+      const live = sandbox.state === 'running' || sandbox.state === 'paused';
+      const deadline = timeoutDeadline(timeoutSeconds, new Date());
+      if (live && input.timeoutMode === 'extend') {
+        // Only later: none (never) stays none; a shorter one changes nothing.
+        if (deadline === null) {
+          if (sandbox.expiresAt !== null) Object.assign(patch, { timeoutSeconds, expiresAt: null });
+        } else {
+          extended = await this.repo().extendDeadline(id, deadline, timeoutSeconds);
+        }
+      } else {
+        patch.timeoutSeconds = timeoutSeconds;
+        if (live) patch.expiresAt = deadline;
+      }
     }
-    if (Object.keys(patch).length === 0) return sandbox;
-    return (await this.repo().update(id, patch)) ?? sandbox;
+    if (Object.keys(patch).length === 0) return this.noted(extended) ?? (await this.repo().findById(id)) ?? sandbox;
+    return this.noted(await this.repo().update(id, patch)) ?? sandbox;
+  }
+
+  /**
+   * The timeout of a running sandbox ends now (E2B's setTimeout(0)): its deadline becomes the
+   * present and the deadline timer acts on it as on any timeout (stop, or delete with
+   * auto-delete 0), on whichever replica claims it first.
+   */
+  async expireNow(principal: Principal, id: string): Promise<Sandbox> {
+    requireScope(principal, 'sandboxes:operate');
+    const sandbox = await this.load(principal, id);
+    if (sandbox.state !== 'running') throw errors.invalidState('sandbox', id, sandbox.state, ['running'], 'end the timeout of');
+    const expired = await this.repo().transition(id, ['running'], { expiresAt: new Date() });
+    if (!expired) throw errors.invalidState('sandbox', id, (await this.repo().findById(id))?.state ?? 'deleted', ['running'], 'end the timeout of');
+    return this.noted(expired);
   }
 
   /**
@@ -462,10 +518,10 @@ export class SandboxService {
       await this.lifecycle.finish(sandbox, OPERATIONS.start, 'failed', operationId, { errorMessage: failureMessage(OPERATIONS.start, e) });
       throw e;
     }
-    const running = await this.lifecycle.finish(sandbox, OPERATIONS.start, 'succeeded', operationId, {
+    const running = this.noted(await this.lifecycle.finish(sandbox, OPERATIONS.start, 'succeeded', operationId, {
       memoryRestored: result.memoryRestored,
       resumeReason: result.memoryRestored ? null : (result.resumeReason ?? 'unknown'),
-    });
+    }));
     return running ?? (await this.repo().findById(sandbox.id))!;
   }
 
@@ -575,7 +631,7 @@ export class SandboxService {
       throw e;
     }
     // Memory stayed in place the whole time (the table's unpause outcome says memoryRestored).
-    const running = await this.lifecycle.finish(sandbox, OPERATIONS.unpause, 'succeeded', operationId);
+    const running = this.noted(await this.lifecycle.finish(sandbox, OPERATIONS.unpause, 'succeeded', operationId));
     return running ?? (await this.repo().findById(sandbox.id))!;
   }
 
@@ -586,7 +642,7 @@ export class SandboxService {
     const now = new Date();
     const patch: SandboxPatch = { lastActivityAt: now };
     if (sandbox.state === 'running' || sandbox.state === 'paused') patch.expiresAt = timeoutDeadline(sandbox.timeoutSeconds, now);
-    return (await this.repo().update(id, patch)) ?? sandbox;
+    return this.noted(await this.repo().update(id, patch)) ?? sandbox;
   }
 
   /**
@@ -646,10 +702,10 @@ export class SandboxService {
     }
     const running: Sandbox[] = [];
     for (const child of children) {
-      const row = await this.lifecycle.finish(child, OPERATIONS.fork, 'succeeded', operationId, {
+      const row = this.noted(await this.lifecycle.finish(child, OPERATIONS.fork, 'succeeded', operationId, {
         memoryRestored: result.memoryCopied,
         resumeReason: result.memoryCopied ? null : 'driver_has_no_memory_snapshot',
-      });
+      }));
       running.push(row ?? (await this.repo().findById(child.id))!);
     }
     await this.noteActivity(source.id);

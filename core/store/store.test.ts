@@ -99,4 +99,53 @@ describe.each(DB_BACKENDS)('store on %s', (_name, open) => {
     expect(claimedIds.filter((id) => id === 'e1')).toHaveLength(1);
     expect((await repo.findById('e1'))?.state).toBe('stopping');
   });
+
+  it('knows the earliest deadline, claims kill-at-timeout rows for delete, and extends deadlines only later', async () => {
+    const repo = sandboxRepository(db);
+    const soon = new Date(Date.now() + 60_000);
+    const later = new Date(Date.now() + 120_000);
+    await make('d1');
+    await repo.transition('d1', ['creating'], { state: 'running', expiresAt: later });
+    await make('d2');
+    await repo.transition('d2', ['creating'], { state: 'running', expiresAt: soon, autoDeleteSeconds: 0 });
+    expect((await repo.nextDeadline())?.getTime()).toBe(soon.getTime());
+    // A stopped sandbox's auto-delete is a deadline too.
+    await make('d3');
+    const stoppedAt = new Date(Date.now() - 5_000);
+    await repo.transition('d3', ['creating'], { state: 'running' });
+    await repo.transition('d3', ['running'], { state: 'stopping' });
+    await repo.transition('d3', ['stopping'], { state: 'stopped', stoppedAt, autoDeleteSeconds: 2 });
+    expect((await repo.nextDeadline())?.getTime()).toBe(stoppedAt.getTime() + 2_000);
+    await repo.update('d3', { autoDeleteSeconds: null });
+
+    // Only later: a shorter deadline changes nothing, a longer one moves it.
+    expect(await repo.extendDeadline('d1', soon, 60)).toBeUndefined();
+    expect((await repo.extendDeadline('d1', new Date(later.getTime() + 1_000), 121))?.expiresAt?.getTime()).toBe(later.getTime() + 1_000);
+
+    // Due: auto-delete 0 is claimed for deleting, the rest for stopping, each by one sweeper only.
+    const past = new Date(Date.now() - 1);
+    await repo.update('d1', { expiresAt: past });
+    await repo.update('d2', { expiresAt: past });
+    const atOnce = await Promise.all([0, 1].map(() => repo.claimExpired(new Date(), 10, () => ({ operation: 'delete' }), 'at-once')));
+    expect(atOnce.flat().map((r) => `${r.id}:${r.state}`)).toEqual(['d2:deleting']);
+    const stops = await repo.claimExpired(new Date(), 10, () => ({ operation: 'stop' }));
+    expect(stops.map((r) => `${r.id}:${r.state}`)).toEqual(['d1:stopping']);
+  });
+
+  it('lists by start time, from a start time and by source snapshot', async () => {
+    const repo = sandboxRepository(db);
+    const t0 = Date.now() - 60_000;
+    for (const [id, offset, snapshot] of [['t1', 0, null], ['t2', 1_000, 'snap1'], ['t3', 2_000, null]] as const) {
+      await make(id, 'orga', { batch: 't' });
+      await repo.transition(id, ['creating'], { state: 'running', startedAt: new Date(t0 + offset) });
+      if (snapshot) await db('sandboxes').where({ id }).update({ source_snapshot_id: snapshot });
+    }
+    const ids = async (extra: object) => (await repo.list({ organizationId: 'orga', labels: { batch: 't' }, limit: 10, ...extra })).map((r) => r.id);
+    expect(await ids({ sort: { key: 'startedAt', order: 'asc' } })).toEqual(['t1', 't2', 't3']);
+    expect(await ids({ sort: { key: 'startedAt', order: 'desc' }, sortAfter: { value: new Date(t0 + 2_000).toISOString(), id: 't3' } })).toEqual(['t2', 't1']);
+    expect(await ids({ startedAfter: new Date(t0 + 1_000), sort: { key: 'startedAt', order: 'asc' } })).toEqual(['t2', 't3']);
+    expect(await ids({ startedBefore: new Date(t0 + 1_000), sort: { key: 'startedAt', order: 'asc' } })).toEqual(['t1', 't2']);
+    expect(await ids({ sourceSnapshotId: 'snap1' })).toEqual(['t2']);
+    expect(await ids({ sourceSnapshotId: null, sort: { key: 'startedAt', order: 'asc' } })).toEqual(['t1', 't3']);
+  });
 });

@@ -4,7 +4,7 @@ import type { Request, Response } from 'express';
 import { NestboxError, publicError } from '../../../core/errors.js';
 import { clientHasGone } from '../../../http-kit/request-checks.js';
 import type { E2bDeps } from '../deps.js';
-import { isSandboxUnavailable } from '../errors.js';
+import { isSandboxUnavailable, unavailableMessage } from '../errors.js';
 import type { SandboxTarget } from '../target.js';
 import { createContext, kernelFor, listContexts, removeContext, restartContext } from './kernels.js';
 import type { ErrorLog } from '../../../core/logger.js';
@@ -21,7 +21,7 @@ export function renderCodeInterpreterError(res: Response, err: unknown, log?: Er
     return;
   }
   const status = isSandboxUnavailable(e) ? 502 : e.status;
-  res.status(status).type('text/plain').send(e.message);
+  res.status(status).type('text/plain').send(status === 502 ? unavailableMessage(e) : e.message);
 }
 
 interface ExecuteBody {

@@ -8,7 +8,7 @@
 // does not decompress is the client's mistake; connect-es calls some of those (brotli's) internal.
 import type http from 'node:http';
 import { fromBinary } from '@bufbuild/protobuf';
-import { Code, ConnectError, createConnectRouter, type ConnectRouter } from '@connectrpc/connect';
+import { Code, ConnectError, createConnectRouter, createContextKey, createContextValues, type ConnectRouter, type HandlerContext } from '@connectrpc/connect';
 import type { Compression } from '@connectrpc/connect/protocol';
 import { compressionBrotli, compressionGzip, universalRequestFromNodeRequest, universalResponseToNodeResponse } from '@connectrpc/connect-node';
 import type { ErrorLog } from '../../../core/logger.js';
@@ -43,6 +43,19 @@ function clientFacing(compression: Compression): Compression {
 }
 
 const COMPRESSIONS = [compressionGzip, compressionBrotli].map(clientFacing);
+
+/** How an RPC cuts its HTTP connection instead of ending its stream (see dropConnection). */
+const DROP_CONNECTION = createContextKey<(() => void) | undefined>(undefined, { description: 'drop the HTTP connection of this RPC' });
+
+/**
+ * End an RPC the way envd's does when its sandbox dies under it: the connection breaks, with no
+ * end-of-stream message. The SDK reads a broken connection ("terminated") as a possible kill,
+ * probes /health, and on its 502 reports "The sandbox was killed or reached its end of life
+ * while the request was in flight" (a TimeoutError), which a Connect error would not give.
+ */
+export function dropConnection(ctx: HandlerContext): void {
+  ctx.values.get(DROP_CONNECTION)?.();
+}
 const UNARY_BINARY = /^application\/proto$/i;
 
 /** Connect's unary error: HTTP status from the code, body `{code, message}`. */
@@ -100,13 +113,14 @@ export function envdConnectHandler(routes: (router: ConnectRouter) => void, log:
         yield raw;
       })();
     }
-    const uReq = universalRequestFromNodeRequest(req, res, undefined, undefined);
+    const uReq = universalRequestFromNodeRequest(req, res, undefined, createContextValues().set(DROP_CONNECTION, () => res.destroy()));
     if (body) uReq.body = body;
     try {
       const uRes = await handler(uReq);
       await universalResponseToNodeResponse(uRes, res);
     } catch (reason) {
-      if (ConnectError.from(reason).code === Code.Aborted) return;
+      // Aborted: the client went away; destroyed: the RPC dropped the connection on purpose.
+      if (ConnectError.from(reason).code === Code.Aborted || res.destroyed) return;
       log.error({ err: reason, rpc: `${handler.service.typeName}/${handler.method.name}` }, `e2b envd: rpc ${handler.method.name} of ${handler.service.typeName} failed: ${reason instanceof Error ? reason.message : String(reason)}`);
       if (!res.headersSent) writeConnectError(res, 500, 'internal', 'internal error; the server log has the details');
       else res.destroy();

@@ -6,6 +6,7 @@ import { constants as osConstants } from 'node:os';
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from '@connectrpc/connect';
 import type { MessageInitShape } from '@bufbuild/protobuf';
 import type { ProcessInfo as GuestProcessInfo } from '../../../core/guest.js';
+import { NestboxError } from '../../../core/errors.js';
 import type { E2bDeps } from '../deps.js';
 import {
   Process,
@@ -15,6 +16,7 @@ import {
   type PTY,
 } from '../gen/process/process_pb.js';
 import { rpcError } from '../errors.js';
+import { dropConnection } from './connect-adapter.js';
 import type { SandboxTarget } from '../target.js';
 import { unixUserOf } from '../routing.js';
 import { KERNEL_TAG_PREFIX } from '../code-interpreter/kernels.js';
@@ -61,24 +63,39 @@ export function endEvent(exit: { status: string; exitCode: number | null; signal
   return { event: { case: 'end', value: { exitCode: exit.exitCode ?? 128 + number, exited: false, status, error: status } } };
 }
 
+/** Is the sandbox gone or no longer running (killed, timed out, paused), as opposed to a passing failure? */
+async function sandboxEnded(deps: E2bDeps, target: SandboxTarget): Promise<boolean> {
+  try {
+    return (await deps.core.sandboxes.get(target.principal, target.sandboxId)).state !== 'running';
+  } catch (err) {
+    return err instanceof NestboxError && err.code === 'not_found';
+  }
+}
+
 /** Relay a guest process's events as envd ProcessEvents: start first (e2b.md (h) 3), then data, keepalives and end. */
 async function* relayEvents(deps: E2bDeps, target: SandboxTarget, info: GuestProcessInfo, offsets: { stdout: number; stderr: number }, ctx: HandlerContext): AsyncGenerator<ProcessEventInit> {
   yield { event: { case: 'start', value: { pid: info.pid } } };
-  const stream = await deps.core.toolbox.processEvents(target.principal, target.sandboxId, info.processId, { stdoutOffset: offsets.stdout, stderrOffset: offsets.stderr }, { signal: ctx.signal });
-  for await (const e of stream.events()) {
-    if (e.type === 'keepalive') {
-      yield { event: { case: 'keepalive', value: {} } };
-    } else if (e.type === 'exit') {
-      yield endEvent(e);
-      return;
-    } else {
-      const bytes = Buffer.from(e.data, 'base64');
-      // A terminal's output is the guest's stdout; envd calls it `pty`.
-      const output = info.pty ? { case: 'pty' as const, value: bytes } : e.type === 'stdout' ? { case: 'stdout' as const, value: bytes } : { case: 'stderr' as const, value: bytes };
-      yield { event: { case: 'data', value: { output } } };
+  try {
+    const stream = await deps.core.toolbox.processEvents(target.principal, target.sandboxId, info.processId, { stdoutOffset: offsets.stdout, stderrOffset: offsets.stderr }, { signal: ctx.signal });
+    for await (const e of stream.events()) {
+      if (e.type === 'keepalive') {
+        yield { event: { case: 'keepalive', value: {} } };
+      } else if (e.type === 'exit') {
+        yield endEvent(e);
+        return;
+      } else {
+        const bytes = Buffer.from(e.data, 'base64');
+        // A terminal's output is the guest's stdout; envd calls it `pty`.
+        const output = info.pty ? { case: 'pty' as const, value: bytes } : e.type === 'stdout' ? { case: 'stdout' as const, value: bytes } : { case: 'stderr' as const, value: bytes };
+        yield { event: { case: 'data', value: { output } } };
+      }
     }
+  } catch (err) {
+    if (!ctx.signal.aborted && (await sandboxEnded(deps, target))) dropConnection(ctx);
+    throw err;
   }
-  // The guest closed the stream without an exit: the sandbox went away.
+  // The guest closed the stream without an exit: the sandbox went away (or its agent did).
+  if (await sandboxEnded(deps, target)) dropConnection(ctx);
   throw new ConnectError('the process stream ended without an exit (the sandbox stopped?)', Code.Unavailable);
 }
 

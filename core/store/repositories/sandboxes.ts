@@ -192,17 +192,23 @@ export interface ListFilter {
   /** Prefix filters (Daytona's list `id`/`name`). */
   idPrefix?: string;
   namePrefix?: string;
+  /** Started (or, never started, created) at or after / before this moment. */
+  startedAfter?: Date;
+  startedBefore?: Date;
+  /** Created from this snapshot (its id); null: from the image, no snapshot. */
+  sourceSnapshotId?: string | null;
   /** Another order than created_at desc; paging then uses `sortAfter` (value of the sort key, id). */
   sort?: { key: SandboxSortKey; order: 'asc' | 'desc' };
   sortAfter?: { value: string | number; id: string };
 }
 
-export const SANDBOX_SORT_KEYS = ['createdAt', 'name', 'cpu', 'memoryMiB', 'lastActivityAt'] as const;
+export const SANDBOX_SORT_KEYS = ['createdAt', 'startedAt', 'name', 'cpu', 'memoryMiB', 'lastActivityAt'] as const;
 export type SandboxSortKey = (typeof SANDBOX_SORT_KEYS)[number];
 
 /** Sort expressions never yield NULL, so keyset paging over (expression, id) is total. */
 const SORT_EXPRESSION: Record<SandboxSortKey, string> = {
   createdAt: 'created_at',
+  startedAt: 'coalesce(started_at, created_at)',
   name: 'coalesce(name, id)',
   cpu: 'cpu',
   memoryMiB: 'memory_mib',
@@ -213,6 +219,7 @@ const SORT_EXPRESSION: Record<SandboxSortKey, string> = {
 export function sortValueOf(s: Sandbox, key: SandboxSortKey): string | number {
   switch (key) {
     case 'createdAt': return s.createdAt.toISOString();
+    case 'startedAt': return (s.startedAt ?? s.createdAt).toISOString();
     case 'name': return s.name ?? s.id;
     case 'cpu': return s.cpu;
     case 'memoryMiB': return s.memoryMiB;
@@ -295,7 +302,7 @@ export function sandboxRepository(db: DbOrTx) {
         q.orderByRaw(`${expr} ${dir}, id ${dir}`);
         if (filter.sortAfter) {
           const op = dir === 'asc' ? '>' : '<';
-          const cast = filter.sort.key === 'createdAt' || filter.sort.key === 'lastActivityAt' ? '::timestamptz' : '';
+          const cast = filter.sort.key === 'createdAt' || filter.sort.key === 'startedAt' || filter.sort.key === 'lastActivityAt' ? '::timestamptz' : '';
           q.whereRaw(`(${expr}, id) ${op} (?${cast}, ?)`, [filter.sortAfter.value, filter.sortAfter.id]);
         }
       } else {
@@ -312,6 +319,10 @@ export function sandboxRepository(db: DbOrTx) {
         q.whereRaw('labels @> ?::jsonb', [JSON.stringify(filter.labels)]);
       }
       if (filter.states?.length) q.whereIn('state', filter.states);
+      if (filter.startedAfter) q.whereRaw('coalesce(started_at, created_at) >= ?', [filter.startedAfter]);
+      if (filter.startedBefore) q.whereRaw('coalesce(started_at, created_at) <= ?', [filter.startedBefore]);
+      if (filter.sourceSnapshotId === null) q.whereNull('source_snapshot_id');
+      else if (filter.sourceSnapshotId !== undefined) q.where('source_snapshot_id', filter.sourceSnapshotId);
       if (filter.ids) q.whereIn('id', filter.ids);
       if (filter.after) {
         const { createdAt, id } = filter.after;
@@ -383,13 +394,56 @@ export function sandboxRepository(db: DbOrTx) {
       });
     },
 
-    /** Running sandboxes whose deadline passed. */
-    claimExpired(now: Date, limit: number, patch: (id: string) => SandboxPatch): Promise<Sandbox[]> {
+    /**
+     * Running sandboxes whose deadline passed. `autoDelete: 'at-once'` takes those deleted as
+     * soon as they stop (auto_delete_seconds 0: E2B's kill at timeout), which go straight to
+     * `deleting` (one host call instead of a stop and a delete); `'later'` takes the others,
+     * into `stopping`.
+     */
+    claimExpired(now: Date, limit: number, patch: (id: string) => SandboxPatch, autoDelete: 'at-once' | 'later' = 'later'): Promise<Sandbox[]> {
       return this.claim(
-        { state: 'running', where: (q) => q.whereNotNull('expires_at').where('expires_at', '<=', now).orderBy('expires_at') },
+        {
+          state: 'running',
+          where: (q) => {
+            q.whereNotNull('expires_at').where('expires_at', '<=', now).orderBy('expires_at');
+            if (autoDelete === 'at-once') q.where('auto_delete_seconds', 0);
+            else q.where((w) => w.whereNull('auto_delete_seconds').orWhere('auto_delete_seconds', '>', 0));
+          },
+        },
         limit,
-        (id) => ({ state: 'stopping', ...patch(id) }),
+        (id) => ({ state: autoDelete === 'at-once' ? 'deleting' : 'stopping', ...patch(id) }),
       );
+    },
+
+    /**
+     * The earliest moment a sweeper has something to do: a running sandbox's deadline, or the
+     * end of a stopped one's auto-delete delay. Null when nothing is scheduled.
+     */
+    async nextDeadline(): Promise<Date | null> {
+      const result = await db.raw(
+        `SELECT least(
+           (SELECT min(expires_at) FROM sandboxes WHERE state = 'running' AND expires_at IS NOT NULL),
+           (SELECT min(stopped_at + make_interval(secs => auto_delete_seconds)) FROM sandboxes WHERE state = 'stopped' AND auto_delete_seconds IS NOT NULL AND stopped_at IS NOT NULL)
+         ) AS at`,
+      );
+      const rows = ((result as { rows?: { at: Date | string | null }[] }).rows ?? []) as { at: Date | string | null }[];
+      return date(rows[0]?.at ?? null);
+    },
+
+    /**
+     * Move a live sandbox's deadline to `deadline` only if that is later than the one it has (a
+     * sandbox without a deadline keeps none), in one statement so two concurrent extensions
+     * cannot shorten each other. Undefined when nothing changed.
+     */
+    async extendDeadline(id: string, deadline: Date, timeoutSeconds: number): Promise<Sandbox | undefined> {
+      const [row] = await db<SandboxRow>('sandboxes')
+        .where({ id })
+        .whereIn('state', ['running', 'paused'])
+        .whereNotNull('expires_at')
+        .where('expires_at', '<', deadline)
+        .update({ expires_at: deadline, timeout_seconds: timeoutSeconds, updated_at: new Date() } as Partial<SandboxRow>)
+        .returning('*');
+      return row ? fromRow(row as SandboxRow) : undefined;
     },
 
     /**

@@ -105,6 +105,13 @@ class _StreamCapture:
 _stdout_capture = _StreamCapture(1, "stdout")
 _stderr_capture = _StreamCapture(2, "stderr")
 sys.stdin = open(os.devnull, "r")
+# The kernel runs under `python3 -u`, whose unbuffered sys.stdout/sys.stderr write print()'s
+# text and its newline in two system calls, so one print arrived as two messages. Line-buffered
+# streams over the same descriptors write a whole line at once (a line is one message, as
+# Jupyter coalesces a print into one stream message); what is written without a newline still
+# goes out at the latest when the cell ends (run_cell flushes both).
+sys.stdout = open(1, "w", encoding="utf-8", buffering=1, closefd=False)
+sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", buffering=1, closefd=False)
 
 NAMESPACE = {"__name__": "__main__", "__builtins__": __builtins__}
 _execution_count = [0]
