@@ -210,6 +210,14 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
     };
   }
 
+  function publicTrafficOf(b: Record<string, unknown>): boolean {
+    const network = b.network && typeof b.network === 'object' ? (b.network as Record<string, unknown>) : {};
+    const value = network.allowPublicTraffic;
+    if (value === undefined || value === null) return true;
+    if (typeof value !== 'boolean') throw errors.validation('network.allowPublicTraffic', 'must be a boolean');
+    return value;
+  }
+
   const create: Handler = async (req, res, principal) => {
     const b = body(req);
     const source = await templateSource(principal, b.templateID);
@@ -225,6 +233,10 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
     let sandbox = await core.sandboxes.create(principal, {
       ...source,
       ...(egress ? { egress } : {}),
+      // E2B: every port the sandbox listens on is reachable at <port>-<id>.<domain> (or by the
+      // E2b-Sandbox-Id/-Port headers), by anyone unless allowPublicTraffic is false, then with
+      // the sandbox's traffic token (e2b-traffic-access-token).
+      everyPort: { public: publicTrafficOf(b) },
       // E2B's 0 is a lifetime of nothing (the sandbox ends at once), Nestbox's 0 is "never":
       // the sandbox gets the default and its timeout is ended right after the create.
       timeoutSeconds: Math.min(requested || DEFAULT_TIMEOUT_SECONDS, deps.maxTimeoutSeconds),

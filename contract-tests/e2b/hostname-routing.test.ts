@@ -63,3 +63,57 @@ describe('e2b per-sandbox host names', () => {
     await other.kill();
   });
 });
+
+describe("e2b sandbox ports (any port the sandbox listens on, as E2B's proxy)", () => {
+  const SERVER = "python3 -c \"import http.server as h\nclass H(h.BaseHTTPRequestHandler):\n  def do_GET(s):\n    b=('port-8000 got ' + s.path + ' token=' + str(s.headers.get('e2b-traffic-access-token'))).encode(); s.send_response(200); s.send_header('content-length', str(len(b))); s.end_headers(); s.wfile.write(b)\nh.HTTPServer(('0.0.0.0', 8000), H).serve_forever()\"";
+
+  async function serving(sbx: Sandbox): Promise<void> {
+    await sbx.commands.run(SERVER, { background: true });
+    for (let i = 0; i < 100; i++) {
+      if ((await sbx.commands.run('python3 -c "import socket; socket.create_connection((\'127.0.0.1\', 8000), 1)"').catch(() => undefined))?.exitCode === 0) return;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    throw new Error('the test server in the sandbox did not start');
+  }
+
+  it('reaches an unpublished port by host name and by routing headers, public by default', async () => {
+    const sbx = await Sandbox.create({ apiKey: t.apiKey, apiUrl: `${t.url}/e2b`, sandboxUrl: t.url });
+    try {
+      await serving(sbx);
+      const byHost = await request(sbx.getHost(8000), 'GET', '/hello?x=1', {});
+      expect(byHost).toEqual({ status: 200, text: 'port-8000 got /hello?x=1 token=None' });
+      const byHeaders = await request('anything.example', 'GET', '/via-headers', { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '8000' });
+      expect(byHeaders).toEqual({ status: 200, text: 'port-8000 got /via-headers token=None' });
+      // A port nothing listens on is the proxy's 502, not a 404 "not published".
+      expect((await request(sbx.getHost(8001), 'GET', '/', {})).status).toBe(502);
+      // Not one of the organisation's published ports.
+      const listed = (await (await fetch(`${t.url}/api/v1/sandboxes/${sbx.sandboxId}/ports`, { headers: { authorization: `Bearer ${t.apiKey}` } })).json()) as { items: unknown[] };
+      expect(listed).toEqual({ items: [] });
+    } finally {
+      await sbx.kill();
+    }
+  });
+
+  it('with allowPublicTraffic false, needs the traffic token and keeps it from the sandbox', async () => {
+    const sbx = await Sandbox.create({ apiKey: t.apiKey, apiUrl: `${t.url}/e2b`, sandboxUrl: t.url, network: { allowPublicTraffic: false } });
+    const other = await Sandbox.create({ apiKey: t.apiKey, apiUrl: `${t.url}/e2b`, sandboxUrl: t.url, network: { allowPublicTraffic: false } });
+    try {
+      await serving(sbx);
+      expect(sbx.trafficAccessToken).toMatch(/^nbxt_/);
+      expect((await request(sbx.getHost(8000), 'GET', '/', {})).status).toBe(401);
+      // Another sandbox's traffic token does not open this one.
+      expect((await request(sbx.getHost(8000), 'GET', '/', { 'e2b-traffic-access-token': other.trafficAccessToken! })).status).toBe(401);
+      const opened = await request(sbx.getHost(8000), 'GET', '/private', { 'e2b-traffic-access-token': sbx.trafficAccessToken! });
+      expect(opened).toEqual({ status: 200, text: 'port-8000 got /private token=None' });
+    } finally {
+      await sbx.kill();
+      await other.kill();
+    }
+  });
+
+  it('refuses a non-boolean allowPublicTraffic naming the field', async () => {
+    const res = await fetch(`${t.url}/e2b/sandboxes`, { method: 'POST', headers: { 'X-API-KEY': t.apiKey, 'content-type': 'application/json' }, body: JSON.stringify({ templateID: 'base', network: { allowPublicTraffic: 'no' } }) });
+    expect(res.status).toBe(400);
+    expect(((await res.json()) as { message: string }).message).toContain('network.allowPublicTraffic');
+  });
+});
