@@ -18,7 +18,10 @@ export interface FileInfo {
   mode: number;
   /** ISO 8601. */
   mtime: string;
+  /** A symlink's own text (readlink). */
   symlinkTarget?: string;
+  /** A symlink that resolves: the absolute path at the end of every link, and what is there. */
+  symlinkResolved?: { path: string; type: FileType; mode: number };
   owner: string;
   group: string;
   uid: number;

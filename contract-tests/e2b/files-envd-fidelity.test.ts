@@ -23,6 +23,29 @@ afterAll(async () => {
 const envdHeaders = (): Record<string, string> => ({ 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49983' });
 
 describe('e2b files: envd semantics', () => {
+  it('describes a symlink by its absolute resolved target and the type and mode of what it points at', async () => {
+    await sbx.files.write('/tmp/links/real.txt', 'target');
+    await sbx.commands.run('chmod 600 /tmp/links/real.txt && ln -s real.txt /tmp/links/rel-link && ln -s /tmp/links /tmp/links-dir && ln -s missing /tmp/links/dangling');
+
+    const info = await sbx.files.getInfo('/tmp/links/rel-link');
+    expect(info).toMatchObject({ name: 'rel-link', path: '/tmp/links/rel-link', type: 'file', symlinkTarget: '/tmp/links/real.txt', mode: 0o600 });
+    // The link's own permissions, as Go prints a symlink's FileMode.
+    expect(info.permissions).toBe('Lrwxrwxrwx');
+
+    const dir = await sbx.files.getInfo('/tmp/links-dir');
+    expect(dir).toMatchObject({ type: 'dir', symlinkTarget: '/tmp/links' });
+
+    // Listed entries carry the same; a dangling link has no type (envd: unspecified), which the
+    // SDK leaves out of its list.
+    const entries = await sbx.files.list('/tmp/links');
+    expect(entries.map((e) => [e.name, e.type, e.symlinkTarget]).sort()).toEqual([
+      ['real.txt', 'file', undefined],
+      ['rel-link', 'file', '/tmp/links/real.txt'],
+    ]);
+    // A plain file has no symlink target.
+    expect((await sbx.files.getInfo('/tmp/links/real.txt')).symlinkTarget).toBeUndefined();
+  });
+
   it('removes a path that does not exist without an error, as envd does', async () => {
     await expect(sbx.files.remove('/tmp/never/was/here.txt')).resolves.toBeUndefined();
     await sbx.files.write('/tmp/gone/x.txt', 'x');

@@ -77,7 +77,10 @@ export const FileInfo = z.object({
   size: z.number(),
   mode: z.number().int(), // permission bits, e.g. 0o644 = 420
   mtime: z.string(), // ISO 8601
-  symlinkTarget: z.string().optional(),
+  symlinkTarget: z.string().optional(), // a symlink's own text, as readlink(2) gives it
+  // A symlink that resolves: the absolute path at the end of every link, and the type and mode
+  // of what is there (E2B describes links by these). Absent for a dangling or looping link.
+  symlinkResolved: z.object({ path: z.string(), type: FileType, mode: z.number().int() }).optional(),
   // Owner names come from the sandbox's own /etc/passwd and /etc/group; an id without an
   // entry there is reported as the number in decimal.
   owner: z.string(),

@@ -219,8 +219,12 @@ describe('file routes', () => {
       expect(byName['c.txt']).toMatchObject({ type: 'file', size: 3, path: join(agent.home, 'listing/c.txt') });
       expect(byName['b-dir'].type).toBe('dir');
       expect(byName['a-link']).toMatchObject({ type: 'symlink', symlinkTarget: 'c.txt' });
+      // Where it leads: the absolute path after every link, and what is there.
+      expect(byName['a-link'].symlinkResolved).toEqual({ path: join(agent.home, 'listing/c.txt'), type: 'file', mode: byName['c.txt'].mode });
       expect(byName.dangling).toMatchObject({ type: 'symlink', symlinkTarget: '/nowhere/at/all' });
+      expect(byName.dangling.symlinkResolved).toBeUndefined();
       expect(byName['c.txt'].symlinkTarget).toBeUndefined();
+      expect(byName['c.txt'].symlinkResolved).toBeUndefined();
     });
 
     it('lists home when no path is given', async () => {
@@ -243,7 +247,12 @@ describe('file routes', () => {
 
     it('describes a symlink itself rather than its target', async () => {
       await symlink('stat-me.txt', join(agent.home, 'stat-link'));
+      await symlink('stat-link', join(agent.home, 'stat-link-2'));
+      await symlink('.', join(agent.home, 'stat-dir-link'));
       expect(await client.stat('stat-link')).toMatchObject({ type: 'symlink', symlinkTarget: 'stat-me.txt' });
+      // A chain of links resolves to its end; a link to a directory says so.
+      expect(await client.stat('stat-link-2')).toMatchObject({ symlinkTarget: 'stat-link', symlinkResolved: { path: join(agent.home, 'stat-me.txt'), type: 'file' } });
+      expect((await client.stat('stat-dir-link')).symlinkResolved).toMatchObject({ path: agent.home, type: 'dir' });
     });
 
     it('describes the root as "/"', async () => {

@@ -43,7 +43,14 @@ export async function describe(absolutePath: string, info: Stats): Promise<FileI
     uid: info.uid,
     gid: info.gid,
   };
-  if (info.isSymbolicLink()) entry.symlinkTarget = await readlink(absolutePath);
+  if (info.isSymbolicLink()) {
+    entry.symlinkTarget = await readlink(absolutePath);
+    // Where the link finally leads (every link followed), for clients that describe a link by
+    // its target; a dangling or looping link simply has none.
+    const resolvedPath = await realpath(absolutePath).catch(() => undefined);
+    const resolved = resolvedPath === undefined ? undefined : await stat(resolvedPath).catch(() => undefined);
+    if (resolvedPath !== undefined && resolved) entry.symlinkResolved = { path: resolvedPath, type: fileType(resolved), mode: resolved.mode & 0o7777 };
+  }
   return entry;
 }
 

@@ -35,18 +35,26 @@ export function permissionString(type: FileInfo['type'], mode: number): string {
   return kind + out;
 }
 
+/**
+ * envd describes a symlink by where it leads: `type` and `mode` of the final target,
+ * `symlinkTarget` its absolute resolved path; the permissions string stays the link's own
+ * (`Lrwxrwxrwx`). A dangling link has no type (unspecified, which SDK lists skip) and names
+ * itself as its target, as envd's resolution falls back to the path.
+ */
 export function entryInfo(f: FileInfo): EntryInit {
+  const link = f.type === 'symlink';
+  const resolved = link ? f.symlinkResolved : undefined;
   return {
     name: f.name,
-    type: TYPE[f.type],
+    type: link ? (resolved ? TYPE[resolved.type] : FileType.UNSPECIFIED) : TYPE[f.type],
     path: f.path,
     size: BigInt(Math.max(0, Math.trunc(f.size))),
-    mode: f.mode & 0o7777,
+    mode: (link ? (resolved?.mode ?? 0) : f.mode) & 0o7777,
     permissions: permissionString(f.type, f.mode),
     owner: f.owner,
     group: f.group,
     modifiedTime: timestampFromDate(new Date(f.mtime)),
-    ...(f.symlinkTarget !== undefined ? { symlinkTarget: f.symlinkTarget } : {}),
+    ...(link ? { symlinkTarget: resolved?.path ?? f.path } : {}),
   };
 }
 
