@@ -103,5 +103,16 @@ describe('e2b files: envd semantics', () => {
     expect(noPath.status).toBe(400);
     expect((await noPath.json()).message).toMatch(/^file: /);
   });
+
+  it('reads procfs files, whose size is not known in advance, to their end', async () => {
+    expect(await sbx.files.read('/proc/cpuinfo')).toMatch(/^processor\s*:/m);
+    expect(await sbx.files.read('/proc/self/status')).toMatch(/^Pid:\s+\d+/m);
+    expect((await sbx.files.read('/proc/sys/kernel/random/boot_id')).trim()).toMatch(/^[0-9a-f-]{36}$/);
+    const bytes = await sbx.files.read('/proc/self/status', { format: 'bytes' });
+    expect(bytes.length).toBeGreaterThan(0);
+    // A really empty file still reads as ''.
+    await sbx.files.write('/tmp/proc-empty.txt', '');
+    expect(await sbx.files.read('/tmp/proc-empty.txt')).toBe('');
+  });
 });
 

@@ -8,7 +8,10 @@
 //
 //   GET  /health                      → HealthResponse
 //   POST /exec          ExecRequest   → ExecResponse (foreground: answers when the process ends)
-//   GET  /files/content?path=         → raw bytes, streamed (Content-Length set from stat)
+//   GET  /files/content?path=         → raw bytes, streamed (Content-Length set from stat). A
+//                                       file whose size is not known in advance (st_size 0, or
+//                                       on procfs/sysfs/…) is read until EOF and sent chunked,
+//                                       without Content-Length; Range is ignored for it.
 //   PUT  /files/content?path=&mode=   raw body, streamed to a temp file then renamed; parents
 //                                       created → FileInfo of the written file
 //   GET  /files/list?path=&depth=    → { entries: FileInfo[] }   (more file routes: files.ts)
