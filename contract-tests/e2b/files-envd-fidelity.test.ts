@@ -4,8 +4,11 @@
 // files of unknown size (procfs), and file metadata (X-Metadata-* ↔ EntryInfo.metadata).
 // Every path is absolute under /tmp, so nothing depends on the default user or its home.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Sandbox } from 'e2b';
-import { startE2bTestServer, type E2bTestServer } from './helpers.js';
+import { createClient } from '@connectrpc/connect';
+import { createConnectTransport } from '@connectrpc/connect-node';
+import { FilesystemEventType, Sandbox, type FilesystemEvent } from 'e2b';
+import { EventType, Filesystem } from '../../compat/e2b/gen/filesystem/filesystem_pb.js';
+import { sleep, startE2bTestServer, type E2bTestServer } from './helpers.js';
 
 let t: E2bTestServer;
 let sbx: Sandbox;
@@ -113,6 +116,55 @@ describe('e2b files: envd semantics', () => {
     // A really empty file still reads as ''.
     await sbx.files.write('/tmp/proc-empty.txt', '');
     expect(await sbx.files.read('/tmp/proc-empty.txt')).toBe('');
+  });
+
+  it('watchDir reports a written file as envd does: create, chmod, write for a new one, write for an overwrite', async () => {
+    await sbx.files.makeDir('/tmp/watch-fid');
+    await sbx.files.write('/tmp/watch-fid/existing.txt', 'first');
+    const events: FilesystemEvent[] = [];
+    const handle = await sbx.files.watchDir('/tmp/watch-fid', (e) => void events.push(e));
+    const seen = (type: FilesystemEventType, name: string) => events.some((e) => e.type === type && e.name === name);
+    try {
+      await sbx.files.write('/tmp/watch-fid/existing.txt', 'second');
+      await sbx.files.write('/tmp/watch-fid/new.txt', 'content');
+      for (let i = 0; i < 100 && !(seen(FilesystemEventType.WRITE, 'existing.txt') && seen(FilesystemEventType.WRITE, 'new.txt')); i++) await sleep(50);
+      // Let anything else that would come arrive before the exact comparison.
+      await sleep(300);
+    } finally {
+      await handle.stop();
+    }
+    expect(events.map((e) => [e.type, e.name])).toEqual([
+      [FilesystemEventType.WRITE, 'existing.txt'],
+      [FilesystemEventType.CREATE, 'new.txt'],
+      [FilesystemEventType.CHMOD, 'new.txt'],
+      [FilesystemEventType.WRITE, 'new.txt'],
+    ]);
+  });
+
+  it('CreateWatcher / GetWatcherEvents (the Python sync SDK\'s polling) has the events as soon as the write returns', async () => {
+    // The JS SDK does not poll; this is the same Connect call the Python SDK makes.
+    const filesystem = createClient(Filesystem, createConnectTransport({ baseUrl: t.url, httpVersion: '1.1' }));
+    const headers = { ...envdHeaders(), 'X-Access-Token': (sbx as unknown as { envdAccessToken: string }).envdAccessToken };
+    await sbx.files.makeDir('/tmp/poll-fid/nested-parent');
+    const { watcherId } = await filesystem.createWatcher({ path: '/tmp/poll-fid', recursive: true }, { headers });
+    const drain = async () => (await filesystem.getWatcherEvents({ watcherId }, { headers })).events.map((e) => [e.type, e.name]);
+    try {
+      await sbx.files.write('/tmp/poll-fid/test_watch.txt', 'This file will be watched.');
+      // No waiting: envd has them queued by the time the write is answered.
+      expect(await drain()).toEqual([
+        [EventType.CREATE, 'test_watch.txt'],
+        [EventType.CHMOD, 'test_watch.txt'],
+        [EventType.WRITE, 'test_watch.txt'],
+      ]);
+      await sbx.files.write('/tmp/poll-fid/test_watch.txt', 'This file has been modified.');
+      expect(await drain()).toEqual([[EventType.WRITE, 'test_watch.txt']]);
+      // A directory made and a file written into it at once: the file's write is there too.
+      await sbx.files.makeDir('/tmp/poll-fid/nested');
+      await sbx.files.write('/tmp/poll-fid/nested/inner.txt', 'inner');
+      expect(await drain()).toContainEqual([EventType.WRITE, 'nested/inner.txt']);
+    } finally {
+      await filesystem.removeWatcher({ watcherId }, { headers });
+    }
   });
 });
 

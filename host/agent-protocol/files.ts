@@ -95,9 +95,16 @@
 //     reported as create. With recursive=false, only direct children are watched. A recursive
 //     watch covers at most 65,536 directories (inotify watches are a shared, limited resource).
 //     Symlinked directories are reported as entries but not watched inside.
+//   - The agent's own writes (PUT /files/content, uploads, replace) land by renaming a temp
+//     file into place but are reported as the in-place write they stand for, as E2B's envd
+//     reports one: a new file as create, chmod, then write (when it has content), an
+//     overwritten file as write (host/guest-agent/files-write-marks.ts). The same holds for
+//     such a file found in a newly created directory.
 //
 // Polling watchers buffer the same events (not ready/keepalive) up to 10,000, counting what
-// overflowed in `dropped` (reset on each drain). A watcher not polled for 10 minutes is
+// overflowed in `dropped` (reset on each drain). A drain first reads what the kernel has queued
+// and classifies the batch being coalesced at once, so a change whose call has returned (an
+// upload, a command that wrote a file) is among the events it answers. A watcher not polled for 10 minutes is
 // removed; its watch ends when its directory disappears (events still drain once).
 import { z } from 'zod';
 import { FileInfo } from './types.js';

@@ -181,7 +181,7 @@ export function createFileRoutes(settings: FileRouteSettings): FileRoutes {
       const match = WATCHER_PATH.exec(pathname);
       if (!match) return undefined;
       const [, watcherId, events] = match;
-      if (events) return { GET: async ({ res }) => sendJson(res, 200, pollingWatchers.drain(watcherId)) };
+      if (events) return { GET: async ({ res }) => sendJson(res, 200, await pollingWatchers.drain(watcherId)) };
       return {
         DELETE: async ({ res }) => {
           pollingWatchers.remove(watcherId);

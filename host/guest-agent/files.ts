@@ -10,6 +10,7 @@ import { pipeline } from 'node:stream/promises';
 import type { FileInfo, ListResponse } from '../agent-protocol/types.js';
 import { AgentHttpError, rethrowFsError, validationFailed } from './errors.js';
 import { sandboxAccounts } from './files-owners.js';
+import { markAgentWrite } from './files-write-marks.js';
 import { createScavengeNudge } from './memory.js';
 import { baseName } from './paths.js';
 import { parseRangeHeader } from './range.js';
@@ -301,7 +302,7 @@ export function handleWriter(handle: FileHandle): Writable {
   });
 }
 
-async function streamIntoTempFile(body: Readable, tempPath: string, mode: number): Promise<number> {
+async function streamIntoTempFile(body: Readable, tempPath: string, mode: number): Promise<Stats> {
   const handle = await open(tempPath, 'wx', 0o600);
   try {
     // pipeline applies backpressure: the request socket is paused whenever the disk lags, so
@@ -310,7 +311,7 @@ async function streamIntoTempFile(body: Readable, tempPath: string, mode: number
     await pipeline(body, writer);
     await handle.sync();
     await handle.chmod(mode);
-    return (await handle.stat()).size;
+    return await handle.stat();
   } finally {
     await handle.close().catch(() => {});
   }
@@ -327,7 +328,9 @@ export async function receiveFile(body: Readable, absolutePath: string, requeste
     const target = await writeTarget(absolutePath);
     const mode = requestedMode ?? (target.existing ? target.existing.mode & 0o7777 : DEFAULT_NEW_FILE_MODE);
     tempPath = tempPathBeside(target.path);
-    await streamIntoTempFile(body, tempPath, mode);
+    const written = await streamIntoTempFile(body, tempPath, mode);
+    // Watchers report this rename as the write it is (files-write-marks.ts).
+    markAgentWrite(written, target.existing !== undefined);
     await rename(tempPath, target.path);
     tempPath = undefined;
     return await describe(target.path, await lstat(target.path));
