@@ -166,5 +166,49 @@ describe('e2b files: envd semantics', () => {
       await filesystem.removeWatcher({ watcherId }, { headers });
     }
   });
+
+  it('keeps file metadata (X-Metadata-*) in user.e2b.* attributes and shows it on write, getInfo, list and rename', async () => {
+    const metadata = { author: 'mish', purpose: 'upload' };
+    const info = await sbx.files.write('/tmp/meta/a.txt', 'with metadata', { metadata });
+    expect(Array.isArray(info)).toBe(false);
+    expect((info as { metadata?: Record<string, string> }).metadata).toEqual(metadata);
+    expect((await sbx.files.getInfo('/tmp/meta/a.txt')).metadata).toEqual(metadata);
+
+    const octet = await sbx.files.write('/tmp/meta/octet.txt', 'raw', { metadata, useOctetStream: true } as never);
+    expect((octet as { metadata?: Record<string, string> }).metadata).toEqual(metadata);
+    expect((await sbx.files.getInfo('/tmp/meta/octet.txt')).metadata).toEqual(metadata);
+
+    // The same metadata on every file of a multi-file write.
+    const many = await sbx.files.writeFiles([{ path: '/tmp/meta/m1.txt', data: '1' }, { path: '/tmp/meta/m2.txt', data: '2' }], { metadata: { source: 'test-suite' } });
+    expect(many.map((w) => w.metadata)).toEqual([{ source: 'test-suite' }, { source: 'test-suite' }]);
+
+    const listed = await sbx.files.list('/tmp/meta');
+    expect(listed.find((e) => e.name === 'm2.txt')?.metadata).toEqual({ source: 'test-suite' });
+    const renamed = await sbx.files.rename('/tmp/meta/m2.txt', '/tmp/meta/m2-renamed.txt');
+    expect(renamed.metadata).toEqual({ source: 'test-suite' });
+
+    // Without metadata there is none; overwriting without it clears what was there.
+    const plain = await sbx.files.write('/tmp/meta/plain.txt', 'no metadata here');
+    expect((plain as { metadata?: unknown }).metadata).toBeUndefined();
+    expect((await sbx.files.getInfo('/tmp/meta/plain.txt')).metadata).toBeUndefined();
+    const over = await sbx.files.write('/tmp/meta/a.txt', 'second');
+    expect((over as { metadata?: unknown }).metadata).toBeUndefined();
+    expect((await sbx.files.getInfo('/tmp/meta/a.txt')).metadata).toBeUndefined();
+
+    // They are real extended attributes: set inside the sandbox, they show; others do not.
+    await sbx.commands.run(`python3 -c "import os; os.setxattr('/tmp/meta/plain.txt', 'user.e2b.author', b'mish'); os.setxattr('/tmp/meta/plain.txt', 'user.other', b'x')"`);
+    expect((await sbx.files.getInfo('/tmp/meta/plain.txt')).metadata).toEqual({ author: 'mish' });
+    const attrs = await sbx.commands.run(`python3 -c "import os; print(os.getxattr('/tmp/meta/octet.txt', 'user.e2b.purpose').decode())"`);
+    expect(attrs.stdout.trim()).toBe('upload');
+
+    // A header value the SDK would not send (not printable ASCII) is refused, naming metadata.
+    const bad = await fetch(`${t.url}/files?path=/tmp/meta/bad.txt`, {
+      method: 'POST',
+      body: 'x',
+      headers: { ...envdHeaders(), 'X-Access-Token': (sbx as unknown as { envdAccessToken: string }).envdAccessToken, 'Content-Type': 'application/octet-stream', 'X-Metadata-Big': 'v'.repeat(5000) },
+    });
+    expect(bad.status).toBe(400);
+    expect((await bad.json()).message).toMatch(/^metadata: /);
+  });
 });
 

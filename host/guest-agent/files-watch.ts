@@ -317,8 +317,18 @@ export class TreeWatcher {
 
       if (before && (!after || after.ino !== before.ino)) {
         // The old entry is gone: moved within the watch, or removed (moved out looks the same).
+        // The same inode number elsewhere is a move, unless it is the agent's own write: inode
+        // numbers are reused at once (a file the agent replaces here frees its number for the
+        // next file it writes), and the agent's writes come from temp files, never from a move
+        // of a watched entry.
         const target = appearedInodes.get(before.ino);
-        if (target && target !== observation) {
+        const moved =
+          target !== undefined &&
+          target !== observation &&
+          target.after !== undefined &&
+          target.after.isDir === before.isDir &&
+          agentWriteOf(target.after) === undefined;
+        if (moved) {
           this.emit('rename', path, before.isDir);
         } else if (!after) {
           this.emit('remove', path, before.isDir);

@@ -3,8 +3,9 @@
 // half a file; to inotify that is "a new inode appeared at this path", which a watcher would
 // report as a create even when an existing file was overwritten. Watch clients expect what an
 // in-place write looks like (E2B's envd writes in place: a new file is create, chmod, write; an
-// overwritten one is write). So each such write marks its temp file's inode, before the rename,
-// and the watcher (files-watch.ts) classifies an inode it finds marked as the agent's write.
+// overwritten one is write). So each such write marks its temp file (inode, size and mtime, which
+// a rename keeps), before the rename, and the watcher (files-watch.ts) classifies a file it
+// finds marked as the agent's write.
 //
 // The mark is taken before the rename, so no watcher can see the new inode before its mark.
 // Marks are few and short-lived: kept for ten seconds (a batch is classified within a quarter
@@ -21,7 +22,15 @@ export interface AgentWriteMark {
 
 const marks = new Map<string, AgentWriteMark>();
 
-const keyOf = (dev: number, ino: number): string => `${dev}:${ino}`;
+/** A file is one written by the agent only if nothing changed since: the same inode, size and mtime (inode numbers are reused at once, a reused one has another mtime). */
+interface FileIdentity {
+  dev: number;
+  ino: number;
+  size: number;
+  mtimeMs: number;
+}
+
+const keyOf = (file: FileIdentity): string => `${file.dev}:${file.ino}:${file.size}:${file.mtimeMs}`;
 
 function prune(now: number): void {
   // Insertion order is age order: stop at the first one still young.
@@ -32,16 +41,16 @@ function prune(now: number): void {
 }
 
 /** Called with the temp file's identity just before it is renamed onto its destination. */
-export function markAgentWrite(file: { dev: number; ino: number }, replaced: boolean, now = Date.now()): void {
-  const key = keyOf(file.dev, file.ino);
+export function markAgentWrite(file: FileIdentity, replaced: boolean, now = Date.now()): void {
+  const key = keyOf(file);
   marks.delete(key);
   marks.set(key, { replaced, markedAt: now });
   prune(now);
 }
 
 /** The mark of an inode written by the agent within the mark lifetime, if any (several watchers may ask). */
-export function agentWriteOf(file: { dev: number; ino: number }, now = Date.now()): AgentWriteMark | undefined {
-  const mark = marks.get(keyOf(file.dev, file.ino));
+export function agentWriteOf(file: FileIdentity, now = Date.now()): AgentWriteMark | undefined {
+  const mark = marks.get(keyOf(file));
   if (!mark || now - mark.markedAt >= MARK_LIFETIME_MS) return undefined;
   return mark;
 }

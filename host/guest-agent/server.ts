@@ -209,7 +209,8 @@ export function createAgentServer(options: AgentServerOptions): Server {
     { home: resolvedOptions.home, env: resolvedOptions.env, maxJsonBodyBytes: resolvedOptions.maxJsonBodyBytes, launcher },
     options.processes,
   );
-  const fileRoutes = createFileRoutes(resolvedOptions);
+  // File metadata rides on the pty helper's --xattr mode (pty-helper/nestbox-xattr.c).
+  const fileRoutes = createFileRoutes({ ...resolvedOptions, metadataHelper: options.processes?.ptyHelper ?? '/.nestbox/bin/nestbox-pty' });
   const routes = { ...buildRoutes(resolvedOptions, Date.now(), launcher), ...fileRoutes.routes };
 
   const server = createServer(

@@ -58,6 +58,22 @@ export function entryInfo(f: FileInfo): EntryInit {
   };
 }
 
+/**
+ * envd keeps a file's metadata in `user.e2b.<key>` extended attributes and shows it with the
+ * prefix stripped (other `user.*` attributes are not its business): the toolbox's metadata has
+ * names without `user.`, so only the `e2b.` ones are shown here.
+ */
+export const E2B_METADATA_PREFIX = 'e2b.';
+
+export function e2bMetadata(metadata: Record<string, string> | undefined): Record<string, string> | undefined {
+  if (!metadata) return undefined;
+  const shown: Record<string, string> = {};
+  for (const [name, value] of Object.entries(metadata)) {
+    if (name.startsWith(E2B_METADATA_PREFIX) && name.length > E2B_METADATA_PREFIX.length) shown[name.slice(E2B_METADATA_PREFIX.length)] = value;
+  }
+  return Object.keys(shown).length > 0 ? shown : undefined;
+}
+
 const EVENT_TYPE: Record<string, EventType> = {
   create: EventType.CREATE,
   write: EventType.WRITE,
@@ -93,6 +109,26 @@ export function filesystemService(deps: E2bDeps, resolve: ResolveTarget): Partia
   const stat = (target: SandboxTarget, path: string, signal?: AbortSignal): Promise<FileInfo> =>
     toolbox.statFile(target.principal, target.sandboxId, homeRelative(path), { signal });
 
+  /**
+   * EntryInfo with each file's metadata, as envd's Stat, ListDir and Move answer. Best effort,
+   * as envd's: a file whose metadata cannot be read is described without it.
+   */
+  async function entriesWithMetadata(target: SandboxTarget, infos: FileInfo[], signal?: AbortSignal): Promise<EntryInit[]> {
+    const entries = infos.map(entryInfo);
+    if (infos.length === 0) return entries;
+    const read = await toolbox.readFileMetadata(target.principal, target.sandboxId, { paths: infos.map((f) => f.path) }, { signal }).catch((err: unknown) => {
+      if (signal?.aborted) throw err;
+      return undefined;
+    });
+    read?.forEach((found, index) => {
+      const metadata = e2bMetadata(found.metadata);
+      if (metadata) entries[index].metadata = metadata;
+    });
+    return entries;
+  }
+  const entryWithMetadata = async (target: SandboxTarget, info: FileInfo, signal?: AbortSignal): Promise<EntryInit> =>
+    (await entriesWithMetadata(target, [info], signal))[0];
+
   async function filesystemEvent(target: SandboxTarget, root: string, e: { type: string; path: string }, includeEntry: boolean): Promise<FilesystemEventInit | undefined> {
     const type = EVENT_TYPE[e.type];
     if (type === undefined) return undefined;
@@ -105,7 +141,10 @@ export function filesystemService(deps: E2bDeps, resolve: ResolveTarget): Partia
   }
 
   return {
-    stat: withErrors(async (req, ctx) => ({ entry: entryInfo(await stat(await resolve(ctx), req.path, ctx.signal)) })),
+    stat: withErrors(async (req, ctx) => {
+      const target = await resolve(ctx);
+      return { entry: await entryWithMetadata(target, await stat(target, req.path, ctx.signal), ctx.signal) };
+    }),
 
     makeDir: withErrors(async (req, ctx) => {
       const target = await resolve(ctx);
@@ -126,7 +165,8 @@ export function filesystemService(deps: E2bDeps, resolve: ResolveTarget): Partia
       const target = await resolve(ctx);
       // rename(2) semantics, like envd: an existing destination is replaced.
       const info = await toolbox.moveFile(target.principal, target.sandboxId, { from: homeRelative(req.source), to: homeRelative(req.destination), overwrite: true }, { signal: ctx.signal });
-      return { entry: entryInfo(info) };
+      // A moved file keeps its metadata (attributes stay with the inode).
+      return { entry: await entryWithMetadata(target, info, ctx.signal) };
     }),
 
     listDir: withErrors(async (req, ctx) => {
@@ -134,7 +174,7 @@ export function filesystemService(deps: E2bDeps, resolve: ResolveTarget): Partia
       // depth 0 (the proto3 default when absent) means 1, as upstream.
       const depth = Math.min(Math.max(req.depth || 1, 1), 32);
       const list = await toolbox.listFiles(target.principal, target.sandboxId, { path: homeRelative(req.path || '.'), depth }, { signal: ctx.signal });
-      return { entries: list.entries.map(entryInfo) };
+      return { entries: await entriesWithMetadata(target, list.entries, ctx.signal) };
     }),
 
     remove: withErrors(async (req, ctx) => {
