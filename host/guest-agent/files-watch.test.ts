@@ -326,6 +326,19 @@ describe('watching files', () => {
         ]);
         expect((await call(client, 'PUT', `/files/content?${q({ path: join(dir, 'existing.txt') })}`, Buffer.from('new'))).status).toBe(200);
         expect(await drain()).toEqual([['write', join(dir, 'existing.txt')]]);
+        // An overwrite and a new file back to back: the new file may get the inode number the
+        // overwrite just freed, which must not read as a rename of the overwritten file.
+        for (let round = 0; round < 3; round++) {
+          const another = join(dir, `another-${round}.txt`);
+          expect((await call(client, 'PUT', `/files/content?${q({ path: join(dir, 'existing.txt') })}`, Buffer.from(`round ${round}`))).status).toBe(200);
+          expect((await call(client, 'PUT', `/files/content?${q({ path: another })}`, Buffer.from('x'))).status).toBe(200);
+          expect(await drain()).toEqual([
+            ['write', join(dir, 'existing.txt')],
+            ['create', another],
+            ['chmod', another],
+            ['write', another],
+          ]);
+        }
         // A write by another process, in place.
         await appendFile(join(dir, 'existing.txt'), ' and more');
         expect(await drain()).toEqual([['write', join(dir, 'existing.txt')]]);
