@@ -36,7 +36,11 @@ async function filesTarget(deps: E2bDeps, req: Request, route: SandboxRoute, ope
   const signature = queryValue(req, 'signature');
   if (req.headers['x-access-token']) {
     return authenticateSandboxTraffic(deps.core, req.headers, route).catch((err: unknown) => {
-      if (err instanceof NestboxError && err.code === 'unauthorized') throw new NestboxError('unauthorized', 'access token present in header but does not match');
+      // A token that is simply wrong gets envd's words; one that was good but has expired or
+      // lost its key (Nestbox bounds tokens; envd's never end) keeps saying so.
+      if (err instanceof NestboxError && err.code === 'unauthorized' && /^(invalid|missing) sandbox access token$/.test(err.message)) {
+        throw new NestboxError('unauthorized', 'access token present in header but does not match');
+      }
       throw err;
     });
   }
