@@ -87,6 +87,7 @@ export function validateMetadata(set: Record<string, string>): void {
  */
 export async function writeMetadata(helper: string, path: string, set: Record<string, string>, replacePrefix = ''): Promise<FileMetadataResponse> {
   validateMetadata(set);
+  if (replacePrefix.includes('\0')) throw validationFailed('replacePrefix', 'must not contain a NUL byte');
   const input = Object.entries(set)
     .map(([name, value]) => `${Buffer.from(name, 'utf8').toString('hex')}=${Buffer.from(value, 'utf8').toString('hex')}\n`)
     .join('');
