@@ -46,6 +46,9 @@ describe('file metadata routes', () => {
   it('answers 404 for a missing file and 400 naming metadata for bad names', async () => {
     const missing = await agent.call('POST', '/files/metadata', { path: 'missing.txt', set: { a: 'b' } });
     expect(missing.status).toBe(404);
+    // Below a file (ENOTDIR) is missing too, with or without a group to replace.
+    const belowFile = await agent.call('POST', '/files/metadata', { path: 'meta.txt/inner', set: {}, replacePrefix: 'e2b.' });
+    expect(belowFile.status).toBe(404);
     const empty = await agent.call('POST', '/files/metadata', { path: 'meta.txt', set: { '': 'b' } });
     expect(empty.status).toBe(400);
     expect(empty.json.error.message).toMatch(/^metadata: /);

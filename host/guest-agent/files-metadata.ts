@@ -18,6 +18,10 @@ const ERRNO_E2BIG = 7;
 const ERRNO_ERANGE = 34;
 const ERRNO_EPERM = 1;
 const ERRNO_EACCES = 13;
+const ERRNO_ENOTDIR = 20;
+const ERRNO_EINVAL = 22;
+const ERRNO_ENAMETOOLONG = 36;
+const ERRNO_ELOOP = 40;
 
 function run(helper: string, args: string[], input: Buffer): Promise<{ code: number; stdout: Buffer; stderr: string }> {
   return new Promise((resolve, reject) => {
@@ -95,7 +99,9 @@ export async function writeMetadata(helper: string, path: string, set: Record<st
   if (code !== 0) {
     const errno = Number(/^errno (\d+)/.exec(stderr)?.[1]);
     const detail = stderr.trim().replace(/^errno \d+: /, '');
-    if (errno === ERRNO_ENOENT) throw new AgentHttpError(404, 'not_found', `path: no such file: ${path}`);
+    if (errno === ERRNO_ENOENT || errno === ERRNO_ENOTDIR) throw new AgentHttpError(404, 'not_found', `path: no such file: ${path}`);
+    if (errno === ERRNO_ELOOP || errno === ERRNO_ENAMETOOLONG) throw validationFailed('path', `cannot be resolved: ${path} (${detail})`);
+    if (errno === ERRNO_EINVAL) throw validationFailed('metadata', `refused by the filesystem of ${path} (${detail})`);
     // A filesystem without user attributes (procfs, sysfs) keeps none: not an error, and the
     // answer reads back what is there, so it never claims metadata that was not kept.
     if (errno === ERRNO_ENOTSUP) return { path, metadata: {} };
