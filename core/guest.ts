@@ -18,7 +18,10 @@ export interface FileInfo {
   mode: number;
   /** ISO 8601. */
   mtime: string;
+  /** A symlink's own text (readlink). */
   symlinkTarget?: string;
+  /** A symlink that resolves: the absolute path at the end of every link, and what is there. */
+  symlinkResolved?: { path: string; type: FileType; mode: number };
   owner: string;
   group: string;
   uid: number;
@@ -104,6 +107,22 @@ export interface ReplaceInput {
 }
 export interface ReplaceResult {
   results: { path: string; replacements: number; error?: FileError }[];
+}
+
+/** A file's metadata: its `user.*` extended attributes, names without `user.`. */
+export type FileMetadata = Record<string, string>;
+export interface FileMetadataEntry {
+  path: string;
+  metadata: FileMetadata;
+}
+export interface FileMetadataReadInput {
+  paths: string[];
+}
+export interface FileMetadataWriteInput {
+  path: string;
+  set: FileMetadata;
+  /** The file's other attributes under `user.<replacePrefix>` are removed: that group is replaced. */
+  replacePrefix?: string;
 }
 
 export type UploadFileResult = { path: string; size: number; ok: true } | { path: string; ok: false; error: FileError };
@@ -438,6 +457,10 @@ export interface GuestClient {
   findFiles(input: FindInput, o?: CallOptions): Promise<FindResult>;
   searchFiles(input: SearchInput, o?: CallOptions): Promise<SearchResult>;
   replaceInFiles(input: ReplaceInput, o?: CallOptions): Promise<ReplaceResult>;
+  /** Metadata of each path, in order (`{}` for a missing path or one without any). */
+  readFileMetadata(input: FileMetadataReadInput, o?: CallOptions): Promise<FileMetadataEntry[]>;
+  /** Sets metadata on a file; answers what it then has. */
+  writeFileMetadata(input: FileMetadataWriteInput, o?: CallOptions): Promise<FileMetadataEntry>;
   uploadFiles(input: UploadInput, o?: CallOptions): Promise<UploadResult>;
   downloadFiles(input: DownloadInput, o?: CallOptions): Promise<ByteStream>;
   watchFiles(input: WatchInput, o?: CallOptions): Promise<EventStream<WatchEvent>>;

@@ -52,7 +52,12 @@ console.log(`guest agent bundled to ${outfile}`);
 // The PTY helper (host/guest-agent/pty-helper/nestbox-pty.c): static, so it runs in any sandbox
 // image; bind-mounted read-only at /.nestbox/bin/nestbox-pty by the local driver.
 const ptyHelper = resolve(dirname(outfile), 'nestbox-pty');
-execFileSync('cc', ['-static', '-O2', '-Wall', '-Wextra', '-o', ptyHelper, resolve(repoRoot, 'host/guest-agent/pty-helper/nestbox-pty.c')], { stdio: 'inherit' });
+// It also carries the agent's file-metadata (xattr) mode, nestbox-xattr.c.
+execFileSync(
+  'cc',
+  ['-static', '-O2', '-Wall', '-Wextra', '-o', ptyHelper, resolve(repoRoot, 'host/guest-agent/pty-helper/nestbox-pty.c'), resolve(repoRoot, 'host/guest-agent/pty-helper/nestbox-xattr.c')],
+  { stdio: 'inherit' },
+);
 console.log(`pty helper built to ${ptyHelper}`);
 
 // nestbox-enter (host/guest-agent/pty-helper/nestbox-enter.c): puts each workload process in the

@@ -229,3 +229,33 @@ describe('large files', () => {
     expect(inside).toBe(createHash('sha256').update(data).digest('hex'));
   });
 });
+
+describe('metadata', () => {
+  it('sets, replaces and reads a file’s user extended attributes, and reads procfs files whole', async () => {
+    expect((await put('/tmp/meta-native.txt', 'x')).status).toBe(200);
+    const set = await t.http.patch(`${api()}/files/metadata`).query({ path: '/tmp/meta-native.txt' }).set(t.auth).send({ set: { 'app.owner': 'me', 'app.stage': 'one', other: 'kept' } });
+    expect(set.status, JSON.stringify(set.body)).toBe(200);
+    expect(set.body).toEqual({ path: '/tmp/meta-native.txt', metadata: { 'app.owner': 'me', 'app.stage': 'one', other: 'kept' } });
+    const replaced = await t.http.patch(`${api()}/files/metadata`).query({ path: '/tmp/meta-native.txt' }).set(t.auth).send({ set: { 'app.owner': 'you' }, replacePrefix: 'app.' });
+    expect(replaced.body.metadata).toEqual({ 'app.owner': 'you', other: 'kept' });
+    const read = await t.http.get(`${api()}/files/metadata`).query({ path: '/tmp/meta-native.txt' }).set(t.auth);
+    expect(read.status).toBe(200);
+    expect(read.body.metadata).toEqual({ 'app.owner': 'you', other: 'kept' });
+    // Real attributes, as a program in the sandbox sees them.
+    expect((await sh(`python3 -c "import os; print(os.getxattr('/tmp/meta-native.txt', 'user.app.owner').decode())"`)).stdout.trim()).toBe('you');
+
+    const missing = await t.http.patch(`${api()}/files/metadata`).query({ path: '/tmp/no-such-file' }).set(t.auth).send({ set: { a: 'b' } });
+    expect(missing.status).toBe(404);
+    const badBody = await t.http.patch(`${api()}/files/metadata`).query({ path: '/tmp/meta-native.txt' }).set(t.auth).send({ set: { a: 1 } });
+    expect(badBody.status).toBe(400);
+
+    const status = await t.http.get(`${api()}/files`).query({ path: '/proc/self/status' }).set(t.auth).buffer(true).parse((res, cb) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => cb(null, Buffer.concat(chunks)));
+    });
+    expect(status.status).toBe(200);
+    expect(status.headers['content-length']).toBeUndefined();
+    expect((status.body as Buffer).toString()).toMatch(/^Pid:\s+\d+/m);
+  });
+});

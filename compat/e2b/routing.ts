@@ -94,20 +94,23 @@ export async function authenticateSignature(
   q: { path: string; username: string; signature: string; expiration?: string },
   operation: 'read' | 'write',
 ): Promise<SandboxTarget> {
+  // envd binds `signature_expiration` as an integer: anything else is the client's mistake.
+  if (q.expiration !== undefined && !/^-?\d{1,12}$/.test(q.expiration)) {
+    throw new NestboxError('validation_failed', 'signature_expiration: expected an integer (Unix seconds)', { field: 'signature_expiration' });
+  }
+  // As envd: the signature is checked first, its expiry after, with envd's own messages
+  // (the SDK's tests compare them), so an expired URL of a forged signature is "invalid".
+  const candidates = await core.sandboxTokens.signatureCandidates('envd', route.sandboxId ? { sandboxId: route.sandboxId } : { sandboxStates: ['running', 'paused'] });
+  const match = candidates.find((c) => fileSignature(q.path, operation, q.username, c.secret, q.expiration) === q.signature);
+  if (!match) throw new NestboxError('unauthorized', 'invalid signature');
   if (q.expiration !== undefined) {
     const expiry = Number(q.expiration);
     const now = Date.now() / 1000;
-    if (!/^\d{1,12}$/.test(q.expiration) || expiry < now) throw new NestboxError('unauthorized', 'signature has expired');
+    if (expiry < now) throw new NestboxError('unauthorized', 'signature is already expired');
     const max = core.sandboxTokens.signedUrlMaxSeconds;
     if (expiry > now + max) throw new NestboxError('unauthorized', `signature_expiration: more than ${max} seconds ahead (this server's maximum for signed URLs)`);
   }
-  const candidates = await core.sandboxTokens.signatureCandidates('envd', route.sandboxId ? { sandboxId: route.sandboxId } : { sandboxStates: ['running', 'paused'] });
-  for (const c of candidates) {
-    if (fileSignature(q.path, operation, q.username, c.secret, q.expiration) === q.signature) {
-      return { principal: c.principal, sandboxId: c.sandboxId };
-    }
-  }
-  throw new NestboxError('unauthorized', 'invalid signature');
+  return { principal: match.principal, sandboxId: match.sandboxId };
 }
 
 /**

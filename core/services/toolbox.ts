@@ -64,6 +64,8 @@ export const TOOLBOX_OPERATIONS = {
   changeMode: { scope: 'files:write', verb: 'change files of' },
   changeOwner: { scope: 'files:write', verb: 'change files of' },
   replaceInFiles: { scope: 'files:write', verb: 'change files of' },
+  readFileMetadata: { scope: 'files:read', verb: 'read files of' },
+  writeFileMetadata: { scope: 'files:write', verb: 'change files of' },
   watchFiles: { scope: 'files:read', verb: 'watch files of' },
   createWatcher: { scope: 'files:read', verb: 'watch files of' },
   watcherEvents: { scope: 'files:read', verb: 'watch files of' },
@@ -298,6 +300,15 @@ export class Toolbox {
 
   async replaceInFiles(p: Principal, sandboxId: string, input: Guest.ReplaceInput, o?: O): Promise<Guest.ReplaceResult> {
     return (await this.guest(p, sandboxId, 'replaceInFiles')).replaceInFiles(input, o);
+  }
+
+  /** File metadata (user extended attributes) of each path, in order; see host/agent-protocol/files.ts METADATA. */
+  async readFileMetadata(p: Principal, sandboxId: string, input: Guest.FileMetadataReadInput, o?: O): Promise<Guest.FileMetadataEntry[]> {
+    return (await this.guest(p, sandboxId, 'readFileMetadata')).readFileMetadata(input, o);
+  }
+
+  async writeFileMetadata(p: Principal, sandboxId: string, input: Guest.FileMetadataWriteInput, o?: O): Promise<Guest.FileMetadataEntry> {
+    return (await this.guest(p, sandboxId, 'writeFileMetadata')).writeFileMetadata(input, o);
   }
 
   /**

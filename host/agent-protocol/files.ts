@@ -41,6 +41,8 @@
 //          payload_too_large error. With regex, `replace` may use $1, $<name>, $&.
 //   POST   /files/upload   multipart/form-data (streamed) → UploadResponse; see UPLOAD below.
 //   POST   /files/download DownloadRequest  → multipart/form-data (streamed); see DOWNLOAD.
+//   POST   /files/metadata/read FileMetadataReadRequest → FileMetadataReadResponse; see METADATA.
+//   POST   /files/metadata FileMetadataWriteRequest → 200 FileMetadataResponse; see METADATA.
 //   GET    /files/watch?path=&recursive=   → WebSocket or SSE stream of WatchEvent; see WATCH.
 //   POST   /files/watchers CreateWatcherRequest → 201 { watcherId } (409 beyond 1000 watchers)
 //   GET    /files/watchers/{watcherId}/events → WatcherEventsResponse (drains the buffer)
@@ -95,9 +97,27 @@
 //     reported as create. With recursive=false, only direct children are watched. A recursive
 //     watch covers at most 65,536 directories (inotify watches are a shared, limited resource).
 //     Symlinked directories are reported as entries but not watched inside.
+//   - The agent's own writes (PUT /files/content, uploads, replace) land by renaming a temp
+//     file into place but are reported as the in-place write they stand for, as E2B's envd
+//     reports one: a new file as create, chmod, then write (when it has content), an
+//     overwritten file as write (host/guest-agent/files-write-marks.ts). The same holds for
+//     such a file found in a newly created directory.
+//
+// METADATA: a file's metadata is its `user.*` extended attributes, names reported and given
+//   without `user.` (symlinks followed). Read: one entry per requested path, in order; a path
+//   that is missing, has none, or whose filesystem keeps no user attributes has `{}`; names or
+//   values that are not UTF-8 are left out. Write: sets `user.<name>` for each entry of `set`;
+//   with `replacePrefix`, the file's other attributes under `user.<replacePrefix>` are removed,
+//   so that group is replaced as a whole (E2B keeps its under `e2b.`). Names at most 250 bytes,
+//   values at most 4096 (400 naming `metadata`); 404 missing path; 507 when the file has no
+//   room left for them. On a filesystem without user attributes nothing is kept and the answer
+//   says so (`metadata: {}`). The agent
+//   reaches xattrs through nestbox-pty's --xattr mode; without that helper both answer 501.
 //
 // Polling watchers buffer the same events (not ready/keepalive) up to 10,000, counting what
-// overflowed in `dropped` (reset on each drain). A watcher not polled for 10 minutes is
+// overflowed in `dropped` (reset on each drain). A drain first reads what the kernel has queued
+// and classifies the batch being coalesced at once, so a change whose call has returned (an
+// upload, a command that wrote a file) is among the events it answers. A watcher not polled for 10 minutes is
 // removed; its watch ends when its directory disappears (events still drain once).
 import { z } from 'zod';
 import { FileInfo } from './types.js';
@@ -186,6 +206,22 @@ export const DownloadErrorPart = z.object({
   error: z.object({ code: z.string(), message: z.string(), status: z.number().int() }),
 });
 export type DownloadErrorPart = z.infer<typeof DownloadErrorPart>;
+
+const Metadata = z.record(z.string(), z.string());
+
+export const FileMetadataReadRequest = z.object({ paths: z.array(z.string()).min(1).max(200_000) }).strict();
+export type FileMetadataReadRequest = z.infer<typeof FileMetadataReadRequest>;
+
+export const FileMetadataResponse = z.object({ path: z.string(), metadata: Metadata });
+export type FileMetadataResponse = z.infer<typeof FileMetadataResponse>;
+
+export const FileMetadataReadResponse = z.object({ entries: z.array(FileMetadataResponse) });
+export type FileMetadataReadResponse = z.infer<typeof FileMetadataReadResponse>;
+
+export const FileMetadataWriteRequest = z
+  .object({ path: z.string(), set: Metadata, replacePrefix: z.string().max(200).optional() })
+  .strict();
+export type FileMetadataWriteRequest = z.infer<typeof FileMetadataWriteRequest>;
 
 export const WatchChangeType = z.enum(['create', 'write', 'remove', 'rename', 'chmod']);
 export type WatchChangeType = z.infer<typeof WatchChangeType>;

@@ -43,6 +43,9 @@ export type SchemasMatchCore = [
   Check<Same<z.infer<typeof Files.ChownRequest>, Guest.ChownInput>>,
   Check<Same<z.infer<typeof Files.ReplaceRequest>, Guest.ReplaceInput>>,
   Check<Same<z.infer<typeof Files.DownloadRequest>, Guest.DownloadInput>>,
+  Check<Same<z.infer<typeof Files.FileMetadataReadRequest>, Guest.FileMetadataReadInput>>,
+  Check<Same<z.infer<typeof Files.FileMetadataWriteRequest>, Guest.FileMetadataWriteInput>>,
+  Check<Same<z.infer<typeof Files.FileMetadataResponse>, Guest.FileMetadataEntry>>,
   Check<Same<z.infer<typeof Files.CreateWatcherRequest>, Guest.WatchInput>>,
   Check<Same<z.infer<typeof Processes.StartProcessRequest>, Guest.StartProcessInput>>,
   Check<Same<z.infer<typeof Processes.StartKernelRequest>, Guest.StartKernelInput>>,
@@ -367,6 +370,14 @@ export class HttpGuestClient implements Guest.GuestClient {
 
   async replaceInFiles(input: Guest.ReplaceInput, o: Guest.CallOptions = {}): Promise<Guest.ReplaceResult> {
     return (await this.json(Files.ReplaceResponse, { method: 'POST', path: '/files/replace', json: input, signal: o.signal })).body;
+  }
+
+  async readFileMetadata(input: Guest.FileMetadataReadInput, o: Guest.CallOptions = {}): Promise<Guest.FileMetadataEntry[]> {
+    return (await this.json(Files.FileMetadataReadResponse, { method: 'POST', path: '/files/metadata/read', json: input, signal: o.signal })).body.entries;
+  }
+
+  async writeFileMetadata(input: Guest.FileMetadataWriteInput, o: Guest.CallOptions = {}): Promise<Guest.FileMetadataEntry> {
+    return (await this.json(Files.FileMetadataResponse, { method: 'POST', path: '/files/metadata', json: input, signal: o.signal })).body;
   }
 
   async uploadFiles(input: Guest.UploadInput, o: Guest.CallOptions = {}): Promise<Guest.UploadResult> {

@@ -8,7 +8,10 @@
 //
 //   GET  /health                      → HealthResponse
 //   POST /exec          ExecRequest   → ExecResponse (foreground: answers when the process ends)
-//   GET  /files/content?path=         → raw bytes, streamed (Content-Length set from stat)
+//   GET  /files/content?path=         → raw bytes, streamed (Content-Length set from stat). A
+//                                       file whose size is not known in advance (st_size 0, or
+//                                       on procfs/sysfs/…) is read until EOF and sent chunked,
+//                                       without Content-Length; Range is ignored for it.
 //   PUT  /files/content?path=&mode=   raw body, streamed to a temp file then renamed; parents
 //                                       created → FileInfo of the written file
 //   GET  /files/list?path=&depth=    → { entries: FileInfo[] }   (more file routes: files.ts)
@@ -77,7 +80,10 @@ export const FileInfo = z.object({
   size: z.number(),
   mode: z.number().int(), // permission bits, e.g. 0o644 = 420
   mtime: z.string(), // ISO 8601
-  symlinkTarget: z.string().optional(),
+  symlinkTarget: z.string().optional(), // a symlink's own text, as readlink(2) gives it
+  // A symlink that resolves: the absolute path at the end of every link, and the type and mode
+  // of what is there (E2B describes links by these). Absent for a dangling or looping link.
+  symlinkResolved: z.object({ path: z.string(), type: FileType, mode: z.number().int() }).optional(),
   // Owner names come from the sandbox's own /etc/passwd and /etc/group; an id without an
   // entry there is reported as the number in decimal.
   owner: z.string(),

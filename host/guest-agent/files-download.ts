@@ -3,10 +3,11 @@
 // of single files become `error` parts so one missing file does not fail the others (see
 // agent-protocol/files.ts; compat/daytona gives their bodies Daytona's shape).
 import { randomBytes } from 'node:crypto';
+import type { FileHandle } from 'node:fs/promises';
 import type { ServerResponse } from 'node:http';
 import type { DownloadErrorPart } from '../agent-protocol/files.js';
 import { AgentHttpError, fsErrorToHttp } from './errors.js';
-import { noteStreamedBytes, openForReading } from './files.js';
+import { noteStreamedBytes, openForReading, readUntilEof } from './files.js';
 import { resolveSandboxPath } from './paths.js';
 
 /** Printable ASCII other than `"` and `\`: safe inside a quoted header parameter as it is. */
@@ -57,6 +58,22 @@ async function write(res: ServerResponse, data: Buffer | string): Promise<void> 
   if (!res.write(data)) await drained(res);
 }
 
+/** Largest file of unknown size (see openForReading) one download part holds. */
+export const MAX_UNSIZED_PART_BYTES = 16 * 1024 * 1024;
+
+async function readWhole(handle: FileHandle, shownPath: string): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  let total = 0;
+  for await (const chunk of readUntilEof(handle)) {
+    total += chunk.length;
+    if (total > MAX_UNSIZED_PART_BYTES) {
+      throw new AgentHttpError(413, 'payload_too_large', `${shownPath}: its size is not known in advance (a pseudo-filesystem file) and it is larger than ${MAX_UNSIZED_PART_BYTES} bytes; read it alone through GET /files/content instead`);
+    }
+    chunks.push(chunk);
+  }
+  return Buffer.concat(chunks, total);
+}
+
 export async function sendDownload(res: ServerResponse, requestedPaths: string[], home: string): Promise<void> {
   const boundary = `nestbox-${randomBytes(16).toString('hex')}`;
   res.writeHead(200, { 'Content-Type': `multipart/form-data; boundary=${boundary}` });
@@ -64,11 +81,19 @@ export async function sendDownload(res: ServerResponse, requestedPaths: string[]
   for (const [index, requested] of requestedPaths.entries()) {
     const disposition = filenameParameters(requested);
     let opened: Awaited<ReturnType<typeof openForReading>> | undefined;
+    let unsized: Buffer | undefined;
     let shownPath = requested;
     try {
       const absolutePath = resolveSandboxPath(requested, home, `paths[${index}]`);
       shownPath = absolutePath;
       opened = await openForReading(absolutePath);
+      if (!opened.sizeKnown) {
+        // Each part states its length up front, so a file of unknown size (procfs, sysfs) is
+        // read to its end first: such files are small, and a bound keeps it so.
+        const handle = opened.handle;
+        opened = undefined;
+        unsized = await readWhole(handle, shownPath).finally(() => handle.close().catch(() => {}));
+      }
     } catch (error) {
       const body = Buffer.from(JSON.stringify(errorBody(error, shownPath)));
       await write(
@@ -80,6 +105,13 @@ export async function sendDownload(res: ServerResponse, requestedPaths: string[]
       continue;
     }
 
+    if (unsized) {
+      await write(res, `--${boundary}\r\nContent-Disposition: form-data; name="file"; ${disposition}\r\nContent-Type: application/octet-stream\r\nContent-Length: ${unsized.length}\r\n\r\n`);
+      await write(res, unsized);
+      await write(res, '\r\n');
+      continue;
+    }
+    if (!opened) continue;
     const { handle, size } = opened;
     try {
       await write(

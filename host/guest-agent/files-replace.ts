@@ -7,6 +7,7 @@ import { open, rename, unlink } from 'node:fs/promises';
 import type { ReplaceRequest, ReplaceResponse } from '../agent-protocol/files.js';
 import { AgentHttpError, fsErrorToHttp, validationFailed } from './errors.js';
 import { tempPathBeside, writeTarget } from './files.js';
+import { markAgentWrite } from './files-write-marks.js';
 import { resolveSandboxPath } from './paths.js';
 
 type ReplaceResult = ReplaceResponse['results'][number];
@@ -78,6 +79,8 @@ async function replaceInFile(absolutePath: string, replacer: Replacer, maxBytes:
       // Keep the file's identity as far as a new inode allows: permissions and ownership.
       await output.chown(uid, gid).catch(() => {});
       await output.chmod(mode & 0o7777);
+      // Watchers report the rename below as a write of the file (files-write-marks.ts).
+      markAgentWrite(await output.stat(), true);
     } finally {
       await output.close().catch(() => {});
     }

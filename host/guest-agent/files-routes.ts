@@ -7,15 +7,19 @@ import {
   ChownRequest,
   CreateWatcherRequest,
   DownloadRequest,
+  FileMetadataReadRequest,
+  FileMetadataWriteRequest,
   MkdirRequest,
   MoveRequest,
   ReplaceRequest,
   type CreateWatcherResponse,
+  type FileMetadataReadResponse,
 } from '../agent-protocol/files.js';
 import { readJsonBody } from './body.js';
 import { sendJson, validationFailed } from './errors.js';
 import { sendDownload } from './files-download.js';
 import { findPaths, parseMaxResults } from './files-find.js';
+import { readMetadata, writeMetadata } from './files-metadata.js';
 import { compileGlob } from './files-glob.js';
 import { changeMode, changeOwner, makeDirectory, movePath, parseBooleanParam, removePath } from './files-ops.js';
 import { replaceInFiles } from './files-replace.js';
@@ -40,6 +44,8 @@ export interface FileRouteSettings {
   maxUploadBytes: number;
   /** Largest file POST /files/replace reads into memory. */
   maxReplaceFileBytes: number;
+  /** The helper whose --xattr mode reads and writes file metadata (nestbox-pty). */
+  metadataHelper: string;
 }
 
 export interface FileRoutes {
@@ -144,6 +150,21 @@ export function createFileRoutes(settings: FileRouteSettings): FileRoutes {
         sendJson(res, 200, await replaceInFiles(request, home, settings.maxReplaceFileBytes));
       },
     },
+    '/files/metadata/read': {
+      POST: async ({ req, res }) => {
+        const request = await readJsonBody(req, FileMetadataReadRequest, settings.maxJsonBodyBytes);
+        const paths = request.paths.map((path, index) => resolveSandboxPath(path, home, `paths[${index}]`));
+        const metadata = await readMetadata(settings.metadataHelper, paths);
+        const body: FileMetadataReadResponse = { entries: paths.map((path, index) => ({ path, metadata: metadata[index] })) };
+        sendJson(res, 200, body);
+      },
+    },
+    '/files/metadata': {
+      POST: async ({ req, res }) => {
+        const request = await readJsonBody(req, FileMetadataWriteRequest, settings.maxJsonBodyBytes);
+        sendJson(res, 200, await writeMetadata(settings.metadataHelper, resolveSandboxPath(request.path, home), request.set, request.replacePrefix));
+      },
+    },
     '/files/upload': {
       POST: async ({ req, res, query }) => {
         const { status, body } = await receiveUpload(req, { home, maxUploadBytes: settings.maxUploadBytes, queryPath: query.get('path') });
@@ -181,7 +202,7 @@ export function createFileRoutes(settings: FileRouteSettings): FileRoutes {
       const match = WATCHER_PATH.exec(pathname);
       if (!match) return undefined;
       const [, watcherId, events] = match;
-      if (events) return { GET: async ({ res }) => sendJson(res, 200, pollingWatchers.drain(watcherId)) };
+      if (events) return { GET: async ({ res }) => sendJson(res, 200, await pollingWatchers.drain(watcherId)) };
       return {
         DELETE: async ({ res }) => {
           pollingWatchers.remove(watcherId);

@@ -151,10 +151,12 @@ export class PollingWatchers {
     return id;
   }
 
-  drain(id: string): WatcherEventsResponse {
+  /** The events so far; a change made before this call is among them (TreeWatcher.settle). */
+  async drain(id: string): Promise<WatcherEventsResponse> {
     const entry = this.watchers.get(id);
     if (!entry) throw notFound(`no such watcher: ${id}`);
     entry.lastPolledAt = Date.now();
+    await entry.watcher.settle();
     const response: WatcherEventsResponse = { events: entry.events, dropped: entry.dropped, closed: entry.closed };
     entry.events = [];
     entry.dropped = 0;

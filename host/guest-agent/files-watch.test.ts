@@ -240,9 +240,20 @@ describe('watching files', () => {
       const target = join(dir, 'landed.txt');
       const put = await call(client, 'PUT', `/files/content?${q({ path: target })}`, Buffer.from('uploaded'));
       expect(put.status).toBe(200);
-      await log.waitForChange('create', target);
+      await log.waitForChange('write', target);
       await sleep(200);
-      expect(log.changes().filter((event) => event.path !== target)).toEqual([]);
+      // Reported as the in-place write it stands for (as E2B's envd reports one): create, chmod, write.
+      expect(log.changes().map((event) => [event.type, event.path])).toEqual([
+        ['create', target],
+        ['chmod', target],
+        ['write', target],
+      ]);
+      // Overwriting it is a write of the same file, not a new one.
+      const before = log.changes().length;
+      expect((await call(client, 'PUT', `/files/content?${q({ path: target })}`, Buffer.from('again'))).status).toBe(200);
+      await log.waitFor('overwrite', () => log.changes().length > before);
+      await sleep(200);
+      expect(log.changes().slice(before).map((event) => [event.type, event.path])).toEqual([['write', target]]);
     } finally {
       close();
     }
@@ -297,6 +308,54 @@ describe('watching files', () => {
   });
 
   describe('polling watchers', () => {
+    it('has the events of a change already queued when the call that made it returns', async () => {
+      const dir = join(agent.home, 'polled-at-once');
+      await mkdir(dir, { recursive: true });
+      await writeFile(join(dir, 'existing.txt'), 'old');
+      const { watcherId } = (await call(client, 'POST', '/files/watchers', { path: 'polled-at-once', recursive: true })).json();
+      const drain = async (): Promise<[string, string][]> =>
+        WatcherEventsResponse.parse((await call(client, 'GET', `/files/watchers/${watcherId}/events`)).json()).events.map((event) => [event.type, event.path]);
+      try {
+        const fresh = join(dir, 'fresh.txt');
+        expect((await call(client, 'PUT', `/files/content?${q({ path: fresh })}`, Buffer.from('new'))).status).toBe(200);
+        // No waiting: drained right after the write returned.
+        expect(await drain()).toEqual([
+          ['create', fresh],
+          ['chmod', fresh],
+          ['write', fresh],
+        ]);
+        expect((await call(client, 'PUT', `/files/content?${q({ path: join(dir, 'existing.txt') })}`, Buffer.from('new'))).status).toBe(200);
+        expect(await drain()).toEqual([['write', join(dir, 'existing.txt')]]);
+        // An overwrite and a new file back to back: the new file may get the inode number the
+        // overwrite just freed, which must not read as a rename of the overwritten file.
+        for (let round = 0; round < 3; round++) {
+          const another = join(dir, `another-${round}.txt`);
+          expect((await call(client, 'PUT', `/files/content?${q({ path: join(dir, 'existing.txt') })}`, Buffer.from(`round ${round}`))).status).toBe(200);
+          expect((await call(client, 'PUT', `/files/content?${q({ path: another })}`, Buffer.from('x'))).status).toBe(200);
+          expect(await drain()).toEqual([
+            ['write', join(dir, 'existing.txt')],
+            ['create', another],
+            ['chmod', another],
+            ['write', another],
+          ]);
+        }
+        // A write by another process, in place.
+        await appendFile(join(dir, 'existing.txt'), ' and more');
+        expect(await drain()).toEqual([['write', join(dir, 'existing.txt')]]);
+        // A directory made, then a file written into it at once (before any watch could be on it).
+        await mkdir(join(dir, 'sub'));
+        expect((await call(client, 'PUT', `/files/content?${q({ path: join(dir, 'sub/inner.txt') })}`, Buffer.from('i'))).status).toBe(200);
+        expect(await drain()).toEqual([
+          ['create', join(dir, 'sub')],
+          ['create', join(dir, 'sub/inner.txt')],
+          ['chmod', join(dir, 'sub/inner.txt')],
+          ['write', join(dir, 'sub/inner.txt')],
+        ]);
+      } finally {
+        await call(client, 'DELETE', `/files/watchers/${watcherId}`);
+      }
+    });
+
     it('creates a watcher, drains its events, and deletes it', async () => {
       const dir = join(agent.home, 'polled');
       await mkdir(dir, { recursive: true });
@@ -342,10 +401,10 @@ describe('watching files', () => {
         const id = await watchers.create({ root: dir, recursive: false });
         for (let index = 0; index < 8; index++) await writeFile(join(dir, `f${index}`), 'x');
         const deadline = Date.now() + WAIT_MS;
-        let drained = watchers.drain(id);
+        let drained = await watchers.drain(id);
         while (Date.now() < deadline && drained.events.length + drained.dropped < 8) {
           await sleep(50);
-          const next = watchers.drain(id);
+          const next = await watchers.drain(id);
           drained = { events: [...drained.events, ...next.events], dropped: drained.dropped + next.dropped, closed: next.closed };
         }
         expect(drained.events.length).toBeLessThanOrEqual(10);
@@ -353,9 +412,9 @@ describe('watching files', () => {
         expect(drained.dropped).toBeGreaterThan(0);
 
         watchers.sweep(Date.now() + 59_000);
-        expect(() => watchers.drain(id)).not.toThrow();
+        await expect(watchers.drain(id)).resolves.toBeDefined();
         watchers.sweep(Date.now() + 61_000);
-        expect(() => watchers.drain(id)).toThrow(/no such watcher/);
+        await expect(watchers.drain(id)).rejects.toThrow(/no such watcher/);
       } finally {
         watchers.closeAll();
       }

@@ -18,6 +18,7 @@ import { posix } from 'node:path';
 import type { WatchChangeEvent, WatchChangeType } from '../agent-protocol/files.js';
 import { AgentHttpError, rethrowFsError, validationFailed } from './errors.js';
 import { isUploadTempPath } from './files.js';
+import { agentWriteOf } from './files-write-marks.js';
 
 /** Quiet time after the last raw event before a batch is classified. */
 const COALESCE_QUIET_MS = 50;
@@ -27,6 +28,7 @@ const COALESCE_MAX_MS = 250;
 export const MAX_WATCHED_DIRECTORIES = 65_536;
 
 interface EntryState {
+  dev: number;
   ino: number;
   isDir: boolean;
   mode: number;
@@ -59,7 +61,7 @@ export interface TreeWatcherOptions {
 }
 
 function stateOf(info: Stats): EntryState {
-  return { ino: info.ino, isDir: info.isDirectory(), mode: info.mode, uid: info.uid, gid: info.gid, size: info.size, mtimeMs: info.mtimeMs };
+  return { dev: info.dev, ino: info.ino, isDir: info.isDirectory(), mode: info.mode, uid: info.uid, gid: info.gid, size: info.size, mtimeMs: info.mtimeMs };
 }
 
 function errnoCode(error: unknown): string | undefined {
@@ -95,6 +97,19 @@ export class TreeWatcher {
       throw error;
     }
     return tree;
+  }
+
+  /**
+   * Resolves once every change made before the call has been classified and delivered: what the
+   * kernel has queued is read first (one turn of the event loop), then the batch being
+   * coalesced is classified at once instead of after its quiet time. A polled watcher drains
+   * after this, so a change whose call has returned is already among its events.
+   */
+  async settle(): Promise<void> {
+    await new Promise<void>((resolve) => setImmediate(resolve));
+    if (this.closed) return;
+    if (this.pending.size > 0 || this.rescans.size > 0) this.flushSoon();
+    await this.processing;
   }
 
   get watchedDirectoryCount(): number {
@@ -154,9 +169,31 @@ export class TreeWatcher {
       if (!info || watched.entries.has(name)) continue;
       const state = stateOf(info);
       watched.entries.set(name, state);
-      if (how.emitCreates) this.emit('create', path, state.isDir);
+      if (how.emitCreates) this.emitArrival(path, state, { replaced: false, contentChanged: false });
       if (state.isDir && this.options.recursive) await this.watchDirectory(path, { emitCreates: how.emitCreates, required: false });
     }
+  }
+
+  /**
+   * An entry that is new at its path. The agent's own writes land by a rename from a temp file
+   * (files-write-marks.ts) but are reported as the in-place write they stand for, in the order
+   * an in-place writer produces them: a new file is create, chmod (its mode is set), then write
+   * when it has content; an overwritten one is a write.
+   */
+  private emitArrival(path: string, state: EntryState, how: { replaced: boolean; contentChanged: boolean }): void {
+    const agentWrite = state.isDir ? undefined : agentWriteOf(state);
+    if (agentWrite) {
+      if (how.replaced) {
+        this.emit('write', path, false);
+        return;
+      }
+      this.emit('create', path, false);
+      this.emit('chmod', path, false);
+      if (state.size > 0) this.emit('write', path, false);
+      return;
+    }
+    this.emit('create', path, state.isDir);
+    if (how.contentChanged && !state.isDir) this.emit('write', path, false);
   }
 
   /** Stops watching `directory` and everything below it (it was removed or moved away). */
@@ -280,8 +317,18 @@ export class TreeWatcher {
 
       if (before && (!after || after.ino !== before.ino)) {
         // The old entry is gone: moved within the watch, or removed (moved out looks the same).
+        // The same inode number elsewhere is a move, unless it is the agent's own write: inode
+        // numbers are reused at once (a file the agent replaces here frees its number for the
+        // next file it writes), and the agent's writes come from temp files, never from a move
+        // of a watched entry.
         const target = appearedInodes.get(before.ino);
-        if (target && target !== observation) {
+        const moved =
+          target !== undefined &&
+          target !== observation &&
+          target.after !== undefined &&
+          target.after.isDir === before.isDir &&
+          agentWriteOf(target.after) === undefined;
+        if (moved) {
           this.emit('rename', path, before.isDir);
         } else if (!after) {
           this.emit('remove', path, before.isDir);
@@ -292,8 +339,7 @@ export class TreeWatcher {
 
       if (after && (!before || before.ino !== after.ino)) {
         // New at this path: created, moved in, or the target of a rename (which replaces).
-        this.emit('create', path, after.isDir);
-        if (pending.changes > 0 && !after.isDir) this.emit('write', path, false);
+        this.emitArrival(path, after, { replaced: before !== undefined && !before.isDir, contentChanged: pending.changes > 0 });
         watched.entries.set(pending.name, after);
         if (after.isDir && this.options.recursive) {
           // A directory moved within the watch keeps its contents; only new ones are announced.

@@ -150,6 +150,32 @@ describe('file routes', () => {
       expect(raw.length).toBe(0);
     });
 
+    it('streams a file whose size is not known in advance (procfs) until EOF, without Content-Length', async () => {
+      // st_size is 0 for /proc files, 4096 for sysfs attributes: neither says what a read gives.
+      const { status, headers, raw } = await call('GET', '/files/content?path=/proc/self/status');
+      expect(status).toBe(200);
+      expect(headers['content-length']).toBeUndefined();
+      expect(headers['transfer-encoding']).toBe('chunked');
+      expect(raw.toString()).toMatch(/^Name:/m);
+      expect(raw.toString()).toMatch(/^Pid:\s+\d+/m);
+      const cpuinfo = await call('GET', '/files/content?path=/proc/cpuinfo', { range: 'bytes=0-3' });
+      // A Range has no size to resolve against: the whole file.
+      expect(cpuinfo.status).toBe(200);
+      expect(cpuinfo.raw.toString()).toMatch(/^processor/m);
+    });
+
+    it('puts a file of unknown size into a multipart download with its real length', async () => {
+      const response = await client.request({ method: 'POST', path: '/files/download', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ paths: ['/proc/self/status', 'alphabet.txt'] }) });
+      const text = (await bodyOf(response)).toString();
+      const parts = text.split(/--nestbox-[0-9a-f]+/).filter((p) => p.includes('Content-Disposition'));
+      expect(parts).toHaveLength(2);
+      const [statusHead, statusBody] = parts[0].split('\r\n\r\n');
+      const declared = Number(/Content-Length: (\d+)/.exec(statusHead)?.[1]);
+      expect(declared).toBeGreaterThan(0);
+      expect(statusBody.slice(0, declared)).toMatch(/^Name:/);
+      expect(parts[1]).toContain(alphabet);
+    });
+
     it.each([
       ['bytes=2-5', 'cdef', 'bytes 2-5/26'],
       ['bytes=20-', 'uvwxyz', 'bytes 20-25/26'],
@@ -219,8 +245,12 @@ describe('file routes', () => {
       expect(byName['c.txt']).toMatchObject({ type: 'file', size: 3, path: join(agent.home, 'listing/c.txt') });
       expect(byName['b-dir'].type).toBe('dir');
       expect(byName['a-link']).toMatchObject({ type: 'symlink', symlinkTarget: 'c.txt' });
+      // Where it leads: the absolute path after every link, and what is there.
+      expect(byName['a-link'].symlinkResolved).toEqual({ path: join(agent.home, 'listing/c.txt'), type: 'file', mode: byName['c.txt'].mode });
       expect(byName.dangling).toMatchObject({ type: 'symlink', symlinkTarget: '/nowhere/at/all' });
+      expect(byName.dangling.symlinkResolved).toBeUndefined();
       expect(byName['c.txt'].symlinkTarget).toBeUndefined();
+      expect(byName['c.txt'].symlinkResolved).toBeUndefined();
     });
 
     it('lists home when no path is given', async () => {
@@ -243,7 +273,12 @@ describe('file routes', () => {
 
     it('describes a symlink itself rather than its target', async () => {
       await symlink('stat-me.txt', join(agent.home, 'stat-link'));
+      await symlink('stat-link', join(agent.home, 'stat-link-2'));
+      await symlink('.', join(agent.home, 'stat-dir-link'));
       expect(await client.stat('stat-link')).toMatchObject({ type: 'symlink', symlinkTarget: 'stat-me.txt' });
+      // A chain of links resolves to its end; a link to a directory says so.
+      expect(await client.stat('stat-link-2')).toMatchObject({ symlinkTarget: 'stat-link', symlinkResolved: { path: join(agent.home, 'stat-me.txt'), type: 'file' } });
+      expect((await client.stat('stat-dir-link')).symlinkResolved).toMatchObject({ path: agent.home, type: 'dir' });
     });
 
     it('describes the root as "/"', async () => {

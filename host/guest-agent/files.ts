@@ -2,14 +2,15 @@
 // and a file can be larger than all of it.
 import { randomBytes } from 'node:crypto';
 import { constants, type Stats } from 'node:fs';
-import { lstat, mkdir, open, readdir, readlink, realpath, rename, stat, unlink, type FileHandle } from 'node:fs/promises';
+import { lstat, mkdir, open, readdir, readlink, realpath, rename, stat, statfs, unlink, type FileHandle } from 'node:fs/promises';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { posix } from 'node:path';
-import { Writable, type Readable } from 'node:stream';
+import { Readable, Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { FileInfo, ListResponse } from '../agent-protocol/types.js';
 import { AgentHttpError, rethrowFsError, validationFailed } from './errors.js';
 import { sandboxAccounts } from './files-owners.js';
+import { markAgentWrite } from './files-write-marks.js';
 import { createScavengeNudge } from './memory.js';
 import { baseName } from './paths.js';
 import { parseRangeHeader } from './range.js';
@@ -43,7 +44,14 @@ export async function describe(absolutePath: string, info: Stats): Promise<FileI
     uid: info.uid,
     gid: info.gid,
   };
-  if (info.isSymbolicLink()) entry.symlinkTarget = await readlink(absolutePath);
+  if (info.isSymbolicLink()) {
+    entry.symlinkTarget = await readlink(absolutePath);
+    // Where the link finally leads (every link followed), for clients that describe a link by
+    // its target; a dangling or looping link simply has none.
+    const resolvedPath = await realpath(absolutePath).catch(() => undefined);
+    const resolved = resolvedPath === undefined ? undefined : await stat(resolvedPath).catch(() => undefined);
+    if (resolvedPath !== undefined && resolved) entry.symlinkResolved = { path: resolvedPath, type: fileType(resolved), mode: resolved.mode & 0o7777 };
+  }
   return entry;
 }
 
@@ -124,7 +132,36 @@ export async function listDirectory(absolutePath: string, depth = 1, maxEntries 
   return { entries };
 }
 
-export async function openForReading(absolutePath: string): Promise<{ handle: FileHandle; size: number }> {
+/**
+ * Filesystems whose st_size says nothing about what a read returns: procfs reports 0 for
+ * /proc/cpuinfo, sysfs 4096 for a five-byte attribute, and so on (statfs f_type magic numbers).
+ */
+const UNSIZED_FILESYSTEMS = new Set<number>([
+  0x9fa0, // proc
+  0x62656572, // sysfs
+  0x64626720, // debugfs
+  0x74726163, // tracefs
+  0x73636673, // securityfs
+  0x62656570, // configfs
+  0x27e0eb, // cgroup
+  0x63677270, // cgroup2
+  0xcafe4a11, // bpf
+  0xde5e81e4, // efivarfs
+]);
+
+export interface OpenedFile {
+  handle: FileHandle;
+  /** st_size of the opened descriptor. */
+  size: number;
+  /**
+   * False when the size cannot be trusted: a pseudo-filesystem's file, or a regular file whose
+   * st_size is 0 (procfs and friends report 0 for files that do have content). Such a file is
+   * read until EOF instead.
+   */
+  sizeKnown: boolean;
+}
+
+export async function openForReading(absolutePath: string): Promise<OpenedFile> {
   let handle: FileHandle;
   try {
     // O_NONBLOCK so opening a FIFO cannot park a libuv thread forever waiting for a writer.
@@ -138,15 +175,64 @@ export async function openForReading(absolutePath: string): Promise<{ handle: Fi
     const info = await handle.stat();
     if (info.isDirectory()) throw validationFailed('path', `path is a directory: ${absolutePath}`);
     if (!info.isFile()) throw validationFailed('path', `not a regular file: ${absolutePath}`);
-    return { handle, size: info.size };
+    const fsType = info.size === 0 ? undefined : (await statfs(absolutePath).catch(() => undefined))?.type;
+    const sizeKnown = info.size > 0 && !(fsType !== undefined && UNSIZED_FILESYSTEMS.has(fsType));
+    return { handle, size: info.size, sizeKnown };
   } catch (error) {
     await handle.close().catch(() => {});
     throw error;
   }
 }
 
+/** Read size of files streamed until EOF. */
+const UNSIZED_CHUNK_BYTES = 64 * 1024;
+
+/**
+ * The bytes of a file whose size is not known in advance, read at the descriptor's own position
+ * (sequentially, as `cat` reads /proc) until EOF. The handle stays open; the caller closes it.
+ */
+export async function* readUntilEof(handle: FileHandle, first?: Buffer): AsyncGenerator<Buffer> {
+  if (first && first.length > 0) yield first;
+  for (;;) {
+    const buffer = Buffer.allocUnsafe(UNSIZED_CHUNK_BYTES);
+    const { bytesRead } = await handle.read(buffer, 0, buffer.length, null);
+    if (bytesRead === 0) return;
+    noteStreamedBytes(bytesRead);
+    yield buffer.subarray(0, bytesRead);
+  }
+}
+
+/**
+ * A file of unknown size: 200 with no Content-Length (chunked), read until EOF; a Range is
+ * ignored (there is no size to resolve it against). Resolves false, sending nothing, when the
+ * first read finds EOF: it is empty after all, and is answered as any empty file.
+ */
+async function sendUnsizedFile(res: ServerResponse, handle: FileHandle): Promise<boolean> {
+  const first = Buffer.allocUnsafe(UNSIZED_CHUNK_BYTES);
+  const { bytesRead } = await handle.read(first, 0, first.length, null);
+  if (bytesRead === 0) return false;
+  try {
+    res.writeHead(200, { 'Content-Type': 'application/octet-stream' });
+    await pipeline(Readable.from(readUntilEof(handle, first.subarray(0, bytesRead))), res);
+  } finally {
+    await handle.close().catch(() => {});
+  }
+  return true;
+}
+
 export async function sendFile(req: IncomingMessage, res: ServerResponse, absolutePath: string): Promise<void> {
-  const { handle, size } = await openForReading(absolutePath);
+  const { handle, size: statSize, sizeKnown } = await openForReading(absolutePath);
+  let size = statSize;
+  if (!sizeKnown) {
+    try {
+      if (await sendUnsizedFile(res, handle)) return;
+    } catch (error) {
+      await handle.close().catch(() => {});
+      if (res.headersSent) throw error;
+      return rethrowFsError(error, absolutePath);
+    }
+    size = 0;
+  }
   const range = parseRangeHeader(req.headers.range, size);
   if (range.kind === 'unsatisfiable') {
     await handle.close().catch(() => {});
@@ -216,7 +302,7 @@ export function handleWriter(handle: FileHandle): Writable {
   });
 }
 
-async function streamIntoTempFile(body: Readable, tempPath: string, mode: number): Promise<number> {
+async function streamIntoTempFile(body: Readable, tempPath: string, mode: number): Promise<Stats> {
   const handle = await open(tempPath, 'wx', 0o600);
   try {
     // pipeline applies backpressure: the request socket is paused whenever the disk lags, so
@@ -225,7 +311,7 @@ async function streamIntoTempFile(body: Readable, tempPath: string, mode: number
     await pipeline(body, writer);
     await handle.sync();
     await handle.chmod(mode);
-    return (await handle.stat()).size;
+    return await handle.stat();
   } finally {
     await handle.close().catch(() => {});
   }
@@ -242,7 +328,9 @@ export async function receiveFile(body: Readable, absolutePath: string, requeste
     const target = await writeTarget(absolutePath);
     const mode = requestedMode ?? (target.existing ? target.existing.mode & 0o7777 : DEFAULT_NEW_FILE_MODE);
     tempPath = tempPathBeside(target.path);
-    await streamIntoTempFile(body, tempPath, mode);
+    const written = await streamIntoTempFile(body, tempPath, mode);
+    // Watchers report this rename as the write it is (files-write-marks.ts).
+    markAgentWrite(written, target.existing !== undefined);
     await rename(tempPath, target.path);
     tempPath = undefined;
     return await describe(target.path, await lstat(target.path));

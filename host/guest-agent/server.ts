@@ -210,7 +210,8 @@ export function createAgentServer(options: AgentServerOptions): Server {
     { home: resolvedOptions.home, env: resolvedOptions.env, maxJsonBodyBytes: resolvedOptions.maxJsonBodyBytes, launcher },
     options.processes,
   );
-  const fileRoutes = createFileRoutes(resolvedOptions);
+  // File metadata rides on the pty helper's --xattr mode (pty-helper/nestbox-xattr.c).
+  const fileRoutes = createFileRoutes({ ...resolvedOptions, metadataHelper: options.processes?.ptyHelper ?? '/.nestbox/bin/nestbox-pty' });
   const languageServers = new LspService({ home: resolvedOptions.home, baseEnv: resolvedOptions.env, launcher, passwdPath: options.processes?.passwdPath });
   const routes = { ...buildRoutes(resolvedOptions, Date.now(), launcher), ...fileRoutes.routes, ...createLspRoutes(languageServers, resolvedOptions.maxJsonBodyBytes) };
 

@@ -8,7 +8,7 @@ import type { FileInfo } from '../../../core/guest.js';
 import { NestboxError } from '../../../core/errors.js';
 import type { E2bDeps } from '../deps.js';
 import { EventType, FileType, Filesystem, type EntryInfoSchema, type FilesystemEventSchema } from '../gen/filesystem/filesystem_pb.js';
-import { rpcError } from '../errors.js';
+import { isSandboxUnavailable, rpcError } from '../errors.js';
 import { homeRelative, type SandboxTarget } from '../target.js';
 import type { ErrorLog } from '../../../core/logger.js';
 
@@ -35,19 +35,43 @@ export function permissionString(type: FileInfo['type'], mode: number): string {
   return kind + out;
 }
 
+/**
+ * envd describes a symlink by where it leads: `type` and `mode` of the final target,
+ * `symlinkTarget` its absolute resolved path; the permissions string stays the link's own
+ * (`Lrwxrwxrwx`). A dangling link has no type (unspecified, which SDK lists skip) and names
+ * itself as its target, as envd's resolution falls back to the path.
+ */
 export function entryInfo(f: FileInfo): EntryInit {
+  const link = f.type === 'symlink';
+  const resolved = link ? f.symlinkResolved : undefined;
   return {
     name: f.name,
-    type: TYPE[f.type],
+    type: link ? (resolved ? TYPE[resolved.type] : FileType.UNSPECIFIED) : TYPE[f.type],
     path: f.path,
     size: BigInt(Math.max(0, Math.trunc(f.size))),
-    mode: f.mode & 0o7777,
+    mode: (link ? (resolved?.mode ?? 0) : f.mode) & 0o7777,
     permissions: permissionString(f.type, f.mode),
     owner: f.owner,
     group: f.group,
     modifiedTime: timestampFromDate(new Date(f.mtime)),
-    ...(f.symlinkTarget !== undefined ? { symlinkTarget: f.symlinkTarget } : {}),
+    ...(link ? { symlinkTarget: resolved?.path ?? f.path } : {}),
   };
+}
+
+/**
+ * envd keeps a file's metadata in `user.e2b.<key>` extended attributes and shows it with the
+ * prefix stripped (other `user.*` attributes are not its business): the toolbox's metadata has
+ * names without `user.`, so only the `e2b.` ones are shown here.
+ */
+export const E2B_METADATA_PREFIX = 'e2b.';
+
+export function e2bMetadata(metadata: Record<string, string> | undefined): Record<string, string> | undefined {
+  if (!metadata) return undefined;
+  const shown: Record<string, string> = {};
+  for (const [name, value] of Object.entries(metadata)) {
+    if (name.startsWith(E2B_METADATA_PREFIX) && name.length > E2B_METADATA_PREFIX.length) shown[name.slice(E2B_METADATA_PREFIX.length)] = value;
+  }
+  return Object.keys(shown).length > 0 ? shown : undefined;
 }
 
 const EVENT_TYPE: Record<string, EventType> = {
@@ -85,6 +109,26 @@ export function filesystemService(deps: E2bDeps, resolve: ResolveTarget): Partia
   const stat = (target: SandboxTarget, path: string, signal?: AbortSignal): Promise<FileInfo> =>
     toolbox.statFile(target.principal, target.sandboxId, homeRelative(path), { signal });
 
+  /**
+   * EntryInfo with each file's metadata, as envd's Stat, ListDir and Move answer. Best effort,
+   * as envd's: a file whose metadata cannot be read is described without it.
+   */
+  async function entriesWithMetadata(target: SandboxTarget, infos: FileInfo[], signal?: AbortSignal): Promise<EntryInit[]> {
+    const entries = infos.map(entryInfo);
+    if (infos.length === 0) return entries;
+    const read = await toolbox.readFileMetadata(target.principal, target.sandboxId, { paths: infos.map((f) => f.path) }, { signal }).catch((err: unknown) => {
+      if (signal?.aborted) throw err;
+      return undefined;
+    });
+    read?.forEach((found, index) => {
+      const metadata = e2bMetadata(found.metadata);
+      if (metadata) entries[index].metadata = metadata;
+    });
+    return entries;
+  }
+  const entryWithMetadata = async (target: SandboxTarget, info: FileInfo, signal?: AbortSignal): Promise<EntryInit> =>
+    (await entriesWithMetadata(target, [info], signal))[0];
+
   async function filesystemEvent(target: SandboxTarget, root: string, e: { type: string; path: string }, includeEntry: boolean): Promise<FilesystemEventInit | undefined> {
     const type = EVENT_TYPE[e.type];
     if (type === undefined) return undefined;
@@ -97,7 +141,10 @@ export function filesystemService(deps: E2bDeps, resolve: ResolveTarget): Partia
   }
 
   return {
-    stat: withErrors(async (req, ctx) => ({ entry: entryInfo(await stat(await resolve(ctx), req.path, ctx.signal)) })),
+    stat: withErrors(async (req, ctx) => {
+      const target = await resolve(ctx);
+      return { entry: await entryWithMetadata(target, await stat(target, req.path, ctx.signal), ctx.signal) };
+    }),
 
     makeDir: withErrors(async (req, ctx) => {
       const target = await resolve(ctx);
@@ -118,7 +165,8 @@ export function filesystemService(deps: E2bDeps, resolve: ResolveTarget): Partia
       const target = await resolve(ctx);
       // rename(2) semantics, like envd: an existing destination is replaced.
       const info = await toolbox.moveFile(target.principal, target.sandboxId, { from: homeRelative(req.source), to: homeRelative(req.destination), overwrite: true }, { signal: ctx.signal });
-      return { entry: entryInfo(info) };
+      // A moved file keeps its metadata (attributes stay with the inode).
+      return { entry: await entryWithMetadata(target, info, ctx.signal) };
     }),
 
     listDir: withErrors(async (req, ctx) => {
@@ -126,12 +174,18 @@ export function filesystemService(deps: E2bDeps, resolve: ResolveTarget): Partia
       // depth 0 (the proto3 default when absent) means 1, as upstream.
       const depth = Math.min(Math.max(req.depth || 1, 1), 32);
       const list = await toolbox.listFiles(target.principal, target.sandboxId, { path: homeRelative(req.path || '.'), depth }, { signal: ctx.signal });
-      return { entries: list.entries.map(entryInfo) };
+      return { entries: await entriesWithMetadata(target, list.entries, ctx.signal) };
     }),
 
     remove: withErrors(async (req, ctx) => {
       const target = await resolve(ctx);
-      await toolbox.deleteFile(target.principal, target.sandboxId, { path: homeRelative(req.path), recursive: true }, { signal: ctx.signal });
+      try {
+        await toolbox.deleteFile(target.principal, target.sandboxId, { path: homeRelative(req.path), recursive: true }, { signal: ctx.signal });
+      } catch (err) {
+        // envd removes like `rm -rf`: a path that is already gone is a success. (The native
+        // API keeps its 404; only a missing file is forgiven here, never a missing sandbox.)
+        if (!(err instanceof NestboxError && err.code === 'not_found' && !isSandboxUnavailable(err))) throw err;
+      }
       return {};
     }),
 

@@ -10,6 +10,7 @@ import type { E2bDeps } from '../deps.js';
 import { clientGoneSignal, streamedBody, streamedThrough } from '../../../http-kit/request-body.js';
 import { renderEnvdHttpError } from '../errors.js';
 import { nativeUploadForm, type NativeUploadForm } from './upload-form.js';
+import { E2B_METADATA_PREFIX, e2bMetadata } from './filesystem.js';
 import { homeRelative, type SandboxTarget } from '../target.js';
 import { authenticateSandboxTraffic, authenticateSignature, type SandboxRoute } from '../routing.js';
 
@@ -27,11 +28,23 @@ function queryValue(req: Request, name: string): string | undefined {
 
 /**
  * `/files` accepts the sandbox's token or a valid signature; a wrong token is refused even with
- * a good signature (e2b.md (d) "Auth rules").
+ * a good signature (e2b.md (d) "Auth rules"). The refusals carry envd's own messages (the SDK's
+ * signing tests compare them): a wrong token "access token present in header but does not
+ * match", neither token nor signature "missing signature query parameter".
  */
 async function filesTarget(deps: E2bDeps, req: Request, route: SandboxRoute, operation: 'read' | 'write'): Promise<SandboxTarget> {
   const signature = queryValue(req, 'signature');
-  if (req.headers['x-access-token'] || !signature) return authenticateSandboxTraffic(deps.core, req.headers, route);
+  if (req.headers['x-access-token']) {
+    return authenticateSandboxTraffic(deps.core, req.headers, route).catch((err: unknown) => {
+      // A token that is simply wrong gets envd's words; one that was good but has expired or
+      // lost its key (Nestbox bounds tokens; envd's never end) keeps saying so.
+      if (err instanceof NestboxError && err.code === 'unauthorized' && /^(invalid|missing) sandbox access token$/.test(err.message)) {
+        throw new NestboxError('unauthorized', 'access token present in header but does not match');
+      }
+      throw err;
+    });
+  }
+  if (!signature) throw new NestboxError('unauthorized', 'missing signature query parameter');
   return authenticateSignature(
     deps.core,
     route,
@@ -40,9 +53,61 @@ async function filesTarget(deps: E2bDeps, req: Request, route: SandboxRoute, ope
   );
 }
 
-/** What envd answers for each written file (e2b.md (d) POST /files). */
-function writtenEntry(path: string): { name: string; type: 'file'; path: string } {
-  return { name: path.slice(path.lastIndexOf('/') + 1), type: 'file', path };
+interface WrittenEntry {
+  name: string;
+  type: 'file';
+  path: string;
+  metadata?: Record<string, string>;
+}
+
+/** What envd answers for each written file (e2b.md (d) POST /files); `metadata` only when it has some. */
+function writtenEntry(path: string, metadata?: Record<string, string>): WrittenEntry {
+  return { name: path.slice(path.lastIndexOf('/') + 1), type: 'file', path, ...(metadata ? { metadata } : {}) };
+}
+
+const METADATA_HEADER = 'x-metadata-';
+/** envd's bounds: the whole attribute name (`user.e2b.<key>`) within Linux's 255 bytes, and all of a file's names and values within one 4 KiB ext4 block. */
+const MAX_METADATA_KEY_BYTES = 255 - 'user.e2b.'.length;
+const MAX_METADATA_TOTAL_BYTES = 4096;
+const PRINTABLE_ASCII = /^[\x20-\x7e]*$/;
+
+/**
+ * `X-Metadata-<key>: <value>` headers, as envd reads them: keys lowercased, the first value of
+ * a repeated header, printable ASCII only, bounded. A bad set is a 400 naming `metadata`.
+ */
+function uploadMetadata(req: Request): Record<string, string> | undefined {
+  let metadata: Record<string, string> | undefined;
+  let total = 0;
+  for (const [name, raw] of Object.entries(req.headers)) {
+    if (!name.startsWith(METADATA_HEADER)) continue;
+    const key = name.slice(METADATA_HEADER.length).toLowerCase();
+    const value = Array.isArray(raw) ? (raw[0] ?? '') : (raw ?? '');
+    if (key === '') continue;
+    const invalid = (why: string): NestboxError => new NestboxError('validation_failed', `metadata: invalid metadata: ${why}`, { field: 'metadata' });
+    if (key.length > MAX_METADATA_KEY_BYTES) throw invalid(`key ${JSON.stringify(key)} exceeds ${MAX_METADATA_KEY_BYTES} bytes`);
+    if (!PRINTABLE_ASCII.test(key)) throw invalid(`key ${JSON.stringify(key)} is not printable ASCII`);
+    if (!PRINTABLE_ASCII.test(value)) throw invalid(`value for key ${JSON.stringify(key)} is not printable ASCII`);
+    total += 'user.e2b.'.length + key.length + value.length;
+    (metadata ??= {})[key] = value;
+  }
+  if (total > MAX_METADATA_TOTAL_BYTES) throw new NestboxError('validation_failed', `metadata: invalid metadata: total metadata size ${total} exceeds ${MAX_METADATA_TOTAL_BYTES} bytes`, { field: 'metadata' });
+  return metadata;
+}
+
+/**
+ * Puts the upload's metadata on each written file (`user.e2b.<key>`, replacing any earlier
+ * e2b set) and answers each entry with what the file then has, read back as envd does. A file
+ * written anew is a new inode, so an upload without metadata leaves none behind: nothing to do.
+ */
+async function writtenEntries(deps: E2bDeps, target: SandboxTarget, paths: string[], metadata: Record<string, string> | undefined, signal: AbortSignal): Promise<WrittenEntry[]> {
+  if (!metadata) return paths.map((path) => writtenEntry(path));
+  const set = Object.fromEntries(Object.entries(metadata).map(([key, value]) => [`${E2B_METADATA_PREFIX}${key}`, value]));
+  const entries: WrittenEntry[] = [];
+  for (const path of paths) {
+    const written = await deps.core.toolbox.writeFileMetadata(target.principal, target.sandboxId, { path, set, replacePrefix: E2B_METADATA_PREFIX }, { signal });
+    entries.push(writtenEntry(path, e2bMetadata(written.metadata)));
+  }
+  return entries;
 }
 
 function requirePath(req: Request): string {
@@ -88,10 +153,7 @@ export async function uploadFiles(deps: E2bDeps, req: Request, res: Response, ro
   let form: NativeUploadForm | undefined;
   try {
     const target = await filesTarget(deps, req, route, 'write');
-    // File metadata (xattrs) has no Nestbox counterpart yet: say so instead of dropping it.
-    if (Object.keys(req.headers).some((h) => h.startsWith('x-metadata-'))) {
-      throw new NestboxError('validation_failed', 'X-Metadata-*: file metadata is not supported by this Nestbox server', { field: 'metadata' });
-    }
+    const metadata = uploadMetadata(req);
     const max = deps.maxUploadBytes;
     const declared = Number(req.headers['content-length'] ?? 0);
     if (declared > max) throw new NestboxError('payload_too_large', `body: ${declared} bytes exceeds the upload limit of ${max} bytes`);
@@ -117,14 +179,14 @@ export async function uploadFiles(deps: E2bDeps, req: Request, res: Response, ro
       const failed = result.results.find((r) => !r.ok);
       if (failed && !failed.ok) throw new NestboxError((failed.error.code as NestboxError['code']) ?? 'internal', failed.error.message);
       if (result.results.length === 0) throw new NestboxError('validation_failed', 'body: no file part named "file"', { field: 'file' });
-      res.status(200).json(result.results.map((r) => writtenEntry(r.path)));
+      res.status(200).json(await writtenEntries(deps, target, result.results.map((r) => r.path), metadata, signal));
       return;
     }
     // application/octet-stream (envd ≥ 0.5.7): one file, `path` required.
     if (!path) throw new NestboxError('validation_failed', 'path: required for application/octet-stream uploads', { field: 'path' });
     const info = await deps.core.toolbox.writeFile(target.principal, target.sandboxId, homeRelative(path), body, {}, { signal });
     if (badGzip) throw badGzip;
-    res.status(200).json([writtenEntry(info.path)]);
+    res.status(200).json(await writtenEntries(deps, target, [info.path], metadata, signal));
   } catch (err) {
     renderEnvdHttpError(res, badGzip ?? form?.failure() ?? err, deps.log);
   }

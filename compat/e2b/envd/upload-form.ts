@@ -13,8 +13,13 @@ import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream';
 import { NestboxError } from '../../../core/errors.js';
 
-/** Text fields only ever carry paths; anything longer is not one (the guest's limit too). */
+/** Text fields other than `file` only ever carry paths; anything longer is not one (the guest's limit too). */
 const MAX_FIELD_BYTES = 64 * 1024;
+/**
+ * A `file` part without a filename is a text field to busboy (a browser's
+ * `form.append('file', 'some text')`), which busboy holds in memory: at most this much.
+ */
+const MAX_TEXT_FILE_BYTES = 1024 * 1024;
 const MULTIPART_FORM_DATA = /^multipart\/form-data\s*;/i;
 
 export interface NativeUploadForm {
@@ -29,7 +34,7 @@ export interface NativeUploadForm {
 }
 
 type FormItem =
-  | { kind: 'field'; name: string; value: string }
+  | { kind: 'field'; name: string; value: string; truncated: boolean }
   | { kind: 'file'; name: string; part: Readable; filename: string | undefined }
   | { kind: 'end' }
   | { kind: 'error'; error: Error };
@@ -60,7 +65,7 @@ export function nativeUploadForm(source: Readable, contentType: string, queryPat
   }
   let parser: busboy.Busboy;
   try {
-    parser = busboy({ headers: { 'content-type': contentType }, preservePath: true, limits: { fieldSize: MAX_FIELD_BYTES } });
+    parser = busboy({ headers: { 'content-type': contentType }, preservePath: true, limits: { fieldSize: MAX_TEXT_FILE_BYTES } });
   } catch (err) {
     source.resume();
     throw new NestboxError('validation_failed', `content-type: ${(err as Error).message}`, { field: 'content-type' });
@@ -74,7 +79,7 @@ export function nativeUploadForm(source: Readable, contentType: string, queryPat
     queue.push(item);
     wake?.();
   };
-  parser.on('field', (name, value) => push({ kind: 'field', name, value }));
+  parser.on('field', (name, value, info) => push({ kind: 'field', name, value, truncated: info.valueTruncated }));
   parser.on('file', (name, part, info) => {
     // busboy may destroy a part (form cut short) before it is read: its error is the form's,
     // reported through the pipeline below, and must not go unhandled here.
@@ -109,7 +114,27 @@ export function nativeUploadForm(source: Readable, contentType: string, queryPat
           yield Buffer.from(`--${boundary}--\r\n`);
           return;
         }
+        if (item.kind === 'field' && item.name === 'file') {
+          // envd takes any part named `file` as a file, with or without a filename (its
+          // destination then comes from `?path=` or a `path` field): so does this layer.
+          if (item.truncated) {
+            throw (failure = new NestboxError('payload_too_large', `file: a file part without a filename is read into memory, at most ${MAX_TEXT_FILE_BYTES} bytes; send it with a filename (as a file) instead`));
+          }
+          const destination = pathFieldPending ? undefined : queryPath;
+          if (!pathFieldPending && !destination) {
+            throw (failure = new NestboxError('validation_failed', 'file: a file part without a filename needs ?path= (or a preceding path field) to say where it goes', { field: 'file' }));
+          }
+          if (destination !== undefined) yield textPart('path', destination);
+          pathFieldPending = false;
+          yield partHead('name="file"; filename="file"', 'application/octet-stream');
+          yield Buffer.from(item.value, 'utf8');
+          yield Buffer.from('\r\n');
+          continue;
+        }
         if (item.kind === 'field') {
+          if (item.truncated || Buffer.byteLength(item.value) > MAX_FIELD_BYTES) {
+            throw (failure = new NestboxError('validation_failed', `${item.name}: text fields are at most ${MAX_FIELD_BYTES} bytes`, { field: item.name }));
+          }
           if (item.name === 'path') pathFieldPending = true;
           yield textPart(item.name, item.value);
           continue;

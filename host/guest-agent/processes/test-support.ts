@@ -14,12 +14,14 @@ import { startTestAgent, type TestAgent } from '../testing.js';
 
 let compiledHelper: string | undefined;
 
-/** Compiles nestbox-pty.c once per test process, so tests always run the current source. */
+/** Compiles nestbox-pty.c (with nestbox-xattr.c) once per test process, so tests always run the current source. */
 export function ptyHelperPath(): string {
   if (!compiledHelper) {
     const source = resolve(fileURLToPath(import.meta.url), '../../pty-helper/nestbox-pty.c');
+    // The binary also carries the file-metadata mode (nestbox-xattr.c).
+    const xattrSource = resolve(fileURLToPath(import.meta.url), '../../pty-helper/nestbox-xattr.c');
     const output = join(mkdtempSync(join(tmpdir(), 'nestbox-pty-')), 'nestbox-pty');
-    execFileSync('cc', ['-O2', '-Wall', '-o', output, source]);
+    execFileSync('cc', ['-O2', '-Wall', '-o', output, source, xattrSource]);
     compiledHelper = output;
   }
   return compiledHelper;

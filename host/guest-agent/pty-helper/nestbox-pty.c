@@ -7,6 +7,7 @@
  * /.nestbox/bin/nestbox-pty like tini, so it works in any image (even without a libc).
  *
  *   nestbox-pty COLS ROWS OOM_SCORE_ADJ PROGRAM [ARG...]
+ *   nestbox-pty --xattr …   (file metadata for the agent: nestbox-xattr.c)
  *
  *   fd 0  terminal input from the agent (raw bytes, written to the master unmodified)
  *   fd 1  terminal output to the agent (raw bytes read from the master, unmodified)
@@ -144,7 +145,11 @@ static void drain_master(int master) {
   }
 }
 
+/* nestbox-xattr.c: the file-metadata mode, linked into this binary (see there why). */
+int xattr_main(int argc, char **argv);
+
 int main(int argc, char **argv) {
+  if (argc >= 2 && strcmp(argv[1], "--xattr") == 0) return xattr_main(argc - 1, argv + 1);
   if (argc < 5) {
     fprintf(stderr, "usage: nestbox-pty COLS ROWS OOM_SCORE_ADJ PROGRAM [ARG...]\n");
     return 125;

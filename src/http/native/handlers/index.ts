@@ -21,6 +21,7 @@ import { findFiles } from './findFiles.js';
 import { forkSandbox } from './forkSandbox.js';
 import { getCommand } from './getCommand.js';
 import { getCommandLogs } from './getCommandLogs.js';
+import { getFileMetadata } from './getFileMetadata.js';
 import { getFileWatcherEvents } from './getFileWatcherEvents.js';
 import { getHealth } from './getHealth.js';
 import { getOpenApiDocument } from './getOpenApiDocument.js';
@@ -42,6 +43,7 @@ import { moveFile } from './moveFile.js';
 import { pauseSandbox } from './pauseSandbox.js';
 import { publishPort } from './publishPort.js';
 import { replaceInFiles } from './replaceInFiles.js';
+import { setFileMetadata } from './setFileMetadata.js';
 import { resizeCommandTerminal } from './resizeCommandTerminal.js';
 import { resumeSandbox } from './resumeSandbox.js';
 import { runCommand } from './runCommand.js';
@@ -102,6 +104,8 @@ export const nativeHandlers: Record<string, NativeHandler> = {
   pauseSandbox,
   publishPort,
   replaceInFiles,
+  setFileMetadata,
+  getFileMetadata,
   resizeCommandTerminal,
   resumeSandbox,
   runCommand,
