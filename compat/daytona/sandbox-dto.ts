@@ -35,6 +35,11 @@ const DESIRED_STATE: Record<SandboxState, string> = {
   error: 'started',
 };
 
+/** The state Daytona's server would be driving a sandbox in `state` towards. */
+export function daytonaDesiredState(state: SandboxState): string {
+  return DESIRED_STATE[state];
+}
+
 /** Daytona list `states` filter → core states (states Nestbox never has match nothing). */
 export const CORE_STATES_OF: Record<string, SandboxState[]> = {
   creating: ['creating'],
