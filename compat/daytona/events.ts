@@ -54,7 +54,7 @@ export interface DaytonaEventStream {
   close(): Promise<void>;
 }
 
-export function createDaytonaEventStream(core: Pick<CompatPort, 'auth' | 'sandboxEvents'>, options: Pick<DaytonaOptions, 'streams' | 'log'>): DaytonaEventStream {
+export function createDaytonaEventStream(core: Pick<CompatPort, 'auth' | 'sandboxEvents'>, options: Pick<DaytonaOptions, 'streams' | 'log' | 'region'>): DaytonaEventStream {
   const io = new Server<Record<string, never>, Record<string, (payload: unknown) => void>, Record<string, never>, SocketData>({
     path: EVENT_STREAM_PATH,
     transports: ['websocket'],
@@ -110,7 +110,7 @@ export function createDaytonaEventStream(core: Pick<CompatPort, 'auth' | 'sandbo
     const dtos = new Map<string, Record<string, unknown>>();
     const dtoFor = (origin: string) => {
       let dto = dtos.get(origin);
-      if (!dto) dtos.set(origin, (dto = renderDaytonaSandbox(sandbox, `${origin}${DAYTONA_PREFIX}/toolbox`, { full: true })));
+      if (!dto) dtos.set(origin, (dto = renderDaytonaSandbox(sandbox, `${origin}${DAYTONA_PREFIX}/toolbox`, { full: true, region: options.region })));
       return dto;
     };
     for (const id of targets) {

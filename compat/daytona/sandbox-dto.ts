@@ -62,7 +62,7 @@ export const SANDBOX_USER = 'root';
 /** Minutes, as Daytona counts intervals; core counts seconds. */
 const minutes = (seconds: number): number => Math.round(seconds / 60);
 
-export function renderDaytonaSandbox(s: Sandbox, toolboxUrl: string, opts: { full: boolean }): Record<string, unknown> {
+export function renderDaytonaSandbox(s: Sandbox, toolboxUrl: string, opts: { full: boolean; region: string }): Record<string, unknown> {
   const ttlDelete = s.autoDeleteSeconds === 0 && s.timeoutSeconds > 0;
   const dto: Record<string, unknown> = {
     id: s.id,
@@ -73,7 +73,8 @@ export function renderDaytonaSandbox(s: Sandbox, toolboxUrl: string, opts: { ful
     labels: s.labels,
     public: false,
     networkBlockAll: false,
-    target: s.hostId ?? 'local',
+    // The region its host is in (NESTBOX_REGION): what `target` names at create.
+    target: opts.region,
     cpu: s.cpu,
     gpu: 0,
     memory: s.memoryMiB / 1024,

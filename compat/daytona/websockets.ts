@@ -195,7 +195,7 @@ export interface DaytonaWebSockets {
   close(): Promise<void>;
 }
 
-export function attachDaytonaWebSockets(server: http.Server, core: Pick<CompatPort, 'auth' | 'toolbox' | 'sandboxEvents'>, options: Pick<DaytonaOptions, 'streams' | 'log'>): DaytonaWebSockets {
+export function attachDaytonaWebSockets(server: http.Server, core: Pick<CompatPort, 'auth' | 'toolbox' | 'sandboxEvents'>, options: Pick<DaytonaOptions, 'streams' | 'log' | 'region'>): DaytonaWebSockets {
   const { toolbox } = core;
   const events = createDaytonaEventStream(core, options);
   server.on('upgrade', (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
