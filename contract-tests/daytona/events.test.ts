@@ -156,3 +156,38 @@ describe('Daytona Socket.IO event stream', () => {
     expect(exit, output).toEqual({ code: 0, signal: null });
   }, 200_000);
 });
+
+describe('Daytona Socket.IO event stream under the stream caps', () => {
+  let env: DaytonaTestEnv;
+  beforeAll(async () => {
+    env = await startDaytonaEnv({ NESTBOX_MAX_STREAMS_PER_KEY: '1' });
+  });
+  afterAll(async () => {
+    await env?.server.close();
+  });
+
+  it('holds a stream slot of its key while open: the next socket of that key is refused until it closes', async () => {
+    // A key of its own: the SDK client of the test env holds one of the bootstrap key's.
+    const key = await makeKey(env.server, ['sandboxes:read']);
+    const first = new RawSocketIo(env.apiUrl, key.key);
+    await first.until('the first CONNECT answer', () => first.connected());
+    const second = new RawSocketIo(env.apiUrl, key.key);
+    try {
+      await second.until('the CONNECT_ERROR', () => second.frames.some((f) => f.startsWith('44')));
+      expect(JSON.parse(second.frames.find((f) => f.startsWith('44'))!.slice(2))).toMatchObject({ message: expect.stringMatching(/streams: this API key already has 1 open streams/), data: { statusCode: 429 } });
+    } finally {
+      second.close();
+      first.close();
+    }
+    // The slot comes back when the socket closes (bounded retries: the close reaches the server asynchronously).
+    let third: RawSocketIo | undefined;
+    for (let attempt = 0; attempt < 20 && !third?.connected(); attempt++) {
+      third?.close();
+      await new Promise((r) => setTimeout(r, 250));
+      third = new RawSocketIo(env.apiUrl, key.key);
+      await third.until('an answer', () => third!.connected() || third!.frames.some((f) => f.startsWith('44')));
+    }
+    expect(third?.connected()).toBe(true);
+    third?.close();
+  });
+});
