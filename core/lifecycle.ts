@@ -64,8 +64,8 @@ export function hostViewOf(runtime: { status: 'running' | 'paused' | 'stopped' }
 }
 
 /** Tells `events` that `written` moved from `from` (once `db`'s transaction, if any, commits). */
-function announce(events: SandboxStateEvents | undefined, db: DbOrTx, written: Sandbox | undefined, from: SandboxState): Sandbox | undefined {
-  if (written && events && written.state !== from) events.publishAfterCommit(db, { kind: 'state', sandbox: written, oldState: from, newState: written.state });
+async function announce(events: SandboxStateEvents | undefined, db: DbOrTx, written: Sandbox | undefined, from: SandboxState): Promise<Sandbox | undefined> {
+  if (written && events && written.state !== from) await events.publishAfterCommit(db, { kind: 'state', sandbox: written, oldState: from, newState: written.state });
   return written;
 }
 
@@ -96,7 +96,7 @@ export class Lifecycle {
   /** New rows of a create or fork, in `creating` and owned by this instance (inside the caller's quota transaction). */
   async insert(tx: DbOrTx, op: typeof OPERATIONS.create | typeof OPERATIONS.fork, operationId: string, row: Omit<NewSandbox, 'operation' | 'operationId' | 'operationOwner'>): Promise<Sandbox> {
     const created = await sandboxRepository(tx).insertCreating({ ...row, operation: op.name, operationId, operationOwner: this.instanceId });
-    this.events.publishAfterCommit(tx, { kind: 'created', sandbox: created, oldState: null, newState: created.state });
+    await this.events.publishAfterCommit(tx, { kind: 'created', sandbox: created, oldState: null, newState: created.state });
     return created;
   }
 
@@ -112,7 +112,7 @@ export class Lifecycle {
       const current = (await sandboxRepository(db).findById(sandbox.id))?.state ?? 'deleted';
       throw errors.invalidState('sandbox', sandbox.id, current, op.from, op.name);
     }
-    announce(this.events, db, began, sandbox.state);
+    await announce(this.events, db, began, sandbox.state);
     return { sandbox: began, operationId: owned.operationId };
   }
 
@@ -127,7 +127,7 @@ export class Lifecycle {
    */
   async claim(op: Operation, from: SandboxState, run: (patch: () => SandboxPatch) => Promise<Sandbox[]>): Promise<Sandbox[]> {
     const claimed = await run(this.claimPatch(op));
-    for (const sandbox of claimed) announce(this.events, this.db, sandbox, from);
+    for (const sandbox of claimed) await announce(this.events, this.db, sandbox, from);
     return claimed;
   }
 

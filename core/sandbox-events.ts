@@ -3,12 +3,11 @@
 // stream, compat/daytona/events.ts). Each change carries the row as written, so a subscriber
 // can render it without reading the database again.
 //
-// In-process only: a change is seen by the subscribers of the control-plane instance that wrote
-// it. With several instances on one PostgreSQL, a client connected to another instance misses
-// that change; the clients this serves (the Daytona SDK) poll beside the stream, so a missed
-// event costs latency (up to their poll interval), never correctness. A fan-out through
-// PostgreSQL (NOTIFY in the writing transaction, one LISTEN connection per instance feeding
-// `publish`) would close that gap without changing this interface.
+// Subscribers of the instance that wrote a change get it at once. With several control-plane
+// instances on one PostgreSQL, `relay` (sandbox-events-postgres.ts: NOTIFY in the writing
+// transaction, one LISTEN connection per instance) carries it to the others. A change missed
+// while that connection is down costs latency only: the clients this serves (the Daytona SDK)
+// poll beside the stream.
 import type { DbOrTx } from './store/db.js';
 import type { SandboxState } from './state-machine.js';
 import type { Sandbox } from './types.js';
@@ -27,8 +26,13 @@ export interface SandboxStateChange {
 
 export type SandboxStateListener = (change: SandboxStateChange) => void;
 
+/** Carries a change to the other control-plane instances, in `db`'s transaction when it is one. */
+export type SandboxStateRelay = (db: DbOrTx, change: SandboxStateChange) => Promise<void>;
+
 export class SandboxStateEvents {
   private readonly listeners = new Set<SandboxStateListener>();
+  /** Set by a cross-instance fan-out (sandbox-events-postgres.ts); none with one instance. */
+  relay?: SandboxStateRelay;
 
   constructor(private readonly log: Logger = silentLogger) {}
 
@@ -57,14 +61,14 @@ export class SandboxStateEvents {
   /**
    * Publishes `change` once what `db` wrote is visible to others: at once outside a
    * transaction, after the commit inside one, never when it rolls back (a subscriber told of a
-   * row that does not exist would look it up and find nothing).
+   * row that does not exist would look it up and find nothing). The relay, when there is one,
+   * is awaited: inside a transaction its NOTIFY must be sent before the commit.
    */
-  publishAfterCommit(db: DbOrTx, change: SandboxStateChange): void {
-    if (!this.listeners.size) return;
-    if ('executionPromise' in db && db.isTransaction) {
-      db.executionPromise.then(() => this.publish(change), () => undefined);
-      return;
+  async publishAfterCommit(db: DbOrTx, change: SandboxStateChange): Promise<void> {
+    if (this.listeners.size) {
+      if ('executionPromise' in db && db.isTransaction) db.executionPromise.then(() => this.publish(change), () => undefined);
+      else this.publish(change);
     }
-    this.publish(change);
+    await this.relay?.(db, change);
   }
 }

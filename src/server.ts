@@ -8,6 +8,7 @@ import { migrateToLatest, openDatabase, type Db } from '../core/store/db.js';
 import { AuthService } from '../core/services/auth.js';
 import { HostService, deriveHostSecret } from '../core/services/hosts.js';
 import { SandboxStateEvents } from '../core/sandbox-events.js';
+import { PostgresStateFanOut } from '../core/sandbox-events-postgres.js';
 import { Toolbox } from '../core/services/toolbox.js';
 import { SandboxService } from '../core/services/sandboxes.js';
 import { BackgroundJobs } from '../core/services/background.js';
@@ -61,6 +62,9 @@ export async function startServer(config: Config, logger: Logger = createLogger(
   const instanceId = `cp-${randomUUID()}`;
   // Every state the lifecycle engine commits, for the streams that push them (Daytona's events).
   const sandboxEvents = new SandboxStateEvents(logger.child({ component: 'sandbox-events' }));
+  // Several instances may share one PostgreSQL: each hears the others' changes (NOTIFY/LISTEN).
+  const stateFanOut = config.database.kind === 'postgres' ? new PostgresStateFanOut(config.database.url, db, sandboxEvents, instanceId, logger.child({ component: 'sandbox-events' })) : undefined;
+  await stateFanOut?.start();
   const hosts = new HostService(
     db,
     (host) => new HttpHostClient({ hostId: host.id, baseUrl: host.url, secret: deriveHostSecret(hostSecret, host.id) }),
@@ -181,6 +185,7 @@ export async function startServer(config: Config, logger: Logger = createLogger(
       // Upgraded sockets keep server.close() waiting: Daytona's event stream (held open by
       // every SDK client) is closed first.
       await daytonaSockets.close();
+      await stateFanOut?.stop();
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
       await db.destroy();
