@@ -17,7 +17,7 @@
 import http from 'node:http';
 import type { Duplex } from 'node:stream';
 import { Server, type Socket } from 'socket.io';
-import { toNestboxError } from '../../core/errors.js';
+import { errors, toNestboxError, type NestboxError } from '../../core/errors.js';
 import { requireScope } from '../../core/services/auth.js';
 import type { CompatPort } from '../../core/compat-port.js';
 import type { SandboxStateChange } from '../../core/sandbox-events.js';
@@ -42,6 +42,18 @@ interface SocketData {
 
 export function isEventStreamPath(pathname: string): boolean {
   return pathname === EVENT_STREAM_PATH || pathname === EVENT_STREAM_PATH.slice(0, -1);
+}
+
+/**
+ * What is wrong with an upgrade's query for this stream, checked before Engine.IO sees it (whose
+ * own refusals are not in Daytona's error shape): Engine.IO v4 straight over a WebSocket, as
+ * the SDK connects; no session id, since there is no polling session to upgrade from.
+ */
+export function eventStreamQueryProblem(query: URLSearchParams): NestboxError | undefined {
+  if (query.get('EIO') !== '4') return errors.validation('EIO', 'must be 4 (Engine.IO v4)');
+  if (query.get('transport') !== 'websocket') return errors.validation('transport', 'must be websocket (no HTTP long-polling)');
+  if (query.has('sid')) return errors.validation('sid', 'must not be given: there is no polling session to upgrade');
+  return undefined;
 }
 
 const organisationRoom = (organizationId: string) => `org:${organizationId}`;

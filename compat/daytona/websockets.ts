@@ -15,7 +15,7 @@ import { TOOLBOX_OPERATIONS } from '../../core/services/toolbox.js';
 import type { Principal } from '../../core/types.js';
 import { UPSTREAM_HANDSHAKE_TIMEOUT_MS } from '../../host/protocol/ws-relay.js';
 import { claimUpgrade, isUpgradeClaimed } from '../../http-kit/upgrade-claims.js';
-import { createDaytonaEventStream, isEventStreamPath } from './events.js';
+import { createDaytonaEventStream, eventStreamQueryProblem, isEventStreamPath } from './events.js';
 import type { CompatPort, ToolboxPort } from '../../core/compat-port.js';
 import { DAYTONA_PREFIX, STDERR_MARKER, STDOUT_MARKER, type DaytonaOptions } from './context.js';
 import { daemonCall, daemonError, daytonaErrorBody, daytonaStatus, PROCESS_CODES, withDaemonCode } from './errors.js';
@@ -205,7 +205,11 @@ export function attachDaytonaWebSockets(server: http.Server, core: Pick<CompatPo
     if (!url.pathname.startsWith(`${DAYTONA_PREFIX}/`)) return;
     claimUpgrade(req);
     // The Socket.IO event stream (events.ts): Engine.IO answers the upgrade, the key comes after.
-    if (isEventStreamPath(url.pathname)) return events.handleUpgrade(req, socket, head);
+    if (isEventStreamPath(url.pathname)) {
+      const problem = eventStreamQueryProblem(url.searchParams);
+      if (problem) return refuse(socket, problem, url.pathname, options.log);
+      return events.handleUpgrade(req, socket, head);
+    }
     void route(url, req, socket, head).catch((err) => refuse(socket, err, url.pathname, options.log));
   });
   return { close: () => events.close() };

@@ -122,6 +122,23 @@ describe('Daytona Socket.IO event stream', () => {
     }
   });
 
+  it('refuses an upgrade that is not Engine.IO v4 over WebSocket in Daytona\'s error shape', async () => {
+    for (const [query, field] of [['', 'EIO'], ['?EIO=3&transport=websocket', 'EIO'], ['?EIO=4&transport=polling', 'transport'], ['?EIO=4&transport=websocket&sid=abc', 'sid']]) {
+      const answer = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+        const ws = new WebSocket(`${env.server.url.replace('http', 'ws')}/daytona/api/socket.io/${query}`);
+        ws.on('unexpected-response', (_req, res) => {
+          let body = '';
+          res.on('data', (c: Buffer) => (body += c.toString()));
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+        });
+        ws.on('open', () => reject(new Error(`opened with ${query}`)));
+        ws.on('error', () => undefined);
+      });
+      expect(answer.status, query).toBe(400);
+      expect(JSON.parse(answer.body)).toMatchObject({ statusCode: 400, message: expect.stringMatching(new RegExp(`^${field}: `)) });
+    }
+  });
+
   it('lets a program using SDK 0.218 end by itself once its work is done (create, stop, look up, start, delete)', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'nbx-daytona-events-'));
     const script = join(dir, 'script.mjs');
