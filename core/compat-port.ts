@@ -16,6 +16,7 @@ import type { SandboxService } from './services/sandboxes.js';
 import type { SandboxTokenService } from './services/sandbox-tokens.js';
 import type { SnapshotService } from './services/snapshots.js';
 import type { Toolbox } from './services/toolbox.js';
+import type { SandboxStateEvents } from './sandbox-events.js';
 
 /** Every toolbox method (the class has no other public members). */
 export type ToolboxPort = Pick<Toolbox, keyof Toolbox>;
@@ -39,6 +40,9 @@ export type HostedPortsPort = Pick<PortService, 'publish' | 'list' | 'unpublish'
 
 export type IdempotencyPort = Pick<IdempotencyService, 'run'>;
 
+/** Sandbox state changes as they are committed, to push rather than poll (sandbox-events.ts). */
+export type SandboxEventsPort = Pick<SandboxStateEvents, 'subscribe'>;
+
 export interface CompatPort {
   toolbox: ToolboxPort;
   sandboxes: SandboxesPort;
@@ -47,4 +51,5 @@ export interface CompatPort {
   sandboxTokens: SandboxTokensPort;
   ports: HostedPortsPort;
   idempotency: IdempotencyPort;
+  sandboxEvents: SandboxEventsPort;
 }

@@ -403,6 +403,15 @@ export interface CallOptions {
   signal?: AbortSignal;
 }
 
+/** Options of a stdin write. */
+export interface StdinOptions extends CallOptions {
+  /**
+   * Also append what was written to the process's stdout, as a terminal would echo it: the
+   * input then shows in the command's output between what it printed before and after.
+   */
+  echo?: boolean;
+}
+
 /** `Range` header value (`bytes=start-end`), honoured by the guest as one range. */
 export type RangeHeader = string;
 
@@ -432,7 +441,7 @@ export interface GuestClient {
   getProcess(processId: string, o?: CallOptions): Promise<ProcessInfo>;
   processOutput(processId: string, input: OutputInput, o?: CallOptions): Promise<ProcessOutput>;
   processEvents(processId: string, from: OutputOffsets, o?: CallOptions): Promise<EventStream<ProcessEvent>>;
-  writeStdin(processId: string, body: Readable | Buffer, o?: CallOptions): Promise<void>;
+  writeStdin(processId: string, body: Readable | Buffer, o?: StdinOptions): Promise<void>;
   closeStdin(processId: string, o?: CallOptions): Promise<void>;
   signalProcess(processId: string, signal: ProcessSignal, o?: CallOptions): Promise<void>;
   resizeTerminal(processId: string, size: TerminalSize, o?: CallOptions): Promise<void>;

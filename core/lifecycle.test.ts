@@ -23,6 +23,7 @@ import {
 } from './state-machine.js';
 import type { Sandbox } from './types.js';
 import { DB_BACKENDS } from './store/test-support.js';
+import { SandboxStateEvents, type SandboxStateChange } from './sandbox-events.js';
 
 /** Written out by hand: a change to the table has to change this list too. */
 const ALLOWED: Record<SandboxState, SandboxState[]> = {
@@ -260,5 +261,63 @@ describe.each(DB_BACKENDS)('lifecycle writes on %s', (_name, open) => {
     const stopped = await force((await insert()).id, 'stopped', { operation: null, operation_id: null });
     expect(await applyEvent(db, { ...stopped, state: 'running' }, EVENTS.vanished, { errorMessage: 'gone' })).toBeUndefined();
     expect((await sandboxRepository(db).findById(stopped.id))?.state).toBe('stopped');
+  });
+});
+
+describe.each(DB_BACKENDS)('state changes published by the engine on %s', (_name, open) => {
+  let db: Db;
+  let cleanup: () => Promise<void>;
+  let seq = 0;
+  const events = new SandboxStateEvents();
+  const seen: SandboxStateChange[] = [];
+  events.subscribe((c) => seen.push(c));
+  let lifecycle: Lifecycle;
+  beforeAll(async () => {
+    ({ db, cleanup } = await open());
+    await migrateToLatest(db);
+    await organizationRepository(db).insert({ id: 'orgb', name: 'b' });
+    await hostRepository(db).upsertHeartbeat({ id: 'h1', url: 'http://127.0.0.1:1', driver: 'local', capabilities: {} }, new Date());
+    lifecycle = new Lifecycle(db, 'cp-events', events);
+  });
+  afterAll(async () => cleanup());
+  const row = () => ({ id: `ev${++seq}`, organizationId: 'orgb', hostId: 'h1', image: 'default', cpu: 1, memoryMiB: 256, env: {}, labels: {}, timeoutSeconds: 60, diskGiB: 1 });
+
+  it('publishes a new row after its transaction commits and never when it rolls back', async () => {
+    seen.length = 0;
+    const kept = row();
+    await db.transaction(async (tx) => {
+      await lifecycle.insert(tx, OPERATIONS.create, `op-${kept.id}`, kept);
+      expect(seen).toEqual([]);
+    });
+    expect(seen.map((c) => [c.kind, c.sandbox.id, c.oldState, c.newState])).toEqual([['created', kept.id, null, 'creating']]);
+    seen.length = 0;
+    const dropped = row();
+    await db.transaction(async (tx) => {
+      await lifecycle.insert(tx, OPERATIONS.create, `op-${dropped.id}`, dropped);
+      throw new Error('roll back');
+    }).catch(() => undefined);
+    await new Promise((r) => setImmediate(r));
+    expect(seen).toEqual([]);
+  });
+
+  it('publishes begin, finish and events with the state before and after; a lost compare-and-set publishes nothing', async () => {
+    const r = row();
+    const created = await lifecycle.insert(db, OPERATIONS.create, `op-${r.id}`, r);
+    seen.length = 0;
+    const running = (await lifecycle.finish(created, OPERATIONS.create, 'succeeded', `op-${r.id}`))!;
+    const { operationId } = await lifecycle.begin(running, OPERATIONS.stop);
+    expect(await lifecycle.finish(running, OPERATIONS.stop, 'succeeded', 'not-the-operation', { stopReason: 'user' })).toBeUndefined();
+    await lifecycle.finish(running, OPERATIONS.stop, 'succeeded', operationId, { stopReason: 'user' });
+    expect(seen.map((c) => [c.kind, c.oldState, c.newState, c.sandbox.state])).toEqual([
+      ['state', 'creating', 'running', 'running'],
+      ['state', 'running', 'stopping', 'stopping'],
+      ['state', 'stopping', 'stopped', 'stopped'],
+    ]);
+    seen.length = 0;
+    const other = row();
+    const live = (await lifecycle.finish(await lifecycle.insert(db, OPERATIONS.create, `op-${other.id}`, other), OPERATIONS.create, 'succeeded', `op-${other.id}`))!;
+    seen.length = 0;
+    await applyEvent(db, live, EVENTS.vanished, { errorMessage: 'gone' }, events);
+    expect(seen.map((c) => [c.oldState, c.newState])).toEqual([['running', 'error']]);
   });
 });

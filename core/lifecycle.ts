@@ -18,6 +18,8 @@ import {
   type SandboxEvent,
 } from './state-machine.js';
 import type { Sandbox } from './types.js';
+import type { SandboxState } from './state-machine.js';
+import { SandboxStateEvents } from './sandbox-events.js';
 
 /** The one computation of `expiresAt`: when a sandbox's timeout, counted from `from`, ends (null: never). */
 export function timeoutDeadline(timeoutSeconds: number, from: Date): Date | null {
@@ -61,10 +63,20 @@ export function hostViewOf(runtime: { status: 'running' | 'paused' | 'stopped' }
   return runtime?.status ?? 'absent';
 }
 
-/** A state change that happens outside any operation (see EVENTS), compare-and-set on the state it was seen in. */
-export async function applyEvent(db: DbOrTx, sandbox: Sandbox, event: SandboxEvent, facts: OutcomeFacts): Promise<Sandbox | undefined> {
+/** Tells `events` that `written` moved from `from` (once `db`'s transaction, if any, commits). */
+async function announce(events: SandboxStateEvents | undefined, db: DbOrTx, written: Sandbox | undefined, from: SandboxState): Promise<Sandbox | undefined> {
+  if (written && events && written.state !== from) await events.publishAfterCommit(db, { kind: 'state', sandbox: written, oldState: from, newState: written.state });
+  return written;
+}
+
+/**
+ * A state change that happens outside any operation (see EVENTS), compare-and-set on the state
+ * it was seen in; published on `events` when given.
+ */
+export async function applyEvent(db: DbOrTx, sandbox: Sandbox, event: SandboxEvent, facts: OutcomeFacts, events?: SandboxStateEvents): Promise<Sandbox | undefined> {
   if (!event.from.includes(sandbox.state)) throw errors.internal(`state table: ${event.name} does not happen to a ${sandbox.state} sandbox`);
-  return sandboxRepository(db).transition(sandbox.id, [sandbox.state], outcomePatch(event.outcome, sandbox, facts, new Date()));
+  const written = await sandboxRepository(db).transition(sandbox.id, [sandbox.state], outcomePatch(event.outcome, sandbox, facts, new Date()));
+  return announce(events, db, written, sandbox.state);
 }
 
 export class Lifecycle {
@@ -72,6 +84,8 @@ export class Lifecycle {
     private readonly db: Db,
     /** Id of this control-plane instance, recorded as the owner of the operations it runs. */
     private readonly instanceId: string,
+    /** Where every state this engine writes is published once committed (sandbox-events.ts). */
+    private readonly events: SandboxStateEvents = new SandboxStateEvents(),
   ) {}
 
   /** The operation columns of a row this instance starts `op` on. */
@@ -80,8 +94,10 @@ export class Lifecycle {
   }
 
   /** New rows of a create or fork, in `creating` and owned by this instance (inside the caller's quota transaction). */
-  insert(tx: DbOrTx, op: typeof OPERATIONS.create | typeof OPERATIONS.fork, operationId: string, row: Omit<NewSandbox, 'operation' | 'operationId' | 'operationOwner'>): Promise<Sandbox> {
-    return sandboxRepository(tx).insertCreating({ ...row, operation: op.name, operationId, operationOwner: this.instanceId });
+  async insert(tx: DbOrTx, op: typeof OPERATIONS.create | typeof OPERATIONS.fork, operationId: string, row: Omit<NewSandbox, 'operation' | 'operationId' | 'operationOwner'>): Promise<Sandbox> {
+    const created = await sandboxRepository(tx).insertCreating({ ...row, operation: op.name, operationId, operationOwner: this.instanceId });
+    await this.events.publishAfterCommit(tx, { kind: 'created', sandbox: created, oldState: null, newState: created.state });
+    return created;
   }
 
   /**
@@ -96,6 +112,7 @@ export class Lifecycle {
       const current = (await sandboxRepository(db).findById(sandbox.id))?.state ?? 'deleted';
       throw errors.invalidState('sandbox', sandbox.id, current, op.from, op.name);
     }
+    await announce(this.events, db, began, sandbox.state);
     return { sandbox: began, operationId: owned.operationId };
   }
 
@@ -105,13 +122,23 @@ export class Lifecycle {
   }
 
   /**
+   * A sweeper's claim of rows in `from` for `op`: `run` writes them with the patch it is given
+   * (the repository's claim, SKIP LOCKED), and each claimed row is published like any other write.
+   */
+  async claim(op: Operation, from: SandboxState, run: (patch: () => SandboxPatch) => Promise<Sandbox[]>): Promise<Sandbox[]> {
+    const claimed = await run(this.claimPatch(op));
+    for (const sandbox of claimed) await announce(this.events, this.db, sandbox, from);
+    return claimed;
+  }
+
+  /**
    * Write the outcome `kind` of `op` (run under `operationId`). Undefined when the row is no
    * longer that operation's (another request or the reconciler moved it on).
    */
   finish(sandbox: Sandbox, op: Operation, kind: OutcomeKind, operationId: string, facts: OutcomeFacts = {}): Promise<Sandbox | undefined> {
     const outcome = op[kind];
     if (!outcome) throw errors.internal(`state table: ${op.name} has no ${kind} outcome`);
-    return sandboxRepository(this.db).transition(sandbox.id, [op.via], outcomePatch(outcome, sandbox, facts, new Date()), operationId);
+    return sandboxRepository(this.db).transition(sandbox.id, [op.via], outcomePatch(outcome, sandbox, facts, new Date()), operationId).then((written) => announce(this.events, this.db, written, op.via));
   }
 
   /**
@@ -141,6 +168,6 @@ export class Lifecycle {
       else if (field === 'pauseReason') facts.pauseReason = sandbox.pauseReason ?? 'user';
       else throw errors.internal(`state table: a takeover cannot know ${field}`);
     }
-    return sandboxRepository(this.db).transition(sandbox.id, [op.via], outcomePatch(outcome, sandbox, facts, new Date()), operationId);
+    return sandboxRepository(this.db).transition(sandbox.id, [op.via], outcomePatch(outcome, sandbox, facts, new Date()), operationId).then((written) => announce(this.events, this.db, written, op.via));
   }
 }

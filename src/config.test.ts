@@ -38,6 +38,12 @@ describe('config', () => {
     expect(() => loadConfig({ NESTBOX_INSECURE_REGISTRIES: 'a b' })).toThrow(/NESTBOX_INSECURE_REGISTRIES/);
   });
 
+  it('names the region of its hosts (Daytona target): local by default, a lowercase name', () => {
+    expect(loadConfig({}).region).toBe('local');
+    expect(loadConfig({ NESTBOX_REGION: 'eu-1' }).region).toBe('eu-1');
+    expect(() => loadConfig({ NESTBOX_REGION: 'EU 1' })).toThrow(/NESTBOX_REGION/);
+  });
+
   it('uses PostgreSQL when a URL is given', () => {
     expect(loadConfig({ NESTBOX_DATABASE_URL: 'postgres://u:p@db/x' }).database).toEqual({ kind: 'postgres', url: 'postgres://u:p@db/x' });
   });

@@ -75,6 +75,9 @@ const ConfigSchema = z.object({
     .string()
     .regex(/^(?=.{1,200}$)[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*(:\d{1,5})?$/, 'must be a lowercase domain name, optionally with :port')
     .optional(),
+  // The region this server's hosts are in: what Daytona's `target` must name (unset or this one;
+  // any other is refused until several hosts carry region labels).
+  NESTBOX_REGION: z.string().regex(/^[a-z0-9][a-z0-9-]{0,62}$/, 'must be lowercase letters, digits and dashes').default('local'),
   // Scheme of the host-form URLs (TLS usually ends in front of the server).
   NESTBOX_PUBLIC_SCHEME: z.enum(['http', 'https']).default('https'),
   // Base of the path-form URLs the API hands out; default: the URL the server listens on.
@@ -194,6 +197,8 @@ export interface Config {
   http: { headersTimeoutMs: number; requestTimeoutMs: number; bodyIdleTimeoutMs: number; upgradeTimeoutMs: number };
   /** Hosted ports. */
   ports: { publicDomain?: string; publicScheme: 'http' | 'https'; publicUrl?: string };
+  /** The region name of this server's hosts (Daytona's `target`). */
+  region: string;
   backgroundIntervalMs: number;
   logLevel: 'debug' | 'info' | 'warn' | 'error';
 }
@@ -303,6 +308,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     },
     tokens: { sandboxTokenTtlSeconds: e.NESTBOX_SANDBOX_TOKEN_TTL_SECONDS, signedUrlMaxSeconds: e.NESTBOX_SIGNED_URL_MAX_SECONDS },
     ports: { publicDomain: e.NESTBOX_PUBLIC_DOMAIN, publicScheme: e.NESTBOX_PUBLIC_SCHEME, publicUrl: e.NESTBOX_PUBLIC_URL?.replace(/\/+$/, '') },
+    region: e.NESTBOX_REGION,
     backgroundIntervalMs: e.NESTBOX_BACKGROUND_INTERVAL_MS,
     logLevel: e.NESTBOX_LOG_LEVEL,
   };

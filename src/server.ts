@@ -7,6 +7,8 @@ import type { Config } from './config.js';
 import { migrateToLatest, openDatabase, type Db } from '../core/store/db.js';
 import { AuthService } from '../core/services/auth.js';
 import { HostService, deriveHostSecret } from '../core/services/hosts.js';
+import { SandboxStateEvents } from '../core/sandbox-events.js';
+import { PostgresStateFanOut } from '../core/sandbox-events-postgres.js';
 import { Toolbox } from '../core/services/toolbox.js';
 import { SandboxService } from '../core/services/sandboxes.js';
 import { BackgroundJobs } from '../core/services/background.js';
@@ -58,11 +60,17 @@ export async function startServer(config: Config, logger: Logger = createLogger(
 
   const hostSecret = config.hostSecret ?? dataDirSecret(config, 'host-secret', () => randomBytes(32).toString('base64url'));
   const instanceId = `cp-${randomUUID()}`;
+  // Every state the lifecycle engine commits, for the streams that push them (Daytona's events).
+  const sandboxEvents = new SandboxStateEvents(logger.child({ component: 'sandbox-events' }));
+  // Several instances may share one PostgreSQL: each hears the others' changes (NOTIFY/LISTEN).
+  const stateFanOut = config.database.kind === 'postgres' ? new PostgresStateFanOut(config.database.url, db, sandboxEvents, instanceId, logger.child({ component: 'sandbox-events' })) : undefined;
+  await stateFanOut?.start();
   const hosts = new HostService(
     db,
     (host) => new HttpHostClient({ hostId: host.id, baseUrl: host.url, secret: deriveHostSecret(hostSecret, host.id) }),
     Math.max(10_000, config.hostAgent.heartbeatIntervalMs * 5),
     logger.child({ component: 'hosts' }),
+    sandboxEvents,
   );
   const auth = new AuthService(db);
   const sandboxes = new SandboxService(
@@ -85,6 +93,7 @@ export async function startServer(config: Config, logger: Logger = createLogger(
     },
     instanceId,
     config.orgLimits,
+    sandboxEvents,
   );
 
   const snapshots = new SnapshotService(db, hosts, sandboxes);
@@ -118,6 +127,7 @@ export async function startServer(config: Config, logger: Logger = createLogger(
       signedUrlMaxSeconds: config.tokens.signedUrlMaxSeconds,
     }, sandboxTokens),
     sandboxTokens,
+    sandboxEvents,
     streams: new StreamLimits({ perKey: config.limits.maxStreamsPerKey, perSandbox: config.limits.maxStreamsPerSandbox }),
     hostSecret,
     nativeSpecText: readFileSync(projectPath('openapi/native.yaml'), 'utf8'),
@@ -130,7 +140,7 @@ export async function startServer(config: Config, logger: Logger = createLogger(
   // Hosted-port upgrades are claimed before any other front door looks at them.
   attachPortProxyUpgrades(server, services);
   // Compat front doors claim their upgrades first; the native listener answers the rest.
-  attachDaytonaWebSockets(server, services, daytonaOptionsOf(services));
+  const daytonaSockets = attachDaytonaWebSockets(server, services, daytonaOptionsOf(services));
   attachNativeWebSockets(server, services);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
@@ -147,6 +157,7 @@ export async function startServer(config: Config, logger: Logger = createLogger(
     intervalMs: config.backgroundIntervalMs,
     instanceTimeoutMs: config.database.kind === 'pglite' ? 0 : Math.max(15_000, config.backgroundIntervalMs * 5),
     logger: logger.child({ component: 'background' }),
+    events: sandboxEvents,
   });
   await background.start();
 
@@ -172,6 +183,10 @@ export async function startServer(config: Config, logger: Logger = createLogger(
     async close() {
       await supervisor?.stop();
       await background.stop();
+      // Upgraded sockets keep server.close() waiting: Daytona's event stream (held open by
+      // every SDK client) is closed first.
+      await daytonaSockets.close();
+      await stateFanOut?.stop();
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
       await db.destroy();

@@ -10,6 +10,7 @@ import type { Toolbox } from '../core/services/toolbox.js';
 import type { IdempotencyService } from '../core/services/idempotency.js';
 import type { PortService } from '../core/services/ports.js';
 import type { SandboxTokenService } from '../core/services/sandbox-tokens.js';
+import type { SandboxStateEvents } from '../core/sandbox-events.js';
 import type { StreamLimits } from './http/stream-limits.js';
 
 /**
@@ -30,6 +31,8 @@ export interface Services extends CompatPort {
   ports: PortService;
   /** Per-sandbox access tokens (E2B's envdAccessToken). */
   sandboxTokens: SandboxTokenService;
+  /** Sandbox state changes as the lifecycle engine commits them (core/sandbox-events.ts). */
+  sandboxEvents: SandboxStateEvents;
   /** Caps on concurrent long-lived streams per key and per sandbox. */
   streams: StreamLimits;
   /** Master secret from which host-agent secrets are derived. */

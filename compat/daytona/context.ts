@@ -57,6 +57,8 @@ export interface DaytonaOptions {
   maxUploadBytes: number;
   /** The longest sandbox timeout (NESTBOX_MAX_TIMEOUT_SECONDS): Daytona's intervals are capped by it. */
   maxTimeoutSeconds: number;
+  /** The region of this server's hosts (NESTBOX_REGION): the one `target` accepted and reported. */
+  region: string;
   /** Caps on long-lived streams: each toolbox WebSocket holds a slot while it is open. */
   streams: StreamSlots;
   log: Log;

@@ -96,7 +96,6 @@ function unhonouredOptions(body: CreateBody): string[] {
   const out: string[] = [];
   if (body.user !== undefined && body.user !== 'root') out.push(`user (processes run as root)`);
   if (body.public) out.push('public (preview URLs always need a token)');
-  if (body.target !== undefined) out.push('target (placement is Nestbox\'s own)');
   if (body.gpuType?.length) out.push('gpuType');
   if (body.spot !== undefined) out.push('spot');
   if (body.kvm !== undefined) out.push('kvm');
@@ -104,7 +103,6 @@ function unhonouredOptions(body: CreateBody): string[] {
   if (body.autoPauseInterval && body.autoStopInterval) out.push('autoStopInterval (autoPauseInterval takes the one idle timer)');
   if (body.outboundProxyUrl !== undefined) out.push('outboundProxyUrl');
   if (body.otelEndpointOverride !== undefined) out.push('otelEndpointOverride');
-  if (body.linkedSandbox !== undefined) out.push('linkedSandbox');
   const known = new Set(Object.keys(CreateBody.shape));
   for (const key of Object.keys(body)) if (!known.has(key)) out.push(key);
   return out;
@@ -116,6 +114,19 @@ function refuseUnsupported(body: CreateBody): void {
   if (body.gpu) throw notSupported('GPUs', 'this server has no GPU sandboxes');
   if (body.volumes?.length) throw notSupported('volumes');
   if (body.secrets?.length) throw notSupported('secrets');
+  // Daytona places a linked sandbox on its partner's runner and gives the two a local network;
+  // Nestbox sandboxes have no network between them, so the link would be a fake.
+  if (body.linkedSandbox) throw notSupported('linkedSandbox (a local network between two sandboxes)', 'Nestbox sandboxes cannot reach each other');
+}
+
+/**
+ * Daytona's `target` names a region. Every host of this server is in one region today
+ * (NESTBOX_REGION), so `target` may be unset or that name; any other would be placed where the
+ * caller did not ask (a 400 naming `target`, never a silent move).
+ */
+export function checkTarget(target: string | undefined, region: string): void {
+  if (target === undefined || target === '' || target === region) return;
+  throw errors.validation('target', `no host of this server is in region "${target}"; its region is "${region}" (NESTBOX_REGION): leave target unset or use "${region}"`);
 }
 
 /**
@@ -231,11 +242,11 @@ function listInput(req: Request): ListSandboxesInput {
   return input;
 }
 
-export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 'snapshots' | 'sandboxTokens' | 'ports'>, options: Pick<DaytonaOptions, 'log' | 'maxTimeoutSeconds'>): Router {
+export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 'snapshots' | 'sandboxTokens' | 'ports'>, options: Pick<DaytonaOptions, 'log' | 'maxTimeoutSeconds' | 'region'>): Router {
   const router = express.Router();
   const { sandboxes, snapshots } = core;
   const maxSeconds = options.maxTimeoutSeconds;
-  const dto = (req: Request, s: Sandbox, full = true) => renderDaytonaSandbox(s, toolboxProxyUrl(req), { full });
+  const dto = (req: Request, s: Sandbox, full = true) => renderDaytonaSandbox(s, toolboxProxyUrl(req), { full, region: options.region });
   const api = (fn: (req: Request, res: Response, principal: Principal) => Promise<void>) =>
     handle(options.log, 'api', (req, res) => fn(req, res, principalOf(res)));
   /** Path ids may be names too (daytona.md (b): `GET /sandbox/{sandboxIdOrName}`). */
@@ -243,6 +254,7 @@ export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 's
 
   router.post('/sandbox', api(async (req, res, principal) => {
     const body = parseBody(CreateBody, req.body);
+    checkTarget(body.target, options.region);
     const input = createInput(body, maxSeconds);
     const unhonoured = unhonouredOptions(body);
     if (unhonoured.length) {

@@ -61,12 +61,25 @@ export function notSupported(feature: string, why = 'Nestbox does not implement 
   return new NestboxError('not_supported', `${feature} is not supported by this Nestbox server's Daytona-compatible API: ${why}`, { feature });
 }
 
+/**
+ * Daemon codes whose HTTP status differs from the catalogue's for their core code: a command
+ * past its timeout is core's `timeout` (504, a gateway's word) but the daemon's 408.
+ */
+const DAEMON_STATUS: Partial<Record<DaytonaDaemonCode, number>> = { PROCESS_EXECUTION_TIMEOUT: 408 };
+
+/** The HTTP status Daytona's server gives `err` on `surface`. */
+export function daytonaStatus(err: NestboxError, surface: DaytonaSurface): number {
+  const daytonaCode = surface === 'toolbox' && typeof err.details?.daytonaCode === 'string' ? (err.details.daytonaCode as DaytonaDaemonCode) : undefined;
+  return (daytonaCode && DAEMON_STATUS[daytonaCode]) || err.status;
+}
+
 export function daytonaErrorBody(err: NestboxError, surface: DaytonaSurface, path: string, method: string): Record<string, unknown> {
+  const status = daytonaStatus(err, surface);
   const body: Record<string, unknown> = {
-    statusCode: err.status,
+    statusCode: status,
     message: err.message,
     // NestJS puts the HTTP reason phrase here (appendix B).
-    error: STATUS_CODES[err.status] ?? 'Error',
+    error: STATUS_CODES[status] ?? 'Error',
     // Nestbox's own catalogue code, for people; the SDK only maps daemon codes with a source.
     code: err.code,
     timestamp: new Date().toISOString(),
@@ -95,5 +108,5 @@ export function renderDaytonaError(res: Response, err: unknown, surface: Daytona
   }
   // The SDK maps 429 to DaytonaRateLimitError.
   if (e.status === 429) res.setHeader('Retry-After', String(retryAfterSeconds(e)));
-  res.status(e.status).json(daytonaErrorBody(e, surface, res.req.originalUrl.split('?')[0], res.req.method));
+  res.status(daytonaStatus(e, surface)).json(daytonaErrorBody(e, surface, res.req.originalUrl.split('?')[0], res.req.method));
 }

@@ -36,6 +36,11 @@ const DESIRED_STATE: Record<SandboxState, string> = {
   error: 'started',
 };
 
+/** The state Daytona's server would be driving a sandbox in `state` towards. */
+export function daytonaDesiredState(state: SandboxState): string {
+  return DESIRED_STATE[state];
+}
+
 /** Daytona list `states` filter → core states (states Nestbox never has match nothing). */
 export const CORE_STATES_OF: Record<string, SandboxState[]> = {
   creating: ['creating'],
@@ -58,7 +63,7 @@ export const SANDBOX_USER = 'root';
 /** Minutes, as Daytona counts intervals; core counts seconds. */
 const minutes = (seconds: number): number => Math.round(seconds / 60);
 
-export function renderDaytonaSandbox(s: Sandbox, toolboxUrl: string, opts: { full: boolean }): Record<string, unknown> {
+export function renderDaytonaSandbox(s: Sandbox, toolboxUrl: string, opts: { full: boolean; region: string }): Record<string, unknown> {
   const ttlDelete = s.autoDeleteSeconds === 0 && s.timeoutSeconds > 0;
   const dto: Record<string, unknown> = {
     id: s.id,
@@ -72,7 +77,8 @@ export function renderDaytonaSandbox(s: Sandbox, toolboxUrl: string, opts: { ful
     networkBlockAll: s.egress.mode === 'deny-all',
     // Required by the Python SDK's Sandbox model (a strict bool): guests never get /dev/kvm here.
     kvm: false,
-    target: s.hostId ?? 'local',
+    // The region its host is in (NESTBOX_REGION): what `target` names at create.
+    target: opts.region,
     cpu: s.cpu,
     gpu: 0,
     memory: s.memoryMiB / 1024,

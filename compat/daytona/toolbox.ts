@@ -2,11 +2,12 @@
 // onto core's toolbox (core/services/toolbox.ts): typed calls in, typed values out, each
 // rendered in Daytona's shape here. Guest errors get Daytona's daemon codes (errors.ts).
 import { constants as osConstants } from 'node:os';
+import { posix } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import express, { type Request, type Response, type Router } from 'express';
 import { NestboxError, errors } from '../../core/errors.js';
 import type { Principal } from '../../core/types.js';
-import type { ExecInput, ExecResult, FileInfo, SessionInfo } from '../../core/guest.js';
+import type { ExecInput, ExecResult, FileInfo, SessionInfo, UploadResult } from '../../core/guest.js';
 import type { CompatPort } from '../../core/compat-port.js';
 import { clientGoneSignal, streamedBody } from '../../http-kit/request-body.js';
 import { handle, markedText, principalOf, queryString, requireQuery, wantsMarkedText, type DaytonaOptions, type ToolboxCall } from './context.js';
@@ -41,6 +42,14 @@ export function daytonaFileInfo(f: FileInfo): Record<string, unknown> {
     modTime: f.mtime,
     modifiedAt: f.mtime,
   };
+}
+
+/**
+ * A command that ran past its timeout: the daemon's 408 (`DaytonaTimeoutError`), with the code
+ * that selects `DaytonaProcessExecutionTimeoutError` and a message that says "timeout".
+ */
+function executionTimeout(what: string, seconds: unknown): NestboxError {
+  return daemonError('timeout', `${what} timed out after ${seconds} seconds; raise the timeout parameter of the request to allow longer`, 'PROCESS_EXECUTION_TIMEOUT');
 }
 
 /** Session command logs are read whole, up to this much per stream. */
@@ -89,7 +98,7 @@ export function createToolboxRouter(core: Pick<CompatPort, 'toolbox' | 'sandboxe
     const b = body(c.req);
     const command = str(b.command, 'command', true)!;
     const r = await execIn(c, { cmd: `exec 2>&1\n${command}`, cwd: str(b.cwd, 'cwd') || undefined, env: envOf(b.envs, 'envs'), timeoutMs: timeoutOf(b.timeout) });
-    if (r.timedOut) throw daemonError('timeout', `command timed out after ${b.timeout} s`, 'PROCESS_EXECUTION_TIMEOUT');
+    if (r.timedOut) throw executionTimeout('command execution', b.timeout);
     c.res.json({ exitCode: exitCodeOf(r), result: r.stdout });
   }));
 
@@ -103,7 +112,7 @@ export function createToolboxRouter(core: Pick<CompatPort, 'toolbox' | 'sandboxe
     }
     // `sh -c 'exec python3 -c "$0" "$@"' code args…`: the code travels as an argument, never through a shell.
     const r = await execIn(c, { argv: ['/bin/sh', '-c', 'exec 2>&1; exec python3 -c "$0" "$@"', code, ...argv], env: envOf(b.envs, 'envs'), timeoutMs: timeoutOf(b.timeout) });
-    if (r.timedOut) throw daemonError('timeout', `code run timed out after ${b.timeout} s`, 'PROCESS_EXECUTION_TIMEOUT');
+    if (r.timedOut) throw executionTimeout('code execution', b.timeout);
     c.res.json({ exitCode: exitCodeOf(r), result: r.stdout, artifacts: { stdout: r.stdout, charts: [] } });
   }));
 
@@ -178,8 +187,13 @@ export function createToolboxRouter(core: Pick<CompatPort, 'toolbox' | 'sandboxe
   }));
   router.post('/process/session/:sessionId/command/:commandId/input', tb(async (c) => {
     const data = str(body(c.req).data, 'data', true)!;
-    await daemonCall({ ...PROCESS_CODES, invalid_state: 'COMMAND_ALREADY_COMPLETED' }, toolbox.writeStdin(c.principal, c.sandboxId, commandOf(c), Buffer.from(data)));
-    c.res.status(200).end();
+    // As the daemon: a line is completed with a newline (so `read` returns), and the input is
+    // echoed into the command's log as stdout.
+    const line = data.endsWith('\n') ? data : `${data}\n`;
+    // The command must be the session's (command ids are process ids in the guest).
+    await daemonCall(PROCESS_CODES, toolbox.getSessionCommand(c.principal, c.sandboxId, sessionOf(c), commandOf(c)));
+    await daemonCall({ ...PROCESS_CODES, invalid_state: 'COMMAND_ALREADY_COMPLETED' }, toolbox.writeStdin(c.principal, c.sandboxId, commandOf(c), Buffer.from(line), { echo: true }));
+    c.res.status(204).end();
   }));
 
   // PTY HTTP calls (the WebSockets are in websockets.ts). SDK 0.150–0.190 create with a POST.
@@ -212,7 +226,9 @@ export function createToolboxRouter(core: Pick<CompatPort, 'toolbox' | 'sandboxe
   router.delete('/process/pty/:ptyId', tb(async (c) => {
     const p = await requirePty(c);
     await daemonCall(PROCESS_CODES, toolbox.killProcess(c.principal, c.sandboxId, p.processId));
-    c.res.status(200).end();
+    // The daemon answers with a message, and the generated clients parse a JSON body here (the
+    // Python async client fails on an empty one).
+    c.res.status(200).json({ message: 'PTY session deleted' });
   }));
 
   const interpreterContexts = tb(async () => {
@@ -283,7 +299,7 @@ export function createToolboxRouter(core: Pick<CompatPort, 'toolbox' | 'sandboxe
    * (`files[i].path` + `files[i].file`) is the native one, and its single-file form is a `file`
    * part to `?path=` (daytona.md (d)).
    */
-  const forwardUpload = async (c: ToolboxCall, path?: string): Promise<void> => {
+  const forwardUpload = async (c: ToolboxCall, path?: string): Promise<UploadResult['results']> => {
     const contentType = c.req.headers['content-type'];
     if (!contentType?.startsWith('multipart/form-data')) throw new NestboxError('unsupported_media_type', 'content-type: must be multipart/form-data');
     // The same upload limit as the native API, enforced while streaming (bulk uploads are chunked).
@@ -295,12 +311,22 @@ export function createToolboxRouter(core: Pick<CompatPort, 'toolbox' | 'sandboxe
       const first = failed[0] as { path: string; error: { code: string; message: string } };
       throw new NestboxError('validation_failed', `upload failed for ${failed.length} file(s): ${first.path}: ${first.error.message}`);
     }
-    c.res.json({ files: result.results.map((r) => ({ path: r.path, bytes: r.ok ? r.size : 0 })) });
+    return result.results;
   };
-  router.post('/files/bulk-upload', tb((c) => forwardUpload(c)));
-  // upload-v2 (signed upload URLs) and the older single-file upload: one `file` part to ?path=.
-  router.post('/files/upload-v2', tb((c) => forwardUpload(c, requireQuery(c.req, 'path'))));
-  router.post('/files/upload', tb((c) => forwardUpload(c, requireQuery(c.req, 'path'))));
+  const uploadedFiles = (results: UploadResult['results']) => ({ files: results.map((r) => ({ path: r.path, bytes: r.ok ? r.size : 0 })) });
+  router.post('/files/bulk-upload', tb(async (c) => {
+    c.res.json(uploadedFiles(await forwardUpload(c)));
+  }));
+  // upload-v2 (signed upload URLs): one `file` part to ?path=, answered with the daemon's
+  // UploadedFile, which the generated clients parse.
+  router.post('/files/upload-v2', tb(async (c) => {
+    const path = requireQuery(c.req, 'path');
+    await forwardUpload(c, path);
+    c.res.json({ name: posix.basename(path), path, type: 'file' });
+  }));
+  router.post('/files/upload', tb(async (c) => {
+    c.res.json(uploadedFiles(await forwardUpload(c, requireQuery(c.req, 'path'))));
+  }));
 
   // Bulk download (daytona.md (d)): core's multipart, one part per path, with each `error`
   // part's body rewritten to Daytona's daemon shape on the way through (download-parts.ts).

@@ -4,6 +4,7 @@
 // `toolbox.attachTerminal`): process events → marked log bytes, terminal frames → Daytona's
 // control messages.
 import type http from 'node:http';
+import { STATUS_CODES } from 'node:http';
 import { constants as osConstants } from 'node:os';
 import type { Duplex } from 'node:stream';
 import { WebSocket, WebSocketServer } from 'ws';
@@ -13,10 +14,11 @@ import { requireScope } from '../../core/services/auth.js';
 import { TOOLBOX_OPERATIONS } from '../../core/services/toolbox.js';
 import type { Principal } from '../../core/types.js';
 import { UPSTREAM_HANDSHAKE_TIMEOUT_MS } from '../../host/protocol/ws-relay.js';
-import { claimUpgrade } from '../../http-kit/upgrade-claims.js';
+import { claimUpgrade, isUpgradeClaimed } from '../../http-kit/upgrade-claims.js';
+import { createDaytonaEventStream, eventStreamQueryProblem, isEventStreamPath } from './events.js';
 import type { CompatPort, ToolboxPort } from '../../core/compat-port.js';
 import { DAYTONA_PREFIX, STDERR_MARKER, STDOUT_MARKER, type DaytonaOptions } from './context.js';
-import { daemonCall, daemonError, daytonaErrorBody, notSupported, PROCESS_CODES, withDaemonCode } from './errors.js';
+import { daemonCall, daemonError, daytonaErrorBody, daytonaStatus, PROCESS_CODES, withDaemonCode } from './errors.js';
 import { createPty, findPty } from './pty.js';
 
 export const PTY_EXIT_CONTROL_SUBPROTOCOL = 'X-Daytona-Pty-Exit-Control';
@@ -32,9 +34,29 @@ export function parseToolboxPath(pathname: string): { sandboxId: string; path: s
 function refuse(socket: Duplex, err: unknown, path: string, log: DaytonaOptions['log']): void {
   const e = publicError(err, log, 'daytona WebSocket');
   const text = JSON.stringify(daytonaErrorBody(e, 'toolbox', path, 'GET'));
-  socket.end(`HTTP/1.1 ${e.status} ${http_status(e.status)}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(text)}\r\nconnection: close\r\n\r\n${text}`);
+  const status = daytonaStatus(e, 'toolbox');
+  socket.end(`HTTP/1.1 ${status} ${STATUS_CODES[status] ?? 'Error'}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(text)}\r\nconnection: close\r\n\r\n${text}`);
 }
-const http_status = (s: number) => ({ 400: 'Bad Request', 401: 'Unauthorized', 403: 'Forbidden', 404: 'Not Found', 409: 'Conflict', 429: 'Too Many Requests', 501: 'Not Implemented' } as Record<number, string>)[s] ?? 'Error';
+
+/**
+ * Close code of a socket whose feature Nestbox does not have (4000–4999 are the application's;
+ * 4501 echoes HTTP 501). The SDK's socket clients drop an HTTP refusal's body and report only
+ * "Unexpected server response", but quote a close reason in their error: so an unsupported
+ * socket is accepted and closed at once with the feature named in the reason.
+ */
+export const NOT_SUPPORTED_CLOSE_CODE = 4501;
+
+/** A close reason is at most 123 bytes (RFC 6455 5.5): the message is cut to fit. */
+function closeReason(text: string): string {
+  let out = text;
+  while (Buffer.byteLength(out) > 123) out = out.slice(0, -1);
+  return out;
+}
+
+async function refuseAsClose(req: http.IncomingMessage, socket: Duplex, head: Buffer, message: string): Promise<void> {
+  const client = await accept(req, socket, head, false);
+  client.close(NOT_SUPPORTED_CLOSE_CODE, closeReason(message));
+}
 
 /**
  * The guest socket the toolbox named, opened (and paused: the guest may speak first) before the
@@ -168,18 +190,31 @@ async function attachPty(toolbox: ToolboxPort, principal: Principal, sandboxId: 
   upstream.resume();
 }
 
-export function attachDaytonaWebSockets(server: http.Server, core: Pick<CompatPort, 'auth' | 'toolbox'>, options: Pick<DaytonaOptions, 'streams' | 'log'>): void {
+/** What the Daytona front door's sockets hold open; `close` ends them (before the HTTP server closes). */
+export interface DaytonaWebSockets {
+  close(): Promise<void>;
+}
+
+export function attachDaytonaWebSockets(server: http.Server, core: Pick<CompatPort, 'auth' | 'toolbox' | 'sandboxEvents'>, options: Pick<DaytonaOptions, 'streams' | 'log' | 'region'>): DaytonaWebSockets {
   const { toolbox } = core;
+  const events = createDaytonaEventStream(core, options);
   server.on('upgrade', (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
+    // Hosted-port traffic (any path) was claimed before us (src/server.ts orders the listeners).
+    if (isUpgradeClaimed(req)) return;
     const url = new URL((req.url ?? '/').replace(/\/{2,}/g, '/'), 'http://nestbox');
     if (!url.pathname.startsWith(`${DAYTONA_PREFIX}/`)) return;
     claimUpgrade(req);
+    // The Socket.IO event stream (events.ts): Engine.IO answers the upgrade, the key comes after.
+    if (isEventStreamPath(url.pathname)) {
+      const problem = eventStreamQueryProblem(url.searchParams);
+      if (problem) return refuse(socket, problem, url.pathname, options.log);
+      return events.handleUpgrade(req, socket, head);
+    }
     void route(url, req, socket, head).catch((err) => refuse(socket, err, url.pathname, options.log));
   });
+  return { close: () => events.close() };
 
   async function route(url: URL, req: http.IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
-    // The SDK tries Socket.IO for push events; without it, it polls (daytona.md (e) "Push events").
-    if (url.pathname.startsWith(`${DAYTONA_PREFIX}/api/socket.io`)) throw new NestboxError('not_found', 'no Socket.IO event channel: the SDK falls back to polling');
     const target = parseToolboxPath(url.pathname);
     if (!target) throw new NestboxError('not_found', `no WebSocket route ${url.pathname}`);
     const header = req.headers.authorization;
@@ -206,7 +241,10 @@ export function attachDaytonaWebSockets(server: http.Server, core: Pick<CompatPo
       if (!pty) throw daemonError('not_found', `PTY session ${id} not found`, 'PROCESS_NOT_FOUND');
       return attachPty(toolbox, principal, sandboxId, pty.processId, req, socket, head);
     }
-    if (path === '/process/interpreter/execute') throw notSupported('the code interpreter (codeInterpreter.runCode)', 'use process.codeRun');
+    if (path === '/process/interpreter/execute') {
+      // Named in the SDK's own error: DaytonaConnectionError("<reason> (close code 4501)").
+      return refuseAsClose(req, socket, head, 'codeInterpreter.runCode is not supported by this Nestbox server; use process.codeRun');
+    }
     throw new NestboxError('not_found', `no WebSocket route ${path}`);
   }
 }

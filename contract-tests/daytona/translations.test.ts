@@ -86,15 +86,15 @@ describe('Daytona translations', () => {
 
   it('renders states the SDK waits for, and list items without env', () => {
     const base = { id: 's', organizationId: 'o', hostId: 'local', state: 'running', image: 'default', cpu: 1, memoryMiB: 1024, env: { A: '1' }, labels: {}, timeoutSeconds: 0, expiresAt: null, createdAt: new Date(0), updatedAt: new Date(0), lastActivityAt: null, idleTimeoutSeconds: 900, idleAction: 'stop', autoDeleteSeconds: null, errorMessage: null, sourceSnapshotId: null, name: null, egress: { mode: 'allow-all' } } as unknown as Sandbox;
-    const full = renderDaytonaSandbox(base, 'http://h/daytona/toolbox', { full: true });
-    expect(full).toMatchObject({ state: 'started', name: 's', memory: 1, autoStopInterval: 15, autoDeleteInterval: -1, env: { A: '1' }, toolboxProxyUrl: 'http://h/daytona/toolbox' });
-    expect(renderDaytonaSandbox({ ...base, state: 'deleting' }, 'u', { full: false })).toMatchObject({ state: 'destroying' });
-    expect('env' in renderDaytonaSandbox(base, 'u', { full: false })).toBe(false);
+    const full = renderDaytonaSandbox(base, 'http://h/daytona/toolbox', { full: true, region: 'local' });
+    expect(full).toMatchObject({ state: 'started', name: 's', memory: 1, autoStopInterval: 15, autoDeleteInterval: -1, env: { A: '1' }, toolboxProxyUrl: 'http://h/daytona/toolbox', target: 'local' });
+    expect(renderDaytonaSandbox({ ...base, state: 'deleting' }, 'u', { full: false, region: 'local' })).toMatchObject({ state: 'destroying' });
+    expect('env' in renderDaytonaSandbox(base, 'u', { full: false, region: 'local' })).toBe(false);
     // The network fields say what is in force.
     expect(full).toMatchObject({ networkBlockAll: false });
     expect(full.networkAllowList).toBeUndefined();
-    expect(renderDaytonaSandbox({ ...base, egress: { mode: 'deny-all' } }, 'u', { full: false })).toMatchObject({ networkBlockAll: true });
-    expect(renderDaytonaSandbox({ ...base, egress: { mode: 'allow-list', allow: ['203.0.113.0/24', 'example.com', '198.51.100.7'] } }, 'u', { full: true })).toMatchObject({ networkBlockAll: false, networkAllowList: '203.0.113.0/24,198.51.100.7', domainAllowList: 'example.com' });
+    expect(renderDaytonaSandbox({ ...base, egress: { mode: 'deny-all' } }, 'u', { full: false, region: 'local' })).toMatchObject({ networkBlockAll: true });
+    expect(renderDaytonaSandbox({ ...base, egress: { mode: 'allow-list', allow: ['203.0.113.0/24', 'example.com', '198.51.100.7'] } }, 'u', { full: true, region: 'local' })).toMatchObject({ networkBlockAll: false, networkAllowList: '203.0.113.0/24,198.51.100.7', domainAllowList: 'example.com' });
   });
 
   it('renders FileInfo with ls-style mode and octal permissions, and parses both toolbox routes', () => {

@@ -5,6 +5,7 @@ import { errors, toNestboxError } from '../errors.js';
 import { hostViewOf, Lifecycle } from '../lifecycle.js';
 import { OPERATIONS, TRANSITIONAL_STATES, type HostView } from '../state-machine.js';
 import type { Sandbox } from '../types.js';
+import type { SandboxStateEvents } from '../sandbox-events.js';
 import type { Logger } from '../logger.js';
 import type { Knex } from 'knex';
 import type { IdempotencyService } from './idempotency.js';
@@ -19,6 +20,8 @@ export interface BackgroundOptions {
   instanceTimeoutMs: number;
   /** Lines about one sandbox carry `sandboxId` and the `operation` the pass runs on it. */
   logger: Logger;
+  /** Where claims and takeovers publish the states they write (the server's one bus). */
+  events?: SandboxStateEvents;
 }
 
 /** Node's timers take at most 2^31-1 ms; a later deadline is re-armed by the periodic pass long before. */
@@ -62,7 +65,7 @@ export class BackgroundJobs {
     private readonly idempotency: IdempotencyService,
     private readonly opts: BackgroundOptions,
   ) {
-    this.lifecycle = new Lifecycle(db, opts.instanceId);
+    this.lifecycle = new Lifecycle(db, opts.instanceId, opts.events);
     sandboxes.onDeadline((at) => this.noteDeadline(at));
   }
 
@@ -169,7 +172,7 @@ export class BackgroundJobs {
 
   /** Sandboxes deleted as soon as they stop (auto-delete 0) are deleted at their timeout, in one step. */
   async deleteExpired(): Promise<number> {
-    const claimed = await sandboxRepository(this.db).claimExpired(new Date(), 20, this.lifecycle.claimPatch(OPERATIONS.delete), 'at-once');
+    const claimed = await this.lifecycle.claim(OPERATIONS.delete, 'running', (patch) => sandboxRepository(this.db).claimExpired(new Date(), 20, patch, 'at-once'));
     for (const sandbox of claimed) {
       const log = this.opts.logger.child({ sandboxId: sandbox.id, operation: 'delete' });
       log.info('reached its timeout; deleting it (auto-delete when stopped: 0 s)');
@@ -181,7 +184,7 @@ export class BackgroundJobs {
   }
 
   async stopExpired(): Promise<number> {
-    const claimed = await sandboxRepository(this.db).claimExpired(new Date(), 20, this.lifecycle.claimPatch(OPERATIONS.stop));
+    const claimed = await this.lifecycle.claim(OPERATIONS.stop, 'running', (patch) => sandboxRepository(this.db).claimExpired(new Date(), 20, patch));
     for (const sandbox of claimed) {
       const log = this.opts.logger.child({ sandboxId: sandbox.id, operation: 'stop' });
       log.info('reached its timeout; stopping it');
@@ -202,13 +205,13 @@ export class BackgroundJobs {
       where: (q: Knex.QueryBuilder) =>
         q.where('idle_timeout_seconds', '>', 0).where({ idle_action: action }).whereRaw(`last_activity_at + make_interval(secs => idle_timeout_seconds) <= ?`, [new Date(now)]),
     });
-    const toPause = await repo.claim(idle('pause'), 20, this.lifecycle.claimPatch(OPERATIONS.pause));
+    const toPause = await this.lifecycle.claim(OPERATIONS.pause, 'running', (patch) => repo.claim(idle('pause'), 20, patch));
     for (const sandbox of toPause) {
       const log = this.opts.logger.child({ sandboxId: sandbox.id, operation: 'pause' });
       log.info(`idle for ${sandbox.idleTimeoutSeconds} s; pausing it`);
       await this.sandboxes.finishPause(sandbox, sandbox.operationId!, 'idle').catch((err) => log.error(`idle pause failed: ${toNestboxError(err).message}`));
     }
-    const toStop = await repo.claim(idle('stop'), 20, this.lifecycle.claimPatch(OPERATIONS.stop));
+    const toStop = await this.lifecycle.claim(OPERATIONS.stop, 'running', (patch) => repo.claim(idle('stop'), 20, patch));
     for (const sandbox of toStop) {
       const log = this.opts.logger.child({ sandboxId: sandbox.id, operation: 'stop' });
       log.info(`idle for ${sandbox.idleTimeoutSeconds} s; stopping it`);
@@ -219,14 +222,14 @@ export class BackgroundJobs {
 
   /** Stopped sandboxes with an auto-delete delay that has passed are deleted. */
   async deleteAfterStop(): Promise<number> {
-    const claimed = await sandboxRepository(this.db).claim(
+    const claimed = await this.lifecycle.claim(OPERATIONS.delete, 'stopped', (patch) => sandboxRepository(this.db).claim(
       {
         state: 'stopped',
         where: (q) => q.whereNotNull('auto_delete_seconds').whereNotNull('stopped_at').whereRaw(`stopped_at + make_interval(secs => auto_delete_seconds) <= ?`, [new Date()]),
       },
       20,
-      this.lifecycle.claimPatch(OPERATIONS.delete),
-    );
+      patch,
+    ));
     for (const sandbox of claimed) {
       const log = this.opts.logger.child({ sandboxId: sandbox.id, operation: 'delete' });
       log.info(`stopped ${sandbox.autoDeleteSeconds} s ago; deleting it (auto-delete)`);

@@ -4,6 +4,7 @@ import { hostRepository } from '../store/repositories/hosts.js';
 import { sandboxRepository } from '../store/repositories/sandboxes.js';
 import { NestboxError } from '../errors.js';
 import { applyEvent } from '../lifecycle.js';
+import type { SandboxStateEvents } from '../sandbox-events.js';
 import { EVENTS } from '../state-machine.js';
 import type { HostClient, HostClientFactory, HostSandboxRuntime } from '../host-client.js';
 import { silentLogger, type Logger } from '../logger.js';
@@ -43,6 +44,8 @@ export class HostService {
     /** A host that has not heartbeated for this long is not offered new sandboxes. */
     private readonly hostTimeoutMs: number,
     private readonly logger: Logger = silentLogger,
+    /** Where a sandbox found gone from its host is published as an `error` state. */
+    private readonly events?: SandboxStateEvents,
   ) {}
 
   async heartbeat(input: HeartbeatInput): Promise<HostRecord> {
@@ -74,7 +77,7 @@ export class HostService {
       if (live.has(sandbox.id)) continue;
       if (!sandbox.startedAt || sandbox.startedAt.getTime() >= previousHeartbeatAt.getTime()) continue;
       this.logger.warn({ hostId, sandboxId: sandbox.id }, `sandbox ${sandbox.state} in the database is gone from its host; marking it error`);
-      await applyEvent(this.db, sandbox, EVENTS.vanished, { errorMessage: 'the sandbox stopped running on its host unexpectedly; resume it to start again from its disk' });
+      await applyEvent(this.db, sandbox, EVENTS.vanished, { errorMessage: 'the sandbox stopped running on its host unexpectedly; resume it to start again from its disk' }, this.events);
     }
   }
 

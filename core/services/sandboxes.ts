@@ -5,6 +5,7 @@ import { validateEgress } from '../egress.js';
 import { newOperationId, newSandboxId } from '../ids.js';
 import { assertCanBegin, assertRunning, isTransitional, OPERATIONS, type SandboxState } from '../state-machine.js';
 import { failureMessage, Lifecycle, timeoutDeadline } from '../lifecycle.js';
+import type { SandboxStateEvents } from '../sandbox-events.js';
 import { snapshotRepository } from '../store/repositories/snapshots.js';
 import { EVERY_PORT, portRepository } from '../store/repositories/ports.js';
 import type { EgressPolicy, HostClient, HostSandboxSpec } from '../host-client.js';
@@ -193,8 +194,10 @@ export class SandboxService {
     /** Id of this control-plane instance, recorded as the owner of operations it runs. */
     instanceId: string,
     private readonly orgLimits: OrganizationLimits = { maxSandboxes: Number.MAX_SAFE_INTEGER, maxCpu: Number.MAX_SAFE_INTEGER, maxMemoryMiB: Number.MAX_SAFE_INTEGER, retryAfterSeconds: 30 },
+    /** Where every state this service writes is published (the server's one bus). */
+    events?: SandboxStateEvents,
   ) {
-    this.lifecycle = new Lifecycle(db, instanceId);
+    this.lifecycle = new Lifecycle(db, instanceId, events);
   }
 
   /**

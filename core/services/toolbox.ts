@@ -198,7 +198,7 @@ export class Toolbox {
     return (await this.guest(p, sandboxId, 'processEvents')).processEventsSocket(processId, from);
   }
 
-  async writeStdin(p: Principal, sandboxId: string, processId: string, body: Readable | Buffer, o?: O): Promise<void> {
+  async writeStdin(p: Principal, sandboxId: string, processId: string, body: Readable | Buffer, o?: Guest.StdinOptions): Promise<void> {
     return (await this.guest(p, sandboxId, 'writeStdin')).writeStdin(processId, body, o);
   }
 

@@ -275,8 +275,8 @@ export class HttpGuestClient implements Guest.GuestClient {
     return withQuery(`/processes/${segment('process', processId)}/events`, { offset: from.offset, stdoutOffset: from.stdoutOffset, stderrOffset: from.stderrOffset });
   }
 
-  writeStdin(processId: string, body: Readable | Buffer, o: Guest.CallOptions = {}): Promise<void> {
-    return this.noContent({ method: 'POST', path: `/processes/${segment('process', processId)}/stdin`, body, headers: { 'content-type': 'application/octet-stream' }, signal: o.signal });
+  writeStdin(processId: string, body: Readable | Buffer, o: Guest.StdinOptions = {}): Promise<void> {
+    return this.noContent({ method: 'POST', path: withQuery(`/processes/${segment('process', processId)}/stdin`, { echo: o.echo || undefined }), body, headers: { 'content-type': 'application/octet-stream' }, signal: o.signal });
   }
 
   closeStdin(processId: string, o: Guest.CallOptions = {}): Promise<void> {

@@ -55,6 +55,8 @@
 //   POST   /processes/{processId}/stdin   raw body bytes → 204, written in order, each request
 //          completing before its 204. 409 invalid_state if stdin is closed (or was never open)
 //          or the process has ended. For a pty process the bytes go to the terminal.
+//          `?echo=true` also appends each written chunk to the process's stdout (Daytona's
+//          session input shows in the command's log, as a terminal would echo it).
 //   POST   /processes/{processId}/stdin/close → 204 (idempotent while the process runs; a pty's
 //          terminal input stops being read, the process keeps running)
 //   POST   /processes/{processId}/signal  SignalRequest → 204, sent to the process group (a

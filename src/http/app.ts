@@ -41,7 +41,7 @@ export function renderErrorForPath(req: Request, res: Response, err: unknown, lo
 /** The server settings the Daytona layer needs besides core's port (it imports nothing of src/). */
 export function daytonaOptionsOf(services: Services): DaytonaOptions {
   const { maxUploadBytes, maxTimeoutSeconds } = services.config.limits;
-  return { maxUploadBytes, maxTimeoutSeconds, streams: services.streams, log: services.logger.child({ component: 'daytona' }) };
+  return { maxUploadBytes, maxTimeoutSeconds, region: services.config.region, streams: services.streams, log: services.logger.child({ component: 'daytona' }) };
 }
 
 /** One HTTP app on one port: the native API, the internal host-agent routes, later the compat layers. */

@@ -242,14 +242,20 @@ export class ProcessService {
         },
       }),
       route('/processes/:id/stdin', {
-        POST: async ({ req, res }, { id }) => {
-          const controls = this.registry.get(id).requireControls();
+        POST: async ({ req, res, query }, { id }) => {
+          const managed = this.registry.get(id);
+          const controls = managed.requireControls();
           if (!controls.stdinOpen()) throw invalidState(`stdin of process ${id} is closed`);
+          const echo = parseBoolean(query, 'echo');
           // Streamed through in order; each chunk is handed to the process before the next is
           // read, so a process that does not read its stdin holds the request, not our memory.
           // A stdin closed mid-body (the process exited) is answered at once; the rest of the
           // body is then read and dropped, not left unread (agent-protocol/request-body.ts).
-          for await (const chunk of discardableBody(req)) await controls.writeStdin(chunk as Buffer);
+          for await (const chunk of discardableBody(req)) {
+            await controls.writeStdin(chunk as Buffer);
+            // Echoed once the process has it, so the echo never shows input it did not get.
+            if (echo) managed.append('stdout', chunk as Buffer);
+          }
           noContent(res);
         },
       }),

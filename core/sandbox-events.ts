@@ -1,0 +1,74 @@
+// Sandbox state changes as the lifecycle engine (lifecycle.ts, the only writer of states)
+// commits them, for whoever wants them pushed rather than polled (Daytona's Socket.IO event
+// stream, compat/daytona/events.ts). Each change carries the row as written, so a subscriber
+// can render it without reading the database again.
+//
+// Subscribers of the instance that wrote a change get it at once. With several control-plane
+// instances on one PostgreSQL, `relay` (sandbox-events-postgres.ts: NOTIFY in the writing
+// transaction, one LISTEN connection per instance) carries it to the others. A change missed
+// while that connection is down costs latency only: the clients this serves (the Daytona SDK)
+// poll beside the stream.
+import type { DbOrTx } from './store/db.js';
+import type { SandboxState } from './state-machine.js';
+import type { Sandbox } from './types.js';
+import type { Logger } from './logger.js';
+import { silentLogger } from './logger.js';
+
+export interface SandboxStateChange {
+  /** `created`: a new row (create or fork); `state`: an existing row moved to another state. */
+  kind: 'created' | 'state';
+  /** The row as written (its organisation decides who may see the change). */
+  sandbox: Sandbox;
+  /** The state before the write; null for a new row. */
+  oldState: SandboxState | null;
+  newState: SandboxState;
+}
+
+export type SandboxStateListener = (change: SandboxStateChange) => void;
+
+/** Carries a change to the other control-plane instances, in `db`'s transaction when it is one. */
+export type SandboxStateRelay = (db: DbOrTx, change: SandboxStateChange) => Promise<void>;
+
+export class SandboxStateEvents {
+  private readonly listeners = new Set<SandboxStateListener>();
+  /** Set by a cross-instance fan-out (sandbox-events-postgres.ts); none with one instance. */
+  relay?: SandboxStateRelay;
+
+  constructor(private readonly log: Logger = silentLogger) {}
+
+  /** Calls `listener` with every change from now on; the returned function stops that. */
+  subscribe(listener: SandboxStateListener): () => void {
+    this.listeners.add(listener);
+    return () => {
+      this.listeners.delete(listener);
+    };
+  }
+
+  /**
+   * Hands `change` to every subscriber. A subscriber that throws is logged and skipped: a state
+   * write never fails because someone watching it did.
+   */
+  publish(change: SandboxStateChange): void {
+    for (const listener of this.listeners) {
+      try {
+        listener(change);
+      } catch (err) {
+        this.log.error({ err, sandboxId: change.sandbox.id }, 'a sandbox state subscriber failed');
+      }
+    }
+  }
+
+  /**
+   * Publishes `change` once what `db` wrote is visible to others: at once outside a
+   * transaction, after the commit inside one, never when it rolls back (a subscriber told of a
+   * row that does not exist would look it up and find nothing). The relay, when there is one,
+   * is awaited: inside a transaction its NOTIFY must be sent before the commit.
+   */
+  async publishAfterCommit(db: DbOrTx, change: SandboxStateChange): Promise<void> {
+    if (this.listeners.size) {
+      if ('executionPromise' in db && db.isTransaction) db.executionPromise.then(() => this.publish(change), () => undefined);
+      else this.publish(change);
+    }
+    await this.relay?.(db, change);
+  }
+}
