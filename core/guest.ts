@@ -156,6 +156,8 @@ export interface ExecInput {
   cwd?: string;
   env?: Record<string, string>;
   timeoutMs?: number;
+  /** A name from the sandbox's /etc/passwd or a numeric uid; absent = the agent's user (root). */
+  user?: string;
 }
 
 export interface ExecResult {
@@ -186,6 +188,7 @@ export interface StartKernelInput {
   tag?: string;
   cwd?: string;
   env?: Record<string, string>;
+  user?: string;
 }
 
 /** One cell of code for a kernel, with environment variables for that cell only. */
@@ -265,6 +268,8 @@ export interface CreateSessionInput {
   sessionId?: string;
   cwd?: string;
   env?: Record<string, string>;
+  /** The session's shell runs as this account (as ExecInput.user). */
+  user?: string;
 }
 export interface SessionCreated {
   sessionId: string;
