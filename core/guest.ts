@@ -117,11 +117,15 @@ export interface UploadInput {
   contentType: string;
   /** The destination of every file part (E2B's single-file form). */
   path?: string;
+  /** Absolute directory relative destinations resolve against (default: the agent user's home). */
+  base?: string;
   body: Readable;
 }
 
 export interface DownloadInput {
   paths: string[];
+  /** Absolute directory relative paths resolve against (default: the agent user's home). */
+  base?: string;
 }
 
 export type WatchChangeType = 'create' | 'write' | 'remove' | 'rename' | 'chmod';

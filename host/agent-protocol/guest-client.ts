@@ -364,7 +364,7 @@ export class HttpGuestClient implements Guest.GuestClient {
   async uploadFiles(input: Guest.UploadInput, o: Guest.CallOptions = {}): Promise<Guest.UploadResult> {
     const { status, body } = await this.json(Files.UploadResponse, {
       method: 'POST',
-      path: withQuery('/files/upload', { path: input.path }),
+      path: withQuery('/files/upload', { path: input.path, base: input.base }),
       body: input.body,
       headers: input.contentType ? { 'content-type': input.contentType } : {},
       signal: o.signal,

@@ -146,14 +146,17 @@ export function createFileRoutes(settings: FileRouteSettings): FileRoutes {
     },
     '/files/upload': {
       POST: async ({ req, res, query }) => {
-        const { status, body } = await receiveUpload(req, { home, maxUploadBytes: settings.maxUploadBytes, queryPath: query.get('path') });
+        // `base`: where relative destinations resolve (a compat layer's user's home), else home.
+        const base = query.get('base');
+        if (base !== null && !base.startsWith('/')) throw validationFailed('base', 'must be an absolute path');
+        const { status, body } = await receiveUpload(req, { home: base ? resolveSandboxPath(base, home, 'base') : home, maxUploadBytes: settings.maxUploadBytes, queryPath: query.get('path') });
         sendJson(res, status, body);
       },
     },
     '/files/download': {
       POST: async ({ req, res }) => {
         const request = await readJsonBody(req, DownloadRequest, settings.maxJsonBodyBytes);
-        await sendDownload(res, request.paths, home);
+        await sendDownload(res, request.paths, request.base ? resolveSandboxPath(request.base, home, 'base') : home);
       },
     },
     '/files/watch': {
