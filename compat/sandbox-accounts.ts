@@ -125,8 +125,17 @@ export function inHome(path: string, home: string): string {
   return posix.resolve(home, rest || '.');
 }
 
-/** Gives a file the layer wrote to the account it acts as (the agent writes as root). */
+/**
+ * The `owner` a write passes to the toolbox (`<uid>:<gid>`): the agent writes as root and gives
+ * the file and every directory it made to the account. Undefined for root, and when the ids are
+ * unknown (then giveTo hands the file over by name afterwards).
+ */
+export function ownerOf(account: SandboxAccount): string | undefined {
+  return account.uid !== undefined && account.uid !== 0 ? `${account.uid}:${account.gid ?? account.uid}` : undefined;
+}
+
+/** Only where ownerOf had no ids: gives the written file to the account by name. */
 export async function giveTo(toolbox: Pick<ToolboxPort, 'changeOwner'>, principal: Principal, sandboxId: string, path: string, account: SandboxAccount): Promise<void> {
-  if (account.uid === 0) return;
-  await toolbox.changeOwner(principal, sandboxId, { path, owner: account.uid ?? account.name, group: account.gid ?? account.name });
+  if (account.uid !== undefined) return;
+  await toolbox.changeOwner(principal, sandboxId, { path, owner: account.name, group: account.name });
 }

@@ -35,6 +35,8 @@ export type OctalMode = string;
 export interface MkdirInput {
   path: string;
   mode?: OctalMode;
+  /** `<uid>:<gid>` that gets the directories made (default: root's). */
+  owner?: string;
 }
 export interface MkdirResult {
   /** false: it already was a directory (the native API answers 200 instead of 201). */
@@ -119,6 +121,8 @@ export interface UploadInput {
   path?: string;
   /** Absolute directory relative destinations resolve against (default: the agent user's home). */
   base?: string;
+  /** `<uid>:<gid>` that gets the files and the directories made for them (default: root's). */
+  owner?: string;
   body: Readable;
 }
 
@@ -388,7 +392,7 @@ export interface GuestClient {
   getSessionCommand(sessionId: string, commandId: string, o?: CallOptions): Promise<SessionCommand>;
 
   readFile(path: string, input: { range?: RangeHeader }, o?: CallOptions): Promise<ByteStream>;
-  writeFile(path: string, body: Readable, input: { mode?: OctalMode }, o?: CallOptions): Promise<FileInfo>;
+  writeFile(path: string, body: Readable, input: { mode?: OctalMode; owner?: string }, o?: CallOptions): Promise<FileInfo>;
   listFiles(input: { path?: string; depth?: number }, o?: CallOptions): Promise<FileList>;
   statFile(path: string, o?: CallOptions): Promise<FileInfo>;
   makeDirectory(input: MkdirInput, o?: CallOptions): Promise<MkdirResult>;

@@ -15,7 +15,7 @@ import { daemonCall, daemonError, FILE_CODES, notSupported, PROCESS_CODES } from
 import { createGitRoutes } from './git.js';
 import { createPty, findPty, ptyInfo, ptyProcesses } from './pty.js';
 import { daytonaAccount } from './sandbox-dto.js';
-import { giveTo, inHome } from '../sandbox-accounts.js';
+import { giveTo, inHome, ownerOf } from '../sandbox-accounts.js';
 
 /** Exit code of a process that a signal ended, the way shells report it (128 + signal number). */
 export function exitCodeOf(r: Pick<ExecResult, 'exitCode' | 'signal'>): number {
@@ -243,7 +243,7 @@ export function createToolboxRouter(core: Pick<CompatPort, 'toolbox' | 'sandboxe
     c.res.json(daytonaFileInfo(await file(toolbox.statFile(c.principal, c.sandboxId, await pathIn(c)))));
   }));
   router.post('/files/folder', tb(async (c) => {
-    const made = await file(toolbox.makeDirectory(c.principal, c.sandboxId, { path: await pathIn(c), mode: queryString(c.req, 'mode') || undefined }));
+    const made = await file(toolbox.makeDirectory(c.principal, c.sandboxId, { path: await pathIn(c), mode: queryString(c.req, 'mode') || undefined, owner: ownerOf(await accountOf(c)) }));
     // The daemon runs as the sandbox's user, so what it creates is that user's.
     if (made.created) await file(giveTo(toolbox, c.principal, c.sandboxId, made.info.path, await accountOf(c)));
     c.res.status(201).end();
@@ -297,7 +297,7 @@ export function createToolboxRouter(core: Pick<CompatPort, 'toolbox' | 'sandboxe
     const max = options.maxUploadBytes;
     if (Number(c.req.headers['content-length'] ?? 0) > max) throw new NestboxError('payload_too_large', `body: exceeds the upload limit of ${max} bytes`);
     const account = await accountOf(c);
-    const result = await file(toolbox.uploadFiles(c.principal, c.sandboxId, { contentType, path: path && inHome(path, account.home), base: account.home, body: streamedBody(c.req, max) }, untilGone(c)));
+    const result = await file(toolbox.uploadFiles(c.principal, c.sandboxId, { contentType, path: path && inHome(path, account.home), base: account.home, owner: ownerOf(account), body: streamedBody(c.req, max) }, untilGone(c)));
     for (const r of result.results) if (r.ok) await file(giveTo(toolbox, c.principal, c.sandboxId, r.path, account));
     const failed = result.results.filter((r) => !r.ok);
     if (failed.length) {

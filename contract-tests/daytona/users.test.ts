@@ -63,8 +63,10 @@ describe('daytona default user', () => {
     expect((await sb.fs.downloadFile('users-a.txt')).toString()).toBe('mine');
     await sb.fs.uploadFiles([{ source: Buffer.from('bulk'), destination: 'users-dir/b.txt' }]);
     expect((await sb.fs.getFileDetails('/home/daytona/users-dir/b.txt')).owner).toBe('daytona');
-    await sb.fs.createFolder('users-made', '755');
+    expect((await sb.fs.getFileDetails('/home/daytona/users-dir')).owner).toBe('daytona');
+    await sb.fs.createFolder('users-made/inner', '755');
     expect((await sb.fs.getFileDetails('/home/daytona/users-made')).owner).toBe('daytona');
+    expect((await sb.fs.getFileDetails('/home/daytona/users-made/inner')).owner).toBe('daytona');
     expect((await sb.fs.listFiles('.')).map((f) => f.name)).toEqual(expect.arrayContaining(['users-a.txt', 'users-made']));
     // The user can change what it was given.
     expect((await sb.process.executeCommand('echo more >> users-a.txt && cat users-a.txt')).result).toBe('minemore\n');

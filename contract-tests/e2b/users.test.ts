@@ -47,8 +47,13 @@ describe('e2b default user', () => {
     // The user can change what it was given.
     expect((await sbx.commands.run('echo more >> users-a.txt && cat users-a.txt')).stdout).toBe('hellomore\n');
 
-    expect(await sbx.files.makeDir('users-dir')).toBe(true);
-    expect((await sbx.commands.run('stat -c %U /home/user/users-dir')).stdout.trim()).toBe('user');
+    expect(await sbx.files.makeDir('users-dir/inner')).toBe(true);
+    expect((await sbx.commands.run('stat -c %U /home/user/users-dir /home/user/users-dir/inner')).stdout).toBe('user\nuser\n');
+    // Directories a write makes belong to the user too, so it can write beside the file.
+    await sbx.files.write('users-nested/deep/c.txt', 'c');
+    expect((await sbx.commands.run('stat -c %U users-nested users-nested/deep users-nested/deep/c.txt && touch users-nested/deep/d.txt')).stdout).toBe('user\nuser\nuser\n');
+    await sbx.files.write([{ path: 'users-multi/one.txt', data: '1' }, { path: 'users-multi/two.txt', data: '2' }]);
+    expect((await sbx.commands.run('stat -c %U users-multi users-multi/one.txt users-multi/two.txt')).stdout).toBe('user\nuser\nuser\n');
     expect((await sbx.files.list('.')).map((e) => e.name)).toEqual(expect.arrayContaining(['users-a.txt', 'users-dir']));
     expect((await sbx.files.getInfo('users-a.txt')).path).toBe('/home/user/users-a.txt');
   });

@@ -1,6 +1,7 @@
 // The file routes added on top of content/stat/list (see agent-protocol/files.ts for the wire
 // contract). server.ts merges `routes` into its table, asks `matchDynamic` for paths with a
 // parameter, and adds `upgradeRoutes` to its WebSocket dispatcher.
+import { parseOwner } from './files-ownership.js';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import {
   ChmodRequest,
@@ -86,7 +87,7 @@ export function createFileRoutes(settings: FileRouteSettings): FileRoutes {
     '/files/mkdir': {
       POST: async ({ req, res }) => {
         const request = await readJsonBody(req, MkdirRequest, settings.maxJsonBodyBytes);
-        const { created, info } = await makeDirectory(resolveSandboxPath(request.path, home), parseFileMode(request.mode));
+        const { created, info } = await makeDirectory(resolveSandboxPath(request.path, home), parseFileMode(request.mode), parseOwner(request.owner));
         sendJson(res, created ? 201 : 200, info);
       },
     },
@@ -149,7 +150,7 @@ export function createFileRoutes(settings: FileRouteSettings): FileRoutes {
         // `base`: where relative destinations resolve (a compat layer's user's home), else home.
         const base = query.get('base');
         if (base !== null && !base.startsWith('/')) throw validationFailed('base', 'must be an absolute path');
-        const { status, body } = await receiveUpload(req, { home: base ? resolveSandboxPath(base, home, 'base') : home, maxUploadBytes: settings.maxUploadBytes, queryPath: query.get('path') });
+        const { status, body } = await receiveUpload(req, { home: base ? resolveSandboxPath(base, home, 'base') : home, maxUploadBytes: settings.maxUploadBytes, queryPath: query.get('path'), owner: parseOwner(query.get('owner')) });
         sendJson(res, status, body);
       },
     },

@@ -11,7 +11,7 @@ import { EventType, FileType, Filesystem, type EntryInfoSchema, type FilesystemE
 import { rpcError } from '../errors.js';
 import { homeRelative, type SandboxTarget } from '../target.js';
 import { e2bAccount } from '../routing.js';
-import { giveTo } from '../../sandbox-accounts.js';
+import { giveTo, ownerOf } from '../../sandbox-accounts.js';
 import type { ErrorLog } from '../../../core/logger.js';
 
 type EntryInit = MessageInitShape<typeof EntryInfoSchema>;
@@ -112,7 +112,7 @@ export function filesystemService(deps: E2bDeps, resolve: ResolveTarget): Partia
       const account = await accountOf(target, ctx);
       let result;
       try {
-        result = await toolbox.makeDirectory(target.principal, target.sandboxId, { path: homeRelative(req.path, account.home) }, { signal: ctx.signal });
+        result = await toolbox.makeDirectory(target.principal, target.sandboxId, { path: homeRelative(req.path, account.home), owner: ownerOf(account) }, { signal: ctx.signal });
       } catch (err) {
         // Exists as something else: envd's already_exists too (makeDir → false).
         if (err instanceof NestboxError && err.code === 'conflict') throw new ConnectError(err.message, Code.AlreadyExists);

@@ -12,7 +12,7 @@ import { renderEnvdHttpError } from '../errors.js';
 import { nativeUploadForm, type NativeUploadForm } from './upload-form.js';
 import { homeRelative, type SandboxTarget } from '../target.js';
 import { authenticateSandboxTraffic, authenticateSignature, e2bAccount, type SandboxRoute } from '../routing.js';
-import { giveTo } from '../../sandbox-accounts.js';
+import { giveTo, ownerOf } from '../../sandbox-accounts.js';
 
 /** The download headers passed on as the toolbox gives them. */
 const PASSED_DOWNLOAD_HEADERS: [keyof StreamHeaders, string][] = [
@@ -116,7 +116,7 @@ export async function uploadFiles(deps: E2bDeps, req: Request, res: Response, ro
       // E2B's form (parts named `file` whose filename is the full target path, or `?path=` for
       // every part) re-encoded as the native one, streamed through (upload-form.ts).
       form = nativeUploadForm(body, contentType, path ? homeRelative(path, account.home) : undefined, account.home);
-      const result = await deps.core.toolbox.uploadFiles(target.principal, target.sandboxId, form, { signal });
+      const result = await deps.core.toolbox.uploadFiles(target.principal, target.sandboxId, { ...form, owner: ownerOf(account) }, { signal });
       if (badGzip) throw badGzip;
       const failed = result.results.find((r) => !r.ok);
       if (failed && !failed.ok) throw new NestboxError((failed.error.code as NestboxError['code']) ?? 'internal', failed.error.message);
@@ -127,7 +127,7 @@ export async function uploadFiles(deps: E2bDeps, req: Request, res: Response, ro
     }
     // application/octet-stream (envd ≥ 0.5.7): one file, `path` required.
     if (!path) throw new NestboxError('validation_failed', 'path: required for application/octet-stream uploads', { field: 'path' });
-    const info = await deps.core.toolbox.writeFile(target.principal, target.sandboxId, homeRelative(path, account.home), body, {}, { signal });
+    const info = await deps.core.toolbox.writeFile(target.principal, target.sandboxId, homeRelative(path, account.home), body, { owner: ownerOf(account) }, { signal });
     if (badGzip) throw badGzip;
     await giveTo(deps.core.toolbox, target.principal, target.sandboxId, info.path, account);
     res.status(200).json([writtenEntry(info.path)]);
