@@ -38,6 +38,8 @@ export type OctalMode = string;
 export interface MkdirInput {
   path: string;
   mode?: OctalMode;
+  /** `<uid>:<gid>` that gets the directories made (default: root's). */
+  owner?: string;
 }
 export interface MkdirResult {
   /** false: it already was a directory (the native API answers 200 instead of 201). */
@@ -136,11 +138,17 @@ export interface UploadInput {
   contentType: string;
   /** The destination of every file part (E2B's single-file form). */
   path?: string;
+  /** Absolute directory relative destinations resolve against (default: the agent user's home). */
+  base?: string;
+  /** `<uid>:<gid>` that gets the files and the directories made for them (default: root's). */
+  owner?: string;
   body: Readable;
 }
 
 export interface DownloadInput {
   paths: string[];
+  /** Absolute directory relative paths resolve against (default: the agent user's home). */
+  base?: string;
 }
 
 export type WatchChangeType = 'create' | 'write' | 'remove' | 'rename' | 'chmod';
@@ -175,6 +183,8 @@ export interface ExecInput {
   cwd?: string;
   env?: Record<string, string>;
   timeoutMs?: number;
+  /** A name from the sandbox's /etc/passwd or a numeric uid; absent = the agent's user (root). */
+  user?: string;
 }
 
 export interface ExecResult {
@@ -205,6 +215,7 @@ export interface StartKernelInput {
   tag?: string;
   cwd?: string;
   env?: Record<string, string>;
+  user?: string;
 }
 
 /** One cell of code for a kernel, with environment variables for that cell only. */
@@ -284,6 +295,8 @@ export interface CreateSessionInput {
   sessionId?: string;
   cwd?: string;
   env?: Record<string, string>;
+  /** The session's shell runs as this account (as ExecInput.user). */
+  user?: string;
 }
 export interface SessionCreated {
   sessionId: string;
@@ -455,7 +468,7 @@ export interface GuestClient {
   getSessionCommand(sessionId: string, commandId: string, o?: CallOptions): Promise<SessionCommand>;
 
   readFile(path: string, input: { range?: RangeHeader }, o?: CallOptions): Promise<ByteStream>;
-  writeFile(path: string, body: Readable, input: { mode?: OctalMode }, o?: CallOptions): Promise<FileInfo>;
+  writeFile(path: string, body: Readable, input: { mode?: OctalMode; owner?: string }, o?: CallOptions): Promise<FileInfo>;
   listFiles(input: { path?: string; depth?: number }, o?: CallOptions): Promise<FileList>;
   statFile(path: string, o?: CallOptions): Promise<FileInfo>;
   makeDirectory(input: MkdirInput, o?: CallOptions): Promise<MkdirResult>;

@@ -130,6 +130,27 @@ describe('detached processes', () => {
   });
 });
 
+describe('users', () => {
+  it('runs as root in /root by default (the native API\'s documented user); a named user gets its home, and sudo works', async () => {
+    const run = async (body: Record<string, unknown>) => {
+      const res = await t.http.post(`${api()}/commands`).set(t.auth).send(body);
+      expect(res.status, JSON.stringify(res.body)).toBe(200);
+      return res.body as { exitCode: number; stdout: string };
+    };
+    expect((await run({ cmd: 'whoami; pwd; echo $HOME' })).stdout).toBe('root\n/root\n/root\n');
+    expect((await run({ cmd: 'whoami; pwd; echo "$HOME $USER"; id -u', user: 'user' })).stdout).toBe('user\n/home/user\n/home/user user\n1000\n');
+    expect((await run({ cmd: 'whoami; id -u', user: 'daytona' })).stdout).toBe('daytona\n1001\n');
+    expect(await run({ cmd: 'sudo -n whoami', user: 'user' })).toMatchObject({ exitCode: 0, stdout: 'root\n' });
+    expect((await run({ cmd: 'python --version' })).stdout).toMatch(/^Python 3\./);
+    const written = await t.http.put(`${api()}/files`).query({ path: 'native-default.txt' }).set(t.auth).set('content-type', 'application/octet-stream').send(Buffer.from('n'));
+    expect(written.status, JSON.stringify(written.body)).toBeLessThan(300);
+    expect((await run({ cmd: 'stat -c %U /root/native-default.txt' })).stdout).toBe('root\n');
+    const unknown = await t.http.post(`${api()}/commands`).set(t.auth).send({ cmd: 'true', user: 'no-such-user' });
+    expect(unknown.status).toBe(400);
+    expect(unknown.body.error.message).toMatch(/user/);
+  });
+});
+
 describe('terminals', () => {
   it('runs an interactive bash over a WebSocket: input, output, resize, exit code', async () => {
     const created = await t.http.post(`${api()}/terminals`).set(t.auth).send({ cols: 100, rows: 30 });

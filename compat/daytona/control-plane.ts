@@ -9,7 +9,7 @@ import type { Principal, Sandbox, Snapshot } from '../../core/types.js';
 import type { CompatPort } from '../../core/compat-port.js';
 import { handle, principalOf, toolboxProxyUrl, type DaytonaOptions } from './context.js';
 import { notSupported } from './errors.js';
-import { CORE_STATES_OF, renderDaytonaSandbox, renderDaytonaSnapshot } from './sandbox-dto.js';
+import { CORE_STATES_OF, renderDaytonaSandbox, renderDaytonaSnapshot, SANDBOX_USER } from './sandbox-dto.js';
 import { requireScope } from '../../core/services/auth.js';
 import { isIpv4Entry, parseEgressEntry } from '../../core/egress.js';
 
@@ -94,7 +94,7 @@ export function intervalsToPolicy(i: { autoStopInterval?: number; autoPauseInter
 /** Known Daytona options that are accepted but have no effect in Nestbox (reported, never faked). */
 function unhonouredOptions(body: CreateBody): string[] {
   const out: string[] = [];
-  if (body.user !== undefined && body.user !== 'root') out.push(`user (processes run as root)`);
+  if (body.user !== undefined && body.user !== SANDBOX_USER) out.push(`user (the toolbox acts as ${SANDBOX_USER})`);
   if (body.public) out.push('public (preview URLs always need a token)');
   if (body.gpuType?.length) out.push('gpuType');
   if (body.spot !== undefined) out.push('spot');

@@ -2,6 +2,7 @@
 // through core's toolbox (`toolbox.exec`). Arguments always travel as argv (never through a shell), credentials as
 // environment variables read by a one-off credential helper, so nothing lands in the sandbox's
 // shell history or process arguments.
+import { daytonaAccount } from './sandbox-dto.js';
 import express, { type Request, type Router } from 'express';
 import { errors, type ErrorCode } from '../../core/errors.js';
 import type { ToolboxPort } from '../../core/compat-port.js';
@@ -100,7 +101,9 @@ export function createGitRoutes(toolbox: ToolboxPort, tb: ToolboxHandler): Route
       pre.push('-c', 'credential.helper=', '-c', `credential.helper=${CREDENTIAL_HELPER}`);
     }
     const argv = ['git', ...pre, ...(cwd !== undefined ? ['-C', cwd] : []), ...args];
-    const r = await toolbox.exec(c.principal, c.sandboxId, { argv, env, timeoutMs: o.timeoutMs ?? 10 * 60_000 });
+    // As Daytona's user: clones belong to it, relative paths start in its home, ~/.gitconfig is its.
+    const user = (await daytonaAccount(toolbox, c.principal, c.sandboxId)).name;
+    const r = await toolbox.exec(c.principal, c.sandboxId, { argv, env, user, timeoutMs: o.timeoutMs ?? 10 * 60_000 });
     if (r.exitCode !== 0 && !(r.exitCode !== null && o.okExitCodes?.includes(r.exitCode))) {
       const output = `${r.stderr}${r.stdout}`.trim();
       const { code, daytona } = classifyGitFailure(output);
@@ -266,6 +269,7 @@ export function createGitRoutes(toolbox: ToolboxPort, tb: ToolboxHandler): Route
     const r = await toolbox.exec(c.principal, c.sandboxId, {
       argv: ['/bin/sh', '-c', 'printf %s "$NESTBOX_GIT_CREDENTIAL" | git credential approve'],
       env: { NESTBOX_GIT_CREDENTIAL: input },
+      user: (await daytonaAccount(toolbox, c.principal, c.sandboxId)).name,
     });
     if (r.exitCode !== 0) throw daemonError('validation_failed', `storing the credential failed: ${r.stderr}`);
     ok(c);

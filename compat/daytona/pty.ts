@@ -2,6 +2,7 @@
 // process on a terminal whose tag carries the user's PTY id (Daytona's ids are chosen by the
 // user, the guest's process ids are not). Shared by the HTTP routes (toolbox.ts) and the PTY
 // WebSockets (websockets.ts).
+import { daytonaAccount } from './sandbox-dto.js';
 import { NestboxError, errors } from '../../core/errors.js';
 import type { ToolboxPort } from '../../core/compat-port.js';
 import type { ProcessInfo } from '../../core/guest.js';
@@ -16,6 +17,8 @@ export interface CreatePtyInput {
   rows?: number;
   cwd?: string;
   envs?: Record<string, string>;
+  /** The account the shell runs as; default Daytona's `daytona` (root in an image without it). */
+  user?: string;
 }
 
 /** Daytona's PtySessionInfo of the guest process behind a PTY session. */
@@ -53,6 +56,7 @@ export async function createPty(toolbox: ToolboxPort, principal: Principal, sand
     argv: ['/bin/bash', '-l'],
     cwd: o.cwd || undefined,
     env: { TERM: 'xterm-256color', ...o.envs },
+    user: o.user ?? (await daytonaAccount(toolbox, principal, sandboxId)).name,
     stdin: true,
     tag: PTY_TAG_PREFIX + o.id,
     pty: { cols: o.cols ?? 80, rows: o.rows ?? 24 },

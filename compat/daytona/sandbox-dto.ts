@@ -2,6 +2,9 @@
 import type { EgressPolicy, Sandbox, Snapshot } from '../../core/types.js';
 import { isIpv4Entry } from '../../core/egress.js';
 import type { SandboxState } from '../../core/state-machine.js';
+import type { Principal } from '../../core/types.js';
+import type { ToolboxPort } from '../../core/compat-port.js';
+import { sandboxAccounts, type SandboxAccount } from '../sandbox-accounts.js';
 
 /**
  * Core state → Daytona state. The SDK's waits (daytona.md (b) "Waiting rules") need `started`
@@ -57,8 +60,17 @@ export const CORE_STATES_OF: Record<string, SandboxState[]> = {
 
 const iso = (d: Date | null): string | null => (d ? d.toISOString() : null);
 
-/** The user processes run as inside a Nestbox sandbox (the guest agent's default user). */
-export const SANDBOX_USER = 'root';
+/**
+ * Daytona's default user: its toolbox runs commands, sessions, terminals and file operations as
+ * `daytona` (home /home/daytona, passwordless sudo), which Nestbox's default image has
+ * (host/images/base-image.ts); in an image without it, root (compat/sandbox-accounts.ts).
+ */
+export const SANDBOX_USER = 'daytona';
+
+/** The account Daytona's toolbox acts as in this sandbox. */
+export function daytonaAccount(toolbox: Pick<ToolboxPort, 'readFile'>, principal: Principal, sandboxId: string): Promise<SandboxAccount> {
+  return sandboxAccounts(toolbox).resolve(principal, sandboxId, undefined, SANDBOX_USER);
+}
 
 /** Minutes, as Daytona counts intervals; core counts seconds. */
 const minutes = (seconds: number): number => Math.round(seconds / 60);

@@ -16,7 +16,8 @@ import { daemonCall, daemonError, FILE_CODES, notSupported, PROCESS_CODES } from
 import { createGitRoutes } from './git.js';
 import { createLspRoutes } from './lsp.js';
 import { createPty, findPty, ptyInfo, ptyProcesses } from './pty.js';
-import { SANDBOX_USER } from './sandbox-dto.js';
+import { daytonaAccount } from './sandbox-dto.js';
+import { giveTo, inHome, ownerOf } from '../sandbox-accounts.js';
 
 /** Exit code of a process that a signal ended, the way shells report it (128 + signal number). */
 export function exitCodeOf(r: Pick<ExecResult, 'exitCode' | 'signal'>): number {
@@ -65,7 +66,11 @@ export function createToolboxRouter(core: Pick<CompatPort, 'toolbox' | 'sandboxe
     handle(options.log, 'toolbox', (req, res) => fn({ req, res, principal: principalOf(res), sandboxId: String(req.params.sandboxId) }));
   /** A client that goes away cancels the guest call (a foreground command is killed). */
   const untilGone = (c: ToolboxCall) => ({ signal: clientGoneSignal(c.req, c.res) });
-  const execIn = (c: ToolboxCall, input: ExecInput): Promise<ExecResult> => toolbox.exec(c.principal, c.sandboxId, input, untilGone(c));
+  /** Daytona's `daytona` user (root in an image without it): every toolbox call acts as it. */
+  const accountOf = (c: ToolboxCall) => daytonaAccount(toolbox, c.principal, c.sandboxId);
+  /** A path query parameter, relative ones in the user's home (the daemon's working directory). */
+  const pathIn = async (c: ToolboxCall, name = 'path') => inHome(requireQuery(c.req, name), (await accountOf(c)).home);
+  const execIn = async (c: ToolboxCall, input: ExecInput): Promise<ExecResult> => toolbox.exec(c.principal, c.sandboxId, { ...input, user: (await accountOf(c)).name }, untilGone(c));
   const sessionOf = (c: ToolboxCall) => String(c.req.params.sessionId);
   const commandOf = (c: ToolboxCall) => String(c.req.params.commandId);
   const body = (req: Request): Record<string, unknown> => (req.body && typeof req.body === 'object' ? (req.body as Record<string, unknown>) : {});
@@ -123,7 +128,7 @@ export function createToolboxRouter(core: Pick<CompatPort, 'toolbox' | 'sandboxe
   });
   router.post('/process/session', tb(async (c) => {
     const sessionId = str(body(c.req).sessionId, 'sessionId', true);
-    await toolbox.createSession(c.principal, c.sandboxId, { sessionId });
+    await toolbox.createSession(c.principal, c.sandboxId, { sessionId, user: (await accountOf(c)).name });
     c.res.status(201).end();
   }));
   router.get('/process/session', tb(async (c) => {
@@ -248,27 +253,29 @@ export function createToolboxRouter(core: Pick<CompatPort, 'toolbox' | 'sandboxe
   };
 
   router.get('/files', tb(async (c) => {
-    const list = await file(toolbox.listFiles(c.principal, c.sandboxId, { path: requireQuery(c.req, 'path'), depth: depthOf(c) }));
+    const list = await file(toolbox.listFiles(c.principal, c.sandboxId, { path: await pathIn(c), depth: depthOf(c) }));
     c.res.json(list.entries.map(daytonaFileInfo));
   }));
   router.get('/files/info', tb(async (c) => {
-    c.res.json(daytonaFileInfo(await file(toolbox.statFile(c.principal, c.sandboxId, requireQuery(c.req, 'path')))));
+    c.res.json(daytonaFileInfo(await file(toolbox.statFile(c.principal, c.sandboxId, await pathIn(c)))));
   }));
   router.post('/files/folder', tb(async (c) => {
-    await file(toolbox.makeDirectory(c.principal, c.sandboxId, { path: requireQuery(c.req, 'path'), mode: queryString(c.req, 'mode') || undefined }));
+    const made = await file(toolbox.makeDirectory(c.principal, c.sandboxId, { path: await pathIn(c), mode: queryString(c.req, 'mode') || undefined, owner: ownerOf(await accountOf(c)) }));
+    // The daemon runs as the sandbox's user, so what it creates is that user's.
+    if (made.created) await file(giveTo(toolbox, c.principal, c.sandboxId, made.info.path, await accountOf(c)));
     c.res.status(201).end();
   }));
   router.delete('/files', tb(async (c) => {
-    await file(toolbox.deleteFile(c.principal, c.sandboxId, { path: requireQuery(c.req, 'path'), recursive: queryString(c.req, 'recursive') === 'true' || undefined }));
+    await file(toolbox.deleteFile(c.principal, c.sandboxId, { path: await pathIn(c), recursive: queryString(c.req, 'recursive') === 'true' || undefined }));
     c.res.status(204).end();
   }));
   // Daytona's move renames over an existing file, like rename(2).
   router.post('/files/move', tb(async (c) => {
-    await file(toolbox.moveFile(c.principal, c.sandboxId, { from: requireQuery(c.req, 'source'), to: requireQuery(c.req, 'destination'), overwrite: true }));
+    await file(toolbox.moveFile(c.principal, c.sandboxId, { from: await pathIn(c, 'source'), to: await pathIn(c, 'destination'), overwrite: true }));
     c.res.status(200).end();
   }));
   router.post('/files/permissions', tb(async (c) => {
-    const path = requireQuery(c.req, 'path');
+    const path = await pathIn(c);
     const mode = queryString(c.req, 'mode') || undefined;
     const owner = queryString(c.req, 'owner') || undefined;
     const group = queryString(c.req, 'group') || undefined;
@@ -279,18 +286,19 @@ export function createToolboxRouter(core: Pick<CompatPort, 'toolbox' | 'sandboxe
   // Daytona's find is a content search (grep -rn), its search a name glob: the names are swapped
   // relative to core's operations.
   router.get('/files/find', tb(async (c) => {
-    const found = await file(toolbox.searchFiles(c.principal, c.sandboxId, { path: requireQuery(c.req, 'path'), query: requireQuery(c.req, 'pattern') }));
+    const found = await file(toolbox.searchFiles(c.principal, c.sandboxId, { path: await pathIn(c), query: requireQuery(c.req, 'pattern') }));
     c.res.json(found.matches.map((m) => ({ file: m.path, line: m.line, content: m.text })));
   }));
   router.get('/files/search', tb(async (c) => {
-    const found = await file(toolbox.findFiles(c.principal, c.sandboxId, { path: requireQuery(c.req, 'path'), pattern: requireQuery(c.req, 'pattern') }));
+    const found = await file(toolbox.findFiles(c.principal, c.sandboxId, { path: await pathIn(c), pattern: requireQuery(c.req, 'pattern') }));
     c.res.json({ files: found.paths });
   }));
   router.post('/files/replace', tb(async (c) => {
     const b = body(c.req);
     if (!Array.isArray(b.files) || b.files.some((f) => typeof f !== 'string')) throw errors.validation('files', 'must be an array of paths');
     const paths = b.files as string[];
-    const replaced = await file(toolbox.replaceInFiles(c.principal, c.sandboxId, { paths, find: str(b.pattern, 'pattern', true)!, replace: str(b.newValue, 'newValue', true)! }));
+    const home = (await accountOf(c)).home;
+    const replaced = await file(toolbox.replaceInFiles(c.principal, c.sandboxId, { paths: paths.map((p) => inHome(p, home)), find: str(b.pattern, 'pattern', true)!, replace: str(b.newValue, 'newValue', true)! }));
     c.res.json(replaced.results.map((r, i) => ({ file: paths[i] !== undefined ? paths[i] : r.path, success: !r.error, ...(r.error ? { error: r.error.message } : {}) })));
   }));
 
@@ -305,7 +313,9 @@ export function createToolboxRouter(core: Pick<CompatPort, 'toolbox' | 'sandboxe
     // The same upload limit as the native API, enforced while streaming (bulk uploads are chunked).
     const max = options.maxUploadBytes;
     if (Number(c.req.headers['content-length'] ?? 0) > max) throw new NestboxError('payload_too_large', `body: exceeds the upload limit of ${max} bytes`);
-    const result = await file(toolbox.uploadFiles(c.principal, c.sandboxId, { contentType, path, body: streamedBody(c.req, max) }, untilGone(c)));
+    const account = await accountOf(c);
+    const result = await file(toolbox.uploadFiles(c.principal, c.sandboxId, { contentType, path: path && inHome(path, account.home), base: account.home, owner: ownerOf(account), body: streamedBody(c.req, max) }, untilGone(c)));
+    for (const r of result.results) if (r.ok) await file(giveTo(toolbox, c.principal, c.sandboxId, r.path, account));
     const failed = result.results.filter((r) => !r.ok);
     if (failed.length) {
       const first = failed[0] as { path: string; error: { code: string; message: string } };
@@ -333,7 +343,8 @@ export function createToolboxRouter(core: Pick<CompatPort, 'toolbox' | 'sandboxe
   router.post('/files/bulk-download', tb(async (c) => {
     const b = body(c.req);
     if (!Array.isArray(b.paths) || b.paths.length === 0 || b.paths.some((p) => typeof p !== 'string')) throw errors.validation('paths', 'must be a non-empty array of paths');
-    const stream = await file(toolbox.downloadFiles(c.principal, c.sandboxId, { paths: b.paths as string[] }, untilGone(c)));
+    // Parts are named by the paths as asked (the SDK matches them); relative ones are in the user's home.
+    const stream = await file(toolbox.downloadFiles(c.principal, c.sandboxId, { paths: b.paths as string[], base: (await accountOf(c)).home }, untilGone(c)));
     const rewrite = daytonaDownloadParts(stream.headers.contentType);
     c.res.status(200);
     if (stream.headers.contentType) c.res.setHeader('content-type', stream.headers.contentType);
@@ -341,7 +352,7 @@ export function createToolboxRouter(core: Pick<CompatPort, 'toolbox' | 'sandboxe
   }));
   // Raw single-file download (signed download URLs).
   router.get('/files/download', tb(async (c) => {
-    const stream = await file(toolbox.readFile(c.principal, c.sandboxId, requireQuery(c.req, 'path'), {}, untilGone(c)));
+    const stream = await file(toolbox.readFile(c.principal, c.sandboxId, await pathIn(c), {}, untilGone(c)));
     c.res.status(200);
     c.res.setHeader('content-type', 'application/octet-stream');
     if (stream.headers.contentLength) c.res.setHeader('content-length', stream.headers.contentLength);
@@ -352,7 +363,7 @@ export function createToolboxRouter(core: Pick<CompatPort, 'toolbox' | 'sandboxe
 
   router.get('/user-home-dir', tb(async (c) => {
     const r = await execIn(c, { argv: ['/bin/sh', '-c', 'printf %s "$HOME"'] });
-    c.res.json({ dir: r.stdout || `/${SANDBOX_USER}` });
+    c.res.json({ dir: r.stdout || (await accountOf(c)).home });
   }));
   // Commands start in the user's home unless given a cwd, so that is the work dir.
   router.get('/work-dir', tb(async (c) => {

@@ -6,6 +6,7 @@ import { createHash } from 'node:crypto';
 import { errors, NestboxError } from '../../core/errors.js';
 import type { CompatPort } from '../../core/compat-port.js';
 import type { SandboxTarget } from './target.js';
+import { sandboxAccounts, type SandboxAccount } from '../sandbox-accounts.js';
 
 /** What authenticating in-sandbox traffic needs of core: its sandbox tokens. */
 type TokenPort = Pick<CompatPort, 'sandboxTokens'>;
@@ -114,8 +115,8 @@ export async function authenticateSignature(
 }
 
 /**
- * `Authorization: Basic base64("<user>:")` selects the Unix user (e2b.md (c) headers). E2B's
- * default user `user` does not exist in Nestbox images; it means the sandbox's default user.
+ * `Authorization: Basic base64("<user>:")` selects the Unix user (e2b.md (c) headers), as does a
+ * signed URL's `username`; absent = E2B's default user (E2B_DEFAULT_USER).
  */
 export function unixUserOf(headers: HeaderBag, username?: string | null): string | undefined {
   let user = username ?? undefined;
@@ -124,5 +125,16 @@ export function unixUserOf(headers: HeaderBag, username?: string | null): string
     const decoded = Buffer.from(auth.slice(6).trim(), 'base64').toString('utf8');
     user = decoded.split(':')[0];
   }
-  return user && user !== 'user' ? user : undefined;
+  return user || undefined;
+}
+
+/**
+ * E2B runs commands, code and file operations as `user` (home /home/user, passwordless sudo),
+ * unless the SDK names another user; Nestbox's default image has it (host/images/base-image.ts).
+ */
+export const E2B_DEFAULT_USER = 'user';
+
+/** The account a request acts as: the one it names, else E2B's default (root in an image without it). */
+export function e2bAccount(core: Pick<CompatPort, 'toolbox'>, target: SandboxTarget, headers: HeaderBag, username?: string | null): Promise<SandboxAccount> {
+  return sandboxAccounts(core.toolbox).resolve(target.principal, target.sandboxId, unixUserOf(headers, username), E2B_DEFAULT_USER);
 }

@@ -102,12 +102,12 @@ describe('Daytona control plane with @daytonaio/sdk', () => {
 
   it('stops, starts, archives, recovers and pauses through the SDK waits', async () => {
     const sb = await env.daytona.create();
-    await sb.process.executeCommand('echo kept > /root/kept.txt');
+    await sb.process.executeCommand('echo kept > /home/daytona/kept.txt');
     await sb.stop();
     expect(sb.state).toBe('stopped');
     await sb.start();
     expect(sb.state).toBe('started');
-    expect((await sb.process.executeCommand('cat /root/kept.txt')).result.trim()).toBe('kept');
+    expect((await sb.process.executeCommand('cat /home/daytona/kept.txt')).result.trim()).toBe('kept');
     await sb.archive();
     expect(sb.state).toBe('stopped');
     await sb.recover();
@@ -124,19 +124,19 @@ describe('Daytona control plane with @daytonaio/sdk', () => {
 
   it('forks a sandbox with its disk, under a new name', async () => {
     const sb = await env.daytona.create();
-    await sb.fs.uploadFile(Buffer.from('forked data'), '/root/f.txt');
+    await sb.fs.uploadFile(Buffer.from('forked data'), '/home/daytona/f.txt');
     const child = await sb.fork({ name: 'cp-child' });
     expect(child.id).not.toBe(sb.id);
     expect(child.name).toBe('cp-child');
     expect(child.state).toBe('started');
-    expect((await child.fs.downloadFile('/root/f.txt')).toString()).toBe('forked data');
+    expect((await child.fs.downloadFile('/home/daytona/f.txt')).toString()).toBe('forked data');
     await child.delete();
     await sb.delete();
   });
 
   it('takes a named snapshot and creates a sandbox from it; lists, gets and deletes snapshots', async () => {
     const sb = await env.daytona.create();
-    await sb.process.executeCommand('echo from-snapshot > /root/s.txt');
+    await sb.process.executeCommand('echo from-snapshot > /home/daytona/s.txt');
     await sb.createSnapshot('cp-snap');
     expect(sb.state).toBe('started');
     const snap = await env.daytona.snapshot.get('cp-snap');
@@ -145,7 +145,7 @@ describe('Daytona control plane with @daytonaio/sdk', () => {
     const listed = await env.daytona.snapshot.list();
     expect(listed.items.map((s) => s.name)).toContain('cp-snap');
     const fromSnap = await env.daytona.create({ snapshot: 'cp-snap' });
-    expect((await fromSnap.process.executeCommand('cat /root/s.txt')).result.trim()).toBe('from-snapshot');
+    expect((await fromSnap.process.executeCommand('cat /home/daytona/s.txt')).result.trim()).toBe('from-snapshot');
     await fromSnap.delete();
     await sb.delete();
     await env.daytona.snapshot.delete(snap);
@@ -178,7 +178,7 @@ describe('Daytona control plane with @daytonaio/sdk', () => {
     expect(preview.url).toContain('3000');
     expect(preview.token).toMatch(/^nbxp_/);
     // Traffic through preview links: the link's token, a signed URL, and refusals.
-    await sb.process.executeCommand('mkdir -p /srv && echo preview-ok > /srv/index.html && cd /srv && (nohup python3 -m http.server 3000 --bind 0.0.0.0 >/dev/null 2>&1 &)');
+    await sb.process.executeCommand('mkdir -p /home/daytona/srv && echo preview-ok > /home/daytona/srv/index.html && cd /home/daytona/srv && (nohup python3 -m http.server 3000 --bind 0.0.0.0 >/dev/null 2>&1 &)');
     const viaToken = await waitForOk(() => fetch(preview.url, { headers: { 'X-Nestbox-Port-Token': preview.token } }));
     expect(await viaToken.text()).toBe('preview-ok\n');
     const signed = await sb.getSignedPreviewUrl(3000, 60);

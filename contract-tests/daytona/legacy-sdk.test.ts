@@ -28,9 +28,9 @@ describe('Daytona compat with @daytonaio/sdk 0.129', () => {
     const code = await sb.process.codeRun('print(6 * 7)');
     expect(code.result.trim()).toBe('42');
 
-    await sb.fs.uploadFile(Buffer.from('legacy bytes'), '/root/l.txt');
-    expect((await sb.fs.downloadFile('/root/l.txt')).toString()).toBe('legacy bytes');
-    expect((await sb.fs.listFiles('/root')).map((f) => f.name)).toContain('l.txt');
+    await sb.fs.uploadFile(Buffer.from('legacy bytes'), '/home/daytona/l.txt');
+    expect((await sb.fs.downloadFile('/home/daytona/l.txt')).toString()).toBe('legacy bytes');
+    expect((await sb.fs.listFiles('/home/daytona')).map((f) => f.name)).toContain('l.txt');
 
     await sb.process.createSession('ls1');
     const sync = await sb.process.executeSessionCommand('ls1', { command: 'echo out; echo err >&2' });
@@ -57,8 +57,8 @@ describe('Daytona compat with @daytonaio/sdk 0.129', () => {
     await pty.sendInput('exit 5\n');
     expect((await pty.wait()).exitCode).toBe(5);
 
-    await sb.process.executeCommand('git init -q -b main /root/repo');
-    expect((await sb.git.status('/root/repo')).currentBranch).toBe('main');
+    await sb.process.executeCommand('git init -q -b main /home/daytona/repo');
+    expect((await sb.git.status('/home/daytona/repo')).currentBranch).toBe('main');
 
     const page = await daytona.list({ legacy: 'yes' });
     expect(page.items.map((s) => s.id)).toEqual([sb.id]);

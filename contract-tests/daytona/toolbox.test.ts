@@ -115,67 +115,67 @@ describe('Daytona toolbox with @daytonaio/sdk', () => {
   describe('files', () => {
     it('uploads several files (bulk, relative and absolute), lists, stats, downloads them', async () => {
       await sb.fs.uploadFiles([
-        { source: Buffer.from('alpha'), destination: '/root/up/a.txt' },
+        { source: Buffer.from('alpha'), destination: '/home/daytona/up/a.txt' },
         { source: Buffer.from([0, 1, 2, 255]), destination: 'up/b.bin' },
       ]);
-      expect((await sb.fs.downloadFile('/root/up/a.txt')).toString()).toBe('alpha');
-      expect([...(await sb.fs.downloadFile('/root/up/b.bin'))]).toEqual([0, 1, 2, 255]);
-      const listing = await sb.fs.listFiles('/root/up');
+      expect((await sb.fs.downloadFile('/home/daytona/up/a.txt')).toString()).toBe('alpha');
+      expect([...(await sb.fs.downloadFile('/home/daytona/up/b.bin'))]).toEqual([0, 1, 2, 255]);
+      const listing = await sb.fs.listFiles('/home/daytona/up');
       expect(listing.map((f) => f.name).sort()).toEqual(['a.txt', 'b.bin']);
-      const info = await sb.fs.getFileDetails('/root/up/a.txt');
-      expect(info).toMatchObject({ name: 'a.txt', isDir: false, size: 5, permissions: '0644', mode: '-rw-r--r--', owner: 'root' });
-      const dir = await sb.fs.getFileDetails('/root/up');
+      const info = await sb.fs.getFileDetails('/home/daytona/up/a.txt');
+      expect(info).toMatchObject({ name: 'a.txt', isDir: false, size: 5, permissions: '0644', mode: '-rw-r--r--', owner: 'daytona' });
+      const dir = await sb.fs.getFileDetails('/home/daytona/up');
       expect(dir.isDir).toBe(true);
     });
 
     it('bulk-downloads with per-file errors and non-ASCII names', async () => {
-      await sb.fs.uploadFile(Buffer.from('ünïcode'), '/root/up/naïve ü.txt');
-      const results = await sb.fs.downloadFiles([{ source: '/root/up/a.txt' }, { source: '/root/up/naïve ü.txt' }, { source: '/root/up/missing.txt' }]);
+      await sb.fs.uploadFile(Buffer.from('ünïcode'), '/home/daytona/up/naïve ü.txt');
+      const results = await sb.fs.downloadFiles([{ source: '/home/daytona/up/a.txt' }, { source: '/home/daytona/up/naïve ü.txt' }, { source: '/home/daytona/up/missing.txt' }]);
       expect(results[0].result?.toString()).toBe('alpha');
       expect(results[1].result?.toString()).toBe('ünïcode');
-      expect(results[2].error).toBe('no such file or directory: /root/up/missing.txt');
+      expect(results[2].error).toBe('no such file or directory: /home/daytona/up/missing.txt');
       expect(results[2].result).toBeUndefined();
-      await expect(sb.fs.downloadFile('/root/up/missing.txt')).rejects.toBeInstanceOf(DaytonaFileNotFoundError);
-      await expect(sb.fs.getFileDetails('/root/nope')).rejects.toBeInstanceOf(DaytonaFileNotFoundError);
+      await expect(sb.fs.downloadFile('/home/daytona/up/missing.txt')).rejects.toBeInstanceOf(DaytonaFileNotFoundError);
+      await expect(sb.fs.getFileDetails('/home/daytona/nope')).rejects.toBeInstanceOf(DaytonaFileNotFoundError);
     });
 
     it('creates folders, sets permissions, moves, finds, searches, replaces and deletes', async () => {
-      await sb.fs.createFolder('/root/work/sub', '750');
-      expect((await sb.fs.getFileDetails('/root/work/sub')).permissions).toBe('0750');
-      await sb.fs.uploadFile(Buffer.from('hello world\nsecond hello\n'), '/root/work/one.txt');
-      await sb.fs.setFilePermissions('/root/work/one.txt', { mode: '600', owner: 'root', group: 'root' });
-      expect((await sb.fs.getFileDetails('/root/work/one.txt')).permissions).toBe('0600');
-      await sb.fs.moveFiles('/root/work/one.txt', '/root/work/sub/two.txt');
-      const found = await sb.fs.findFiles('/root/work', 'hello');
+      await sb.fs.createFolder('/home/daytona/work/sub', '750');
+      expect((await sb.fs.getFileDetails('/home/daytona/work/sub')).permissions).toBe('0750');
+      await sb.fs.uploadFile(Buffer.from('hello world\nsecond hello\n'), '/home/daytona/work/one.txt');
+      await sb.fs.setFilePermissions('/home/daytona/work/one.txt', { mode: '600', owner: 'root', group: 'root' });
+      expect((await sb.fs.getFileDetails('/home/daytona/work/one.txt')).permissions).toBe('0600');
+      await sb.fs.moveFiles('/home/daytona/work/one.txt', '/home/daytona/work/sub/two.txt');
+      const found = await sb.fs.findFiles('/home/daytona/work', 'hello');
       expect(found.map((m) => [m.file, m.line, m.content])).toEqual([
-        ['/root/work/sub/two.txt', 1, 'hello world'],
-        ['/root/work/sub/two.txt', 2, 'second hello'],
+        ['/home/daytona/work/sub/two.txt', 1, 'hello world'],
+        ['/home/daytona/work/sub/two.txt', 2, 'second hello'],
       ]);
-      const searched = await sb.fs.searchFiles('/root/work', '*.txt');
-      expect(searched.files).toEqual(['/root/work/sub/two.txt']);
-      const replaced = await sb.fs.replaceInFiles(['/root/work/sub/two.txt', '/root/work/none.txt'], 'hello', 'bye');
-      expect(replaced[0]).toMatchObject({ file: '/root/work/sub/two.txt', success: true });
+      const searched = await sb.fs.searchFiles('/home/daytona/work', '*.txt');
+      expect(searched.files).toEqual(['/home/daytona/work/sub/two.txt']);
+      const replaced = await sb.fs.replaceInFiles(['/home/daytona/work/sub/two.txt', '/home/daytona/work/none.txt'], 'hello', 'bye');
+      expect(replaced[0]).toMatchObject({ file: '/home/daytona/work/sub/two.txt', success: true });
       expect(replaced[1].success).toBe(false);
-      expect((await sb.fs.downloadFile('/root/work/sub/two.txt')).toString()).toBe('bye world\nsecond bye\n');
-      expect((await sb.fs.listFiles('/root/work')).map((f) => f.name)).toEqual(['sub']);
-      await sb.fs.deleteFile('/root/work', true);
-      await expect(sb.fs.getFileDetails('/root/work')).rejects.toBeInstanceOf(DaytonaFileNotFoundError);
+      expect((await sb.fs.downloadFile('/home/daytona/work/sub/two.txt')).toString()).toBe('bye world\nsecond bye\n');
+      expect((await sb.fs.listFiles('/home/daytona/work')).map((f) => f.name)).toEqual(['sub']);
+      await sb.fs.deleteFile('/home/daytona/work', true);
+      await expect(sb.fs.getFileDetails('/home/daytona/work')).rejects.toBeInstanceOf(DaytonaFileNotFoundError);
     });
 
     it('serves signed download and upload URLs without a bearer key, and rejects tampered ones', async () => {
-      await sb.fs.uploadFile(Buffer.from('signed bytes'), '/root/signed.txt');
-      const url = await sb.downloadUrl('/root/signed.txt', 60);
+      await sb.fs.uploadFile(Buffer.from('signed bytes'), '/home/daytona/signed.txt');
+      const url = await sb.downloadUrl('/home/daytona/signed.txt', 60);
       const got = await fetch(url);
       expect(got.status).toBe(200);
       expect(await got.text()).toBe('signed bytes');
       const tampered = await fetch(url.replace('signed.txt', 'other.txt'));
       expect(tampered.status).toBe(403);
-      const up = await sb.uploadUrl('/root/via-url.txt', 60);
+      const up = await sb.uploadUrl('/home/daytona/via-url.txt', 60);
       const form = new FormData();
       form.append('file', new Blob([Buffer.from('uploaded by url')]), 'via-url.txt');
       const posted = await fetch(up, { method: 'POST', body: form });
       expect(posted.status).toBe(200);
-      expect((await sb.fs.downloadFile('/root/via-url.txt')).toString()).toBe('uploaded by url');
+      expect((await sb.fs.downloadFile('/home/daytona/via-url.txt')).toString()).toBe('uploaded by url');
       // A download URL does not authorise an upload.
       const wrong = await fetch(url, { method: 'POST', body: form });
       expect(wrong.status).toBe(401);
@@ -184,8 +184,8 @@ describe('Daytona toolbox with @daytonaio/sdk', () => {
 
   describe('info', () => {
     it('answers the home and work dirs and the latest metrics', async () => {
-      expect(await sb.getUserHomeDir()).toBe('/root');
-      expect(await sb.getWorkDir()).toBe('/root');
+      expect(await sb.getUserHomeDir()).toBe('/home/daytona');
+      expect(await sb.getWorkDir()).toBe('/home/daytona');
       const m = await sb.getMetricsLatest();
       expect(m.cpuCount).toBeGreaterThan(0);
       expect(m.memTotal).toBeGreaterThan(0);

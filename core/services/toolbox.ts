@@ -258,7 +258,7 @@ export class Toolbox {
   }
 
   /** Streams `body` into the file (parents created, replaced atomically). */
-  async writeFile(p: Principal, sandboxId: string, path: string, body: Readable, input: { mode?: Guest.OctalMode } = {}, o?: O): Promise<Guest.FileInfo> {
+  async writeFile(p: Principal, sandboxId: string, path: string, body: Readable, input: { mode?: Guest.OctalMode; owner?: string } = {}, o?: O): Promise<Guest.FileInfo> {
     return (await this.guest(p, sandboxId, 'writeFile')).writeFile(path, body, input, o);
   }
 

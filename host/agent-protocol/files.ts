@@ -53,7 +53,10 @@
 //   the file part `files[i].file`; the part's filename and Content-Type are ignored.
 //   Simple form: a text field `path` followed by a file part named `file`.
 //   `?path=` in the query, when given, is the destination of every `file` part without a
-//   preceding `path` field (a single-file write). A part's filename is never a destination
+//   preceding `path` field (a single-file write). `?base=<absolute dir>` makes relative
+//   destinations resolve against it instead of the sandbox user's home (a compat layer's user).
+//   `?owner=<uid>:<gid>` (also on PUT /files/content, and `owner` in MkdirRequest) gives each
+//   written file and every directory made for it to that account (host/guest-agent/files-ownership.ts). A part's filename is never a destination
 //   (E2B's full-path filenames are turned into `path` fields by compat/e2b).
 //   Each file streams to a temp file beside its destination and is renamed into place;
 //   parents are created; a replaced file keeps its mode (new files 0644). Answer: 200
@@ -125,7 +128,8 @@ import { FileInfo } from './types.js';
 /** Octal permission text such as "755" or "0644". */
 const OctalMode = z.string().regex(/^[0-7]{3,4}$/, 'expected an octal permission string such as "755" or "0644"');
 
-export const MkdirRequest = z.object({ path: z.string(), mode: OctalMode.optional() }).strict();
+// owner: `<uid>:<gid>`; the directories made are given to it (as ?owner= on uploads and writes).
+export const MkdirRequest = z.object({ path: z.string(), mode: OctalMode.optional(), owner: z.string().optional() }).strict();
 export type MkdirRequest = z.infer<typeof MkdirRequest>;
 
 export const MoveRequest = z.object({ from: z.string(), to: z.string(), overwrite: z.boolean().optional() }).strict();
@@ -197,6 +201,9 @@ export type UploadResponse = z.infer<typeof UploadResponse>;
 export const DownloadRequest = z
   .object({
     paths: z.array(z.string()).min(1).max(10_000),
+    // Absolute directory relative paths resolve against (as upload's ?base=); the parts are
+    // still named by the paths as requested.
+    base: z.string().startsWith('/', 'must be an absolute path').optional(),
   })
   .strict();
 export type DownloadRequest = z.infer<typeof DownloadRequest>;

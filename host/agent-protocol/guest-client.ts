@@ -324,8 +324,8 @@ export class HttpGuestClient implements Guest.GuestClient {
     return this.stream({ method: 'GET', path: withQuery('/files/content', { path }), headers: input.range ? { range: input.range } : {}, signal: o.signal });
   }
 
-  async writeFile(path: string, body: Readable, input: { mode?: Guest.OctalMode }, o: Guest.CallOptions = {}): Promise<Guest.FileInfo> {
-    return (await this.json(FileInfo, { method: 'PUT', path: withQuery('/files/content', { path, mode: input.mode || undefined }), body, headers: { 'content-type': 'application/octet-stream' }, signal: o.signal })).body;
+  async writeFile(path: string, body: Readable, input: { mode?: Guest.OctalMode; owner?: string }, o: Guest.CallOptions = {}): Promise<Guest.FileInfo> {
+    return (await this.json(FileInfo, { method: 'PUT', path: withQuery('/files/content', { path, mode: input.mode || undefined, owner: input.owner }), body, headers: { 'content-type': 'application/octet-stream' }, signal: o.signal })).body;
   }
 
   async listFiles(input: { path?: string; depth?: number }, o: Guest.CallOptions = {}): Promise<Guest.FileList> {
@@ -383,7 +383,7 @@ export class HttpGuestClient implements Guest.GuestClient {
   async uploadFiles(input: Guest.UploadInput, o: Guest.CallOptions = {}): Promise<Guest.UploadResult> {
     const { status, body } = await this.json(Files.UploadResponse, {
       method: 'POST',
-      path: withQuery('/files/upload', { path: input.path }),
+      path: withQuery('/files/upload', { path: input.path, base: input.base, owner: input.owner }),
       body: input.body,
       headers: input.contentType ? { 'content-type': input.contentType } : {},
       signal: o.signal,

@@ -156,6 +156,7 @@ export const StartKernelRequest = z
     tag: z.string().optional(),
     cwd: z.string().optional(),
     env: z.record(z.string(), z.string()).optional(),
+    user: z.string().min(1).optional(),
   })
   .strict();
 
@@ -244,6 +245,8 @@ export const CreateSessionRequest = z
     sessionId: z.string().regex(SESSION_ID_PATTERN, 'must be 1-64 characters of A-Z a-z 0-9 _ . -').optional(),
     cwd: z.string().optional(),
     env: z.record(z.string(), z.string()).optional(),
+    // The shell's account, as POST /processes `user`.
+    user: z.string().min(1).optional(),
   })
   .strict();
 export type CreateSessionRequest = z.infer<typeof CreateSessionRequest>;

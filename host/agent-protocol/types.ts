@@ -53,6 +53,9 @@ export const ExecRequest = z
     timeoutMs: z.number().int().min(0).max(MAX_TIMEOUT_MS).optional(),
     // Bytes for stdin, base64; absent = stdin closed at once.
     stdinBase64: z.string().optional(),
+    // As POST /processes (processes.ts): a name from the sandbox's /etc/passwd or a numeric uid;
+    // absent = the agent's own user (root). HOME/USER/LOGNAME follow it, cwd defaults to its home.
+    user: z.string().min(1).optional(),
   })
   .strict();
 export type ExecRequest = z.infer<typeof ExecRequest>;

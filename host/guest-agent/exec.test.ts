@@ -59,6 +59,14 @@ describe('POST /exec', () => {
     expect(result.durationMs).toBeGreaterThan(0);
   });
 
+  it('runs as another user, whose home, USER and LOGNAME it gets (cwd / when the home is missing)', async () => {
+    const result = await client.exec({ cmd: 'id -u; id -g; echo "$HOME $USER $LOGNAME"; pwd', user: 'nobody' });
+    expect(result.stdout).toBe('65534\n65534\n/nonexistent nobody nobody\n/\n');
+    const root = await client.exec({ cmd: 'id -u; echo $HOME', user: 'root' });
+    expect(root.stdout).toBe('0\n/root\n');
+    await expect(client.exec({ cmd: 'true', user: 'no-such-user' })).rejects.toMatchObject({ status: 400, message: expect.stringMatching(/^user: /) });
+  });
+
   it('runs cmd through a bash login shell', async () => {
     const result = await client.exec({ cmd: 'shopt -q login_shell && echo login; echo "$0"; echo err >&2; exit 3' });
     expect(result.stdout).toBe('login\nbash\n');

@@ -7,6 +7,7 @@ import { performance } from 'node:perf_hooks';
 import type { ExecRequest, ExecResponse } from '../agent-protocol/types.js';
 import { validationFailed } from './errors.js';
 import { resolveOptionalSandboxPath } from './paths.js';
+import { resolveAccount, type RunAs } from './processes/users.js';
 
 export interface ExecSettings {
   home: string;
@@ -16,6 +17,8 @@ export interface ExecSettings {
   maxOutputBytes: number;
   /** Starts workloads in the sandbox's workload cgroup (absent outside a sandbox). */
   launcher?: WorkloadLauncher;
+  /** Where accounts are looked up for `user` (tests may point elsewhere). */
+  passwdPath?: string;
 }
 
 interface Command {
@@ -25,6 +28,7 @@ interface Command {
   env: NodeJS.ProcessEnv;
   stdin: Buffer | undefined;
   timeoutMs: number;
+  runAs: RunAs;
 }
 
 const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
@@ -100,13 +104,15 @@ function stdinBytes(stdinBase64: string | undefined): Buffer | undefined {
 /** Validates everything that can be wrong with a request before any process is started. */
 export async function prepareCommand(request: ExecRequest, settings: ExecSettings): Promise<Command> {
   const { file, args } = commandLine(request);
+  const { runAs, home, defaultDir, identityEnv } = await resolveAccount(request.user, settings);
   return {
     file,
     args,
-    cwd: await workingDirectory(request.cwd, settings.home),
-    env: mergedEnv(settings, request.env),
+    cwd: await workingDirectory(request.cwd, request.cwd === undefined ? defaultDir : home),
+    env: mergedEnv({ baseEnv: settings.baseEnv, home }, { ...identityEnv, ...request.env }),
     stdin: stdinBytes(request.stdinBase64),
     timeoutMs: request.timeoutMs ?? 0,
+    runAs,
   };
 }
 
@@ -169,10 +175,12 @@ export function runCommand(command: Command, settings: ExecSettings, signal: Abo
     let timedOut = false;
     let settled = false;
 
-    const launch = settings.launcher?.wrap(command.file, command.args) ?? { file: command.file, args: command.args };
+    const launch = settings.launcher?.wrap(command.file, command.args, command.runAs) ?? { file: command.file, args: command.args, uid: command.runAs.uid, gid: command.runAs.gid };
     const child = spawn(launch.file, launch.args, {
       cwd: command.cwd,
       env: command.env,
+      uid: launch.uid,
+      gid: launch.gid,
       // Own process group, so one kill(-pgid) reaches every descendant that did not setsid.
       detached: true,
       stdio: ['pipe', 'pipe', 'pipe', ...('extraStdio' in launch ? launch.extraStdio : [])],

@@ -119,6 +119,20 @@ describe('file metadata routes', () => {
       expect(underFile.status).toBe(409);
     });
 
+    it('gives the directories it makes, and files a write makes, to `owner` (only what it created)', async () => {
+      await mkdir(join(agent.home, 'owned-existing'));
+      const made = await call(client, 'POST', '/files/mkdir', { path: 'owned-existing/a/b', owner: '54321:54322' });
+      expect(made.status).toBe(201);
+      for (const dir of ['owned-existing/a', 'owned-existing/a/b']) expect(await stat(join(agent.home, dir))).toMatchObject({ uid: 54321, gid: 54322 });
+      expect((await stat(join(agent.home, 'owned-existing'))).uid).toBe(process.getuid!());
+      const written = await call(client, 'PUT', `/files/content?${q({ path: 'owned-existing/c/d.txt', owner: '54321:54322' })}`, Buffer.from('x'), { 'content-type': 'application/octet-stream' });
+      expect(written.status).toBe(200);
+      for (const path of ['owned-existing/c', 'owned-existing/c/d.txt']) expect(await stat(join(agent.home, path))).toMatchObject({ uid: 54321, gid: 54322 });
+      const bad = await call(client, 'POST', '/files/mkdir', { path: 'x-owner', owner: 'user' });
+      expect(bad.status).toBe(400);
+      expect(bad.json().error.message).toMatch(/^owner: /);
+    });
+
     it('defaults new directories to 755 and validates mode and path', async () => {
       expect((await call(client, 'POST', '/files/mkdir', { path: 'plain-dir' })).json().mode).toBe(0o755);
       const badMode = await call(client, 'POST', '/files/mkdir', { path: 'x', mode: '999' });

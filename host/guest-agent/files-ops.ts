@@ -1,5 +1,6 @@
 // Metadata operations: mkdir, move, delete, chmod, chown. Each answers with the FileInfo clients
 // would otherwise have to fetch with a second round trip.
+import { giveCreatedDirectories, type Owner } from './files-ownership.js';
 import { chmod, chown, cp, lstat, mkdir, rename, rm, rmdir, stat, unlink } from 'node:fs/promises';
 import { posix } from 'node:path';
 import type { FileInfo } from '../agent-protocol/types.js';
@@ -27,7 +28,7 @@ async function describePath(absolutePath: string): Promise<FileInfo> {
 }
 
 /** `mkdir -p`: 201 when something was created, 200 when the directory was already there. */
-export async function makeDirectory(absolutePath: string, mode: number | undefined): Promise<{ created: boolean; info: FileInfo }> {
+export async function makeDirectory(absolutePath: string, mode: number | undefined, owner?: Owner): Promise<{ created: boolean; info: FileInfo }> {
   // stat, not lstat: a symlink to a directory satisfies `mkdir -p` too.
   const existing = await stat(absolutePath).catch(() => undefined);
   if (existing) {
@@ -40,6 +41,7 @@ export async function makeDirectory(absolutePath: string, mode: number | undefin
     // The umask may have cleared bits of the requested mode; the last directory gets exactly
     // what was asked for, as `mkdir -p -m` does. A concurrent creator wins silently.
     if (firstCreated !== undefined) await chmod(absolutePath, finalMode);
+    await giveCreatedDirectories(firstCreated, absolutePath, owner);
     return { created: firstCreated !== undefined, info: await describePath(absolutePath) };
   } catch (error) {
     if (error instanceof AgentHttpError) throw error;

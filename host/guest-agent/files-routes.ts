@@ -1,6 +1,7 @@
 // The file routes added on top of content/stat/list (see agent-protocol/files.ts for the wire
 // contract). server.ts merges `routes` into its table, asks `matchDynamic` for paths with a
 // parameter, and adds `upgradeRoutes` to its WebSocket dispatcher.
+import { parseOwner } from './files-ownership.js';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import {
   ChmodRequest,
@@ -92,7 +93,7 @@ export function createFileRoutes(settings: FileRouteSettings): FileRoutes {
     '/files/mkdir': {
       POST: async ({ req, res }) => {
         const request = await readJsonBody(req, MkdirRequest, settings.maxJsonBodyBytes);
-        const { created, info } = await makeDirectory(resolveSandboxPath(request.path, home), parseFileMode(request.mode));
+        const { created, info } = await makeDirectory(resolveSandboxPath(request.path, home), parseFileMode(request.mode), parseOwner(request.owner));
         sendJson(res, created ? 201 : 200, info);
       },
     },
@@ -167,14 +168,17 @@ export function createFileRoutes(settings: FileRouteSettings): FileRoutes {
     },
     '/files/upload': {
       POST: async ({ req, res, query }) => {
-        const { status, body } = await receiveUpload(req, { home, maxUploadBytes: settings.maxUploadBytes, queryPath: query.get('path') });
+        // `base`: where relative destinations resolve (a compat layer's user's home), else home.
+        const base = query.get('base');
+        if (base !== null && !base.startsWith('/')) throw validationFailed('base', 'must be an absolute path');
+        const { status, body } = await receiveUpload(req, { home: base ? resolveSandboxPath(base, home, 'base') : home, maxUploadBytes: settings.maxUploadBytes, queryPath: query.get('path'), owner: parseOwner(query.get('owner')) });
         sendJson(res, status, body);
       },
     },
     '/files/download': {
       POST: async ({ req, res }) => {
         const request = await readJsonBody(req, DownloadRequest, settings.maxJsonBodyBytes);
-        await sendDownload(res, request.paths, home);
+        await sendDownload(res, request.paths, request.base ? resolveSandboxPath(request.base, home, 'base') : home);
       },
     },
     '/files/watch': {

@@ -10,6 +10,7 @@ import type { UploadResponse, UploadResult } from '../agent-protocol/files.js';
 import { discardRestOfBody, MAX_DISCARDED_BODY_BYTES } from '../agent-protocol/request-body.js';
 import { AgentHttpError, fsErrorToHttp, validationFailed } from './errors.js';
 import { receiveFile } from './files.js';
+import type { Owner } from './files-ownership.js';
 import { resolveSandboxPath } from './paths.js';
 
 export interface UploadSettings {
@@ -18,6 +19,8 @@ export interface UploadSettings {
   maxUploadBytes: number;
   /** `?path=` of the request: the destination of `file` parts without a `path` field. */
   queryPath: string | null;
+  /** `?owner=`: who gets the files and the directories made for them (files-ownership.ts). */
+  owner?: Owner;
 }
 
 const DAYTONA_PATH_FIELD = /^files\[(\d+)\]\.path$/;
@@ -44,7 +47,7 @@ function describeFailure(error: unknown, path: string): { code: string; message:
  * Writes one part. Whatever happens, the part's stream is consumed to its end: busboy only moves
  * on to the next part once this one is drained, and a destroyed part would stall the form.
  */
-async function writePart(part: Readable, destination: { field: string; raw: string | undefined }, home: string): Promise<UploadResult> {
+async function writePart(part: Readable, destination: { field: string; raw: string | undefined }, home: string, owner?: Owner): Promise<UploadResult> {
   const body = new PassThrough();
   part.pipe(body);
   // pipe() forwards data but not failures; a part cut short must fail the write, not hang it.
@@ -56,7 +59,7 @@ async function writePart(part: Readable, destination: { field: string; raw: stri
   try {
     if (destination.raw === undefined) throw validationFailed(destination.field, 'required before the file part');
     const absolutePath = resolveSandboxPath(destination.raw, home, destination.field);
-    const info = await receiveFile(body, absolutePath, undefined);
+    const info = await receiveFile(body, absolutePath, undefined, owner);
     return { path: absolutePath, size: info.size, ok: true };
   } catch (error) {
     part.unpipe(body);
@@ -114,7 +117,7 @@ export async function receiveUpload(req: IncomingMessage, settings: UploadSettin
       results.push(Promise.resolve({ path: name, ok: false, error: { code: 'validation_failed', message: `${name}: unexpected file field (expected files[i].file or file)` } }));
       return;
     }
-    results.push(writePart(part, destination, settings.home));
+    results.push(writePart(part, destination, settings.home, settings.owner));
   });
 
   try {

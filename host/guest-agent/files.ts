@@ -1,8 +1,9 @@
 // File operations. Bodies are always streamed: the agent runs in a sandbox with little memory,
 // and a file can be larger than all of it.
+import { giveCreatedDirectories, type Owner } from './files-ownership.js';
 import { randomBytes } from 'node:crypto';
 import { constants, type Stats } from 'node:fs';
-import { lstat, mkdir, open, readdir, readlink, realpath, rename, stat, statfs, unlink, type FileHandle } from 'node:fs/promises';
+import { chown, lstat, mkdir, open, readdir, readlink, realpath, rename, stat, statfs, unlink, type FileHandle } from 'node:fs/promises';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { posix } from 'node:path';
 import { Readable, Writable } from 'node:stream';
@@ -321,14 +322,16 @@ async function streamIntoTempFile(body: Readable, tempPath: string, mode: number
  * Writes the request body atomically: readers see either the old file or the complete new one,
  * and an interrupted upload leaves the old file as it was.
  */
-export async function receiveFile(body: Readable, absolutePath: string, requestedMode: number | undefined): Promise<FileInfo> {
+export async function receiveFile(body: Readable, absolutePath: string, requestedMode: number | undefined, owner?: Owner): Promise<FileInfo> {
   let tempPath: string | undefined;
   try {
-    await mkdir(posix.dirname(absolutePath), { recursive: true });
+    const firstCreated = await mkdir(posix.dirname(absolutePath), { recursive: true });
+    await giveCreatedDirectories(firstCreated, posix.dirname(absolutePath), owner);
     const target = await writeTarget(absolutePath);
     const mode = requestedMode ?? (target.existing ? target.existing.mode & 0o7777 : DEFAULT_NEW_FILE_MODE);
     tempPath = tempPathBeside(target.path);
     const written = await streamIntoTempFile(body, tempPath, mode);
+    if (owner) await chown(tempPath, owner.uid, owner.gid);
     // Watchers report this rename as the write it is (files-write-marks.ts).
     markAgentWrite(written, target.existing !== undefined);
     await rename(tempPath, target.path);

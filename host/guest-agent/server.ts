@@ -1,6 +1,7 @@
 // The guest agent's HTTP handler. It knows nothing about the listener: main.ts binds it to a
 // Unix socket today; a vsock or virtio-serial transport can hand it connections later through
 // `server.emit('connection', socket)`.
+import { parseOwner } from './files-ownership.js';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { z } from 'zod';
 import { AGENT_KEY_ROUTE, AGENT_NONCE_HEADER, AGENT_PROOF_HEADER, AGENT_REKEY_HEADER, AgentKeyHolder, decodeAgentKey } from '../agent-protocol/auth.js';
@@ -144,9 +145,10 @@ function buildRoutes(options: Required<Omit<AgentServerOptions, 'log' | 'process
       PUT: async ({ req, res, query }) => {
         const path = resolveSandboxPath(query.get('path'), home);
         const mode = parseFileMode(query.get('mode'));
+        const owner = parseOwner(query.get('owner'));
         // A full disk fails the write before the body is all sent; the 507 must still get
         // through, so the file is fed from a stream that can fail without taking the request.
-        sendJson(res, 200, await receiveFile(discardableBody(req), path, mode));
+        sendJson(res, 200, await receiveFile(discardableBody(req), path, mode, owner));
       },
     },
     '/files/list': {

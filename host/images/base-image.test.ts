@@ -1,9 +1,10 @@
 // ensureBaseImage's caching, locking and crash cleanup, with a fake debootstrap so the test
 // takes seconds; the real build is exercised by the test suite's global setup.
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { DEFAULT_IMAGE_PACKAGES, ensureBaseImage, readCompleteImage } from './base-image.js';
+import { statSync } from 'node:fs';
+import { DEFAULT_IMAGE_PACKAGES, ensureBaseImage, IMAGE_SETUP_VERSION, readCompleteImage } from './base-image.js';
 
 // Arguments: --variant=… --include=… <suite> <target> <mirror>. Counts its runs in $COUNTER.
 const FAKE_DEBOOTSTRAP = `#!/bin/sh
@@ -12,7 +13,10 @@ target=$4
 echo "I: fake debootstrap into $target"
 echo run >> "$(dirname "$(dirname "$target")")/../counter"
 sleep 0.5
-mkdir -p "$target/usr/bin" "$target/etc"
+mkdir -p "$target/usr/bin" "$target/etc/skel"
+printf 'root:x:0:0:root:/root:/bin/bash\n' > "$target/etc/passwd"
+printf 'root:x:0:\nsudo:x:27:\n' > "$target/etc/group"
+echo 'skel' > "$target/etc/skel/.profile"
 echo "I: Base system installed successfully."
 `;
 
@@ -84,5 +88,39 @@ describe('ensureBaseImage', () => {
     expect(leftovers).toBe(false);
     expect(existsSync(join(imagesDir, 'default', 'rootfs'))).toBe(false);
     expect(existsSync(join(imagesDir, 'default', '.lock'))).toBe(false);
+  });
+
+  it('creates the vendors\' users with passwordless sudo, and rebuilds an image from an older setup', async () => {
+    const { imagesDir, fake, runs } = setup();
+    const image = await ensureBaseImage({ imagesDir, debootstrapBinary: fake });
+    const etc = join(image.rootfs, 'etc');
+    expect(readFileSync(join(etc, 'passwd'), 'utf8')).toContain('user:x:1000:1000:user:/home/user:/bin/bash\n');
+    expect(readFileSync(join(etc, 'passwd'), 'utf8')).toContain('daytona:x:1001:1001:daytona:/home/daytona:/bin/bash\n');
+    expect(readFileSync(join(etc, 'group'), 'utf8')).toContain('sudo:x:27:user,daytona');
+    expect(readFileSync(join(etc, 'shadow'), 'utf8')).toContain('user::');
+    const sudoers = join(etc, 'sudoers.d', 'nestbox-sandbox-users');
+    expect(readFileSync(sudoers, 'utf8')).toContain('user ALL=(ALL:ALL) NOPASSWD: ALL');
+    expect(statSync(sudoers).mode & 0o777).toBe(0o440);
+    const home = statSync(join(image.rootfs, 'home', 'user'));
+    expect([home.uid, home.gid]).toEqual([1000, 1000]);
+    expect(statSync(join(image.rootfs, 'home', 'user', '.profile')).uid).toBe(1000);
+    expect(image.manifest.setupVersion).toBe(IMAGE_SETUP_VERSION);
+    expect(image.manifest.packages).toEqual(expect.arrayContaining(['sudo', 'python-is-python3']));
+
+    // An image cached by an older Nestbox (no setup version, fewer packages) is rebuilt; its tree
+    // is moved aside, not deleted, since running sandboxes may still have it as their lower layer.
+    const manifestPath = join(imagesDir, 'default', 'manifest.json');
+    const old = JSON.parse(readFileSync(manifestPath, 'utf8')) as Record<string, unknown>;
+    writeFileSync(manifestPath, JSON.stringify({ ...old, setupVersion: undefined, packages: ['bash'] }));
+    writeFileSync(join(image.rootfs, 'old-marker'), '');
+    const rebuilt = await ensureBaseImage({ imagesDir, debootstrapBinary: fake });
+    expect(runs()).toBe(2);
+    expect(existsSync(join(rebuilt.rootfs, 'old-marker'))).toBe(false);
+    expect(rebuilt.manifest.setupVersion).toBe(IMAGE_SETUP_VERSION);
+    const retired = readdirSync(join(imagesDir, 'default')).filter((entry) => entry.startsWith('.retired-'));
+    expect(retired).toHaveLength(1);
+    expect(existsSync(join(imagesDir, 'default', retired[0], 'old-marker'))).toBe(true);
+    await ensureBaseImage({ imagesDir, debootstrapBinary: fake });
+    expect(runs()).toBe(2); // current now
   });
 });

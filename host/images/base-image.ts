@@ -9,13 +9,13 @@
 import { execFileSync, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { constants as fsConstants } from 'node:fs';
-import { mkdir, open, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { appendFile, chmod, chown, cp, mkdir, open, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createInterface } from 'node:readline';
 import { removeTree, writeFileAtomic } from '../util/fs.js';
 import { processStartTime } from '../util/process.js';
-import { installLanguageServers, LANGUAGE_SERVER_PACKAGES } from './language-servers.js';
+import { installLanguageServers, LANGUAGE_SERVER_PACKAGES, LANGUAGE_SERVERS_IMAGE_KEY } from './language-servers.js';
 
 export const DEFAULT_IMAGE_PACKAGES = [
   'bash',
@@ -31,7 +31,30 @@ export const DEFAULT_IMAGE_PACKAGES = [
   // against libstdc++; it is usually pulled in anyway, but the agent must never depend on luck.
   'libstdc++6',
   ...LANGUAGE_SERVER_PACKAGES,
+  // The vendors' default users (SANDBOX_ACCOUNTS) work as root through passwordless sudo.
+  'sudo',
+  // `python` beside `python3`, as E2B's and Daytona's images have it.
+  'python-is-python3',
+  // getfattr/setfattr: file metadata is kept in user.* extended attributes (E2B's envd does so too).
+  'attr',
 ] as const;
+
+/**
+ * The accounts every default image has besides root: E2B's `user` and Daytona's `daytona`, each
+ * with its own group, a home made from /etc/skel, bash, no password and passwordless sudo (as
+ * the vendors' images). Both vendors give their user uid 1000; a system has one uid 1000, so
+ * E2B's keeps it (its SDK's tests look at ids more) and Daytona's gets 1001.
+ */
+export const SANDBOX_ACCOUNTS = [
+  { name: 'user', uid: 1000, home: '/home/user' },
+  { name: 'daytona', uid: 1001, home: '/home/daytona' },
+] as const;
+
+/**
+ * Bump whenever a setup step below changes what it writes: a cached image whose manifest has
+ * another setup version (or another package list) is rebuilt.
+ */
+export const IMAGE_SETUP_VERSION = 2;
 
 export interface ImageManifest {
   name: string;
@@ -39,6 +62,10 @@ export interface ImageManifest {
   mirror: string;
   variant: string;
   packages: string[];
+  /** IMAGE_SETUP_VERSION of the build (absent in images built before it existed). */
+  setupVersion?: number;
+  /** LANGUAGE_SERVERS_IMAGE_KEY of the build: the npm-installed language servers. */
+  languageServers?: string;
   builtAt: string;
   buildSeconds: number;
   sizeBytes: number;
@@ -73,19 +100,24 @@ export async function ensureBaseImage(options: EnsureBaseImageOptions): Promise<
   const name = options.name ?? 'default';
   const imageDir = join(options.imagesDir, name);
   const existing = await readCompleteImage(imageDir);
-  if (existing) return existing;
+  if (existing && isCurrent(existing.manifest)) return existing;
 
   await mkdir(imageDir, { recursive: true });
   const releaseLock = await acquireBuildLock(join(imageDir, '.lock'), options.lockWaitMs ?? DEFAULT_LOCK_WAIT_MS);
   try {
     // Another process may have finished the build while we waited for the lock.
     const builtMeanwhile = await readCompleteImage(imageDir);
-    if (builtMeanwhile) return builtMeanwhile;
+    if (builtMeanwhile && isCurrent(builtMeanwhile.manifest)) return builtMeanwhile;
     await removeStaleBuildDirs(imageDir);
     return await buildImage(imageDir, name, options);
   } finally {
     await releaseLock();
   }
+}
+
+/** Built from today's package list and setup steps (else ensureBaseImage rebuilds it). */
+export function isCurrent(manifest: ImageManifest): boolean {
+  return manifest.setupVersion === IMAGE_SETUP_VERSION && manifest.languageServers === LANGUAGE_SERVERS_IMAGE_KEY && JSON.stringify(manifest.packages) === JSON.stringify(DEFAULT_IMAGE_PACKAGES);
 }
 
 /** The image is complete only when both the tree and the manifest (written last) exist. */
@@ -114,10 +146,9 @@ async function buildImage(imageDir: string, name: string, options: EnsureBaseIma
     progress(`building image ${name}: debootstrap ${suite} (minbase) from ${mirror}`);
     await runDebootstrap(options.debootstrapBinary ?? 'debootstrap', ['--variant=minbase', `--include=${packages.join(',')}`, suite, target, mirror], progress);
     await installLanguageServers(target, progress, options.npmBinary);
-    await prepareTreeForSandboxes(target);
+    await setUpTree(target);
     const rootfs = join(imageDir, 'rootfs');
-    // A rootfs without a manifest is the remains of a build that crashed after its rename.
-    await removeTree(rootfs);
+    await retirePreviousTree(imageDir, rootfs, progress);
     await rename(target, rootfs);
     const manifest: ImageManifest = {
       name,
@@ -125,6 +156,8 @@ async function buildImage(imageDir: string, name: string, options: EnsureBaseIma
       mirror,
       variant: 'minbase',
       packages,
+      setupVersion: IMAGE_SETUP_VERSION,
+      languageServers: LANGUAGE_SERVERS_IMAGE_KEY,
       builtAt: new Date().toISOString(),
       buildSeconds: Math.round((Date.now() - started) / 1000),
       sizeBytes: diskUsageBytes(rootfs),
@@ -137,11 +170,93 @@ async function buildImage(imageDir: string, name: string, options: EnsureBaseIma
   }
 }
 
+// ---- setup steps after debootstrap (one function each; the VM image runs them too) ----------
+
+/** Every step that turns a debootstrap tree into a sandbox image, in order. */
+export async function setUpTree(rootfs: string): Promise<void> {
+  await prepareTreeForSandboxes(rootfs);
+  await createSandboxAccounts(rootfs);
+}
+
 /** Mount points the local driver needs, created in the image so sandbox upper layers stay clean. */
 async function prepareTreeForSandboxes(rootfs: string): Promise<void> {
   await mkdir(join(rootfs, '.nestbox'), { recursive: true, mode: 0o755 });
   // debootstrap copies the build host's resolv.conf; each sandbox gets its own in its upper layer.
   await writeFile(join(rootfs, 'etc', 'resolv.conf'), '');
+}
+
+/**
+ * SANDBOX_ACCOUNTS, written straight into the account files (no chroot: the build needs nothing
+ * of the tree but its files, and a fake debootstrap's tree works too). Idempotent: an account
+ * that exists is left as it is.
+ */
+export async function createSandboxAccounts(rootfs: string): Promise<void> {
+  const etc = join(rootfs, 'etc');
+  await mkdir(etc, { recursive: true });
+  const passwd = await readFile(join(etc, 'passwd'), 'utf8').catch(() => '');
+  for (const account of SANDBOX_ACCOUNTS) {
+    if (passwd.split('\n').some((line) => line.startsWith(`${account.name}:`))) continue;
+    const { name, uid, home } = account;
+    await appendLine(join(etc, 'passwd'), `${name}:x:${uid}:${uid}:${name}:${home}:/bin/bash`, 0o644);
+    await appendLine(join(etc, 'group'), `${name}:x:${uid}:`, 0o644);
+    // An empty password field: no password at all (as E2B's `passwd -d user`); sudo needs none.
+    await appendLine(join(etc, 'shadow'), `${name}::19000:0:99999:7:::`, 0o640);
+    await appendLine(join(etc, 'gshadow'), `${name}:!::`, 0o640);
+    await addToGroup(join(etc, 'group'), 'sudo', name);
+    const homeDir = join(rootfs, home);
+    await mkdir(homeDir, { recursive: true, mode: 0o755 });
+    await cp(join(etc, 'skel'), homeDir, { recursive: true, force: false, errorOnExist: false }).catch(() => undefined);
+    await chownTree(homeDir, uid, uid);
+  }
+  const sudoers = join(etc, 'sudoers.d', 'nestbox-sandbox-users');
+  await mkdir(join(etc, 'sudoers.d'), { recursive: true, mode: 0o755 });
+  await writeFile(sudoers, `# Nestbox: the vendors' default users run anything as root without a password.\n${SANDBOX_ACCOUNTS.map((a) => `${a.name} ALL=(ALL:ALL) NOPASSWD: ALL`).join('\n')}\n`);
+  // sudo refuses a sudoers file writable by anyone but root.
+  await chmod(sudoers, 0o440);
+}
+
+async function appendLine(path: string, line: string, mode: number): Promise<void> {
+  const text = await readFile(path, 'utf8').catch(() => undefined);
+  if (text === undefined) await writeFile(path, '', { mode });
+  await appendFile(path, `${text && !text.endsWith('\n') ? '\n' : ''}${line}\n`);
+}
+
+/** Adds `member` to an existing group's member list (Debian's minbase has `sudo` as gid 27). */
+async function addToGroup(groupPath: string, group: string, member: string): Promise<void> {
+  const lines = (await readFile(groupPath, 'utf8').catch(() => '')).split('\n');
+  const at = lines.findIndex((line) => line.startsWith(`${group}:`));
+  if (at < 0) return;
+  const fields = lines[at].split(':');
+  const members = fields[3] ? fields[3].split(',') : [];
+  if (members.includes(member)) return;
+  fields[3] = [...members, member].join(',');
+  lines[at] = fields.join(':');
+  await writeFile(groupPath, lines.join('\n'));
+}
+
+async function chownTree(path: string, uid: number, gid: number): Promise<void> {
+  await chown(path, uid, gid);
+  const info = await stat(path);
+  if (!info.isDirectory()) return;
+  for (const entry of await readdir(path)) await chownTree(join(path, entry), uid, gid);
+}
+
+/**
+ * Moves an older complete tree aside rather than deleting it: sandboxes still running have it as
+ * their overlay's lower layer (in mount namespaces this process may not see), and a rename keeps
+ * their mounts whole. It is never removed automatically; the progress line says where it is. A
+ * rootfs without a manifest (a build that crashed after its rename) is removed.
+ */
+async function retirePreviousTree(imageDir: string, rootfs: string, progress: (line: string) => void): Promise<void> {
+  if (!(await stat(rootfs).catch(() => undefined))) return;
+  if (!(await stat(join(imageDir, 'manifest.json')).catch(() => undefined))) {
+    await removeTree(rootfs);
+    return;
+  }
+  await rm(join(imageDir, 'manifest.json'), { force: true });
+  const retired = join(imageDir, `.retired-${Date.now()}-${randomBytes(2).toString('hex')}`);
+  await rename(rootfs, retired);
+  progress(`the previous image tree is kept at ${retired} for sandboxes that still use it; remove it once they have restarted`);
 }
 
 export function runDebootstrap(program: string, args: string[], progress: (line: string) => void): Promise<void> {

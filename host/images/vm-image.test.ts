@@ -69,6 +69,9 @@ describe('ensureVmImage', () => {
     // Inside the ext4 image: agent, units (enabled), network, resync helper, kvm rule.
     expect(debugfsCat(image.rootfs, '/.nestbox/lib/guest-agent.mjs')).toBe('// agent v1\n');
     expect(debugfsCat(image.rootfs, '/etc/systemd/system/nestbox-agent.service')).toContain('--socket /run/nestbox/agent.sock');
+    // The compat layers' default users, as in the local base image.
+    expect(debugfsCat(image.rootfs, '/etc/passwd')).toContain('user:x:1000:1000:user:/home/user:/bin/bash');
+    expect(debugfsCat(image.rootfs, '/etc/sudoers.d/nestbox-sandbox-users')).toContain('daytona ALL=(ALL:ALL) NOPASSWD: ALL');
     expect(debugfsCat(image.rootfs, '/etc/systemd/system/nestbox-agent-vsock.service')).toContain('VSOCK-LISTEN:1024');
     expect(debugfsCat(image.rootfs, '/etc/systemd/system/nestbox-agent-serial.service')).toContain('/dev/virtio-ports/nestbox.agent');
     const wants = execFileSync('debugfs', ['-R', 'ls -l /etc/systemd/system/multi-user.target.wants', image.rootfs], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });

@@ -13,7 +13,7 @@ import { execFile } from 'node:child_process';
 import { chmod, copyFile, mkdir, readdir, readFile, rename, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { acquireBuildLock, DEFAULT_IMAGE_PACKAGES, runDebootstrap } from './base-image.js';
+import { acquireBuildLock, createSandboxAccounts, DEFAULT_IMAGE_PACKAGES, IMAGE_SETUP_VERSION, runDebootstrap } from './base-image.js';
 import { removeTree, writeFileAtomic } from '../util/fs.js';
 import { installLanguageServers, LANGUAGE_SERVERS_IMAGE_KEY } from './language-servers.js';
 
@@ -30,7 +30,6 @@ export const VM_IMAGE_PACKAGES = [
   // Node cannot open AF_VSOCK sockets; socat bridges vsock and virtio-serial to the agent's Unix socket.
   'socat',
   'iputils-ping',
-  'sudo',
 ] as const;
 
 export const GUEST_AGENT_SOCKET = '/run/nestbox/agent.sock';
@@ -116,7 +115,7 @@ export async function ensureVmImage(options: EnsureVmImageOptions): Promise<VmIm
 async function ensureTree(imageDir: string, suite: string, mirror: string, options: EnsureVmImageOptions, progress: (line: string) => void): Promise<{ dir: string; seconds: number }> {
   const dir = join(imageDir, 'tree');
   const packages = [...VM_IMAGE_PACKAGES];
-  const key = JSON.stringify({ suite, mirror, packages, languageServers: LANGUAGE_SERVERS_IMAGE_KEY });
+  const key = JSON.stringify({ suite, mirror, packages, setupVersion: IMAGE_SETUP_VERSION, languageServers: LANGUAGE_SERVERS_IMAGE_KEY });
   const marker = join(imageDir, 'tree.json');
   const existing = await readFile(marker, 'utf8').then((text) => JSON.parse(text) as { key: string; seconds: number }).catch(() => undefined);
   if (existing?.key === key && existsSync(join(dir, 'usr'))) {
@@ -131,6 +130,8 @@ async function ensureTree(imageDir: string, suite: string, mirror: string, optio
   progress(`vm image: debootstrap ${suite} (minbase + ${packages.length} packages incl. linux-image-cloud-amd64) from ${mirror}`);
   await runDebootstrap(options.debootstrapBinary ?? 'debootstrap', ['--variant=minbase', `--include=${packages.join(',')}`, suite, temp, mirror], progress);
   await installLanguageServers(temp, progress, options.npmBinary);
+  // The same accounts as the local base image (the compat layers' default users).
+  await createSandboxAccounts(temp);
   await rm(marker, { force: true });
   await removeTree(dir);
   await rename(temp, dir);

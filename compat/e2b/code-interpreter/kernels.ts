@@ -2,6 +2,8 @@
 // context is one kernel (the guest agent's own, toolbox.startKernel) tagged with the context's
 // id, so the sandbox's process table is the only record of which contexts exist. Only the
 // mapping of E2B's contexts lives here; the kernel and its program are core's and the guest's.
+import { sandboxAccounts } from '../../sandbox-accounts.js';
+import { E2B_DEFAULT_USER } from '../routing.js';
 import { randomBytes } from 'node:crypto';
 import { NestboxError } from '../../../core/errors.js';
 import type { ProcessInfo } from '../../../core/guest.js';
@@ -63,6 +65,8 @@ async function startKernel(deps: E2bDeps, target: SandboxTarget, id: string, lan
     language: validateLanguage(language),
     tag: tagOf(id, language),
     ...(cwd ? { cwd } : {}),
+    // Code runs as E2B's `user` in /home/user (root in an image without that user).
+    user: (await sandboxAccounts(deps.core.toolbox).resolve(target.principal, target.sandboxId, undefined, E2B_DEFAULT_USER)).name,
   });
   return { context: { id, language, cwd: process.cwd }, process };
 }

@@ -10,6 +10,8 @@ import type { E2bDeps } from '../deps.js';
 import { EventType, FileType, Filesystem, type EntryInfoSchema, type FilesystemEventSchema } from '../gen/filesystem/filesystem_pb.js';
 import { isSandboxUnavailable, rpcError } from '../errors.js';
 import { homeRelative, type SandboxTarget } from '../target.js';
+import { e2bAccount } from '../routing.js';
+import { giveTo, ownerOf } from '../../sandbox-accounts.js';
 import type { ErrorLog } from '../../../core/logger.js';
 
 type EntryInit = MessageInitShape<typeof EntryInfoSchema>;
@@ -106,8 +108,11 @@ const errorsTo = (log: ErrorLog) => <A extends unknown[], R>(fn: (...a: A) => Pr
 export function filesystemService(deps: E2bDeps, resolve: ResolveTarget): Partial<ServiceImpl<typeof Filesystem>> {
   const { toolbox } = deps.core;
   const withErrors = errorsTo(deps.log);
-  const stat = (target: SandboxTarget, path: string, signal?: AbortSignal): Promise<FileInfo> =>
-    toolbox.statFile(target.principal, target.sandboxId, homeRelative(path), { signal });
+  const stat = (target: SandboxTarget, path: string, signal?: AbortSignal, home?: string): Promise<FileInfo> =>
+    toolbox.statFile(target.principal, target.sandboxId, homeRelative(path, home), { signal });
+  /** The account the request acts as (its Basic user, else E2B's `user`). */
+  const accountOf = (target: SandboxTarget, ctx: HandlerContext) => e2bAccount(deps.core, target, ctx.requestHeader);
+  const homeOf = async (target: SandboxTarget, ctx: HandlerContext) => (await accountOf(target, ctx)).home;
 
   /**
    * EntryInfo with each file's metadata, as envd's Stat, ListDir and Move answer. Best effort,
@@ -143,14 +148,15 @@ export function filesystemService(deps: E2bDeps, resolve: ResolveTarget): Partia
   return {
     stat: withErrors(async (req, ctx) => {
       const target = await resolve(ctx);
-      return { entry: await entryWithMetadata(target, await stat(target, req.path, ctx.signal), ctx.signal) };
+      return { entry: await entryWithMetadata(target, await stat(target, req.path, ctx.signal, await homeOf(target, ctx)), ctx.signal) };
     }),
 
     makeDir: withErrors(async (req, ctx) => {
       const target = await resolve(ctx);
+      const account = await accountOf(target, ctx);
       let result;
       try {
-        result = await toolbox.makeDirectory(target.principal, target.sandboxId, { path: homeRelative(req.path) }, { signal: ctx.signal });
+        result = await toolbox.makeDirectory(target.principal, target.sandboxId, { path: homeRelative(req.path, account.home), owner: ownerOf(account) }, { signal: ctx.signal });
       } catch (err) {
         // Exists as something else: envd's already_exists too (makeDir → false).
         if (err instanceof NestboxError && err.code === 'conflict') throw new ConnectError(err.message, Code.AlreadyExists);
@@ -158,13 +164,16 @@ export function filesystemService(deps: E2bDeps, resolve: ResolveTarget): Partia
       }
       // It was already a directory: the SDK's makeDir() returns false on already_exists.
       if (!result.created) throw new ConnectError(`directory ${req.path} already exists`, Code.AlreadyExists);
-      return { entry: entryInfo(result.info) };
+      // envd creates it as the request's user.
+      await giveTo(toolbox, target.principal, target.sandboxId, result.info.path, account);
+      return { entry: entryInfo(await stat(target, result.info.path, ctx.signal)) };
     }),
 
     move: withErrors(async (req, ctx) => {
       const target = await resolve(ctx);
       // rename(2) semantics, like envd: an existing destination is replaced.
-      const info = await toolbox.moveFile(target.principal, target.sandboxId, { from: homeRelative(req.source), to: homeRelative(req.destination), overwrite: true }, { signal: ctx.signal });
+      const home = await homeOf(target, ctx);
+      const info = await toolbox.moveFile(target.principal, target.sandboxId, { from: homeRelative(req.source, home), to: homeRelative(req.destination, home), overwrite: true }, { signal: ctx.signal });
       // A moved file keeps its metadata (attributes stay with the inode).
       return { entry: await entryWithMetadata(target, info, ctx.signal) };
     }),
@@ -173,14 +182,14 @@ export function filesystemService(deps: E2bDeps, resolve: ResolveTarget): Partia
       const target = await resolve(ctx);
       // depth 0 (the proto3 default when absent) means 1, as upstream.
       const depth = Math.min(Math.max(req.depth || 1, 1), 32);
-      const list = await toolbox.listFiles(target.principal, target.sandboxId, { path: homeRelative(req.path || '.'), depth }, { signal: ctx.signal });
+      const list = await toolbox.listFiles(target.principal, target.sandboxId, { path: homeRelative(req.path || '.', await homeOf(target, ctx)), depth }, { signal: ctx.signal });
       return { entries: await entriesWithMetadata(target, list.entries, ctx.signal) };
     }),
 
     remove: withErrors(async (req, ctx) => {
       const target = await resolve(ctx);
       try {
-        await toolbox.deleteFile(target.principal, target.sandboxId, { path: homeRelative(req.path), recursive: true }, { signal: ctx.signal });
+        await toolbox.deleteFile(target.principal, target.sandboxId, { path: homeRelative(req.path, await homeOf(target, ctx)), recursive: true }, { signal: ctx.signal });
       } catch (err) {
         // envd removes like `rm -rf`: a path that is already gone is a success. (The native
         // API keeps its 404; only a missing file is forgiven here, never a missing sandbox.)
@@ -194,7 +203,7 @@ export function filesystemService(deps: E2bDeps, resolve: ResolveTarget): Partia
         const target = await resolve(ctx);
         // A server stream for as long as it runs: counted against the stream caps (429 beyond them).
         deps.streams.acquireUntilAborted({ keyId: target.principal.keyId, sandboxId: target.sandboxId }, ctx.signal);
-        const root = (await stat(target, req.path, ctx.signal)).path;
+        const root = (await stat(target, req.path, ctx.signal, await homeOf(target, ctx))).path;
         const stream = await toolbox.watchFiles(target.principal, target.sandboxId, { path: root, recursive: req.recursive }, { signal: ctx.signal });
         for await (const e of stream.events()) {
           // The first message must be start (e2b.md (h) 3); the guest's ready means every watch is in place.
@@ -212,7 +221,7 @@ export function filesystemService(deps: E2bDeps, resolve: ResolveTarget): Partia
 
     createWatcher: withErrors(async (req, ctx) => {
       const target = await resolve(ctx);
-      const root = (await stat(target, req.path, ctx.signal)).path;
+      const root = (await stat(target, req.path, ctx.signal, await homeOf(target, ctx))).path;
       const created = await toolbox.createWatcher(target.principal, target.sandboxId, { path: root, recursive: req.recursive }, { signal: ctx.signal });
       return { watcherId: encodeWatcherId(created.watcherId, root, req.includeEntry) };
     }),

@@ -12,7 +12,8 @@ import { renderEnvdHttpError } from '../errors.js';
 import { nativeUploadForm, type NativeUploadForm } from './upload-form.js';
 import { E2B_METADATA_PREFIX, e2bMetadata } from './filesystem.js';
 import { homeRelative, type SandboxTarget } from '../target.js';
-import { authenticateSandboxTraffic, authenticateSignature, type SandboxRoute } from '../routing.js';
+import { authenticateSandboxTraffic, authenticateSignature, e2bAccount, type SandboxRoute } from '../routing.js';
+import { giveTo, ownerOf } from '../../sandbox-accounts.js';
 
 /** The download headers passed on as the toolbox gives them. */
 const PASSED_DOWNLOAD_HEADERS: [keyof StreamHeaders, string][] = [
@@ -120,6 +121,7 @@ export async function downloadFile(deps: E2bDeps, req: Request, res: Response, r
   try {
     const target = await filesTarget(deps, req, route, 'read');
     const path = requirePath(req);
+    const account = await e2bAccount(deps.core, target, req.headers, queryValue(req, 'username'));
     const abort = new AbortController();
     res.on('close', () => {
       if (!res.writableFinished) abort.abort();
@@ -127,7 +129,7 @@ export async function downloadFile(deps: E2bDeps, req: Request, res: Response, r
     const file = await deps.core.toolbox.readFile(
       target.principal,
       target.sandboxId,
-      homeRelative(path),
+      homeRelative(path, account.home),
       typeof req.headers.range === 'string' ? { range: req.headers.range } : {},
       { signal: abort.signal },
     );
@@ -154,6 +156,8 @@ export async function uploadFiles(deps: E2bDeps, req: Request, res: Response, ro
   try {
     const target = await filesTarget(deps, req, route, 'write');
     const metadata = uploadMetadata(req);
+    // Paths resolve in the request's user's home, and what is written belongs to that user.
+    const account = await e2bAccount(deps.core, target, req.headers, queryValue(req, 'username'));
     const max = deps.maxUploadBytes;
     const declared = Number(req.headers['content-length'] ?? 0);
     if (declared > max) throw new NestboxError('payload_too_large', `body: ${declared} bytes exceeds the upload limit of ${max} bytes`);
@@ -173,19 +177,21 @@ export async function uploadFiles(deps: E2bDeps, req: Request, res: Response, ro
     if (contentType.startsWith('multipart/form-data')) {
       // E2B's form (parts named `file` whose filename is the full target path, or `?path=` for
       // every part) re-encoded as the native one, streamed through (upload-form.ts).
-      form = nativeUploadForm(body, contentType, path ? homeRelative(path) : undefined);
-      const result = await deps.core.toolbox.uploadFiles(target.principal, target.sandboxId, form, { signal });
+      form = nativeUploadForm(body, contentType, path ? homeRelative(path, account.home) : undefined, account.home);
+      const result = await deps.core.toolbox.uploadFiles(target.principal, target.sandboxId, { ...form, owner: ownerOf(account) }, { signal });
       if (badGzip) throw badGzip;
       const failed = result.results.find((r) => !r.ok);
       if (failed && !failed.ok) throw new NestboxError((failed.error.code as NestboxError['code']) ?? 'internal', failed.error.message);
       if (result.results.length === 0) throw new NestboxError('validation_failed', 'body: no file part named "file"', { field: 'file' });
+      for (const r of result.results) await giveTo(deps.core.toolbox, target.principal, target.sandboxId, r.path, account);
       res.status(200).json(await writtenEntries(deps, target, result.results.map((r) => r.path), metadata, signal));
       return;
     }
     // application/octet-stream (envd ≥ 0.5.7): one file, `path` required.
     if (!path) throw new NestboxError('validation_failed', 'path: required for application/octet-stream uploads', { field: 'path' });
-    const info = await deps.core.toolbox.writeFile(target.principal, target.sandboxId, homeRelative(path), body, {}, { signal });
+    const info = await deps.core.toolbox.writeFile(target.principal, target.sandboxId, homeRelative(path, account.home), body, { owner: ownerOf(account) }, { signal });
     if (badGzip) throw badGzip;
+    await giveTo(deps.core.toolbox, target.principal, target.sandboxId, info.path, account);
     res.status(200).json(await writtenEntries(deps, target, [info.path], metadata, signal));
   } catch (err) {
     renderEnvdHttpError(res, badGzip ?? form?.failure() ?? err, deps.log);

@@ -18,7 +18,7 @@ import {
 import { rpcError } from '../errors.js';
 import { dropConnection } from './connect-adapter.js';
 import type { SandboxTarget } from '../target.js';
-import { unixUserOf } from '../routing.js';
+import { e2bAccount } from '../routing.js';
 import { KERNEL_TAG_PREFIX } from '../code-interpreter/kernels.js';
 import type { ErrorLog } from '../../../core/logger.js';
 
@@ -146,7 +146,8 @@ export function processService(deps: E2bDeps, resolve: ResolveTarget): Partial<S
         argv: [config.cmd, ...config.args],
         ...(Object.keys(config.envs).length ? { env: config.envs } : {}),
         ...(config.cwd ? { cwd: config.cwd } : {}),
-        ...(unixUserOf(ctx.requestHeader) ? { user: unixUserOf(ctx.requestHeader) } : {}),
+        // The request's user, else E2B's `user` (HOME, USER and the default cwd follow it).
+        user: (await e2bAccount(deps.core, target, ctx.requestHeader)).name,
         // Capped at the native API's 24 h: Connect allows deadlines of up to 10 digits of ms, and
         // past 2^31 ms the guest's timer would fire at once and kill the process immediately.
         ...(timeoutMs !== undefined ? { timeoutMs: Math.min(MAX_PROCESS_TIMEOUT_MS, Math.max(1, Math.floor(timeoutMs))) } : {}),

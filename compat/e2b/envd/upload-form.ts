@@ -12,6 +12,7 @@ import { randomBytes } from 'node:crypto';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream';
 import { NestboxError } from '../../../core/errors.js';
+import { homeRelative } from '../target.js';
 
 /** Text fields other than `file` only ever carry paths; anything longer is not one (the guest's limit too). */
 const MAX_FIELD_BYTES = 64 * 1024;
@@ -55,9 +56,10 @@ function headerSafe(name: string): string {
 /**
  * The native form for E2B's: `source` is the (size-limited, possibly gunzipped) request body.
  * A part's destination is, as envd's: a preceding `path` field, else `?path=`, else the part's
- * filename (busboy with preservePath keeps the directories in it).
+ * filename (busboy with preservePath keeps the directories in it). With `home`, a relative
+ * filename resolves in it (the request's user's home), as envd resolves it.
  */
-export function nativeUploadForm(source: Readable, contentType: string, queryPath: string | undefined): NativeUploadForm {
+export function nativeUploadForm(source: Readable, contentType: string, queryPath: string | undefined, home?: string): NativeUploadForm {
   if (!MULTIPART_FORM_DATA.test(contentType.trim())) {
     // Read and drop the body (bounded by the upload limit) so the 400 reaches a client still sending.
     source.resume();
@@ -140,7 +142,7 @@ export function nativeUploadForm(source: Readable, contentType: string, queryPat
           continue;
         }
         if (item.name === 'file') {
-          const destination = pathFieldPending ? undefined : queryPath || item.filename || undefined;
+          const destination = pathFieldPending ? undefined : queryPath || (item.filename && home !== undefined ? homeRelative(item.filename, home) : item.filename || undefined);
           if (destination !== undefined) yield textPart('path', destination);
           pathFieldPending = false;
         }

@@ -206,6 +206,7 @@ export class ProcessService {
               stdin: true,
               tag: request.tag,
               cwd: request.cwd,
+              user: request.user,
               // Figures render to PNG without a display; cell output is never held back.
               env: { MPLBACKEND: 'Agg', PYTHONUNBUFFERED: '1', ...request.env },
             },

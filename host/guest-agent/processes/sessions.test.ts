@@ -57,6 +57,22 @@ describe('sessions', () => {
     await agent.call('DELETE', '/sessions/async');
   });
 
+  it("runs the shell as the session's user, whose FIFOs it can read", async () => {
+    await agent.call('POST', '/sessions', { sessionId: 'as-nobody', user: 'nobody' });
+    const who = await run('as-nobody', { cmd: 'id -u; echo "$HOME $USER"; pwd' });
+    expect(who.json.stdout).toBe('65534\n/nonexistent nobody\n/\n');
+    const started = await run('as-nobody', { cmd: 'read name; echo "hi $name"', async: true, stdin: true });
+    expect((await agent.call('POST', `/processes/${started.json.commandId}/stdin`, 'there\n')).status).toBe(204);
+    const command = await waitUntil(async () => {
+      const { json } = await agent.call('GET', `/sessions/as-nobody/commands/${started.json.commandId}`);
+      return json.status === 'exited' ? json : undefined;
+    });
+    expect(command.exitCode).toBe(0);
+    expect((await agent.call('GET', `/processes/${started.json.commandId}/output`)).json.stdout).toBe('hi there\n');
+    expect((await agent.call('POST', '/sessions', { sessionId: 'bad-user', user: 'no-such-user' })).status).toBe(400);
+    await agent.call('DELETE', '/sessions/as-nobody');
+  });
+
   it('feeds stdin to a command that asked for it', async () => {
     await agent.call('POST', '/sessions', { sessionId: 'stdin' });
     // Queued behind a slow command: stdin written before its turn waits for it.

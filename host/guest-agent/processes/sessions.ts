@@ -17,7 +17,7 @@
 import { spawn, execFile, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { constants as fsConstants, openSync, writeFileSync } from 'node:fs';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { chown, mkdtemp, rm } from 'node:fs/promises';
 import { Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -30,7 +30,7 @@ import { invalidState, ManagedProcess, type ProcessControls } from './managed-pr
 import { MarkerScanner } from './marker-scanner.js';
 import type { ProcessRegistry } from './registry.js';
 import type { SpawnSettings } from './spawn.js';
-import { resolveRunAs } from './users.js';
+import { resolveAccount, type RunAs } from './users.js';
 
 const execFileAsync = promisify(execFile);
 /** Commands listed per session; the oldest finished ones are forgotten beyond this. */
@@ -81,7 +81,7 @@ class Session {
     readonly id: string,
     private readonly cwd: string,
     env: NodeJS.ProcessEnv,
-    private readonly userName: string,
+    private readonly runAs: RunAs,
     private readonly scratchDir: string,
     private readonly settings: SessionSettings,
     private readonly onEnd: (session: Session) => void,
@@ -89,8 +89,8 @@ class Session {
     this.prefix = `NBX${randomBytes(12).toString('hex')}:`;
     // Like a cmd: bash when the image has it, else /bin/sh (the markers are POSIX shell).
     const shell = commandShell(typeof env.PATH === 'string' ? env.PATH : undefined);
-    const launch = settings.launcher.wrap(shell, ['-l']);
-    this.shell = spawn(launch.file, launch.args, { cwd, env, detached: true, stdio: ['pipe', 'pipe', 'pipe', ...launch.extraStdio] });
+    const launch = settings.launcher.wrap(shell, ['-l'], runAs);
+    this.shell = spawn(launch.file, launch.args, { cwd, env, uid: launch.uid, gid: launch.gid, detached: true, stdio: ['pipe', 'pipe', 'pipe', ...launch.extraStdio] });
     const marker = Buffer.from(`\x1e${this.prefix}`, 'latin1');
     const stdout = new MarkerScanner(marker, (data) => this.current?.process.append('stdout', data), (body) => this.onMarker('stdout', body));
     const stderr = new MarkerScanner(marker, (data) => this.current?.process.append('stderr', data), (body) => this.onMarker('stderr', body));
@@ -114,7 +114,7 @@ class Session {
   submit(request: SessionCommandRequest, id: string): ManagedProcess {
     if (this.ended) throw invalidState(`session ${this.id} has ended`);
     const managed = new ManagedProcess(
-      { id, pid: this.pid, cmd: 'bash', args: ['-c', request.cmd], cwd: this.cwd, tag: `session:${this.id}`, user: this.userName, pty: false },
+      { id, pid: this.pid, cmd: 'bash', args: ['-c', request.cmd], cwd: this.cwd, tag: `session:${this.id}`, user: this.runAs.name, pty: false },
       this.settings.maxRetainedBytesPerStream,
     );
     let markStarted!: (fifo: StdinFifo | undefined) => void;
@@ -225,6 +225,8 @@ class Session {
     const path = join(this.scratchDir, `${commandId}.stdin`);
     // Node has no mkfifo(); mkfifo(1) is in coreutils, which every image we support has.
     await execFileAsync('mkfifo', ['-m', '600', path]);
+    // The shell opens it: it must belong to the session's user.
+    if (this.runAs.uid !== undefined) await chown(path, this.runAs.uid, this.runAs.gid ?? this.runAs.uid);
     // O_RDWR never blocks on a FIFO, and with a writer present the shell's open never blocks.
     const fd = openSync(path, fsConstants.O_RDWR | fsConstants.O_NONBLOCK);
     const socket = new Socket({ fd, readable: false, writable: true });
@@ -319,18 +321,19 @@ export class SessionManager {
     if (live >= this.settings.maxSessions) {
       throw invalidState(`too many sessions: at most ${this.settings.maxSessions} may be open at once; delete one first`);
     }
-    const cwd = await workingDirectory(request.cwd, this.settings.home);
-    const env = mergedEnv(this.settings, request.env);
-    const runAs = await resolveRunAs(undefined, this.settings.passwdPath);
+    const { runAs, home, defaultDir, identityEnv } = await resolveAccount(request.user, this.settings);
+    const cwd = await workingDirectory(request.cwd, request.cwd === undefined ? defaultDir : home);
+    const env = mergedEnv({ baseEnv: this.settings.baseEnv, home }, { ...identityEnv, ...request.env });
     // An image without a shell is refused before anything is made for the session.
     commandShell(typeof env.PATH === 'string' ? env.PATH : undefined);
     const scratchDir = await mkdtemp(join(tmpdir(), 'nestbox-session-'));
+    if (runAs.uid !== undefined) await chown(scratchDir, runAs.uid, runAs.gid ?? runAs.uid);
     // Checked again: another create for the same id may have finished while we awaited.
     if (this.sessions.has(id)) {
       await rm(scratchDir, { recursive: true, force: true });
       throw new AgentHttpError(409, 'conflict', `session ${id} already exists`);
     }
-    const session = new Session(id, cwd, env, runAs.name, scratchDir, this.settings, () => this.dropEndedBeyondBound());
+    const session = new Session(id, cwd, env, runAs, scratchDir, this.settings, () => this.dropEndedBeyondBound());
     this.sessions.set(id, session);
     return { sessionId: id, createdAt: session.createdAt.toISOString() };
   }

@@ -12,7 +12,7 @@ import { AgentHttpError } from '../errors.js';
 import { commandLine, mergedEnv, workingDirectory } from '../exec.js';
 import { killGroup, killSession, signalGroup } from './kill.js';
 import { invalidState, ManagedProcess, type ProcessControls, type ProcessIdentity } from './managed-process.js';
-import { resolveRunAs, type RunAs } from './users.js';
+import { resolveAccount, type RunAs } from './users.js';
 
 export interface SpawnSettings {
   /** The agent user's home: default cwd and HOME unless another user is asked for. */
@@ -46,25 +46,12 @@ const PTY_START_TIMEOUT_MS = 10_000;
 /** After the command of a pty was killed, how long the helper gets to report before it is killed too. */
 const PTY_HELPER_GRACE_MS = 3_000;
 
-async function isDirectory(path: string | undefined): Promise<boolean> {
-  if (!path) return false;
-  return (await stat(path).catch(() => undefined))?.isDirectory() ?? false;
-}
-
 /** Validates everything that can be wrong with a request before anything is started. */
 export async function prepareStart(request: StartProcessRequest, settings: SpawnSettings): Promise<PreparedStart> {
   const { file, args } = commandLine(request);
-  const runAs = await resolveRunAs(request.user, settings.passwdPath);
-  const otherUser = runAs.uid !== undefined;
-  const home = otherUser ? (runAs.home ?? '/') : settings.home;
-  // Another user's home may not exist (nobody's is /nonexistent): start in / then, like login.
-  const defaultDir = !otherUser || (await isDirectory(home)) ? home : '/';
+  const { runAs, home, defaultDir, identityEnv } = await resolveAccount(request.user, settings);
   const cwd = await workingDirectory(request.cwd, request.cwd === undefined ? defaultDir : home);
-  const env = mergedEnv({ baseEnv: settings.baseEnv, home }, request.env);
-  if (otherUser) {
-    if (request.env?.USER === undefined) env.USER = runAs.name;
-    if (request.env?.LOGNAME === undefined) env.LOGNAME = runAs.name;
-  }
+  const env = mergedEnv({ baseEnv: settings.baseEnv, home }, { ...identityEnv, ...request.env });
   if (request.pty && request.env?.TERM === undefined) env.TERM = 'xterm-256color';
   if (request.tag?.includes('\0')) throw new AgentHttpError(400, 'validation_failed', 'tag: must not contain a NUL byte');
   return {

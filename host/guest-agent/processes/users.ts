@@ -1,7 +1,7 @@
 // Which account a process runs as. Names come from the sandbox's own /etc/passwd (the agent
 // runs inside the sandbox's root), read on every start: accounts created in the sandbox with
 // useradd are usable at once, and a start is rare enough that caching would buy nothing.
-import { readFile } from 'node:fs/promises';
+import { readFile, stat } from 'node:fs/promises';
 import { validationFailed } from '../errors.js';
 
 export interface RunAs {
@@ -50,4 +50,28 @@ export async function resolveRunAs(user: string | undefined, passwdPath = '/etc/
   const entry = entries.find((candidate) => candidate.name === user);
   if (!entry) throw validationFailed('user', `no such user in the sandbox: ${user}`);
   return { uid: entry.uid, gid: entry.gid, name: entry.name, home: entry.home };
+}
+
+/** Who a workload runs as, where it starts and what HOME/USER/LOGNAME it sees. */
+export interface Account {
+  runAs: RunAs;
+  /** HOME, and where relative paths of the request resolve. */
+  home: string;
+  /** The cwd when the request names none: the home, or / when another user's home is missing. */
+  defaultDir: string;
+  /** USER and LOGNAME for another user (the agent's own keeps its environment's). */
+  identityEnv: Record<string, string>;
+}
+
+/**
+ * The account of a request's `user` (absent = the agent's own, with the agent's home). Shared
+ * by /exec, /processes, /kernels and /sessions, so every way of running something agrees.
+ */
+export async function resolveAccount(user: string | undefined, settings: { home: string; passwdPath?: string }): Promise<Account> {
+  const runAs = await resolveRunAs(user, settings.passwdPath);
+  if (runAs.uid === undefined) return { runAs, home: settings.home, defaultDir: settings.home, identityEnv: {} };
+  const home = runAs.home ?? '/';
+  // Another user's home may not exist (nobody's is /nonexistent): start in / then, like login.
+  const homeExists = (await stat(home).catch(() => undefined))?.isDirectory() ?? false;
+  return { runAs, home, defaultDir: homeExists ? home : '/', identityEnv: { USER: runAs.name, LOGNAME: runAs.name } };
 }

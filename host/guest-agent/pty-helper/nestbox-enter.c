@@ -84,7 +84,10 @@ static void join_workload_namespace(int userns_fd) {
   close(userns_fd);
   scmp_filter_ctx filter = seccomp_init(SCMP_ACT_ALLOW);
   if (!filter) fail("seccomp_init");
-  int rc = seccomp_rule_add(filter, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(setns), 0);
+  /* Without no_new_privs (libseccomp's default would set it): sudo and other setuid programs
+     must keep working; every capability of the namespace just joined lets the kernel take it. */
+  int rc = seccomp_attr_set(filter, SCMP_FLTATR_CTL_NNP, 0);
+  if (rc == 0) rc = seccomp_rule_add(filter, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(setns), 0);
   if (rc == 0) rc = seccomp_load(filter);
   seccomp_release(filter);
   if (rc < 0) {

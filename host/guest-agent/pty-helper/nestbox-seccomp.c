@@ -97,6 +97,11 @@ static scmp_filter_ctx build_filter(void) {
   if (!filter) fail("seccomp_init", ENOMEM);
   int rc = seccomp_attr_set(filter, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
   if (rc < 0) fail("bad-architecture action", rc);
+  /* libseccomp sets no_new_privs before loading unless told not to; with it set, sudo and every
+     other setuid program refuse to run (the vendors' default users rely on sudo). We hold
+     CAP_SYS_ADMIN here, so the kernel takes the filter without it. */
+  rc = seccomp_attr_set(filter, SCMP_FLTATR_CTL_NNP, 0);
+  if (rc < 0) fail("leave no_new_privs unset", rc);
   for (int i = 0; DENIED[i]; i++) {
     int nr = seccomp_syscall_resolve_name(DENIED[i]);
     if (nr == __NR_SCMP_ERROR) continue; /* not on this architecture */

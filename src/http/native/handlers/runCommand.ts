@@ -16,7 +16,7 @@ interface RunCommandBody {
   pty?: { cols: number; rows: number };
 }
 
-const DETACHED_ONLY = ['user', 'tag', 'stdin', 'pty'] as const;
+const DETACHED_ONLY = ['tag', 'stdin', 'pty'] as const;
 
 export const runCommand: NativeHandler = async (ctx) => {
   const { detach, ...body } = ctx.api.request.requestBody as RunCommandBody;
@@ -35,7 +35,7 @@ export const runCommand: NativeHandler = async (ctx) => {
   ctx.res.on('close', () => {
     if (!ctx.res.writableFinished) abort.abort();
   });
-  const { cmd, argv, cwd, env, timeoutMs } = body;
-  const result = await ctx.services.toolbox.exec(principalOf(ctx), sandboxIdOf(ctx), { cmd, argv, cwd, env, timeoutMs }, { signal: abort.signal });
+  const { cmd, argv, cwd, env, timeoutMs, user } = body;
+  const result = await ctx.services.toolbox.exec(principalOf(ctx), sandboxIdOf(ctx), { cmd, argv, cwd, env, timeoutMs, user }, { signal: abort.signal });
   ctx.res.status(200).json(result);
 };
