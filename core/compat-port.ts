@@ -36,7 +36,7 @@ export type SandboxTokensPort = Pick<
   'authenticate' | 'envdCredential' | 'daytonaSigningKey' | 'rotateDaytonaSigningKeys' | 'signatureCandidates' | 'signedUrlMaxSeconds'
 >;
 
-export type HostedPortsPort = Pick<PortService, 'publish' | 'list' | 'unpublish' | 'signedUrl' | 'openEveryPort' | 'closeEveryPort' | 'everyPortAccess'>;
+export type HostedPortsPort = Pick<PortService, 'publish' | 'list' | 'unpublish' | 'signedUrl' | 'openEveryPort' | 'closeEveryPort' | 'everyPortAccess' | 'everyPortPublic'>;
 
 export type IdempotencyPort = Pick<IdempotencyService, 'run'>;
 

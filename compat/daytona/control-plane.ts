@@ -91,21 +91,14 @@ export function intervalsToPolicy(i: { autoStopInterval?: number; autoPauseInter
   return policy;
 }
 
-/** Known Daytona options that are accepted but have no effect in Nestbox (reported, never faked). */
-function unhonouredOptions(body: CreateBody): string[] {
-  const out: string[] = [];
-  if (body.user !== undefined && body.user !== SANDBOX_USER) out.push(`user (the toolbox acts as ${SANDBOX_USER})`);
-  if (body.public) out.push('public (preview URLs always need a token)');
-  if (body.gpuType?.length) out.push('gpuType');
-  if (body.spot !== undefined) out.push('spot');
-  if (body.kvm !== undefined) out.push('kvm');
-  if (body.autoArchiveInterval !== undefined) out.push('autoArchiveInterval (archive is a stop in Nestbox)');
-  if (body.autoPauseInterval && body.autoStopInterval) out.push('autoStopInterval (autoPauseInterval takes the one idle timer)');
-  if (body.outboundProxyUrl !== undefined) out.push('outboundProxyUrl');
-  if (body.otelEndpointOverride !== undefined) out.push('otelEndpointOverride');
+/**
+ * Options unknown to this server (a newer SDK's): accepted, and the caller is told they had no
+ * effect (a header and the log) rather than failing every create of that SDK. Every option this
+ * server knows is honoured or refused (refuseUnsupported), never ignored.
+ */
+function unknownOptions(body: CreateBody): string[] {
   const known = new Set(Object.keys(CreateBody.shape));
-  for (const key of Object.keys(body)) if (!known.has(key)) out.push(key);
-  return out;
+  return Object.keys(body).filter((key) => !known.has(key));
 }
 
 /** Options whose silent omission would change what the user's code sees or may do: refused. */
@@ -117,6 +110,13 @@ function refuseUnsupported(body: CreateBody): void {
   // Daytona places a linked sandbox on its partner's runner and gives the two a local network;
   // Nestbox sandboxes have no network between them, so the link would be a fake.
   if (body.linkedSandbox) throw notSupported('linkedSandbox (a local network between two sandboxes)', 'Nestbox sandboxes cannot reach each other');
+  if (body.user !== undefined && body.user !== SANDBOX_USER) throw notSupported(`user "${body.user}" (the toolbox acts as ${SANDBOX_USER}, who has passwordless sudo)`, `leave user unset or "${SANDBOX_USER}"; run a command as root with sudo`);
+  if (body.gpuType?.length) throw notSupported('gpuType', 'this server has no GPU sandboxes');
+  if (body.spot === true) throw notSupported('spot sandboxes', 'sandboxes here are never preempted; leave spot unset or false');
+  if (body.kvm === true) throw notSupported('kvm (/dev/kvm inside the sandbox)', 'this server runs sandboxes without nested virtualization');
+  if (body.outboundProxyUrl !== undefined) throw notSupported('outboundProxyUrl', 'sandboxes reach the network directly, under their egress policy (networkAllowList / networkBlockAll)');
+  if (body.otelEndpointOverride !== undefined) throw notSupported('otelEndpointOverride', 'sandboxes do not export telemetry');
+  if (body.autoPauseInterval && body.autoStopInterval) throw errors.validation('autoStopInterval', 'autoStopInterval and autoPauseInterval are mutually exclusive; set at most one of them to a non-zero value');
 }
 
 /**
@@ -178,6 +178,8 @@ export function createInput(body: CreateBody, maxSeconds: number): CreateSandbox
     idleAction: policy.idleAction,
     autoDeleteSeconds: policy.autoDeleteSeconds,
     ...(egressOf(body) ? { egress: egressOf(body) } : {}),
+    // A public sandbox's preview links need no token (every port, as Daytona's proxy does).
+    ...(body.public ? { everyPort: { public: true } } : {}),
   };
 }
 
@@ -246,7 +248,12 @@ export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 's
   const router = express.Router();
   const { sandboxes, snapshots } = core;
   const maxSeconds = options.maxTimeoutSeconds;
-  const dto = (req: Request, s: Sandbox, full = true) => renderDaytonaSandbox(s, toolboxProxyUrl(req), { full, region: options.region });
+  /** Sandbox DTOs of one answer; `public` (every preview link open) is read for all of them in one query. */
+  const dtos = async (req: Request, principal: Principal, list: Sandbox[], full: boolean) => {
+    const open = await core.ports.everyPortPublic(principal, list.map((s) => s.id));
+    return list.map((s) => renderDaytonaSandbox(s, toolboxProxyUrl(req), { full, region: options.region, public: open.has(s.id) }));
+  };
+  const dto = async (req: Request, s: Sandbox, full = true) => (await dtos(req, principalOf(req.res!), [s], full))[0];
   const api = (fn: (req: Request, res: Response, principal: Principal) => Promise<void>) =>
     handle(options.log, 'api', (req, res) => fn(req, res, principalOf(res)));
   /** Path ids may be names too (daytona.md (b): `GET /sandbox/{sandboxIdOrName}`). */
@@ -256,19 +263,18 @@ export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 's
     const body = parseBody(CreateBody, req.body);
     checkTarget(body.target, options.region);
     const input = createInput(body, maxSeconds);
-    const unhonoured = unhonouredOptions(body);
-    if (unhonoured.length) {
-      // Accepted, but the caller is told what had no effect (never silently faked).
-      res.setHeader('X-Nestbox-Unhonoured-Options', unhonoured.join(', ').replace(/[^\x20-\x7e]/g, '?'));
-      options.log.warn({ unhonoured }, `daytona create: accepted without effect: ${unhonoured.join(', ')}`);
+    const unknown = unknownOptions(body);
+    if (unknown.length) {
+      res.setHeader('X-Nestbox-Unhonoured-Options', unknown.join(', ').replace(/[^\x20-\x7e]/g, '?'));
+      options.log.warn({ unknown }, `daytona create: options unknown to this server had no effect: ${unknown.join(', ')}`);
     }
     const created = await sandboxes.create(principal, input);
-    res.status(200).json(dto(req, created));
+    res.status(200).json(await dto(req, created));
   }));
 
   router.get('/sandbox', api(async (req, res, principal) => {
     const page = await sandboxes.list(principal, listInput(req));
-    res.json({ items: page.items.map((s) => dto(req, s, false)), nextCursor: page.nextCursor });
+    res.json({ items: await dtos(req, principal, page.items, false), nextCursor: page.nextCursor });
   }));
 
   // SDK 0.161–0.175 (daytona.md appendix A): page-numbered listing.
@@ -283,11 +289,11 @@ export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 's
       all.push(...chunk.items);
       cursor = chunk.nextCursor ?? undefined;
     } while (cursor);
-    res.json({ items: all.slice((page - 1) * limit, page * limit).map((s) => dto(req, s, false)), total: all.length, page, totalPages: Math.max(1, Math.ceil(all.length / limit)) });
+    res.json({ items: await dtos(req, principal, all.slice((page - 1) * limit, page * limit), false), total: all.length, page, totalPages: Math.max(1, Math.ceil(all.length / limit)) });
   }));
 
   router.get('/sandbox/:sandboxId', api(async (req, res, principal) => {
-    res.json(dto(req, await resolve(principal, req)));
+    res.json(await dto(req, await resolve(principal, req)));
   }));
 
   router.get('/sandbox/:sandboxId/toolbox-proxy-url', api(async (req, res, principal) => {
@@ -298,37 +304,37 @@ export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 's
   // start: a stopped sandbox resumes from its disk, a paused one is unpaused (memory kept).
   router.post('/sandbox/:sandboxId/start', api(async (req, res, principal) => {
     const s = await resolve(principal, req);
-    res.json(dto(req, await sandboxes.resume(principal, s.id)));
+    res.json(await dto(req, await sandboxes.resume(principal, s.id)));
   }));
 
   // stop: `force` is always sent (daytona.md (h) 16); Nestbox's stop is the same either way.
   router.post('/sandbox/:sandboxId/stop', api(async (req, res, principal) => {
     const s = await resolve(principal, req);
-    res.json(dto(req, await sandboxes.stop(principal, s.id)));
+    res.json(await dto(req, await sandboxes.stop(principal, s.id)));
   }));
 
   // archive = stop: a stopped Nestbox sandbox already keeps only its disk.
   router.post('/sandbox/:sandboxId/archive', api(async (req, res, principal) => {
     const s = await resolve(principal, req);
-    res.json(dto(req, await sandboxes.stop(principal, s.id)));
+    res.json(await dto(req, await sandboxes.stop(principal, s.id)));
   }));
 
   // recover = resume: an errored sandbox is started again from its kept disk.
   router.post('/sandbox/:sandboxId/recover', api(async (req, res, principal) => {
     const s = await resolve(principal, req);
     if (req.query.skipStart === 'true') throw notSupported('recover with skipStart', 'a recovered sandbox is started');
-    res.json(dto(req, await sandboxes.resume(principal, s.id)));
+    res.json(await dto(req, await sandboxes.resume(principal, s.id)));
   }));
 
   router.post('/sandbox/:sandboxId/pause', api(async (req, res, principal) => {
     const s = await resolve(principal, req);
-    res.json(dto(req, await sandboxes.pause(principal, s.id)));
+    res.json(await dto(req, await sandboxes.pause(principal, s.id)));
   }));
 
   router.delete('/sandbox/:sandboxId', api(async (req, res, principal) => {
     const s = await resolve(principal, req);
     await sandboxes.delete(principal, s.id);
-    res.json(dto(req, { ...s, state: 'deleted' }));
+    res.json(await dto(req, { ...s, state: 'deleted' }));
   }));
 
   router.put('/sandbox/:sandboxId/labels', api(async (req, res, principal) => {
@@ -343,7 +349,7 @@ export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 's
       const m = Number(req.params.minutes);
       if (!Number.isInteger(m)) throw errors.validation('interval', 'must be an integer number of minutes');
       const s = await resolve(principal, req);
-      res.json(dto(req, await sandboxes.update(principal, s.id, apply(s, m))));
+      res.json(await dto(req, await sandboxes.update(principal, s.id, apply(s, m))));
     }));
   };
   intervalRoute('autostop', (_s, m) => {
@@ -364,10 +370,22 @@ export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 's
     return { timeoutSeconds: p.timeoutSeconds, autoDeleteSeconds: p.autoDeleteSeconds };
   });
   router.post('/sandbox/:sandboxId/autoarchive/:minutes', api(async (req, res, principal) => {
-    // Archive is a stop in Nestbox: a stopped sandbox is already "archived", so there is nothing to schedule.
+    // Daytona archives a stopped sandbox after N minutes: its disk moves to object storage and
+    // the sandbox keeps its files. A stopped Nestbox sandbox is that already (its disk kept, no
+    // memory, started again on demand), so every interval is satisfied at once.
+    const minutes = Number(req.params.minutes);
+    if (!Number.isInteger(minutes) || minutes < 0) throw errors.validation('autoArchiveInterval', 'must be 0 or more minutes');
+    res.json(await dto(req, await resolve(principal, req)));
+  }));
+  // sb.setPublic / updatePublicStatus: every preview link of the sandbox open to anyone, or
+  // back to each port's own token.
+  router.post('/sandbox/:sandboxId/public/:isPublic', api(async (req, res, principal) => {
+    const flag = String(req.params.isPublic);
+    if (flag !== 'true' && flag !== 'false') throw errors.validation('isPublic', 'must be true or false');
     const s = await resolve(principal, req);
-    res.setHeader('X-Nestbox-Unhonoured-Options', 'autoArchiveInterval (archive is a stop in Nestbox)');
-    res.json(dto(req, s));
+    if (flag === 'true') await core.ports.openEveryPort(principal, s.id, { public: true });
+    else await core.ports.closeEveryPort(principal, s.id);
+    res.json(await dto(req, s));
   }));
 
   router.post('/sandbox/:sandboxId/last-activity', api(async (req, res, principal) => {
@@ -380,7 +398,7 @@ export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 's
     const { name } = parseBody(z.object({ name: z.string().optional() }).passthrough(), req.body);
     const s = await resolve(principal, req);
     const result = await sandboxes.fork(principal, s.id, { name, timeoutSeconds: s.timeoutSeconds });
-    res.json(dto(req, result.sandboxes[0]));
+    res.json(await dto(req, result.sandboxes[0]));
   }));
 
   router.post('/sandbox/:sandboxId/snapshot', api(async (req, res, principal) => {
@@ -388,7 +406,7 @@ export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 's
     if (includeMemory) throw notSupported('snapshots with memory (includeMemory)', 'a snapshot keeps the disk only');
     const s = await resolve(principal, req);
     await snapshots.create(principal, { sandboxId: s.id, name });
-    res.json(dto(req, await sandboxes.get(principal, s.id)));
+    res.json(await dto(req, await sandboxes.get(principal, s.id)));
   }));
 
   // The key is minted for the calling API key (core/services/sandbox-tokens.ts): it carries that
@@ -435,7 +453,7 @@ export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 's
   router.post('/sandbox/:sandboxId/network-settings', api(async (req, res, principal) => {
     const body = parseBody(NetworkSettingsBody, req.body);
     const s = await resolve(principal, req);
-    res.json(dto(req, await sandboxes.update(principal, s.id, { egress: egressOf(body) ?? { mode: 'allow-all' } })));
+    res.json(await dto(req, await sandboxes.update(principal, s.id, { egress: egressOf(body) ?? { mode: 'allow-all' } })));
   }));
   unsupportedSandboxRoute('put', '/sandbox/:sandboxId/secrets', 'secrets');
   unsupportedSandboxRoute('post', '/sandbox/:sandboxId/ssh-access', 'SSH access');

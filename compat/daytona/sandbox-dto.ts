@@ -75,7 +75,7 @@ export function daytonaAccount(toolbox: Pick<ToolboxPort, 'readFile'>, principal
 /** Minutes, as Daytona counts intervals; core counts seconds. */
 const minutes = (seconds: number): number => Math.round(seconds / 60);
 
-export function renderDaytonaSandbox(s: Sandbox, toolboxUrl: string, opts: { full: boolean; region: string }): Record<string, unknown> {
+export function renderDaytonaSandbox(s: Sandbox, toolboxUrl: string, opts: { full: boolean; region: string; public?: boolean }): Record<string, unknown> {
   const ttlDelete = s.autoDeleteSeconds === 0 && s.timeoutSeconds > 0;
   const dto: Record<string, unknown> = {
     id: s.id,
@@ -84,7 +84,8 @@ export function renderDaytonaSandbox(s: Sandbox, toolboxUrl: string, opts: { ful
     name: s.name ?? s.id,
     user: SANDBOX_USER,
     labels: s.labels,
-    public: false,
+    // Every preview link open to anyone (create's `public`, updatePublicStatus).
+    public: opts.public ?? false,
     // What is in force (core's egress policy); spec-required on list items too.
     networkBlockAll: s.egress.mode === 'deny-all',
     // Required by the Python SDK's Sandbox model (a strict bool): guests never get /dev/kvm here.

@@ -22,6 +22,7 @@ export const DAYTONA_API_SCOPES: ScopeTable = [
   ['POST /sandbox/:sandboxId/autodelete/:minutes', 'sandboxes:operate'],
   ['POST /sandbox/:sandboxId/ttl/:minutes', 'sandboxes:operate'],
   ['POST /sandbox/:sandboxId/autoarchive/:minutes', 'sandboxes:operate'],
+  ['POST /sandbox/:sandboxId/public/:isPublic', 'sandboxes:operate'],
   ['POST /sandbox/:sandboxId/last-activity', 'sandboxes:operate'],
   ['POST /sandbox/:sandboxId/fork', 'sandboxes:create'],
   ['POST /sandbox/:sandboxId/snapshot', 'snapshots:write'],

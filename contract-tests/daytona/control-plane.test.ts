@@ -152,15 +152,30 @@ describe('Daytona control plane with @daytonaio/sdk', () => {
     await expect(env.daytona.snapshot.get('cp-snap')).rejects.toBeInstanceOf(DaytonaNotFoundError);
   });
 
-  it('reports accepted-but-unhonoured create options and refuses unsupported ones with not_supported', async () => {
-    const res = await rawFetch(env, '/daytona/api/sandbox', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ env: {}, labels: {}, disk: 10, spot: true, public: true }) });
+  it('honours or refuses every create option it knows; only unknown ones are reported as without effect', async () => {
+    const res = await rawFetch(env, '/daytona/api/sandbox', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ env: {}, labels: {}, disk: 10, spot: false, kvm: false, autoArchiveInterval: 60, someFutureOption: 1 }) });
     expect(res.status).toBe(200);
-    expect(res.headers.get('x-nestbox-unhonoured-options')).toMatch(/public/);
-    // `disk` is honoured now: the sandbox's own disk of that many GiB.
-    expect(res.headers.get('x-nestbox-unhonoured-options')).not.toMatch(/disk/);
-    const created = (await res.json()) as { id: string; disk: number };
+    expect(res.headers.get('x-nestbox-unhonoured-options')).toBe('someFutureOption');
+    const created = (await res.json()) as { id: string; disk: number; public: boolean };
+    // `disk` is honoured: the sandbox's own disk of that many GiB.
     expect(created.disk).toBe(10);
+    expect(created.public).toBe(false);
     await rawFetch(env, `/daytona/api/sandbox/${created.id}`, { method: 'DELETE' });
+    for (const [option, text] of [
+      [{ spot: true }, /spot sandboxes is not supported/],
+      [{ kvm: true }, /kvm .* is not supported/],
+      [{ gpuType: ['a100'] }, /gpuType is not supported/],
+      [{ user: 'root' }, /user "root" .* is not supported/],
+      [{ outboundProxyUrl: 'http://127.0.0.1:1' }, /outboundProxyUrl is not supported/],
+      [{ otelEndpointOverride: 'http://127.0.0.1:1' }, /otelEndpointOverride is not supported/],
+    ] as const) {
+      const refused = await rawFetch(env, '/daytona/api/sandbox', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(option) });
+      expect(refused.status).toBe(501);
+      expect(((await refused.json()) as { message: string }).message).toMatch(text);
+    }
+    const both = await rawFetch(env, '/daytona/api/sandbox', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ autoStopInterval: 5, autoPauseInterval: 5 }) });
+    expect(both.status).toBe(400);
+    expect(((await both.json()) as { message: string }).message).toMatch(/autoStopInterval/);
 
     const image = await env.daytona.create({ image: 'python:3.12' }).catch((e: unknown) => e);
     expect(image).toBeInstanceOf(DaytonaError);
@@ -194,6 +209,30 @@ describe('Daytona control plane with @daytonaio/sdk', () => {
     await expect(sb.createSshAccess(10)).rejects.toThrow(/SSH access/);
     await expect(sb.updateEnv({ A: '1' })).rejects.toThrow(/updateEnv/);
     await sb.delete();
+  });
+
+  it('opens every preview link of a public sandbox to anyone, and closes them again', async () => {
+    const sb = await env.daytona.create({ public: true });
+    try {
+      expect(sb.public).toBe(true);
+      await sb.process.executeCommand('mkdir -p /tmp/pub && echo public-ok > /tmp/pub/index.html && cd /tmp/pub && (nohup python3 -m http.server 3001 --bind 0.0.0.0 >/dev/null 2>&1 &)');
+      const url = `${env.server.url}/p/${sb.id}/3001/`;
+      // No token, and the port was never asked for a preview link.
+      const open = await waitForOk(() => fetch(url));
+      expect(await open.text()).toBe('public-ok\n');
+      expect(((await (await rawFetch(env, '/daytona/api/sandbox')).json()) as { items: { id: string; public: boolean }[] }).items.find((i) => i.id === sb.id)?.public).toBe(true);
+      expect((await rawFetch(env, `/daytona/api/sandbox/${sb.id}/public/false`, { method: 'POST' })).status).toBe(200);
+      // Closed: a port without a preview link of its own is not served at all.
+      expect((await fetch(url)).status).toBe(404);
+      expect((await env.daytona.get(sb.id)).public).toBe(false);
+      // A preview link's own token still opens its port.
+      const preview = await sb.getPreviewLink(3001);
+      expect((await fetch(preview.url, { headers: { 'X-Nestbox-Port-Token': preview.token } })).status).toBe(200);
+      expect(((await (await rawFetch(env, `/daytona/api/sandbox/${sb.id}/public/true`, { method: 'POST' })).json()) as { public: boolean }).public).toBe(true);
+      expect((await fetch(url)).status).toBe(200);
+    } finally {
+      await sb.delete();
+    }
   });
 
   it('serves /config without auth and the toolbox-proxy-url', async () => {
