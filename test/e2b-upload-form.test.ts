@@ -72,13 +72,23 @@ describe('E2B upload form → native form', () => {
 
   it('passes other parts on as they came, without a destination (the guest judges them)', async () => {
     const form = multipartBody([
-      { field: 'file', value: 'no filename: a text field', filename: '' },
+      { field: 'note', value: 'no filename: a text field', filename: '' },
       { field: 'other', value: 'O', filename: '/tmp/o' },
     ]);
     expect(await parse(nativeUploadForm(chunked(form.body), form.contentType, undefined))).toEqual([
-      { kind: 'field', name: 'file', value: 'no filename: a text field' },
+      { kind: 'field', name: 'note', value: 'no filename: a text field' },
       { kind: 'file', name: 'other', value: 'O' },
     ]);
+  });
+
+  it("refuses a 'file' text field (no filename) with nowhere to go, naming it; envd writes one to ?path=", async () => {
+    const form = multipartBody([{ field: 'file', value: 'no filename: a text field', filename: '' }]);
+    const error = await parse(nativeUploadForm(chunked(form.body), form.contentType, undefined)).then(
+      () => undefined,
+      (err: unknown) => err,
+    );
+    expect(error).toBeInstanceOf(NestboxError);
+    expect((error as NestboxError).message).toMatch(/^file: /);
   });
 
   it('refuses a content type without a boundary, naming it', () => {

@@ -279,8 +279,12 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
     let sandbox = await settled(principal, id(req));
     const wasRunning = sandbox.state === 'running';
     if (wasRunning) {
-      // 0 extends nothing; v1 connect without a timeout leaves it alone as well.
-      if (timeout > 0 && (v2 || given !== undefined)) sandbox = await core.sandboxes.update(principal, sandbox.id, { timeoutSeconds: timeout, timeoutMode: 'extend' });
+      // 0 extends nothing; v1 connect without a timeout leaves it alone as well. A key that may
+      // not operate the sandbox (a read-only one: E2B has no such keys) still connects for its
+      // tokens; v2's implicit 300 s is then not applied, while a timeout it names is a 403.
+      const implicit = given === undefined;
+      const mayExtend = !implicit || principal.scopes.has('sandboxes:operate');
+      if (timeout > 0 && (v2 || !implicit) && mayExtend) sandbox = await core.sandboxes.update(principal, sandbox.id, { timeoutSeconds: timeout, timeoutMode: 'extend' });
     } else {
       if (given === 0) throw errors.validation('timeout', 'must be greater than 0');
       await core.sandboxes.update(principal, sandbox.id, { timeoutSeconds: timeout });
