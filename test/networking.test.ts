@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
 import { startTestServer, waitFor, type TestServer } from './harness.js';
+import { TCP_PROBE } from './test-internet.js';
 
 // The test "internet": a namespace with a public-looking address (TEST-NET-3) and a second
 // range (TEST-NET-2) routed to it, each answering HTTP on INET_PORT.
@@ -141,18 +142,6 @@ threading.Thread(target=websocket_server, args=(int(sys.argv[2]),), daemon=True)
 ThreadingHTTPServer(('0.0.0.0', int(sys.argv[1])), Handler).serve_forever()
 `;
 
-// Connects from inside the sandbox: ok (an answer), refused (reached, nothing listens), timeout (dropped).
-const PROBE = String.raw`
-import socket, sys
-s = socket.socket(); s.settimeout(2)
-try:
-    s.connect((sys.argv[1], int(sys.argv[2])))
-    s.sendall(b'GET / HTTP/1.0\r\nHost: probe\r\n\r\n')
-    print('ok' if s.recv(200) else 'empty')
-except socket.timeout: print('timeout')
-except ConnectionRefusedError: print('refused')
-except OSError as e: print('error', e.errno)
-`;
 
 // Inside a sandbox, as its root: UDP datagrams with forged sources through a raw socket (before
 // a genuine one through an ordinary socket on the same path). Prints per forged packet whether
@@ -220,7 +209,7 @@ async function probe(id: string, host: string, port: number): Promise<string> {
 async function createSandbox(body: Record<string, unknown> = {}): Promise<Record<string, unknown>> {
   const res = await t.http.post('/api/v1/sandboxes').set(t.auth).send({ timeoutSeconds: 0, memoryMiB: 256, ...body });
   expect(res.status, JSON.stringify(res.body)).toBe(201);
-  await run(res.body.id, `cat > /root/probe.py <<'EOF'\n${PROBE}\nEOF`);
+  await run(res.body.id, `cat > /root/probe.py <<'EOF'\n${TCP_PROBE}\nEOF`);
   return res.body;
 }
 
@@ -354,7 +343,7 @@ describe('isolation', () => {
     const hostPort = (hostListener.address() as { port: number }).port;
     // The host itself reaches the service, so a timeout below is the firewall, not the service
     // (asynchronously: the service runs in this very process).
-    expect((await promisify(execFile)('python3', ['-c', PROBE, gateway, String(hostPort)])).stdout.trim()).toBe('ok');
+    expect((await promisify(execFile)('python3', ['-c', TCP_PROBE, gateway, String(hostPort)])).stdout.trim()).toBe('ok');
     expect(await probe(a, gateway, hostPort)).toBe('timeout');
     expect(await probe(a, INET_HOST_SIDE, hostPort)).toBe('timeout');
     // The host agent (loopback-bound, so without the firewall this would be "refused").
@@ -365,7 +354,7 @@ describe('isolation', () => {
   it('drops sandbox → another sandbox, while the host reaches both', async () => {
     await t.http.post(`/api/v1/sandboxes/${b}/commands`).set(t.auth).send({ detach: true, cmd: 'python3 -m http.server 8080 --bind 0.0.0.0' });
     const target = slotOf(b).sandboxAddress;
-    await waitFor('a server in sandbox b', async () => execFileSync('python3', ['-c', PROBE, target, '8080'], { encoding: 'utf8' }).trim() === 'ok', 15_000);
+    await waitFor('a server in sandbox b', async () => execFileSync('python3', ['-c', TCP_PROBE, target, '8080'], { encoding: 'utf8' }).trim() === 'ok', 15_000);
     expect(await probe(a, target, 8080)).toBe('timeout');
   });
 
@@ -414,7 +403,7 @@ describe('hosted ports', () => {
     const started = await t.http.post(`/api/v1/sandboxes/${a}/commands`).set(t.auth).send({ detach: true, cmd: 'python3 /root/server.py 8000 8765' });
     expect(started.status).toBe(202);
     const address = slotOf(a).sandboxAddress;
-    await waitFor('the sandbox server', async () => execFileSync('python3', ['-c', PROBE, address, '8000'], { encoding: 'utf8' }).trim() === 'ok', 15_000);
+    await waitFor('the sandbox server', async () => execFileSync('python3', ['-c', TCP_PROBE, address, '8000'], { encoding: 'utf8' }).trim() === 'ok', 15_000);
   });
 
   it('publishes a public port on both URL forms', async () => {

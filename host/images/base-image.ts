@@ -6,15 +6,15 @@
 //   manifest.json    written last: its presence is what makes the image "complete"
 //   .lock            O_EXCL lock file (pid + start time of the builder) so only one process builds
 //   .build-<pid>-<n> temporary build directory, renamed onto rootfs/ when debootstrap succeeds
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { constants as fsConstants } from 'node:fs';
 import { appendFile, chmod, chown, cp, mkdir, open, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { createInterface } from 'node:readline';
 import { removeTree, writeFileAtomic } from '../util/fs.js';
 import { processStartTime } from '../util/process.js';
+import { runWithProgress } from './run-with-progress.js';
 import { installLanguageServers, LANGUAGE_SERVER_PACKAGES, LANGUAGE_SERVERS_IMAGE_KEY } from './language-servers.js';
 
 export const DEFAULT_IMAGE_PACKAGES = [
@@ -260,22 +260,7 @@ async function retirePreviousTree(imageDir: string, rootfs: string, progress: (l
 }
 
 export function runDebootstrap(program: string, args: string[], progress: (line: string) => void): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(program, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-    const tail: string[] = [];
-    const onLine = (line: string): void => {
-      tail.push(line);
-      if (tail.length > 20) tail.shift();
-      progress(line);
-    };
-    createInterface({ input: child.stdout }).on('line', onLine);
-    createInterface({ input: child.stderr }).on('line', onLine);
-    child.once('error', reject);
-    child.once('close', (code, signal) => {
-      if (code === 0) resolve();
-      else reject(new Error(`debootstrap failed (${signal ?? `exit ${code}`}):\n${tail.join('\n')}`));
-    });
-  });
+  return runWithProgress(program, args, progress, { what: 'debootstrap' });
 }
 
 // ---- lock -----------------------------------------------------------------------------------

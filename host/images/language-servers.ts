@@ -9,10 +9,9 @@
 // sandbox (local driver: read-only, mode 0755, so workloads may run it too; VM image: a copy at
 // the same path). It is not on PATH, so the guest agent starts the server's cli.mjs with that
 // absolute interpreter, and the server starts tsserver with its own process.execPath.
-import { spawn } from 'node:child_process';
 import { mkdir, stat } from 'node:fs/promises';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
+import { runWithProgress } from './run-with-progress.js';
 import { LANGUAGE_SERVERS_PREFIX } from '../agent-protocol/lsp.js';
 
 /**
@@ -47,27 +46,10 @@ export async function installLanguageServers(rootfs: string, progress: (line: st
   await mkdir(prefix, { recursive: true, mode: 0o755 });
   progress(`installing ${LANGUAGE_SERVER_NPM_PACKAGES.join(' ')} into ${LANGUAGE_SERVERS_PREFIX}`);
   const args = ['install', '--prefix', prefix, '--omit=dev', '--ignore-scripts', '--no-audit', '--no-fund', '--no-update-notifier', ...LANGUAGE_SERVER_NPM_PACKAGES];
-  await new Promise<void>((resolve, reject) => {
-    // umask 022: the tree must be readable by every sandbox user, whatever the host's umask.
-    const child = spawn('/bin/sh', ['-c', 'umask 022 && exec "$0" "$@"', npm, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-    const tail: string[] = [];
-    const onLine = (line: string): void => {
-      tail.push(line);
-      if (tail.length > 20) tail.shift();
-      progress(line);
-    };
-    createInterface({ input: child.stdout }).on('line', onLine);
-    createInterface({ input: child.stderr }).on('line', onLine);
-    const timer = setTimeout(() => child.kill('SIGKILL'), NPM_INSTALL_TIMEOUT_MS);
-    child.once('error', (error) => {
-      clearTimeout(timer);
-      reject(new Error(`npm could not be run to install the language servers: ${error.message}`));
-    });
-    child.once('close', (code, signal) => {
-      clearTimeout(timer);
-      if (code === 0) resolve();
-      else reject(new Error(`npm install ${LANGUAGE_SERVER_NPM_PACKAGES.join(' ')} failed (${signal ?? `exit ${code}`}):\n${tail.join('\n')}`));
-    });
+  // umask 022: the tree must be readable by every sandbox user, whatever the host's umask.
+  await runWithProgress('/bin/sh', ['-c', 'umask 022 && exec "$0" "$@"', npm, ...args], progress, {
+    what: `npm install ${LANGUAGE_SERVER_NPM_PACKAGES.join(' ')}`,
+    timeoutMs: NPM_INSTALL_TIMEOUT_MS,
   });
   // Checked, so an image never ships without what the guest agent will run.
   const cli = join(prefix, 'node_modules', 'typescript-language-server', 'lib', 'cli.mjs');

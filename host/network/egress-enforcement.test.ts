@@ -16,6 +16,7 @@ import { applyNftRuleset, listSlotChain, listSlotNftObjects, renderNftRuleset, r
 import { resolveEgress, type EgressPolicy } from './egress.js';
 import { silentLogger } from '../../core/logger.js';
 import { SlotPool } from './slot-pool.js';
+import { TCP_PROBE } from '../../test/test-internet.js';
 
 const isRoot = process.getuid?.() === 0;
 const SUBNET = '10.200.0.0/16';
@@ -33,18 +34,6 @@ const PORT = 47080;
 const NAMES: Record<string, string[]> = { 'api.test': [API_ADDRESS], 'ads.test': [ADS_ADDRESS] };
 const resolver = async (name: string) => NAMES[name] ?? [];
 
-/** From inside a namespace: ok (an answer), refused (reached, nothing listens), timeout (dropped). */
-const PROBE = String.raw`
-import socket, sys
-s = socket.socket(); s.settimeout(3)
-try:
-    s.connect((sys.argv[1], int(sys.argv[2])))
-    s.sendall(b'GET / HTTP/1.0\r\nHost: probe\r\n\r\n')
-    print('ok' if s.recv(200) else 'empty')
-except socket.timeout: print('timeout')
-except ConnectionRefusedError: print('refused')
-except OSError as e: print('error', e.errno)
-`;
 
 const sh = (file: string, args: string[]) => execFileSync(file, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
 const quietly = (fn: () => unknown) => {
@@ -63,7 +52,7 @@ describe.skipIf(!isRoot)('egress policies (real kernel)', () => {
   let server: ChildProcess | undefined;
   const servedDir = mkdtempSync('/tmp/nbx-egress-');
 
-  const probe = (address: string) => sh('ip', ['netns', 'exec', slot.netns, 'python3', '-c', PROBE, address, String(PORT)]).trim();
+  const probe = (address: string) => sh('ip', ['netns', 'exec', slot.netns, 'python3', '-c', TCP_PROBE, address, String(PORT)]).trim();
   const apply = async (policy: EgressPolicy) => {
     const resolved = await resolveEgress(policy, resolver);
     await applyNftRuleset(renderSlotEgress(slot.index, VETH_PREFIX, resolved.rules));
@@ -90,7 +79,7 @@ describe.skipIf(!isRoot)('egress policies (real kernel)', () => {
     server = spawn('ip', ['netns', 'exec', OUTSIDE_NS, 'python3', '-m', 'http.server', String(PORT), '--bind', '0.0.0.0', '--directory', servedDir], { stdio: 'ignore' });
     // Bounded wait for the server, from the host (no policy involved).
     const deadline = Date.now() + 15_000;
-    while (sh('python3', ['-c', PROBE, API_ADDRESS, String(PORT)]).trim() !== 'ok') {
+    while (sh('python3', ['-c', TCP_PROBE, API_ADDRESS, String(PORT)]).trim() !== 'ok') {
       if (Date.now() > deadline) throw new Error('the outside server did not come up');
       await new Promise((resolve) => setTimeout(resolve, 100));
     }
