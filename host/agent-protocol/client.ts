@@ -276,7 +276,9 @@ export class AgentClient {
       try {
         return await this.health({ timeoutMs: Math.max(remaining, 1) });
       } catch (error) {
-        lastFailure = error;
+        // An attempt that failed only when the deadline came (it was given what time was left)
+        // says nothing new: the failure before it, say a refused proof, is the reason to report.
+        if (lastFailure === undefined || Date.now() < deadline) lastFailure = error;
       }
       if (deadline - Date.now() <= 0) break;
       await sleep(Math.min(intervalMs, Math.max(deadline - Date.now(), 0)));
