@@ -12,14 +12,7 @@ import { readdir, readFile, stat } from 'node:fs/promises';
 import { extname, join, posix } from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import {
-  CancellationTokenSource,
-  createMessageConnection,
-  ResponseError,
-  StreamMessageReader,
-  StreamMessageWriter,
-  type MessageConnection,
-} from 'vscode-languageserver-protocol/node';
+import type { MessageConnection } from 'vscode-languageserver-protocol/node';
 import {
   LANGUAGE_SERVERS_PREFIX,
   LSP_LANGUAGES,
@@ -45,6 +38,15 @@ import type { WorkloadLauncher } from './workload.js';
 
 /** The host's node, bind-mounted (local driver) or copied (VM image) into every sandbox. */
 export const IN_SANDBOX_NODE = '/.nestbox/bin/node';
+
+type JsonRpc = typeof import('vscode-languageserver-protocol/node');
+let jsonRpc: Promise<JsonRpc> | undefined;
+/**
+ * The JSON-RPC library, loaded by the first language server's start: evaluating it cost every
+ * sandbox start about 30 ms of agent start-up (measured), and most sandboxes never start one.
+ * esbuild keeps it in the one bundle and runs it only when this import runs.
+ */
+const loadJsonRpc = (): Promise<JsonRpc> => (jsonRpc ??= import('vscode-languageserver-protocol/node'));
 
 export interface LanguageServerProgram {
   file: string;
@@ -202,6 +204,7 @@ export class LspService {
     const env = mergedEnv({ baseEnv: this.settings.baseEnv, home }, undefined);
     if (runAs.uid !== undefined) env.USER = env.LOGNAME = runAs.name;
     const launch = this.settings.launcher.wrap(program.file, program.args, runAs);
+    const { createMessageConnection, StreamMessageReader, StreamMessageWriter } = await loadJsonRpc();
     const child = spawn(launch.file, launch.args, {
       cwd: root,
       env,
@@ -418,6 +421,8 @@ export class LspService {
 
   /** One request, bounded in time; a server that exits meanwhile is reported as such. */
   private async request<T>(server: LanguageServer, method: string, params: unknown, timeoutMs = this.requestTimeoutMs): Promise<T> {
+    // Loaded already: a server exists only after a start.
+    const { CancellationTokenSource, ResponseError } = await loadJsonRpc();
     const cancel = new CancellationTokenSource();
     let timer: NodeJS.Timeout | undefined;
     let onExit: (() => void) | undefined;
