@@ -92,7 +92,7 @@ const LOOKUP_CACHE_MAX = 10_000;
 
 export class PortService {
   private readonly activityNoted = new Map<string, number>();
-  private readonly lookupCache = new Map<string, { at: number; record: PortRecord }>();
+  private readonly lookupCache = new Map<string, { at: number; record: PortRecord | undefined }>();
   private readonly keyStateCache = new Map<string, { at: number; active: boolean }>();
 
   constructor(
@@ -209,10 +209,10 @@ export class PortService {
     const cached = this.lookupCache.get(key);
     if (cached && Date.now() - cached.at < LOOKUP_CACHE_MS) return cached.record;
     const record = await portRepository(this.db).find(sandboxId, port);
-    if (record) {
-      if (this.lookupCache.size >= LOOKUP_CACHE_MAX) this.lookupCache.clear();
-      this.lookupCache.set(key, { at: Date.now(), record });
-    }
+    // Absence is cached too: every proxied request also asks for the sandbox's every-port record,
+    // which most sandboxes do not have. This replica's own writes forget() their entry at once.
+    if (this.lookupCache.size >= LOOKUP_CACHE_MAX) this.lookupCache.clear();
+    this.lookupCache.set(key, { at: Date.now(), record });
     return record;
   }
 
