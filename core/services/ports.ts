@@ -128,9 +128,7 @@ export class PortService {
   /** Which of these sandboxes (of the caller's organisation) have every port open to anyone: one query for a page. */
   async everyPortPublic(principal: Principal, sandboxIds: string[]): Promise<Set<string>> {
     requireScope(principal, 'sandboxes:read');
-    if (sandboxIds.length === 0) return new Set();
-    const rows = (await this.db('ports').select('sandbox_id').where({ port: EVERY_PORT, public: true, organization_id: principal.organizationId }).whereIn('sandbox_id', sandboxIds)) as { sandbox_id: string }[];
-    return new Set(rows.map((r) => r.sandbox_id));
+    return portRepository(this.db).everyPortPublic(principal.organizationId, sandboxIds);
   }
 
   /** Whether every port of the sandbox is open, and to whom (undefined: only published ports). */

@@ -80,6 +80,13 @@ export function portRepository(db: DbOrTx) {
       return (rows as PortRow[]).map(fromRow);
     },
 
+    /** Which of these sandboxes of the organisation have every port open to anyone (one query for a page). */
+    async everyPortPublic(organizationId: string, sandboxIds: string[]): Promise<Set<string>> {
+      if (sandboxIds.length === 0) return new Set();
+      const rows = (await db<PortRow>('ports').select('sandbox_id').where({ port: EVERY_PORT, public: true, organization_id: organizationId }).whereIn('sandbox_id', sandboxIds)) as Pick<PortRow, 'sandbox_id'>[];
+      return new Set(rows.map((r) => r.sandbox_id));
+    },
+
     async remove(sandboxId: string, port: number): Promise<boolean> {
       return (await db('ports').where({ sandbox_id: sandboxId, port }).delete()) > 0;
     },
