@@ -145,6 +145,31 @@ export interface UploadInput {
   body: Readable;
 }
 
+/**
+ * A tar stream (plain or gzip) unpacked at `path` inside the sandbox, as the sandbox's root
+ * would: Docker COPY semantics for what the archive holds (directories merge, files replace),
+ * no entry escapes `path` (no `..`, no absolute names, never through a symlink the sandbox has).
+ */
+export interface ExtractArchiveInput {
+  /** Absolute directory the entries are relative to (made when missing). */
+  path: string;
+  /** `user[:group]` (names from the sandbox's /etc/passwd and /etc/group, or ids) for every entry; default the archive's own ids. */
+  owner?: string;
+  /** Octal mode for every entry instead of the archive's, e.g. `0755`. */
+  mode?: OctalMode;
+  body: Readable;
+}
+export interface ExtractArchiveResult {
+  /** Entries written (files, directories, links). */
+  entries: number;
+  /** Bytes of file content written. */
+  bytes: number;
+}
+/** A tar stream of `path` (a file or a directory, recursively), names relative to its parent. */
+export interface CreateArchiveInput {
+  path: string;
+}
+
 export interface DownloadInput {
   paths: string[];
   /** Absolute directory relative paths resolve against (default: the agent user's home). */
@@ -485,6 +510,10 @@ export interface GuestClient {
   writeFileMetadata(input: FileMetadataWriteInput, o?: CallOptions): Promise<FileMetadataEntry>;
   uploadFiles(input: UploadInput, o?: CallOptions): Promise<UploadResult>;
   downloadFiles(input: DownloadInput, o?: CallOptions): Promise<ByteStream>;
+  /** Unpacks a tar stream into the sandbox (image builds' COPY). */
+  extractArchive(input: ExtractArchiveInput, o?: CallOptions): Promise<ExtractArchiveResult>;
+  /** A tar stream of a path in the sandbox (image builds' COPY --from). */
+  createArchive(input: CreateArchiveInput, o?: CallOptions): Promise<ByteStream>;
   watchFiles(input: WatchInput, o?: CallOptions): Promise<EventStream<WatchEvent>>;
   createWatcher(input: WatchInput, o?: CallOptions): Promise<WatcherCreated>;
   watcherEvents(watcherId: string, o?: CallOptions): Promise<WatcherEvents>;

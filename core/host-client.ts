@@ -109,8 +109,57 @@ export interface HostClient {
   deleteSnapshot(snapshotId: string): Promise<void>;
   /** Change the sandbox's egress policy; live when it runs, kept for its next start otherwise. */
   setEgress(id: string, egress: EgressPolicy): Promise<HostEgressResult>;
+  /**
+   * Pulls an OCI image into the host's store (linux/amd64 of a manifest list); an image already
+   * there is answered at once. Errors: `validation_failed` (bad reference), `not_found` (no such
+   * image or tag), `unauthorized` (registry refused the credentials), `upstream_unavailable`.
+   */
+  pullImage(reference: string, options?: HostPullOptions): Promise<HostImage>;
+  /** The images in the host's OCI store. */
+  listImages(): Promise<HostImage[]>;
+  /** Removes an image from the host's store (idempotent); `conflict` while a sandbox there uses it. */
+  deleteImage(id: string): Promise<void>;
   /** Hosted-port traffic goes through the host agent that owns the sandbox. */
   portProxyTarget(id: string, port: number): PortProxyTarget;
+}
+
+/** Registry credentials for one pull; never stored, never logged. */
+export interface HostRegistryCredentials {
+  username: string;
+  password: string;
+}
+
+/** What an OCI image's config says processes start with (host/images/oci/store.ts reads it). */
+export interface HostImageConfig {
+  env: string[];
+  cmd: string[] | null;
+  entrypoint: string[] | null;
+  workingDir: string;
+  user: string;
+  exposedPorts: string[];
+  labels: Record<string, string>;
+}
+
+/** An OCI image in a host's store, addressed by its linux/amd64 manifest digest. */
+export interface HostImage {
+  /** `sha256:<hex>`: what `HostSandboxSpec.image` names to start from it. */
+  id: string;
+  /** The normalised reference it was first pulled as, e.g. `docker.io/library/busybox:1.36`. */
+  reference: string;
+  sizeBytes: number;
+  compressedBytes: number;
+  layers: { digest: string; size: number; mediaType: string }[];
+  created?: string;
+  pulledAt: string;
+  config: HostImageConfig;
+}
+
+export interface HostPullOptions {
+  credentials?: HostRegistryCredentials;
+  /** Each progress line of the pull, as it happens. */
+  onProgress?: (line: string) => void;
+  /** Aborting cancels the pull; nothing half-pulled stays in the store. */
+  signal?: AbortSignal;
 }
 
 /** Builds a client for a registered host (its URL and credentials come from the host record). */

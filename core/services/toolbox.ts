@@ -66,6 +66,8 @@ export const TOOLBOX_OPERATIONS = {
   replaceInFiles: { scope: 'files:write', verb: 'change files of' },
   readFileMetadata: { scope: 'files:read', verb: 'read files of' },
   writeFileMetadata: { scope: 'files:write', verb: 'change files of' },
+  extractArchive: { scope: 'files:write', verb: 'write files of' },
+  createArchive: { scope: 'files:read', verb: 'read files of' },
   watchFiles: { scope: 'files:read', verb: 'watch files of' },
   createWatcher: { scope: 'files:read', verb: 'watch files of' },
   watcherEvents: { scope: 'files:read', verb: 'watch files of' },
@@ -317,6 +319,16 @@ export class Toolbox {
    */
   async uploadFiles(p: Principal, sandboxId: string, input: Guest.UploadInput, o?: O): Promise<Guest.UploadResult> {
     return (await this.guest(p, sandboxId, 'uploadFiles')).uploadFiles(input, o);
+  }
+
+  /** A tar stream unpacked into the sandbox (image builds' COPY; see Guest.ExtractArchiveInput). */
+  async extractArchive(p: Principal, sandboxId: string, input: Guest.ExtractArchiveInput, o?: O): Promise<Guest.ExtractArchiveResult> {
+    return (await this.guest(p, sandboxId, 'extractArchive')).extractArchive(input, o);
+  }
+
+  /** A tar stream of a path in the sandbox (image builds' COPY --from). */
+  async createArchive(p: Principal, sandboxId: string, input: Guest.CreateArchiveInput, o?: O): Promise<Guest.ByteStream> {
+    return (await this.guest(p, sandboxId, 'createArchive')).createArchive(input, o);
   }
 
   /** A multipart/form-data stream with one part per path, in order (failures as `error` parts). */

@@ -376,6 +376,15 @@ export class HttpGuestClient implements Guest.GuestClient {
     return (await this.json(Files.FileMetadataReadResponse, { method: 'POST', path: '/files/metadata/read', json: input, signal: o.signal })).body.entries;
   }
 
+  // Placeholders until the archive routes land (issue 14): the interface is settled first.
+  async extractArchive(_input: Guest.ExtractArchiveInput, _o: Guest.CallOptions = {}): Promise<Guest.ExtractArchiveResult> {
+    throw new NestboxError('not_supported', 'archive extraction is not implemented by this guest client yet');
+  }
+
+  async createArchive(_input: Guest.CreateArchiveInput, _o: Guest.CallOptions = {}): Promise<Guest.ByteStream> {
+    throw new NestboxError('not_supported', 'archive creation is not implemented by this guest client yet');
+  }
+
   async writeFileMetadata(input: Guest.FileMetadataWriteInput, o: Guest.CallOptions = {}): Promise<Guest.FileMetadataEntry> {
     return (await this.json(Files.FileMetadataResponse, { method: 'POST', path: '/files/metadata', json: input, signal: o.signal })).body;
   }

@@ -13,6 +13,8 @@ import type {
   HostClient,
   HostEgressResult,
   HostForkResult,
+  HostImage,
+  HostPullOptions,
   HostSandboxRuntime,
   HostSandboxSpec,
   HostSnapshotResult,
@@ -94,6 +96,19 @@ export class HttpHostClient implements HostClient {
 
   setEgress(id: string, egress: EgressPolicy): Promise<HostEgressResult> {
     return this.json({ method: 'POST', path: this.sandboxPath(id, '/egress'), json: egress, timeoutMs: 60_000 }, Schemas.HostEgressResult);
+  }
+
+  // Placeholders until the host-agent image routes land (issue 14): the interface is settled first.
+  async pullImage(_reference: string, _options: HostPullOptions = {}): Promise<HostImage> {
+    throw new NestboxError('not_supported', 'image pulls are not implemented by this host client yet');
+  }
+
+  async listImages(): Promise<HostImage[]> {
+    throw new NestboxError('not_supported', 'image listing is not implemented by this host client yet');
+  }
+
+  async deleteImage(_id: string): Promise<void> {
+    throw new NestboxError('not_supported', 'image deletion is not implemented by this host client yet');
   }
 
   portProxyTarget(id: string, port: number): PortProxyTarget {
