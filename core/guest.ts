@@ -165,7 +165,11 @@ export interface ExtractArchiveResult {
   /** Bytes of file content written. */
   bytes: number;
 }
-/** A tar stream of `path` (a file or a directory, recursively), names relative to its parent. */
+/**
+ * A tar stream of `path` (a file or a directory, recursively, symlinks as links), entry names
+ * relative to the sandbox's root without a leading `/` (`usr/bin/x` for `/usr/bin/x`), so the
+ * archives of several paths merge like one tree.
+ */
 export interface CreateArchiveInput {
   path: string;
 }
