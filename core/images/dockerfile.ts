@@ -135,16 +135,8 @@ function commandForm(ctx: Ctx, instr: Instruction, keyword: string): CommandForm
 function pathWords(ctx: Ctx, instr: Instruction): string[] {
   const text = content(instr);
   const json = jsonArray(text);
-  // JSON values are words too (Docker expands `COPY ["$SRC", "/x"]`): quote nothing away.
-  return json ? json.map((v) => word({ ...ctx, escape: '\\' }, quoteJsonWord(v))) : splitWords(text).map((w) => word(ctx, w));
-}
-
-/**
- * A JSON-form value keeps `$VAR` meaning but its quotes and backslashes are literal (JSON
- * already unescaped them), so everything but `$` is escaped for the word lexer.
- */
-function quoteJsonWord(value: string): string {
-  return value.replace(/[\\'"]/g, (c) => `\\${c}`);
+  // JSON-form values are words too: BuildKit expands `COPY ["$SRC", "/x"]` like the plain form.
+  return (json ?? splitWords(text)).map((w) => word(ctx, w));
 }
 
 function flagValue(ctx: Ctx, flag: Flag): string {

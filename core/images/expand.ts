@@ -259,6 +259,15 @@ export function quoteWord(literal: string): string {
   return literal.replace(/[\\$'"]/g, (c) => `\\${c}`);
 }
 
+/**
+ * A JSON value as a word: literal, except `$VAR` / `${VAR…}` references (and `\\$` for a literal
+ * `$`). For front doors whose values are not Dockerfile text (native JSON steps, SDK builders):
+ * quotes and backslashes mean themselves, variables still expand as in a Dockerfile.
+ */
+export function jsonWord(value: string): string {
+  return value.replace(/\\(\$)|([\\'"])/g, (_m, dollar: string | undefined, c: string | undefined) => (dollar ? '\\$' : `\\${c}`));
+}
+
 function render(parts: WordPart[], inSubstitution: boolean): string {
   let out = '';
   for (const p of parts) {
