@@ -54,6 +54,7 @@ const ConfigSchema = z.object({
   NESTBOX_BUILD_MAX_LOG_LINES: positiveInt.default(50_000),
   NESTBOX_IMAGE_READY_TIMEOUT_SECONDS: positiveInt.default(120),
   NESTBOX_BUILD_CACHE_TTL_HOURS: positiveInt.default(168),
+  NESTBOX_BUILD_MAX_CONTEXT_BYTES: positiveInt.default(4 * 1024 ** 3),
   // false = the server does not start a local host agent (host agents run elsewhere).
   NESTBOX_LOCAL_HOST_AGENT: z.enum(['true', 'false']).default('true'),
   // true = `nestbox server` runs the control plane in a worker process and restarts it with
@@ -172,6 +173,8 @@ export interface Config {
     maxLogLines: number;
     readyTimeoutSeconds: number;
     cacheTtlHours: number;
+    /** Largest build context one upload may be. */
+    maxContextBytes: number;
   };
   bootstrapApiKey?: string;
   hostSecret?: string;
@@ -290,6 +293,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       maxLogLines: e.NESTBOX_BUILD_MAX_LOG_LINES,
       readyTimeoutSeconds: e.NESTBOX_IMAGE_READY_TIMEOUT_SECONDS,
       cacheTtlHours: e.NESTBOX_BUILD_CACHE_TTL_HOURS,
+      maxContextBytes: e.NESTBOX_BUILD_MAX_CONTEXT_BYTES,
     },
     bootstrapApiKey: e.NESTBOX_BOOTSTRAP_API_KEY,
     hostSecret: e.NESTBOX_HOST_SECRET,

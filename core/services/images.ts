@@ -208,6 +208,19 @@ export class ImageService {
     return removed;
   }
 
+  /** The image's layers, topmost first (its build's snapshots down the chain). */
+  async layersOf(image: Image): Promise<{ id: string; sizeBytes: number | null; createdAt: Date }[]> {
+    const layers: { id: string; sizeBytes: number | null; createdAt: Date }[] = [];
+    let next = image.snapshotId;
+    for (let depth = 0; next && depth < 1000; depth++) {
+      const snapshot = await snapshotRepository(this.db).findById(next);
+      if (!snapshot || snapshot.organizationId !== image.organizationId) break;
+      layers.push({ id: snapshot.id, sizeBytes: snapshot.sizeBytes, createdAt: snapshot.createdAt });
+      next = snapshot.parentSnapshotId;
+    }
+    return layers;
+  }
+
   /** What the host of a sandbox of this image needs: its base, its layers and its environment. */
   startPoint(image: Image): { hostImage: string; snapshotId: string | null; hostId: string | null; env: Record<string, string> } {
     const env: Record<string, string> = {};

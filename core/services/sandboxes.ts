@@ -359,7 +359,7 @@ export class SandboxService {
       const i = input.internal;
       const snapshot = i.snapshotId ? await snapshotRepository(this.db).findById(i.snapshotId) : undefined;
       if (i.snapshotId && (!snapshot || snapshot.state !== 'ready' || snapshot.deletedAt || snapshot.organizationId !== organizationId)) throw errors.validation('snapshot', `layer ${i.snapshotId} is not ready`);
-      return { ...base, image: i.imageLabel, hostImage: i.hostImage === this.limits.defaultImage ? null : i.hostImage, snapshot, hostId: snapshot?.hostId ?? i.hostId, kind: i.kind };
+      return { ...base, image: i.imageLabel, hostImage: i.hostImage, snapshot, hostId: snapshot?.hostId ?? i.hostId, kind: i.kind };
     }
     if (input.snapshot !== undefined) {
       if (input.image !== undefined && input.image !== this.limits.defaultImage) throw errors.validation('image', 'give either an image or a snapshot, not both');
