@@ -11,7 +11,7 @@
 //        `path`: the directory the entries are relative to (made, with its parents, when
 //        missing; a symlink at `path` itself is followed, as a COPY destination is).
 //        `owner`: `user[:group]`, names from the sandbox's /etc/passwd and /etc/group or numeric
-//        ids, for every entry and every directory made for one (a user alone: its primary
+//        ids, for every entry and every directory made for one or for `path` (a user alone: its primary
 //        group); default the archive's own ids. `mode`: octal, e.g. 0755, for every file and
 //        directory (not symlinks); default the archive's.
 //        Rules (Docker COPY semantics, host/guest-agent/files-archive.ts):

@@ -183,6 +183,7 @@ describe('extractArchive', () => {
     expect(statSync(join(dest, 'd/f')).mode & 0o7777).toBe(0o4755);
 
     rmSync(dest, { recursive: true });
+    dest = join(dest, 'made', 'for', 'path');
     await extract(
       [
         { path: 'made/by/parents/f', content: 'x', uid: 5, gid: 5, mode: 0o600 },
@@ -190,9 +191,12 @@ describe('extractArchive', () => {
       ],
       { owner: { uid: 4321, gid: 8765 }, mode: 0o640 },
     );
-    for (const name of ['made', 'made/by', 'made/by/parents', 'made/by/parents/f']) {
+    // destN was removed: destN, destN/made, destN/made/for and the path itself are made for it.
+    for (const name of ['made', 'made/by', 'made/by/parents', 'made/by/parents/f', '.', '..', '../..', '../../..']) {
       expect([statSync(join(dest, name)).uid, statSync(join(dest, name)).gid], name).toEqual([4321, 8765]);
     }
+    // The directory above the first one made for the path is left as it was.
+    expect(statSync(join(dest, '../../../..')).uid).toBe(0);
     expect(statSync(join(dest, 'made/by/parents/f')).mode & 0o7777).toBe(0o640);
     expect(lstatSync(join(dest, 'l')).uid).toBe(4321);
     // The link's target is neither chowned nor chmodded.

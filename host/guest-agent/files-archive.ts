@@ -26,7 +26,7 @@ import type { ReadEntry } from 'tar';
 import type { ArchiveExtractResponse } from '../agent-protocol/archive.js';
 import { AgentHttpError, fsErrorToHttp, validationFailed } from './errors.js';
 import { sandboxAccounts } from './files-owners.js';
-import type { Owner } from './files-ownership.js';
+import { giveCreatedDirectories, type Owner } from './files-ownership.js';
 import { resolveRunAs } from './processes/users.js';
 
 type Tar = typeof import('tar');
@@ -273,7 +273,9 @@ export async function extractArchive(body: Readable, rootPath: string, options: 
   const { Parser } = await loadTar();
   let root: string;
   try {
-    await mkdir(rootPath, { recursive: true, mode: DEFAULT_DIRECTORY_MODE });
+    const firstCreated = await mkdir(rootPath, { recursive: true, mode: DEFAULT_DIRECTORY_MODE });
+    // Directories made for the path belong to `owner` too (as COPY --chown makes its destination).
+    await giveCreatedDirectories(firstCreated, rootPath, options.owner);
     root = await realpath(rootPath);
     if (!(await lstat(root)).isDirectory()) throw validationFailed('path', `not a directory: ${rootPath}`);
   } catch (error) {
