@@ -145,6 +145,34 @@ describe.skipIf(process.getuid?.() !== 0)('host agent image routes', () => {
     expect((badId as NestboxError).message).toMatch(/^image id: /);
   });
 
+  it('keeps a slow answer alive with keepalive lines, and reports a failure after the 200 as an error line', async () => {
+    // A second host agent on the same driver whose answers start at once (keepalive every 1 ms).
+    const eager = new HostAgentServer({ hostId: 'h2', secret: SECRET, driver, logger: recordingLogger([]), pullKeepaliveMs: 1 });
+    const port = await eager.listen(0, '127.0.0.1');
+    try {
+      const eagerClient = new HttpHostClient({ hostId: 'h2', baseUrl: `http://127.0.0.1:${port}`, secret: SECRET });
+      const raw = await fetch(`http://127.0.0.1:${port}/v1/images/pull`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${SECRET}` },
+        body: JSON.stringify({ reference: `${registry.host}/test/busybox:no-such-tag` }),
+      });
+      expect(raw.status).toBe(200);
+      const lines = (await raw.text()).trim().split('\n').map((line) => HostPullLine.parse(JSON.parse(line)));
+      expect(lines).toContainEqual({ keepalive: true });
+      expect(lines.at(-1)).toMatchObject({ error: { code: 'not_found', message: expect.stringContaining('no-such-tag') } });
+      // The client reads through keepalives and turns the error line into the catalogue's error.
+      const missing = await eagerClient.pullImage(`${registry.host}/test/busybox:no-such-tag`).catch((error: unknown) => error);
+      expect(missing).toBeInstanceOf(NestboxError);
+      expect((missing as NestboxError).code).toBe('not_found');
+      const progress: string[] = [];
+      const image = await eagerClient.pullImage(`${registry.host}/test/busybox:1`, { onProgress: (line) => progress.push(line) });
+      expect(image.id).toMatch(/^sha256:/);
+      expect(progress).toEqual([expect.stringContaining('already in the store')]);
+    } finally {
+      await eager.close();
+    }
+  });
+
   it('answers refused credentials 401, and never puts credentials in argv, log lines or messages', async () => {
     const ref = `${authRegistry.host}/private/busybox:1`;
     const wrong = { username: CREDS.username, password: `wrong-${randomBytes(8).toString('hex')}` };

@@ -38,6 +38,8 @@ export interface HostAgentServerOptions {
   driver: Driver;
   /** Lines about one sandbox carry `sandboxId`. */
   logger: Logger;
+  /** How long a pull's answer waits for its first line, and the most time between lines (default 10 s). */
+  pullKeepaliveMs?: number;
 }
 
 class HttpError extends Error {
@@ -407,7 +409,7 @@ export class HostAgentServer {
       if (!res.headersSent) res.writeHead(200, { 'content-type': PULL_CONTENT_TYPE, 'cache-control': 'no-cache, no-transform', 'x-accel-buffering': 'no' });
       res.write(`${JSON.stringify(line)}\n`);
     };
-    const keepalive = setInterval(() => send({ keepalive: true }), PULL_KEEPALIVE_MS);
+    const keepalive = setInterval(() => send({ keepalive: true }), this.opts.pullKeepaliveMs ?? PULL_KEEPALIVE_MS);
     const started = Date.now();
     log.info({ operation: 'pull', reference: body.reference }, `pull ${body.reference}${body.credentials ? ' (with credentials)' : ''}`);
     try {
