@@ -13,6 +13,9 @@ import { Cgroups } from '../drivers/local/cgroups.js';
 import { LocalDriver } from '../drivers/local/driver.js';
 import { uniqueId } from '../drivers/local/test-support.js';
 import { rawTar } from '../guest-agent/files-archive-testing.js';
+import { silentLogger } from '../../core/logger.js';
+import { HostAgentServer } from '../agent/server.js';
+import { HttpHostClient } from '../protocol/client.js';
 import { AgentClient } from './client.js';
 import { HttpGuestClient } from './guest-client.js';
 
@@ -123,6 +126,31 @@ describe.skipIf(process.getuid?.() !== 0)('archive routes in a local-driver sand
     const copied = await guest.extractArchive({ path: '/copy', body: (await guest.createArchive({ path: '/srv/tree' })).body });
     expect(copied.entries).toBe(4);
     expect(await sh('cat /copy/srv/tree/one; readlink /copy/srv/tree/sub/link')).toBe('one\n/etc/hostname\n');
+  });
+
+  it('works through the host agent as core calls it (HostClient.guest), a refusal arriving while the body is still sent', async () => {
+    const secret = 'a-host-secret-of-enough-length';
+    const server = new HostAgentServer({ hostId: 'h1', secret, driver, logger: silentLogger });
+    const port = await server.listen(0, '127.0.0.1');
+    try {
+      const viaHost = new HttpHostClient({ hostId: 'h1', baseUrl: `http://127.0.0.1:${port}`, secret }).guest(id);
+      const archive = rawTar([{ path: 'hop/f', content: 'through the host agent' }], { gzip: true });
+      expect(await viaHost.extractArchive({ path: '/srv', body: Readable.from([archive]) })).toEqual({ entries: 1, bytes: 22 });
+      expect((await listTar((await viaHost.createArchive({ path: '/srv/hop' })).body)).map((e) => e.path)).toEqual(['srv/hop/', 'srv/hop/f']);
+      // Refused at its first entry, with 32 MiB still to come: the 400 gets through, not a broken pipe.
+      async function* refusedThenMore(): AsyncGenerator<Buffer> {
+        yield rawTar([{ path: '../escape', content: 'x' }]).subarray(0, 1024);
+        for (let i = 0; i < 32; i++) yield Buffer.alloc(1024 * 1024);
+      }
+      const refused = await viaHost.extractArchive({ path: '/srv', body: Readable.from(refusedThenMore()) }).catch((e: unknown) => e);
+      expect(refused).toBeInstanceOf(NestboxError);
+      expect((refused as NestboxError).code).toBe('validation_failed');
+      expect((refused as NestboxError).message).toMatch(/^body: entry "\.\.\/escape"/);
+      // The connection is still usable.
+      expect((await viaHost.exec({ cmd: 'cat /srv/hop/f', timeoutMs: 20_000 })).stdout).toBe('through the host agent');
+    } finally {
+      await server.close();
+    }
   });
 
   it('streams large bodies both ways, and stops a walk whose client went away', async () => {
