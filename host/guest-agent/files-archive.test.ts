@@ -3,7 +3,7 @@
 // written) and what it never may (names outside the path, writes through symlinks the sandbox
 // had or the archive made, hard links to files it did not write, device nodes).
 import { execFileSync } from 'node:child_process';
-import { existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readlinkSync, rmSync, statSync, symlinkSync, writeFileSync, linkSync } from 'node:fs';
+import { existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, statSync, symlinkSync, writeFileSync, linkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
@@ -202,6 +202,24 @@ describe('extractArchive', () => {
     // The link's target is neither chowned nor chmodded.
     expect(statSync(join(outside, 'secret')).uid).toBe(0);
     expect(statSync(join(outside, 'secret')).mode & 0o777).toBe(0o644);
+  });
+
+  it('stops when the body breaks in the middle of a file, leaving no temp file behind', async () => {
+    const whole = rawTar([
+      { path: 'done', content: 'complete' },
+      { path: 'cut', content: Buffer.alloc(200_000, 1) },
+    ]);
+    async function* broken(): AsyncGenerator<Buffer> {
+      yield whole.subarray(0, 1024 + 512 + 50_000);
+      // Broken once the file is being written (its temp file exists; bounded wait).
+      for (let i = 0; i < 200 && !readdirSync(dest).some((name) => name.startsWith('.cut.')); i++) await new Promise((r) => setTimeout(r, 10));
+      throw Object.assign(new Error('the client went away'), { code: 'ECONNRESET' });
+    }
+    const error = await extractArchive(Readable.from(broken()), dest).catch((e: unknown) => e);
+    expect((error as Error).message).toBe('the client went away');
+    // The file in flight is discarded once its write stops (bounded wait).
+    for (let i = 0; i < 100 && execFileSync('ls', ['-A', dest], { encoding: 'utf8' }) !== 'done\n'; i++) await new Promise((r) => setTimeout(r, 20));
+    expect(execFileSync('ls', ['-A', dest], { encoding: 'utf8' })).toBe('done\n');
   });
 
   it('answers a body that is not tar with a 400 naming body', async () => {

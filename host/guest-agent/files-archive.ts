@@ -102,11 +102,22 @@ class Extraction {
   private readonly files = new Set<string>();
   /** Directory times are set last: writing into a directory changes its mtime. */
   private readonly directoryTimes: { path: string; mtime: Date }[] = [];
+  /** Fired when the extraction fails (the body broke, the client left): a file in flight waits for no more data. */
+  private readonly stopped = new AbortController();
+  private readonly whenStopped = new Promise<never>((_resolve, reject) => {
+    this.stopped.signal.addEventListener('abort', () => reject(new Error('the extraction stopped')), { once: true });
+  });
 
   constructor(
     private readonly root: string,
     private readonly options: ExtractOptions,
-  ) {}
+  ) {
+    this.whenStopped.catch(() => {});
+  }
+
+  stop(): void {
+    this.stopped.abort();
+  }
 
   private absolute(parts: string[]): string {
     return parts.length ? posix.join(this.root, ...parts) : this.root;
@@ -211,8 +222,12 @@ class Extraction {
     const temp = posix.join(posix.dirname(path), `.${posix.basename(path).slice(0, 200)}.nestbox-${randomBytes(6).toString('hex')}`);
     let handle: FileHandle | undefined = await open(temp, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o600);
     try {
-      for await (const chunk of entry as AsyncIterable<Buffer>) {
-        if (this.options.signal?.aborted) throw new Error('the client went away');
+      const chunks = (entry as AsyncIterable<Buffer>)[Symbol.asyncIterator]();
+      for (;;) {
+        // The entry's data ends, or the extraction stops (then no more data would ever come).
+        const next = await Promise.race([chunks.next(), this.whenStopped]);
+        if (next.done) break;
+        const chunk = next.value;
         let offset = 0;
         while (offset < chunk.length) offset += (await handle.write(chunk, offset)).bytesWritten;
         this.bytes += chunk.length;
@@ -290,6 +305,7 @@ export async function extractArchive(body: Readable, rootPath: string, options: 
     const fail = (error: unknown): void => {
       if (failed) return;
       failed = true;
+      extraction.stop();
       body.unpipe?.();
       body.destroy();
       reject(error);
