@@ -25,7 +25,7 @@ import type { HostLoader } from './runtime-binaries.js';
 import { assertSafeHostPath } from '../../util/fs.js';
 import { assertValidEnv } from './spawn.js';
 import { ensureBaseImage } from '../../images/base-image.js';
-import { IMAGE_ID, OciImageStore, type OciImageConfig } from '../../images/oci/store.js';
+import { IMAGE_ID, type OciImageConfig } from '../../images/oci/store.js';
 
 export interface LocalDriverOptions {
   /** Sandboxes live in `<dataDir>/sandboxes/<id>/`. Keep it short: the agent socket path must fit in 108 bytes. */
@@ -123,7 +123,6 @@ export abstract class LocalSandboxes extends DriverBase<SandboxRecord> {
   protected lastCap = 40;
   protected dnsServers: string[] = [];
   protected fileViews?: FileViews;
-  protected ociStore?: OciImageStore;
 
   constructor(protected readonly options: LocalDriverOptions) {
     super('LocalDriver', options.dataDir, options.logger);
@@ -134,6 +133,7 @@ export abstract class LocalSandboxes extends DriverBase<SandboxRecord> {
     this.rootfsHelperBinary = options.rootfsHelperBinary ?? join(dirname(resolve(options.guestAgentBundle)), 'nestbox-rootfs');
     this.seccompHelperBinary = options.seccompHelperBinary ?? join(dirname(resolve(options.guestAgentBundle)), 'nestbox-seccomp');
     this.agentBundle = resolve(options.guestAgentBundle);
+    this.ociStoreDir = options.ociStoreDir ?? join(options.imagesDir, 'oci');
     this.idRanges = new IdRangeAllocator(options.userNamespaceBase ?? DEFAULT_ID_BASE, options.maxUserNamespaces ?? DEFAULT_MAX_ID_RANGES, options.idRangesDir);
     this.subnet = options.subnet ?? '10.200.0.0/16';
     this.ownerKey = ownerKeyFor(options.ownerId);
@@ -189,8 +189,7 @@ export abstract class LocalSandboxes extends DriverBase<SandboxRecord> {
       const base = await ensureBaseImage({ imagesDir: this.options.imagesDir, onProgress });
       return { rootfs: base.rootfs, env: {} };
     }
-    this.ociStore ??= new OciImageStore({ storeDir: this.options.ociStoreDir ?? join(this.options.imagesDir, 'oci') });
-    const image = await this.ociStore.get(spec.image);
+    const image = await this.imageStore().get(spec.image);
     if (!image) throw new DriverError('not_found', `image ${spec.image} is not in this host's image store (pull it first)`);
     const hasRootHome = (await lstat(join(image.rootfs, 'root')).catch(() => undefined))?.isDirectory() ?? false;
     return { rootfs: image.rootfs, env: imageEnvironment(image.meta.config, hasRootHome, (message) => this.log.warn({ image: spec.image }, message)) };
