@@ -132,16 +132,24 @@ describe('extractArchive', () => {
     expect(error.message).toContain('symbolic link');
     expect(readFileSync(join(outside, 'secret'), 'utf8')).toBe('untouched');
     // Nor for a directory entry, nor deeper down.
-    await refusal([{ path: 'link/sub/', type: 'Directory' }]);
+    await refusal([
+      { path: 'link2', type: 'SymbolicLink', linkpath: outside },
+      { path: 'link2/sub/', type: 'Directory' },
+    ]);
     expect(existsSync(join(outside, 'sub'))).toBe(false);
   });
 
-  it('never writes through a symlink the sandbox already had', async () => {
-    symlinkSync(outside, join(dest, 'planted'));
-    await refusal([{ path: 'planted/secret', content: 'overwritten' }]);
-    await refusal([{ path: 'planted/new', content: 'dropped in' }]);
-    expect(readFileSync(join(outside, 'secret'), 'utf8')).toBe('untouched');
-    expect(existsSync(join(outside, 'new'))).toBe(false);
+  it("follows a link the sandbox already had to a directory, as Docker's COPY does (merged /usr: bin -> usr/bin)", async () => {
+    mkdirSync(join(dest, 'usr', 'bin'), { recursive: true });
+    symlinkSync('usr/bin', join(dest, 'bin'));
+    await extract([{ path: 'bin/tool', content: 'tool' }]);
+    expect(readFileSync(join(dest, 'usr', 'bin', 'tool'), 'utf8')).toBe('tool');
+    expect(lstatSync(join(dest, 'bin')).isSymbolicLink()).toBe(true);
+    // A link to a file is no directory to write into.
+    writeFileSync(join(dest, 'file'), 'x');
+    symlinkSync('file', join(dest, 'filelink'));
+    const error = await refusal([{ path: 'filelink/secret', content: 'no' }]);
+    expect(error.status).toBe(400);
   });
 
   it('refuses hard links outside the path, or to files the archive did not write', async () => {
@@ -169,6 +177,24 @@ describe('extractArchive', () => {
     ]);
     expect(result).toEqual({ entries: 1, bytes: 2 });
     expect(execFileSync('ls', ['-A', dest], { encoding: 'utf8' })).toBe('ok\n');
+  });
+
+  it.skipIf(!isRoot)('leaves directories that were there as they were (a COPY --chown into /usr/local/bin never re-owns /usr)', async () => {
+    mkdirSync(join(dest, 'usr', 'local'), { recursive: true, mode: 0o755 });
+    execFileSync('chown', ['77:77', join(dest, 'usr')]);
+    await extract(
+      [
+        { path: 'usr/', type: 'Directory', mode: 0o700 },
+        { path: 'usr/local/', type: 'Directory', mode: 0o700 },
+        { path: 'usr/local/bin/', type: 'Directory', mode: 0o755 },
+        { path: 'usr/local/bin/tool', content: 'x', mode: 0o755 },
+      ],
+      { owner: { uid: 1000, gid: 1000 } },
+    );
+    expect([statSync(join(dest, 'usr')).uid, statSync(join(dest, 'usr')).mode & 0o777]).toEqual([77, 0o755]);
+    expect(statSync(join(dest, 'usr/local')).mode & 0o777).toBe(0o755);
+    expect(statSync(join(dest, 'usr/local/bin')).uid).toBe(1000);
+    expect(statSync(join(dest, 'usr/local/bin/tool')).uid).toBe(1000);
   });
 
   it.skipIf(!isRoot)("keeps the archive's owners, or gives every entry the one asked for, and the mode asked for", async () => {

@@ -8,16 +8,17 @@
 // is never replaced by a file, and a hard link may only name a file this archive wrote. What
 // stays the same as node-tar's protections, and is checked for every entry:
 //   - no name is absolute or has a `..` component (the whole archive is refused: 400);
-//   - nothing is written through a symlink: every directory on the way to an entry is
-//     lstat-checked (or was made by this extraction), so neither a link the sandbox already had
-//     nor one the archive just made is followed; files are written to a new temp file and
+//   - nothing is written through a symlink the archive made: every directory on the way to an
+//     entry is lstat-checked (or was made by this extraction); a link the sandbox already had to a
+//     directory is followed, as Docker does (it resolves inside the sandbox). Files are
+//     written to a new temp file and
 //     renamed over what was there, so a link or a hard-linked file at the name is replaced,
 //     never written into;
 //   - device nodes and fifos are dropped (the sandbox gets its devices from the launcher).
 // The agent runs in the sandbox's own root, so every path here is the sandbox's.
 import { randomBytes } from 'node:crypto';
 import { constants } from 'node:fs';
-import { chmod, chown, lchown, link, lstat, lutimes, mkdir, open, readdir, realpath, rename, symlink, unlink, utimes, type FileHandle } from 'node:fs/promises';
+import { chmod, chown, lchown, link, lstat, lutimes, mkdir, open, readdir, realpath, rename, stat, symlink, unlink, utimes, type FileHandle } from 'node:fs/promises';
 import type { ServerResponse } from 'node:http';
 import { posix } from 'node:path';
 import type { Readable } from 'node:stream';
@@ -98,6 +99,8 @@ class Extraction {
   bytes = 0;
   /** Directories (relative, '/'-joined; '' = root) known to be real directories: made or lstat-checked here. */
   private readonly directories = new Set<string>(['']);
+  /** Symbolic links this archive made: never followed by a later entry. */
+  private readonly links = new Set<string>();
   /** Regular files this archive wrote: the only targets a hard link may name. */
   private readonly files = new Set<string>();
   /** Directory times are set last: writing into a directory changes its mtime. */
@@ -133,6 +136,17 @@ class Extraction {
         if (errnoCode(error) === 'ENOENT') return undefined;
         throw error;
       });
+      // A link the sandbox already had to one of its directories is followed, as Docker's COPY
+      // follows them (Debian's merged /usr: /bin -> usr/bin). The agent's root is the sandbox's,
+      // so the link resolves inside the sandbox whatever it says; a link this archive made is
+      // never followed (an archive cannot redirect its own later entries).
+      if (info?.isSymbolicLink() && !this.links.has(key)) {
+        const target = await stat(path).catch(() => undefined);
+        if (target?.isDirectory()) {
+          this.directories.add(key);
+          continue;
+        }
+      }
       if (info && !info.isDirectory()) {
         const what = info.isSymbolicLink() ? 'a symbolic link' : 'not a directory';
         throw validationFailed('body', `entry ${JSON.stringify(parts.join('/'))}: ${JSON.stringify(key)} is ${what}; archive entries are never written through links`);
@@ -197,13 +211,23 @@ class Extraction {
     entry.resume();
     const key = parts.join('/');
     const info = await this.existing(path);
+    // The sandbox's own link to a directory stays (a COPY to /bin/x of a merged-/usr image
+    // carries a `bin/` entry, which must not replace the link with an empty directory).
+    if (info?.isSymbolicLink() && !this.links.has(key) && (await stat(path).catch(() => undefined))?.isDirectory()) {
+      this.directories.add(key);
+      return;
+    }
     if (info && !info.isDirectory()) {
       this.files.delete(key);
       await unlink(path);
     }
-    if (!info?.isDirectory()) await mkdir(path, { mode: DEFAULT_DIRECTORY_MODE });
+    const existed = info?.isDirectory() ?? false;
+    if (!existed) await mkdir(path, { mode: DEFAULT_DIRECTORY_MODE });
     this.directories.add(key);
-    // A real directory (just made or lstat-checked): chmod and chown cannot follow a link here.
+    // A directory that was there keeps its owner, mode and times (as Docker's COPY leaves
+    // /usr alone when it copies into /usr/local/bin); one made here gets the archive's (or the
+    // requested) owner and mode. It is a real directory: chmod and chown cannot follow a link.
+    if (existed) return;
     const owner = this.owner(entry);
     await chown(path, owner.uid, owner.gid);
     await chmod(path, this.mode(entry, DEFAULT_DIRECTORY_MODE));
@@ -256,6 +280,7 @@ class Extraction {
     // The target is kept as written (absolute or relative): it is resolved in the sandbox when
     // used, and this extraction never writes through it.
     await symlink(target, path);
+    this.links.add(parts.join('/'));
     const owner = this.owner(entry);
     await lchown(path, owner.uid, owner.gid);
     if (entry.mtime) await lutimes(path, entry.atime ?? entry.mtime, entry.mtime);
