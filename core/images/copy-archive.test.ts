@@ -7,7 +7,7 @@ import { gzipSync } from 'node:zlib';
 import * as tar from 'tar';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BuildSpecError } from './build-spec.js';
-import { composeCopyArchive, globBase, parseDockerignore, type ComposeCopyArchiveInput } from './copy-archive.js';
+import { composeCopyArchive, globBase, parseDockerignore, resolveCopyDest, type ComposeCopyArchiveInput } from './copy-archive.js';
 import { NestboxError } from '../errors.js';
 
 let work: string;
@@ -275,6 +275,14 @@ describe('composeCopyArchive: Docker COPY semantics', () => {
     expect(names(await compose([tarOf([{ path: '/abs.txt', body: 'a' }])], { sources: ['abs.txt'], dest: '/x' }))).toEqual(['x']);
   });
 
+  it('an empty input is an empty tree; a truncated one is refused', async () => {
+    expect(names(await compose([Buffer.alloc(0), tarOf([{ path: 'a', body: 'a' }])], { sources: ['a'], dest: '/a' }))).toEqual(['a']);
+    const whole = tarOf([{ path: 'big', body: Buffer.alloc(2000, 1) }]);
+    const err = await refusal(compose([whole.subarray(0, 1200)], { sources: ['.'], dest: '/d/' }));
+    expect(err).toBeInstanceOf(BuildSpecError);
+    expect(err.message).toMatch(/not a valid tar archive: .*Truncated/);
+  });
+
   it('refuses input that is not a tar', async () => {
     const err = await refusal(compose([Buffer.from('this is not a tar archive at all'.repeat(40))], { sources: ['.'], dest: '/d/' }));
     expect(err).toBeInstanceOf(BuildSpecError);
@@ -395,5 +403,21 @@ describe('globBase', () => {
     ['a/./b/', 'a/b'],
   ])('%s → %s', (pattern, base) => {
     expect(globBase(pattern)).toBe(base);
+  });
+});
+
+describe('resolveCopyDest', () => {
+  it.each([
+    ['/abs/file', '/app', '/abs/file'],
+    ['/abs/dir/', '/app', '/abs/dir/'],
+    ['.', '/app', '/app/'],
+    ['./', '/app', '/app/'],
+    ['sub/.', '/app', '/app/sub/'],
+    ['rel.txt', '/app', '/app/rel.txt'],
+    ['node_modules', '/app/', '/app/node_modules'],
+    ['../../../x', '/app', '/x'],
+    ['x', '/', '/x'],
+  ])('%s in %s → %s', (dest, workdir, expected) => {
+    expect(resolveCopyDest(dest, workdir)).toBe(expected);
   });
 });

@@ -87,6 +87,17 @@ export function globBase(pattern: string): string {
   return absolute ? `/${joined}` : joined;
 }
 
+/**
+ * A COPY/ADD destination made absolute against the stage's WORKDIR, as BuildKit does: a
+ * relative dest joins the WORKDIR, and a dest ending with `/` or being / ending with `.` stays a
+ * directory (`COPY a.txt .` puts a.txt inside WORKDIR). `..` stops at `/`.
+ */
+export function resolveCopyDest(dest: string, workdir = '/'): string {
+  const joined = path.posix.join('/', dest.startsWith('/') ? '' : workdir, dest);
+  const keepsDirectory = dest.endsWith('/') || dest === '.' || dest.endsWith('/.');
+  return keepsDirectory && !joined.endsWith('/') ? `${joined}/` : joined;
+}
+
 /** `a/./b/../c` → `a/c`, relative to the root; undefined when it climbs out (`../x`). */
 function cleanRelative(p: string): string | undefined {
   const out: string[] = [];
@@ -237,7 +248,7 @@ class Tree {
 
 /** Names as Docker's extraction reads them: no leading `/` or `./`; undefined for the root. */
 function entryName(raw: string, fail: (m: string) => never): string | undefined {
-  const cleaned = cleanRelative(raw.replace(/\\/g, '/'));
+  const cleaned = cleanRelative(raw);
   if (cleaned === undefined) fail(`archive entry ${JSON.stringify(raw)} is outside the archive's root`);
   return cleaned === '' ? undefined : cleaned;
 }
@@ -289,7 +300,15 @@ async function* tarEntries(source: Source, signal: AbortSignal | undefined, what
     error ??= err;
     notify();
   };
-  parser.on('error', onError);
+  // A stream with no bytes at all is an empty tree (a build without a context), not a bad tar.
+  let seen = 0;
+  source.on('data', (c: Buffer) => (seen += c.length));
+  parser.on('error', (err: Error) => {
+    if (seen === 0 && /Unrecognized archive format/.test(err.message)) {
+      done = true;
+      notify();
+    } else onError(err);
+  });
   source.on('error', onError);
   const onAbort = () => onError(signal?.reason instanceof Error ? signal.reason : new Error('the copy was cancelled'));
   signal?.addEventListener('abort', onAbort);
