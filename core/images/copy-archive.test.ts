@@ -229,6 +229,19 @@ describe('composeCopyArchive: Docker COPY semantics', () => {
     expect(bodyOf(out, 'm/keep')).toBe('k');
   });
 
+  it('keeps every entry of a run of entries without bodies', async () => {
+    const run: Spec[] = [];
+    for (let i = 0; i < 50; i++) {
+      run.push({ path: `d${i}/`, type: 'Directory', mode: 0o700 });
+      run.push({ path: `d${i}/empty`, body: '' });
+      run.push({ path: `d${i}/link`, type: 'SymbolicLink', linkpath: 'empty' });
+    }
+    const out = await compose([tarOf(run)], { sources: ['.'], dest: '/r/' });
+    expect(out).toHaveLength(1 + 150);
+    // The directories' own modes arrived (not implicit 0755 ones).
+    expect(out.filter((e) => e.type === 'Directory' && e.mode === 0o700)).toHaveLength(50);
+  });
+
   it('reads gzip inputs', async () => {
     const out = await compose([gzipSync(tarOf([{ path: 'z.txt', body: 'zipped' }]))], { sources: ['z.txt'], dest: '/z' });
     expect(bodyOf(out, 'z')).toBe('zipped');

@@ -279,7 +279,9 @@ type Source = Readable | NodeJS.ReadableStream;
  */
 async function* tarEntries(source: Source, signal: AbortSignal | undefined, what: string): AsyncGenerator<ReadEntry> {
   const parser = new Parser({ strict: true });
-  let current: ReadEntry | undefined;
+  // A queue: the Parser waits for an entry with a body to be read, but emits entries without
+  // one (directories, links, empty files) back to back.
+  const queue: ReadEntry[] = [];
   let done = false;
   let error: Error | undefined;
   let wake: (() => void) | undefined;
@@ -289,7 +291,7 @@ async function* tarEntries(source: Source, signal: AbortSignal | undefined, what
     w?.();
   };
   parser.on('entry', (e: ReadEntry) => {
-    current = e;
+    queue.push(e);
     notify();
   });
   parser.on('end', () => {
@@ -317,9 +319,8 @@ async function* tarEntries(source: Source, signal: AbortSignal | undefined, what
     for (;;) {
       if (signal?.aborted) onAbort();
       if (error) throw error;
-      if (current) {
-        const e = current;
-        current = undefined;
+      const e = queue.shift();
+      if (e) {
         yield e;
         if (!e.emittedEnd) e.resume();
         continue;
