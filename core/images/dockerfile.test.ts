@@ -141,17 +141,24 @@ describe('parseDockerfile: instructions', () => {
     expect(spec.stages[2]!.steps.map((s) => (s as Extract<BuildStep, { kind: 'copy' }>).fromStage)).toEqual([0, 1]);
   });
 
-  it('global ARGs are usable in FROM (build args override), and become the stage args defaults', () => {
-    const text = 'ARG BASE=debian\nARG TAG=${BASE}-12\nFROM ${BASE}:${TAG}\nARG TAG\nFROM --platform=$BUILDPLATFORM $BASE AS two';
+  it('global ARGs are usable in FROM (build args override); a stage ARG without a value inherits the global default', () => {
+    const text = 'ARG BASE=debian\nARG TAG=${BASE}-12\nFROM ${BASE}:${TAG}\nARG TAG\nARG TARGETARCH\nARG BASE=own\nARG NOGLOBAL\nFROM --platform=$BUILDPLATFORM $BASE AS two';
     const spec = parseDockerfile(text);
     expect(spec.stages[0]!.from.reference).toBe('debian:debian-12');
-    expect(spec.stages[0]!.steps).toMatchObject([{ kind: 'arg', name: 'TAG' }]);
+    expect(spec.stages[0]!.steps.map(({ at: _at, ...rest }) => rest)).toEqual([
+      { kind: 'arg', name: 'TAG', default: 'debian-12' },
+      { kind: 'arg', name: 'TARGETARCH', default: PLATFORM_ARGS.TARGETARCH },
+      { kind: 'arg', name: 'BASE', default: 'own' },
+      { kind: 'arg', name: 'NOGLOBAL' },
+    ]);
     expect(spec.stages[1]!.from).toEqual({ reference: 'debian', platform: 'linux/amd64' });
-    expect(spec.args).toEqual({ ...PLATFORM_ARGS, BASE: 'debian', TAG: 'debian-12' });
+    // Only build args: a stage's own ARG default must not lose to a global one.
+    expect(spec.args).toEqual({});
 
     const overridden = parseDockerfile(text, { args: { BASE: 'ubuntu', EXTRA: '1' }, contexts: ['ctx/1'], ignore: ['*.log'] });
     expect(overridden.stages[0]!.from.reference).toBe('ubuntu:ubuntu-12');
-    expect(overridden.args).toMatchObject({ BASE: 'ubuntu', TAG: 'ubuntu-12', EXTRA: '1' });
+    expect(overridden.stages[0]!.steps[0]).toMatchObject({ default: 'ubuntu-12' });
+    expect(overridden.args).toEqual({ BASE: 'ubuntu', EXTRA: '1' });
     expect(overridden.contexts).toEqual(['ctx/1']);
     expect(overridden.ignore).toEqual(['*.log']);
   });

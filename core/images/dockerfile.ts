@@ -268,7 +268,11 @@ export function parseDockerfile(text: string, options: DockerfileOptions = {}): 
             if (value !== undefined) metaVars[name] = value;
             else delete metaVars[name];
           } else {
-            push({ at, kind: 'arg', name, ...(def !== undefined ? { default: def } : {}) });
+            // `ARG V` without a value inside a stage takes the global ARG's default (Docker's
+            // rule; BuildKit's platform ARGs are global ARGs too). A build arg still wins.
+            const inherited = def === undefined ? (globalDefaults[name] ?? PLATFORM_ARGS[name]) : undefined;
+            const stepDefault = def ?? (inherited !== undefined ? quoteWord(inherited) : undefined);
+            push({ at, kind: 'arg', name, ...(stepDefault !== undefined ? { default: stepDefault } : {}) });
           }
         }
         break;
@@ -448,9 +452,7 @@ export function parseDockerfile(text: string, options: DockerfileOptions = {}): 
   return {
     stages,
     contexts: options.contexts ?? [],
-    // A stage's `ARG X` takes its value from here: the build arg, else the global ARG's default
-    // (Docker's rule), else BuildKit's platform args.
-    args: { ...PLATFORM_ARGS, ...globalDefaults, ...buildArgs },
+    args: { ...buildArgs },
     ignore: options.ignore ?? [],
   };
 }
