@@ -31,7 +31,18 @@ export function emptyImageConfig(): ImageConfig {
 export type ImageSource =
   | { kind: 'builtin' }
   | { kind: 'pull'; reference: string; digest: string }
-  | { kind: 'build'; buildId: string; from: string[] };
+  | { kind: 'build'; buildId: string; from: string[]; history?: BuildHistoryEntry[] };
+
+/** One step of the build that made an image (its last stage), as Docker's `history` shows. */
+export interface BuildHistoryEntry {
+  step: number;
+  stage: number;
+  instruction: string;
+  /** The layer the step wrote (a tree step), else null (a metadata step). */
+  layer: string | null;
+  /** A tree step answered from the cache. */
+  cached?: boolean;
+}
 
 export interface Image {
   /** `img…`, or `default` for the built-in image. */

@@ -20,6 +20,7 @@
 import { createHash } from 'node:crypto';
 import { posix } from 'node:path';
 import type { Readable } from 'node:stream';
+import { StringDecoder } from 'node:string_decoder';
 import type { Db } from '../store/db.js';
 import { buildCacheRepository, buildRepository } from '../store/repositories/images.js';
 import { snapshotRepository } from '../store/repositories/snapshots.js';
@@ -32,7 +33,7 @@ import type { HostClient, HostImage, HostRegistryCredentials } from '../host-cli
 import type { ObjectStore } from '../object-store.js';
 import { validateEgress } from '../egress.js';
 import { BuildSpecError, type BuildSpec, type BuildStage, type BuildStep, type CommandForm } from '../images/build-spec.js';
-import { DEFAULT_SHELL, emptyImageConfig, FINISHED_BUILD_STATES, type BuildError, type BuildLogLine, type BuildOptions, type BuildState, type Image, type ImageBuild, type ImageConfig } from '../images/types.js';
+import { DEFAULT_SHELL, emptyImageConfig, FINISHED_BUILD_STATES, type BuildError, type BuildHistoryEntry, type BuildLogLine, type BuildOptions, type BuildState, type Image, type ImageBuild, type ImageConfig } from '../images/types.js';
 import { requireScope } from './auth.js';
 import type { HostService } from './hosts.js';
 import { BUILTIN_IMAGE, DEFAULT_TAG, IMAGE_NAME, IMAGE_TAG, type ImageService } from './images.js';
@@ -41,8 +42,8 @@ import type { SandboxService } from './sandboxes.js';
 
 /** What the engine needs of the inputs side (core/images/dockerfile.ts, copy-archive.ts). */
 export interface BuildInputTools {
-  /** Docker's `$VAR` / `${VAR:-x}` substitution. */
-  expandWords(text: string, vars: Record<string, string>): string;
+  /** Docker's `$VAR` / `${VAR:-x}` substitution (a bad word is a BuildSpecError naming the line). */
+  expandWords(text: string, vars: Record<string, string>, options?: { line?: number }): string;
   /** The tar a COPY unpacks at `/` of the build sandbox. */
   composeCopyArchive(input: {
     inputs: Array<() => Promise<Readable>>;
@@ -50,11 +51,16 @@ export interface BuildInputTools {
     dest: string;
     ignore?: string[];
     extractArchives?: boolean;
+    /** `dest` is a directory that exists in the stage (COPY a.txt /app puts it inside /app). */
+    destIsDirectory?: boolean;
     tmpDir: string;
     signal?: AbortSignal;
+    at?: { field?: string; line?: number };
   }): Promise<{ stream: Readable; entries: number; bytes: number; cleanup(): Promise<void> }>;
   /** The leading directory of a glob pattern without magic characters. */
   globBase(pattern: string): string;
+  /** A COPY destination against the WORKDIR (a trailing `/` or `.` keeps it a directory). */
+  resolveCopyDest(dest: string, workdir: string): string;
 }
 
 export interface BuildLimits {
@@ -115,6 +121,8 @@ interface StageState {
   sandbox?: Sandbox;
   /** Describes where the stage came from (the image's `source.from`). */
   from: string;
+  /** Index of the stage (history entries name it). */
+  stage: number;
 }
 
 interface RunContext {
@@ -129,9 +137,29 @@ interface RunContext {
   log: (text: string, stream?: BuildLogLine['stream']) => void;
   tail: string[];
   noCacheFromHere: boolean;
+  /** What each step of the last stage did (the image's history, Docker's `history`). */
+  history: BuildHistoryEntry[];
+  /** Set by a tree step: whether it came from the cache. */
+  lastCached?: boolean;
 }
 
-const hash = (...parts: unknown[]): string => createHash('sha256').update(JSON.stringify(parts)).digest('hex');
+/**
+ * Cache keys hash a canonical JSON (object keys sorted): a config read back from the database
+ * (jsonb reorders keys) must hash like the one the build holds in memory.
+ */
+const hash = (...parts: unknown[]): string => createHash('sha256').update(canonicalJson(parts)).digest('hex');
+
+function canonicalJson(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`;
+  if (value && typeof value === 'object') {
+    return `{${Object.keys(value as object)
+      .filter((k) => (value as Record<string, unknown>)[k] !== undefined)
+      .sort()
+      .map((k) => `${JSON.stringify(k)}:${canonicalJson((value as Record<string, unknown>)[k])}`)
+      .join(',')}}`;
+  }
+  return JSON.stringify(value ?? null);
+}
 const BUILD_ID = /^bld[a-z0-9]{17}$/;
 const LOG_FLUSH_MS = 200;
 const LOG_LINE_MAX = 8192;
@@ -384,6 +412,7 @@ export class ImageBuildService {
       stepNo: 0,
       sandboxes: [],
       tail: [],
+      history: [],
       noCacheFromHere: build.options.noCache,
       log: (text, stream = 'system') => {
         for (const raw of text.split('\n')) {
@@ -457,8 +486,11 @@ export class ImageBuildService {
         await buildRepository(this.db).transition(build.id, ['running'], { currentStep: ctx.stepNo });
         ctx.log(`Step ${ctx.stepNo}/${total} : ${step.at.text}`);
         if (step.noCache) ctx.noCacheFromHere = true;
+        const layerBefore = state.snapshotId;
+        ctx.lastCached = undefined;
         try {
           await this.runStep(ctx, stage, state, step, states);
+          ctx.history.push({ step: ctx.stepNo, stage: stage.index, instruction: step.at.text.slice(0, 1000), layer: state.snapshotId !== layerBefore ? state.snapshotId : null, ...(ctx.lastCached !== undefined ? { cached: ctx.lastCached } : {}) });
         } catch (err) {
           if (err instanceof StepFailure || ctx.signal.aborted) throw err;
           const e = err instanceof BuildSpecError ? new NestboxError('validation_failed', err.message, { field: err.field }) : toNestboxError(err);
@@ -488,7 +520,7 @@ export class ImageBuildService {
         base: final.base,
         snapshotId: final.snapshotId,
         config: final.config,
-        source: { kind: 'build', buildId: build.id, from: states.map((s) => s.from) },
+        source: { kind: 'build', buildId: build.id, from: states.map((s) => s.from), history: ctx.history.filter((h) => h.stage === final.stage) },
         buildId: build.id,
         sizeBytes: size,
       }),
@@ -500,7 +532,7 @@ export class ImageBuildService {
 
   private async resolveFrom(ctx: RunContext, stage: BuildStage, states: StageState[], globalArgs: Record<string, string>): Promise<StageState> {
     const reference = this.tools.expandWords(stage.from.reference, globalArgs).trim();
-    const fresh = (s: Omit<StageState, 'args' | 'workdirPending'>): StageState => ({ ...s, args: {}, workdirPending: false });
+    const fresh = (s: Omit<StageState, 'args' | 'workdirPending' | 'stage'>): StageState => ({ ...s, args: {}, workdirPending: false, stage: stage.index });
     if (stage.from.stage !== undefined) {
       const earlier = states[stage.from.stage];
       if (!earlier) throw new BuildSpecError('dockerfile', stage.at.line, `FROM ${reference}: no such earlier stage`);
@@ -548,12 +580,12 @@ export class ImageBuildService {
 
   private async runStep(ctx: RunContext, stage: BuildStage, state: StageState, step: BuildStep, states: StageState[]): Promise<void> {
     const vars = { ...state.args, ...envRecord(state.config) };
-    const x = (text: string) => this.tools.expandWords(text, vars);
+    const x = (text: string) => this.tools.expandWords(text, vars, { line: step.at.line });
     const c = state.config;
     switch (step.kind) {
       case 'env':
         for (const [k, v] of step.vars) {
-          const value = this.tools.expandWords(v, { ...state.args, ...envRecord(c) });
+          const value = this.tools.expandWords(v, { ...state.args, ...envRecord(c) }, { line: step.at.line });
           c.env = [...c.env.filter(([name]) => name !== k), [k, value]];
         }
         return this.metadata(state, step);
@@ -621,6 +653,7 @@ export class ImageBuildService {
       const layerOk = hit && (!hit.snapshotId || (await snapshotRepository(this.db).findById(hit.snapshotId))?.state === 'ready');
       if (hit && layerOk) {
         ctx.log(' ---> Using cache');
+        ctx.lastCached = true;
         // The stage's sandbox (if any) is behind the cached layer now: the next miss makes a new one.
         if (state.sandbox) await this.dropSandbox(ctx, state.sandbox);
         state.sandbox = undefined;
@@ -635,6 +668,7 @@ export class ImageBuildService {
     const started = Date.now();
     await work(guest, sandbox);
     const layer = await this.takeLayer(ctx, sandbox);
+    ctx.lastCached = false;
     ctx.log(` ---> layer ${layer.id} (${layer.sizeBytes} bytes, ${Date.now() - started} ms)`);
     Object.assign(state, { snapshotId: layer.id, key, workdirPending: false });
     await cache.put(ctx.build.organizationId, ctx.hostId, { key, base: state.base, snapshotId: layer.id, config: state.config });
@@ -651,11 +685,13 @@ export class ImageBuildService {
       const info = await guest.startProcess({ argv, env, user: user || undefined, cwd: c.workdir || '/', timeoutMs: remaining }, { signal: ctx.signal });
       const events = await guest.processEvents(info.processId, {}, { signal: ctx.signal });
       const partial: Record<'stdout' | 'stderr', string> = { stdout: '', stderr: '' };
+      // Output chunks are base64 of raw bytes; a character may straddle two chunks.
+      const decoders = { stdout: new StringDecoder('utf8'), stderr: new StringDecoder('utf8') };
       let exit: { exitCode: number | null; signal: string | null; timedOut: boolean } | undefined;
       try {
         for await (const event of events.events()) {
           if (event.type === 'stdout' || event.type === 'stderr') {
-            const text = partial[event.type] + event.data;
+            const text = partial[event.type] + decoders[event.type].write(Buffer.from(event.data, 'base64'));
             const lines = text.split('\n');
             partial[event.type] = lines.pop() ?? '';
             if (partial[event.type].length > LOG_LINE_MAX) {
@@ -686,10 +722,9 @@ export class ImageBuildService {
 
   private async copy(ctx: RunContext, stage: BuildStage, state: StageState, step: Extract<BuildStep, { kind: 'copy' }>, states: StageState[]): Promise<void> {
     const vars = { ...state.args, ...envRecord(state.config) };
-    const x = (t: string) => this.tools.expandWords(t, vars);
+    const x = (t: string) => this.tools.expandWords(t, vars, { line: step.at.line });
     const sources = step.sources.map(x);
-    const rawDest = x(step.dest);
-    const dest = rawDest.startsWith('/') ? rawDest : `${posix.resolve(state.config.workdir || '/', rawDest)}${rawDest.endsWith('/') ? '/' : ''}`;
+    const dest = this.tools.resolveCopyDest(x(step.dest), state.config.workdir || '/');
     const chown = step.chown === undefined ? undefined : x(step.chown);
     let inputs: Array<() => Promise<Readable>>;
     let inputIdentity: unknown;
@@ -718,7 +753,11 @@ export class ImageBuildService {
     }
     const identity = { copy: sources, dest, chown: chown ?? null, chmod: step.chmod ?? null, extract: step.extractArchives ?? false, inputs: inputIdentity };
     await this.treeStep(ctx, state, identity, async (guest) => {
+      // Docker: `COPY a.txt /app` puts it in /app when /app is a directory of the stage.
+      const destIsDirectory = dest.endsWith('/') ? true : await guest.statFile(dest, { signal: ctx.signal }).then((info) => info.type === 'dir' || info.symlinkResolved?.type === 'dir', () => false);
       const archive = await this.tools.composeCopyArchive({
+        destIsDirectory,
+        at: { field: 'dockerfile', line: step.at.line },
         inputs,
         sources: fromRoot ? sources.map((s) => s.replace(/^\/+/, '')) : sources,
         dest,
