@@ -29,6 +29,7 @@ import { StreamLimits } from './http/stream-limits.js';
 import type { Logger } from '../core/logger.js';
 import { createLogger } from './logger.js';
 import type { Services } from './services.js';
+import { FsObjectStore } from './object-store/fs-object-store.js';
 
 export interface RunningServer {
   url: string;
@@ -97,6 +98,8 @@ export async function startServer(config: Config, logger: Logger = createLogger(
   );
 
   const snapshots = new SnapshotService(db, hosts, sandboxes);
+  // Opening sweeps what a crash left half-written (temp files, abandoned uploads).
+  const objectStore = await FsObjectStore.open({ root: config.objectStore.root, maxBytesPerOrganization: config.objectStore.maxBytesPerOrganization });
   const idempotency = new IdempotencyService(db);
   let listeningUrl = `http://${config.host}:${config.port}`;
 
@@ -129,6 +132,7 @@ export async function startServer(config: Config, logger: Logger = createLogger(
     sandboxTokens,
     sandboxEvents,
     streams: new StreamLimits({ perKey: config.limits.maxStreamsPerKey, perSandbox: config.limits.maxStreamsPerSandbox }),
+    objectStore,
     hostSecret,
     nativeSpecText: readFileSync(projectPath('openapi/native.yaml'), 'utf8'),
     logger: log,

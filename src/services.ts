@@ -12,6 +12,7 @@ import type { PortService } from '../core/services/ports.js';
 import type { SandboxTokenService } from '../core/services/sandbox-tokens.js';
 import type { SandboxStateEvents } from '../core/sandbox-events.js';
 import type { StreamLimits } from './http/stream-limits.js';
+import type { ObjectStore } from '../core/object-store.js';
 
 /**
  * Everything the native front door may call, built once by the server. It extends CompatPort
@@ -35,6 +36,11 @@ export interface Services extends CompatPort {
   sandboxEvents: SandboxStateEvents;
   /** Caps on concurrent long-lived streams per key and per sandbox. */
   streams: StreamLimits;
+  /**
+   * Uploaded objects (build contexts), per organisation: one instance behind the native API,
+   * E2B's upload links and Daytona's S3 endpoint (src/object-store/fs-object-store.ts).
+   */
+  objectStore: ObjectStore;
   /** Master secret from which host-agent secrets are derived. */
   hostSecret: string;
   nativeSpecText: string;
