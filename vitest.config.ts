@@ -12,6 +12,7 @@ const UNIT = [
   'core/state-machine.test.ts',
   'core/services/auth.test.ts',
   'src/config.test.ts',
+  'src/object-store/fs-object-store.test.ts',
   'src/http/native/spec.test.ts',
   'src/http/port-proxy.test.ts',
   'src/http/stream-limits.test.ts',

@@ -117,6 +117,9 @@ const ConfigSchema = z.object({
   NESTBOX_ORG_MAX_SANDBOXES: positiveInt.default(50),
   NESTBOX_ORG_MAX_CPU: positiveInt.default(64),
   NESTBOX_ORG_MAX_MEMORY_MIB: positiveInt.default(131_072),
+  // Per organisation: bytes kept in the object store (uploaded build contexts, unfinished
+  // multipart uploads included); past it an upload is refused with quota_exceeded.
+  NESTBOX_ORG_MAX_OBJECT_BYTES: positiveInt.default(20 * 1024 ** 3),
   // Retry-After of a 429 for an organisation limit (a sandbox has to stop before a retry can pass).
   NESTBOX_QUOTA_RETRY_AFTER_SECONDS: positiveInt.max(3600).default(30),
   // Concurrent long-lived streams (WebSockets, SSE, Connect server streams, hosted-port
@@ -216,6 +219,8 @@ export interface Config {
     maxStreamsPerKey: number;
     maxStreamsPerSandbox: number;
   };
+  /** Object storage (build contexts): `<data dir>/objects`, and each organisation's byte quota. */
+  objectStore: { root: string; maxBytesPerOrganization: number };
   /** Per-organisation limits (429 with Retry-After when exceeded). */
   orgLimits: { maxSandboxes: number; maxCpu: number; maxMemoryMiB: number; retryAfterSeconds: number };
   /** Credentials minted from API keys, and signed URLs. */
@@ -340,6 +345,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       bodyIdleTimeoutMs: e.NESTBOX_BODY_IDLE_TIMEOUT_MS,
       upgradeTimeoutMs: e.NESTBOX_UPGRADE_TIMEOUT_MS,
     },
+    objectStore: { root: `${dataDir}/objects`, maxBytesPerOrganization: e.NESTBOX_ORG_MAX_OBJECT_BYTES },
     orgLimits: {
       maxSandboxes: e.NESTBOX_ORG_MAX_SANDBOXES,
       maxCpu: e.NESTBOX_ORG_MAX_CPU,

@@ -32,7 +32,8 @@ import type { Services } from './services.js';
 import { ImageService } from '../core/services/images.js';
 import { ImageBuildService } from '../core/services/image-builds.js';
 import { imageStartHook } from '../core/services/image-start.js';
-import { buildInputTools, createObjectStore } from './images-wiring.js';
+import { buildInputTools } from './images-wiring.js';
+import { FsObjectStore } from './object-store/fs-object-store.js';
 
 export interface RunningServer {
   url: string;
@@ -103,7 +104,8 @@ export async function startServer(config: Config, logger: Logger = createLogger(
   const snapshots = new SnapshotService(db, hosts, sandboxes);
   const images = new ImageService(db, hosts, logger.child({ component: 'images' }));
   sandboxes.useImages(images, imageStartHook(images, logger.child({ component: 'images' }), config.builds.readyTimeoutSeconds * 1000));
-  const objects = createObjectStore(config);
+  // Opening sweeps what a crash left half-written (temp files, abandoned uploads).
+  const objects = await FsObjectStore.open({ root: config.objectStore.root, maxBytesPerOrganization: config.objectStore.maxBytesPerOrganization });
   const builds = new ImageBuildService(db, hosts, sandboxes, images, objects, buildInputTools, logger.child({ component: 'builds' }), instanceId, {
     maxConcurrent: config.builds.maxConcurrent,
     maxLogLines: config.builds.maxLogLines,
