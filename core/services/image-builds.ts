@@ -18,6 +18,7 @@
 // background pass; its sandboxes are deleted with it (they are ordinary sandboxes with a
 // timeout, so even a lost cleanup ends). Nothing half-built is ever tagged.
 import { createHash } from 'node:crypto';
+import { mkdir } from 'node:fs/promises';
 import { posix } from 'node:path';
 import type { Readable } from 'node:stream';
 import { StringDecoder } from 'node:string_decoder';
@@ -755,6 +756,7 @@ export class ImageBuildService {
     await this.treeStep(ctx, state, identity, async (guest) => {
       // Docker: `COPY a.txt /app` puts it in /app when /app is a directory of the stage.
       const destIsDirectory = dest.endsWith('/') ? true : await guest.statFile(dest, { signal: ctx.signal }).then((info) => info.type === 'dir' || info.symlinkResolved?.type === 'dir', () => false);
+      await mkdir(this.limits.tmpDir, { recursive: true, mode: 0o700 });
       const archive = await this.tools.composeCopyArchive({
         destIsDirectory,
         at: { field: 'dockerfile', line: step.at.line },
