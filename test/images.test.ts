@@ -1,6 +1,8 @@
 // Images and builds through the native API: real server, real PostgreSQL, real local driver,
 // real build sandboxes (issue 14).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { WebSocket } from 'ws';
+import { createHash } from 'node:crypto';
 import { startTestServer, type TestServer } from './harness.js';
 
 let t: TestServer;
@@ -159,4 +161,50 @@ describe('bad build requests', () => {
     expect(ctx.status).toBe(400);
     expect(ctx.body.error.details.field).toBe('contexts');
   });
+});
+
+describe('build logs over a WebSocket, and organisations', () => {
+  it('replays a build log from an offset over a WebSocket and ends with the build', async () => {
+    const b = await build({ name: 'it-ws', steps: [{ run: 'for i in 1 2 3; do echo line$i; done' }] });
+    const ws = new WebSocket(`${t.url.replace('http', 'ws')}/api/v1/builds/${b.id}/logs?offset=1`, { headers: t.auth });
+    const messages: { type: string; offset?: number; text?: string; build?: { state: string } }[] = [];
+    const closed = await new Promise<number>((resolve, reject) => {
+      ws.on('message', (data) => messages.push(JSON.parse(String(data))));
+      ws.on('close', (code) => resolve(code));
+      ws.on('error', reject);
+    });
+    expect(closed).toBe(1000);
+    const lines = messages.filter((m) => m.type === 'line');
+    expect(lines[0]!.offset).toBe(1);
+    expect(lines.map((l) => l.text)).toEqual(expect.arrayContaining(['line1', 'line2', 'line3']));
+    expect(messages[messages.length - 1]).toMatchObject({ type: 'end', build: { state: 'succeeded' } });
+  }, 180_000);
+
+  it("never shows one organisation's images, builds or contexts to another", async () => {
+    const org = await t.server.services.auth.createOrganization('images-other');
+    const key = await t.server.services.auth.createApiKey(org.id, { name: 'other', preset: 'admin' });
+    const other = { Authorization: `Bearer ${key.key}` };
+    const b = await build({ name: 'it-private', steps: [{ run: 'echo private > /p' }] });
+    const finished = await t.server.services.builds.waitFor(await t.server.services.auth.authenticate(t.apiKey), b.id);
+    expect(finished.state).toBe('succeeded');
+    expect((await t.http.get('/api/v1/images/it-private').set(other)).status).toBe(404);
+    expect((await t.http.get(`/api/v1/images/${finished.imageId}`).set(other)).status).toBe(404);
+    expect((await t.http.delete('/api/v1/images/it-private').set(other)).status).toBe(404);
+    expect((await t.http.get(`/api/v1/builds/${b.id}`).set(other)).status).toBe(404);
+    expect((await t.http.get(`/api/v1/builds/${b.id}/logs`).set(other)).status).toBe(404);
+    expect((await t.http.post(`/api/v1/builds/${b.id}/cancel`).set(other)).status).toBe(404);
+    const listed = (await t.http.get('/api/v1/images').set(other)).body.items as { name: string }[];
+    expect(listed.map((i) => i.name)).toEqual(['default']);
+    expect((await t.http.post('/api/v1/sandboxes').set(other).send({ image: 'it-private' })).status).toBe(400);
+    // A context is per organisation too.
+    const body = Buffer.from('not really a tar');
+    const sha = createHash('sha256').update(body).digest('hex');
+    expect((await t.http.put(`/api/v1/build-contexts/${sha}`).set(t.auth).set('content-type', 'application/x-tar').send(body)).status).toBe(201);
+    expect((await t.http.get(`/api/v1/build-contexts/${sha}`).set(t.auth)).status).toBe(200);
+    expect((await t.http.get(`/api/v1/build-contexts/${sha}`).set(other)).status).toBe(404);
+    // A body whose digest is not the one named is refused and not kept.
+    const wrong = await t.http.put(`/api/v1/build-contexts/${'1'.repeat(64)}`).set(t.auth).set('content-type', 'application/x-tar').send(body);
+    expect(wrong.status).toBe(400);
+    expect((await t.http.get(`/api/v1/build-contexts/${'1'.repeat(64)}`).set(t.auth)).status).toBe(404);
+  }, 180_000);
 });
