@@ -55,6 +55,10 @@ const ConfigSchema = z.object({
   NESTBOX_IMAGE_READY_TIMEOUT_SECONDS: positiveInt.default(120),
   NESTBOX_BUILD_CACHE_TTL_HOURS: positiveInt.default(168),
   NESTBOX_BUILD_MAX_CONTEXT_BYTES: positiveInt.default(4 * 1024 ** 3),
+  // The CLI's client commands (`nestbox build`): which server, with which key (default: this
+  // machine's server and the bootstrap key in its data dir).
+  NESTBOX_URL: z.string().url().optional(),
+  NESTBOX_API_KEY: z.string().min(1).optional(),
   // false = the server does not start a local host agent (host agents run elsewhere).
   NESTBOX_LOCAL_HOST_AGENT: z.enum(['true', 'false']).default('true'),
   // true = `nestbox server` runs the control plane in a worker process and restarts it with
@@ -166,6 +170,8 @@ export interface Config {
   database: { kind: 'postgres'; url: string } | { kind: 'pglite'; directory: string };
   /** OCI images (host/images/oci): the store, registry mirrors and plain-HTTP registries. */
   images: { ociStoreDir: string; mirrors: Record<string, string[]>; insecureRegistries: string[]; pullTimeoutMs: number };
+  /** What the CLI's client commands talk to. */
+  client: { url?: string; apiKey?: string };
   builds: {
     maxConcurrent: number;
     defaultTimeoutSeconds: number;
@@ -287,6 +293,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       insecureRegistries: e.NESTBOX_INSECURE_REGISTRIES ? e.NESTBOX_INSECURE_REGISTRIES.split(',') : [],
       pullTimeoutMs: e.NESTBOX_IMAGE_PULL_TIMEOUT_SECONDS * 1000,
     },
+    client: { url: e.NESTBOX_URL?.replace(/\/+$/, ''), apiKey: e.NESTBOX_API_KEY },
     builds: {
       maxConcurrent: e.NESTBOX_MAX_CONCURRENT_BUILDS,
       defaultTimeoutSeconds: Math.min(e.NESTBOX_BUILD_TIMEOUT_SECONDS, e.NESTBOX_BUILD_MAX_TIMEOUT_SECONDS),

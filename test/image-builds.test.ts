@@ -1,6 +1,8 @@
 // Image builds from Dockerfiles with uploaded contexts, multi-stage builds, start commands, OCI
 // bases pulled from a real registry on loopback, and apt from Debian's mirror (issue 14).
 import { createHash } from 'node:crypto';
+import { execFile } from 'node:child_process';
+import { resolve } from 'node:path';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync, chmodSync } from 'node:fs';
 import { join } from 'node:path';
 import { create as createTar } from 'tar';
@@ -179,4 +181,31 @@ describe('apt from Debian', () => {
     const id = await sandboxOf('with-apt');
     expect((await sh(id, '/usr/games/cowsay moo')).stdout).toContain('< moo >');
   }, 600_000);
+});
+
+describe('nestbox build (the CLI, a client of the API)', () => {
+  it('builds a context directory with its Dockerfile and .dockerignore, printing the log, and exits 0', async () => {
+    const dir = mkdtempSync(join(work, 'cli-'));
+    writeFileSync(join(dir, 'Dockerfile'), 'FROM default\nCOPY . /app/\nRUN cat /app/hello.txt && test ! -e /app/ignored.log\n');
+    writeFileSync(join(dir, 'hello.txt'), 'hello from the cli\n');
+    writeFileSync(join(dir, 'ignored.log'), 'x\n');
+    writeFileSync(join(dir, '.dockerignore'), '*.log\n');
+    const run = (args: string[]) =>
+      new Promise<{ code: number; stdout: string; stderr: string }>((done) => {
+        execFile(process.execPath, [resolve(import.meta.dirname, '../dist/src/cli.js'), ...args], { env: { PATH: process.env.PATH ?? '/usr/bin:/bin', NESTBOX_URL: t.url, NESTBOX_API_KEY: t.apiKey, NESTBOX_DATA_DIR: dir }, timeout: 300_000 }, (error, stdout, stderr) =>
+          done({ code: error ? Number((error as { code?: number }).code ?? 1) : 0, stdout, stderr }),
+        );
+      });
+    const ok = await run(['build', '-t', 'cli-app:1', '--egress', 'deny-all', dir]);
+    expect(ok.code, ok.stderr).toBe(0);
+    expect(ok.stdout).toContain('hello from the cli');
+    expect(ok.stdout).toMatch(/cli-app:1 img[a-z0-9]{17}\n$/);
+    const id = await sandboxOf('cli-app:1');
+    expect((await sh(id, 'cat /app/hello.txt; ls /app')).stdout).toBe('hello from the cli\nDockerfile\nhello.txt\n');
+    // A failing build exits 1 with the reason on one line.
+    writeFileSync(join(dir, 'Dockerfile'), 'FROM default\nRUN exit 7\n');
+    const bad = await run(['build', '-t', 'cli-app:2', '--egress', 'deny-all', dir]);
+    expect(bad.code).toBe(1);
+    expect(bad.stderr).toMatch(/build failed: .*non-zero code: 7/);
+  }, 300_000);
 });
