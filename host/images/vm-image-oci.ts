@@ -41,7 +41,7 @@ export const OCI_VM_BUSYBOX = '/.nestbox/bin/busybox';
 /** Bump when the layout or scripts below change: every image's disk is rebuilt at next use. */
 export const OCI_VM_LAYOUT_VERSION = 1;
 /** Kernel modules an image VM loads itself (the default image's udev does it there). */
-export const OCI_VM_KERNEL_MODULES = ['vmw_vsock_virtio_transport', 'virtio_net'];
+export const OCI_VM_KERNEL_MODULES = ['vmw_vsock_virtio_transport', 'virtio_net', 'virtio_console'];
 const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 const MIB = 1024 * 1024;
 const HOST_LIBS = '/.nestbox/lib/host';
@@ -232,7 +232,7 @@ async function installRuntime(tree: string, runtime: GuestRuntimeFiles, env: Rec
     await copyFile(source, target);
     await chmod(target, mode);
   };
-  for (const dir of ['proc', 'sys', 'dev', 'run', 'tmp', 'etc', 'root']) await mkdir(join(tree, dir), { recursive: true });
+  for (const dir of ['proc', 'sys', 'dev', 'run', 'tmp', 'etc']) await mkdir(join(tree, dir), { recursive: true });
   await chmod(join(tree, 'tmp'), 0o1777);
   await copy(runtime.nodeBinary, '.nestbox/bin/node', 0o755);
   await copy(runtime.guestAgentBundle, '.nestbox/lib/guest-agent.mjs', 0o644);
@@ -356,14 +356,14 @@ const INIT_SCRIPT = `#!${OCI_VM_BUSYBOX} sh
 B=${OCI_VM_BUSYBOX}
 export PATH=${DEFAULT_PATH}
 $B mount -o remount,rw / 2>/dev/null
-$B mount -t proc proc /proc
-$B mount -t sysfs sysfs /sys
-$B mount -t devtmpfs devtmpfs /dev 2>/dev/null
+# Debian's initramfs moves its /dev, /proc, /sys and /run here before it runs us.
+$B mountpoint -q /proc || $B mount -t proc proc /proc
+$B mountpoint -q /sys || $B mount -t sysfs sysfs /sys
+$B mountpoint -q /dev || $B mount -t devtmpfs devtmpfs /dev
 $B mkdir -p /dev/pts /dev/shm
-$B mount -t devpts -o gid=5,mode=620,ptmxmode=666 devpts /dev/pts
-$B mount -t tmpfs -o mode=1777 shm /dev/shm
-$B mount -t tmpfs -o mode=755 run /run
-$B mount -t tmpfs -o mode=1777 tmp /tmp 2>/dev/null
+$B mountpoint -q /dev/pts || $B mount -t devpts -o gid=5,mode=620,ptmxmode=666 devpts /dev/pts
+$B mountpoint -q /dev/shm || $B mount -t tmpfs -o mode=1777 shm /dev/shm
+$B mountpoint -q /run || $B mount -t tmpfs -o mode=755 run /run
 $B mkdir -p /run/nestbox
 for module in /.nestbox/modules/*.ko; do
   [ -e "$module" ] && $B insmod "$module" 2>/dev/null

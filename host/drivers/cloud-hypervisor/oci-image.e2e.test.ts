@@ -11,7 +11,7 @@
 // initramfs and PID 1's init script (mounts, modules, network, socat on vsock) — a real boot
 // does (scripts/vm-smoke.mjs --oci, QEMU).
 import { execFileSync, spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { build } from 'esbuild';
@@ -197,7 +197,7 @@ describe.skipIf(!isRoot)('cloud-hypervisor driver: sandboxes from OCI images (si
     await driver.deleteSnapshot('cocisnap');
   });
 
-  it('honours diskGiB; a missing image is not_found naming it; a name is not an image id', async () => {
+  it('honours diskGiB; a missing image is not_found naming it; a name is not an image id; an unbootable image is refused', async () => {
     await driver.create(spec('cocid', imageId, { diskGiB: 3 }));
     expect(execFileSync('stat', ['-c', '%s', join(driver.inspect('cocid')!.diskDir, 'rootfs.img')], { encoding: 'utf8' }).trim()).toBe(String(3 * 2 ** 30));
     await driver.destroy('cocid');
@@ -206,6 +206,15 @@ describe.skipIf(!isRoot)('cloud-hypervisor driver: sandboxes from OCI images (si
     await expect(driver.create(spec('cocim', missing))).rejects.toMatchObject({ code: 'not_found', message: expect.stringContaining(missing) });
     expect(existsSync(join(root, 'data', 'sandboxes', 'cocim'))).toBe(false);
     await expect(driver.create(spec('cociv', 'busybox:latest'))).rejects.toMatchObject({ code: 'validation_failed' });
+    // An image whose /proc is a symbolic link cannot boot: a clear 4xx, before any disk is made.
+    const broken = `sha256:${'b'.repeat(64)}`;
+    const brokenRoot = join(ociStoreDir, 'images', 'b'.repeat(64), 'rootfs');
+    mkdirSync(join(brokenRoot, 'bin'), { recursive: true });
+    symlinkSync('/tmp', join(brokenRoot, 'proc'));
+    writeFileSync(join(ociStoreDir, 'images', 'b'.repeat(64), 'image.json'), JSON.stringify({ id: broken, config: { env: [], workingDir: '' } }));
+    await expect(driver.create(spec('cocib2', broken))).rejects.toMatchObject({ code: 'validation_failed', message: expect.stringContaining(`image ${broken} cannot boot as a VM: /proc is a symbolic link`) });
+    expect(existsSync(join(root, 'data', 'sandboxes', 'cocib2'))).toBe(false);
+    expect(existsSync(ociVmDiskDir(imagesDir, broken))).toBe(false);
   });
 
   it('a build killed midway leaves nothing visible; the next build sweeps it and succeeds', async () => {
