@@ -312,8 +312,21 @@ async function installKernelModules(tree: string, modulesDir: string): Promise<s
   return order.map((path) => basename(path));
 }
 
+/** Runtime keys by the files' identity (path, size, mtime): node alone is ~100 MB to hash per create. */
+const runtimeKeys = new Map<string, string>();
+
 /** Changes to any of these rebuild every image's disk at its next use. */
 async function runtimeKeyOf(runtime: GuestRuntimeFiles): Promise<string> {
+  const files = [runtime.nodeBinary, runtime.guestAgentBundle, runtime.busyboxBinary, runtime.socatBinary, runtime.ptyHelperBinary];
+  const identity = JSON.stringify(await Promise.all(files.map(async (file) => (file ? stat(file).then((info) => [file, info.size, info.mtimeMs, info.ino], () => [file]) : null))));
+  const memo = runtimeKeys.get(identity);
+  if (memo) return memo;
+  const key = await hashRuntime(runtime);
+  runtimeKeys.set(identity, key);
+  return key;
+}
+
+async function hashRuntime(runtime: GuestRuntimeFiles): Promise<string> {
   const hash = createHash('sha256').update(`layout ${OCI_VM_LAYOUT_VERSION}\0${INIT_SCRIPT}\0${RESYNC_SCRIPT}\0${OCI_VM_KERNEL_MODULES.join(',')}\0`);
   for (const file of [runtime.nodeBinary, runtime.guestAgentBundle, runtime.busyboxBinary, runtime.socatBinary, runtime.ptyHelperBinary]) {
     if (file && existsSync(file)) hash.update(await readFile(file));
