@@ -39,7 +39,7 @@ export const OCI_VM_AGENT_START = '/.nestbox/agent-start';
 export const OCI_VM_RESYNC = '/.nestbox/bin/nestbox-resync';
 export const OCI_VM_BUSYBOX = '/.nestbox/bin/busybox';
 /** Bump when the layout or scripts below change: every image's disk is rebuilt at next use. */
-export const OCI_VM_LAYOUT_VERSION = 1;
+export const OCI_VM_LAYOUT_VERSION = 2;
 /** Kernel modules an image VM loads itself (the default image's udev does it there). */
 export const OCI_VM_KERNEL_MODULES = ['vmw_vsock_virtio_transport', 'virtio_net', 'virtio_console'];
 const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
@@ -327,7 +327,7 @@ async function runtimeKeyOf(runtime: GuestRuntimeFiles): Promise<string> {
 }
 
 async function hashRuntime(runtime: GuestRuntimeFiles): Promise<string> {
-  const hash = createHash('sha256').update(`layout ${OCI_VM_LAYOUT_VERSION}\0${INIT_SCRIPT}\0${RESYNC_SCRIPT}\0${OCI_VM_KERNEL_MODULES.join(',')}\0`);
+  const hash = createHash('sha256').update(`layout ${OCI_VM_LAYOUT_VERSION}\0${INIT_SCRIPT}\0${RESYNC_SCRIPT}\0${agentStartScript({})}\0${OCI_VM_KERNEL_MODULES.join(',')}\0`);
   for (const file of [runtime.nodeBinary, runtime.guestAgentBundle, runtime.busyboxBinary, runtime.socatBinary, runtime.ptyHelperBinary]) {
     if (file && existsSync(file)) hash.update(await readFile(file));
     hash.update('\0');
@@ -350,12 +350,13 @@ export function agentStartScript(env: Record<string, string>): string {
   return `#!${OCI_VM_BUSYBOX} sh
 # The guest agent of a VM booted from an OCI image (written by host/images/vm-image-oci.ts).
 # Run by ${OCI_VM_INIT} as the last step of a boot; the Cloud Hypervisor simulator runs it too.
-# node runs on its own loader and libraries: nothing of the image's libc is used.
+# node runs on its own loader and libraries: nothing of the image's libc is used; and with an
+# empty OpenSSL configuration (the image's openssl.cnf is written for the image's OpenSSL).
 B=${OCI_VM_BUSYBOX}
 cd ${shellQuote(env.HOME ?? '/')} 2>/dev/null || cd /
 while :; do
   $B env -i \\
-${assignments}  ${HOST_LIBS}/ld.so --inhibit-cache --library-path ${HOST_LIBS} /.nestbox/bin/node /.nestbox/lib/guest-agent.mjs --socket ${GUEST_AGENT_SOCKET}
+${assignments}  ${HOST_LIBS}/ld.so --inhibit-cache --library-path ${HOST_LIBS} /.nestbox/bin/node --openssl-config=/dev/null /.nestbox/lib/guest-agent.mjs --socket ${GUEST_AGENT_SOCKET}
   $B sleep 0.2
 done
 `;
@@ -378,6 +379,9 @@ $B mountpoint -q /dev/pts || $B mount -t devpts -o gid=5,mode=620,ptmxmode=666 d
 $B mountpoint -q /dev/shm || $B mount -t tmpfs -o mode=1777 shm /dev/shm
 $B mountpoint -q /run || $B mount -t tmpfs -o mode=755 run /run
 $B mkdir -p /run/nestbox
+# Even our own loader reads /etc/ld.so.preload: an image's (a library built for its libc) would
+# be loaded into node and socat. Masked for every process, as the local driver does.
+[ -f /etc/ld.so.preload ] && $B mount --bind /dev/null /etc/ld.so.preload
 for module in /.nestbox/modules/*.ko; do
   [ -e "$module" ] && $B insmod "$module" 2>/dev/null
 done

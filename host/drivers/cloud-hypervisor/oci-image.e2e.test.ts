@@ -11,7 +11,7 @@
 // initramfs and PID 1's init script (mounts, modules, network, socat on vsock) — a real boot
 // does (scripts/vm-smoke.mjs --oci, QEMU).
 import { execFileSync, spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readlinkSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { build } from 'esbuild';
@@ -215,6 +215,31 @@ describe.skipIf(!isRoot)('cloud-hypervisor driver: sandboxes from OCI images (si
     await expect(driver.create(spec('cocib2', broken))).rejects.toMatchObject({ code: 'validation_failed', message: expect.stringContaining(`image ${broken} cannot boot as a VM: /proc is a symbolic link`) });
     expect(existsSync(join(root, 'data', 'sandboxes', 'cocib2'))).toBe(false);
     expect(existsSync(ociVmDiskDir(imagesDir, broken))).toBe(false);
+  });
+
+  it("a killed VMM takes its image guest along (the simulator's agent-start and agent, chrooted)", async () => {
+    await driver.create(spec('cocik'));
+    const guestRoot = join(root, 'data', 'sandboxes', 'cocik', 'run', 'sim', 'root');
+    const chrootedInto = (dir: string) =>
+      readdirSync('/proc')
+        .filter((entry) => /^\d+$/.test(entry))
+        .filter((pid) => {
+          try {
+            return readlinkSync(`/proc/${pid}/root`) === dir;
+          } catch {
+            return false;
+          }
+        });
+    expect(chrootedInto(guestRoot).length).toBeGreaterThanOrEqual(2); // busybox sh + node
+    process.kill(driver.inspect('cocik')!.pid!, 'SIGKILL');
+    let left = chrootedInto(guestRoot);
+    for (let i = 0; i < 100 && left.length > 0; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      left = chrootedInto(guestRoot);
+    }
+    expect(left).toEqual([]);
+    expect(await driver.checkAlive('cocik')).toBe(false);
+    await driver.destroy('cocik');
   });
 
   it('a build killed midway leaves nothing visible; the next build sweeps it and succeeds', async () => {
