@@ -152,6 +152,11 @@ try {
     if (envLine !== 'hello from the image|/srv/app|/srv/app') fail(`image environment in the VM: ${JSON.stringify(shell)}`);
     if (!/cloud-amd64/.test(release2 ?? '')) fail(`unexpected guest kernel "${release2}"`);
     console.log(`vm smoke: OCI image booted: kernel ${release2}, image Env and WorkingDir seen by processes`);
+    // The init's other work: the vsock modules it loaded, socat (on the disk's own loader) listening.
+    const init = await step('init state', (c) => c.exec({ argv: ['/bin/busybox', 'sh', '-c', 'cat /proc/modules; /bin/busybox ps -o args'] }));
+    if (!/^vmw_vsock_virtio_transport /m.test(init.stdout)) fail(`the init did not load the vsock transport: ${init.stdout}`);
+    if (!/socat VSOCK-LISTEN:1024/.test(init.stdout)) fail(`no socat listening on vsock port 1024: ${init.stdout}`);
+    console.log('vm smoke: init loaded the vsock transport; socat listens on vsock port 1024 (QEMU has no vsock device to reach it)');
     const payload = randomBytes(256 * 1024);
     const expected = createHash('sha256').update(payload).digest('hex');
     await step('write a file', (c) => c.writeFile('/srv/app/smoke.bin', Readable.from([payload])));
