@@ -170,6 +170,23 @@ export async function ensureOciVmDisk(options: EnsureOciVmDiskOptions): Promise<
   }
 }
 
+/**
+ * Deletes an image's cached disk (when the image leaves the store), under the same per-digest
+ * lock as a build. Sandboxes and snapshots hold copies, so none of them depends on it.
+ */
+export async function removeOciVmDisk(imagesDir: string, imageId: string, lockWaitMs = 10 * 60_000): Promise<void> {
+  const dir = ociVmDiskDir(imagesDir, imageId);
+  const parent = dirname(dir);
+  if (!existsSync(parent)) return;
+  const hex = hexOf(imageId);
+  const release = await acquireBuildLock(join(parent, `${hex}.lock`), lockWaitMs);
+  try {
+    for (const entry of await readdir(parent)) if (entry === hex || entry.startsWith(`${hex}.tmp-`)) await removeTree(join(parent, entry));
+  } finally {
+    await release();
+  }
+}
+
 async function buildDisk(temp: string, rootfs: string, config: Parameters<typeof imageEnvironment>[0], options: EnsureOciVmDiskOptions, runtimeKey: string): Promise<void> {
   const started = Date.now();
   const progress = options.onProgress ?? (() => {});

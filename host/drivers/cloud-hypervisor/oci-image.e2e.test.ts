@@ -19,8 +19,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { projectPath } from '../../../src/paths.js';
 import type { AgentClient } from '../../agent-protocol/client.js';
 import { hexOf, OciImageStore } from '../../images/oci/store.js';
-import { buildTestImage, busyboxImageSpec, pushTestImage, startTestRegistry, type TestRegistry } from '../../images/oci/test-registry.js';
-import { ensureOciVmDisk, ociVmDiskDir, OCI_VM_INIT, readOciVmDisk, type GuestRuntimeFiles } from '../../images/vm-image-oci.js';
+import { buildTestImage, busyboxImageSpec, distrolessImageSpec, pushTestImage, startTestRegistry, type TestRegistry } from '../../images/oci/test-registry.js';
+import { ensureOciVmDisk, ociVmDiskDir, OCI_VM_INIT, readOciVmDisk, removeOciVmDisk, type GuestRuntimeFiles } from '../../images/vm-image-oci.js';
 import { VM_IMAGE_NAME } from '../../images/vm-image.js';
 import { installSimulator } from '../../sim/ch/launcher.js';
 import { ChApi } from './api.js';
@@ -215,6 +215,22 @@ describe.skipIf(!isRoot)('cloud-hypervisor driver: sandboxes from OCI images (si
     await expect(driver.create(spec('cocib2', broken))).rejects.toMatchObject({ code: 'validation_failed', message: expect.stringContaining(`image ${broken} cannot boot as a VM: /proc is a symbolic link`) });
     expect(existsSync(join(root, 'data', 'sandboxes', 'cocib2'))).toBe(false);
     expect(existsSync(ociVmDiskDir(imagesDir, broken))).toBe(false);
+  });
+
+  it('boots a distroless image (one static binary, no shell, no /etc): argv works, a cmd is a 400 naming the way out', async () => {
+    const store = new OciImageStore({ storeDir: ociStoreDir });
+    await pushTestImage(await buildTestImage(join(root, 'build', 'distroless'), distrolessImageSpec()), `${registry.host}/test/distroless:1`);
+    const distrolessId = (await store.pull(`${registry.host}/test/distroless:1`)).meta.id;
+    await driver.create(spec('cocin', distrolessId));
+    await withClient('cocin', async (client) => {
+      const version = await exec(client, { argv: ['/tini', '--version'] });
+      expect(version.exitCode, version.stderr).toBe(0);
+      expect(version.stdout).toMatch(/tini version/);
+      await expect(exec(client, { cmd: 'echo hi' })).rejects.toMatchObject({ status: 400, message: expect.stringMatching(/no shell/) });
+    });
+    await driver.destroy('cocin');
+    await removeOciVmDisk(imagesDir, distrolessId);
+    expect(existsSync(ociVmDiskDir(imagesDir, distrolessId))).toBe(false);
   });
 
   it("a killed VMM takes its image guest along (the simulator's agent-start and agent, chrooted)", async () => {
