@@ -10,8 +10,9 @@
 // cost: a new guest agent rebuilds each image's disk once, on its next use (the cache key holds
 // the runtime's hash), which is one `mkfs.ext4 -d` of the image — seconds.
 //
-// The runtime never uses the image's libc or shell (Alpine/musl, distroless and busybox images
-// all boot): node runs on its own glibc loader and libraries (`ld.so --inhibit-cache
+// The runtime never uses the image's libc or shell, so an Alpine (musl), distroless or busybox
+// image boots the same way (busybox and distroless are what the tests and the QEMU smoke test
+// boot; no musl image is reachable offline): node runs on its own glibc loader and libraries (`ld.so --inhibit-cache
 // --library-path`, the local driver's layout), PID 1 and the scripts run on a static busybox,
 // socat (same loader) bridges vsock port 1024 to the agent's socket, and the kernel modules the
 // VM needs come from the VM image's own tree. All of it comes from the VM image's debootstrap
