@@ -30,6 +30,8 @@ export const VM_IMAGE_PACKAGES = [
   // Node cannot open AF_VSOCK sockets; socat bridges vsock and virtio-serial to the agent's Unix socket.
   'socat',
   'iputils-ping',
+  // PID 1 and shell of VMs booted from OCI images (vm-image-oci.ts), whatever the image holds.
+  'busybox-static',
 ] as const;
 
 export const GUEST_AGENT_SOCKET = '/run/nestbox/agent.sock';

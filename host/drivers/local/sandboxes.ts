@@ -25,7 +25,8 @@ import type { HostLoader } from './runtime-binaries.js';
 import { assertSafeHostPath } from '../../util/fs.js';
 import { assertValidEnv } from './spawn.js';
 import { ensureBaseImage } from '../../images/base-image.js';
-import { IMAGE_ID, type OciImageConfig } from '../../images/oci/store.js';
+import { IMAGE_ID } from '../../images/oci/store.js';
+import { imageEnvironment } from '../../images/oci/image-environment.js';
 
 export interface LocalDriverOptions {
   /** Sandboxes live in `<dataDir>/sandboxes/<id>/`. Keep it short: the agent socket path must fit in 108 bytes. */
@@ -296,28 +297,6 @@ export interface SandboxImage {
   rootfs: string;
   /** Variables under the sandbox's own (spec.env wins); HOME here is the agent's home. */
   env: Record<string, string>;
-}
-
-/**
- * An OCI config's Env (`NAME=value` lines) and WorkingDir as the agent's environment. The agent's
- * HOME is also every process's default cwd, so it must exist: the image's HOME, else its
- * WorkingDir, else /root when the image has one (as Docker's HOME), else / (Docker's cwd).
- */
-export function imageEnvironment(config: Pick<OciImageConfig, 'env' | 'workingDir'>, hasRootHome: boolean, warn: (message: string) => void): Record<string, string> {
-  const env: Record<string, string> = {};
-  for (const line of config.env) {
-    const at = line.indexOf('=');
-    const name = at > 0 ? line.slice(0, at) : '';
-    const value = at > 0 ? line.slice(at + 1) : '';
-    try {
-      assertValidEnv({ [name]: value });
-      env[name] = value;
-    } catch {
-      warn(`image environment entry ${JSON.stringify(line.slice(0, 80))} is not NAME=value with a valid name; ignored`);
-    }
-  }
-  if (env.HOME === undefined) env.HOME = config.workingDir.startsWith('/') ? config.workingDir : hasRootHome ? '/root' : '/';
-  return env;
 }
 
 /** Running or paused: it has processes, a slot and cgroups. */
