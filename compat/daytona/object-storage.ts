@@ -145,6 +145,10 @@ function sendS3Error(req: Request, res: Response, err: S3Error): void {
     res.destroy();
     return;
   }
+  // Refused before its body was read (bad signature, a declared length past the limit): the
+  // rest is read and dropped, so the client can finish sending and read this answer rather
+  // than have its connection reset mid-write.
+  if (!req.readableEnded && req.listenerCount('data') === 0) req.resume();
   res.status(err.status);
   for (const [k, v] of Object.entries(err.headers)) res.setHeader(k, v);
   // HEAD answers carry no body; the SDK reads the status (404 → NotFound).

@@ -65,10 +65,10 @@ async function s3Failure(p: Promise<unknown>): Promise<{ name: string; status?: 
 }
 
 /** A request signed by hand (the AWS SDK's signer), for what the SDK never sends: Expect, a wrong payload hash. */
-async function signedRequest(a: StorageAccess, method: string, key: string, body: Buffer, headers: Record<string, string>): Promise<{ status: number; text: string; continued: boolean }> {
+async function signedRequest(a: StorageAccess, method: string, key: string, body: Buffer, headers: Record<string, string>, signingDate = new Date()): Promise<{ status: number; text: string; continued: boolean }> {
   const url = new URL(`${a.storageUrl}/${a.bucket}/${key}`);
   const signer = new SignatureV4({ credentials: { accessKeyId: a.accessKey, secretAccessKey: a.secret, sessionToken: a.sessionToken }, region: a.region, service: 's3', sha256: Hash.bind(null, 'sha256'), uriEscapePath: false });
-  const signed = await signer.sign({ method, protocol: 'http:', hostname: url.hostname, port: Number(url.port), path: url.pathname, query: {}, headers: { host: url.host, 'content-length': String(body.length), 'x-amz-content-sha256': sha256(body), ...headers } });
+  const signed = await signer.sign({ method, protocol: 'http:', hostname: url.hostname, port: Number(url.port), path: url.pathname, query: {}, headers: { host: url.host, 'content-length': String(body.length), 'x-amz-content-sha256': sha256(body), ...headers } }, { signingDate });
   return new Promise((resolve, reject) => {
     let continued = false;
     const req = http.request({ host: url.hostname, port: url.port, method, path: url.pathname, headers: signed.headers });
@@ -89,8 +89,8 @@ async function signedRequest(a: StorageAccess, method: string, key: string, body
 }
 
 beforeAll(async () => {
-  // 32 MiB per organisation: room for every upload below, not for the quota test's two 20 MiB.
-  env = await startDaytonaEnv({ NESTBOX_ORG_MAX_OBJECT_BYTES: String(32 * 1024 * 1024) });
+  // 32 MiB per organisation, 21 MiB per PutObject (NESTBOX_MAX_UPLOAD_BYTES).
+  env = await startDaytonaEnv({ NESTBOX_ORG_MAX_OBJECT_BYTES: String(32 * 1024 * 1024), NESTBOX_MAX_UPLOAD_BYTES: String(21 * 1024 * 1024) });
   const org = await env.server.server.services.auth.createOrganization('s3-other');
   otherKey = (await env.server.server.services.auth.createApiKey(org.id, { name: 'other', preset: 'admin' })).key;
   access = await pushAccess(env.server.apiKey);
@@ -198,6 +198,16 @@ describe('Daytona object storage (push-access + S3 endpoint)', () => {
     expect(res.status).toBe(400);
     expect(res.text).toContain('<Code>XAmzContentSHA256Mismatch</Code>');
     expect(await env.server.server.services.objectStore.head(org, 'tampered')).toBeUndefined();
+    // Unsigned, signed too long ago, a key that escapes with "..", a body past the upload limit.
+    const anonymous = await fetch(`${access.storageUrl}/${access.bucket}/${org}/small/context.tar`);
+    expect(anonymous.status).toBe(403);
+    expect(await anonymous.text()).toContain('<Code>AccessDenied</Code>');
+    const skewed = await signedRequest(access, 'PUT', `${org}/skewed`, Buffer.from('x'), {}, new Date(Date.now() - 20 * 60_000));
+    expect(skewed.status).toBe(403);
+    expect(skewed.text).toContain('<Code>RequestTimeTooSkewed</Code>');
+    expect(await s3Failure(clientOf(access).send(new PutObjectCommand({ Bucket: access.bucket, Key: `${org}/a/../../other/x`, Body: 'x' })))).toMatchObject({ status: 400 });
+    expect(await s3Failure(clientOf(access).send(new PutObjectCommand({ Bucket: access.bucket, Key: `${org}/huge`, Body: Buffer.alloc(21 * 1024 * 1024 + 1) })))).toMatchObject({ name: 'EntityTooLarge', status: 400 });
+    expect(await env.server.server.services.objectStore.head(org, 'huge')).toBeUndefined();
     // A flexible checksum that does not match the body (the SDK sends CRC32) is refused too.
     const crc = await signedRequest(access, 'PUT', `${org}/tampered`, Buffer.from('body'), { 'x-amz-checksum-crc32': 'AAAAAA==' });
     expect(crc.status).toBe(400);
