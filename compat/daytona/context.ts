@@ -7,6 +7,7 @@ import { NestboxError } from '../../core/errors.js';
 import type { Principal } from '../../core/types.js';
 import { renderDaytonaError, type DaytonaSurface } from './errors.js';
 import type { Logger } from '../../core/logger.js';
+import type { ObjectStore } from '../../core/object-store.js';
 
 /** Where the compat layer is mounted (src/http/app.ts): users set DAYTONA_API_URL=<origin>/daytona/api. */
 export const DAYTONA_PREFIX = '/daytona';
@@ -47,6 +48,16 @@ export interface StreamSlots {
   acquireUntilClosed(owner: { keyId?: string; sandboxId: string }, emitter: { once(event: 'close', listener: () => void): unknown }): unknown;
 }
 
+/** What the server gives the Daytona layer for build-context storage (object-storage.ts). */
+export interface DaytonaObjectStorage {
+  /** The server's one object store (the native API and E2B use the same). */
+  store: ObjectStore;
+  /** HMAC key of the S3 credentials, derived from the master secret (never the secret itself). */
+  credentialKey: Buffer;
+  /** Clock, for tests of expiry. */
+  now?: () => number;
+}
+
 /**
  * What the Daytona layer needs besides core's port (core/compat-port.ts): a few values of the
  * server's configuration and the HTTP-level services that are not core's. Built where the
@@ -61,6 +72,8 @@ export interface DaytonaOptions {
   region: string;
   /** Caps on long-lived streams: each toolbox WebSocket holds a slot while it is open. */
   streams: StreamSlots;
+  /** Build-context storage: push-access credentials and the S3 endpoint (object-storage.ts). */
+  objectStorage: DaytonaObjectStorage;
   log: Log;
 }
 

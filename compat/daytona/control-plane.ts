@@ -12,6 +12,7 @@ import { notSupported } from './errors.js';
 import { CORE_STATES_OF, renderDaytonaSandbox, renderDaytonaSnapshot, SANDBOX_USER } from './sandbox-dto.js';
 import { requireScope } from '../../core/services/auth.js';
 import { isIpv4Entry, parseEgressEntry } from '../../core/egress.js';
+import { issueStorageAccess } from './object-storage.js';
 
 const Minutes = z.number().int();
 
@@ -244,7 +245,7 @@ function listInput(req: Request): ListSandboxesInput {
   return input;
 }
 
-export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 'snapshots' | 'sandboxTokens' | 'ports'>, options: Pick<DaytonaOptions, 'log' | 'maxTimeoutSeconds' | 'region'>): Router {
+export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 'snapshots' | 'sandboxTokens' | 'ports'>, options: Pick<DaytonaOptions, 'log' | 'maxTimeoutSeconds' | 'region' | 'objectStorage'>): Router {
   const router = express.Router();
   const { sandboxes, snapshots } = core;
   const maxSeconds = options.maxTimeoutSeconds;
@@ -502,6 +503,10 @@ export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 's
   unsupportedArea(/^\/volumes(\/.*)?$/ as unknown as string, 'volumes');
   unsupportedArea(/^\/secret(\/.*)?$/ as unknown as string, 'secrets');
   unsupportedArea(/^\/warm-pools(\/.*)?$/ as unknown as string, 'warm pools');
-  unsupportedArea(/^\/object-storage(\/.*)?$/ as unknown as string, 'object storage (image build contexts)');
+  // daytona-wave2 §2.1: S3 credentials for this organisation's build contexts (object-storage.ts).
+  router.get('/object-storage/push-access', api(async (req, res, principal) => {
+    res.json(issueStorageAccess(req, principal, options.objectStorage));
+  }));
+  unsupportedArea(/^\/object-storage(\/.*)?$/ as unknown as string, 'object storage calls other than push-access');
   return router;
 }

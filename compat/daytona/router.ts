@@ -15,6 +15,7 @@ import { DAYTONA_API_SCOPES, DAYTONA_TOOLBOX_SCOPES } from './scopes.js';
 import { scopeGate, type ScopeTable } from '../scope-gate.js';
 import type { Principal } from '../../core/types.js';
 import { rejectNulInJsonBody } from '../../http-kit/request-checks.js';
+import { createS3Router } from './object-storage.js';
 
 export { attachDaytonaWebSockets } from './websockets.js';
 export type { DaytonaOptions } from './context.js';
@@ -89,6 +90,8 @@ export function createDaytonaRouter(core: CompatPort, options: DaytonaOptions): 
   router.use('/api/toolbox/:sandboxId/toolbox', ...toolboxChain);
   router.use('/api', authenticate('api'), gate(DAYTONA_API_SCOPES, 'api'), json, jsonErrors('api'), noNul('api'), createControlPlaneRouter(core, options));
   router.use('/toolbox/:sandboxId', ...toolboxChain);
+  // The S3 endpoint push-access points at: SigV4 credentials instead of an API key, S3's XML errors.
+  router.use('/s3', createS3Router({ ...options.objectStorage, maxUploadBytes: options.maxUploadBytes, log }));
 
   router.use('/api', (req: Request, res: Response) => renderDaytonaError(res, new NestboxError('not_found', `no route ${req.method} ${req.originalUrl.split('?')[0]}`), 'api'));
   router.use((req: Request, res: Response) => renderDaytonaError(res, new NestboxError('not_found', `no route ${req.method} ${req.originalUrl.split('?')[0]}`), 'toolbox'));

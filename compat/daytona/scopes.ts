@@ -50,6 +50,8 @@ export const DAYTONA_API_SCOPES: ScopeTable = [
   ['ALL /^\\/volumes(\\/.*)?$/', 'authenticated'],
   ['ALL /^\\/secret(\\/.*)?$/', 'authenticated'],
   ['ALL /^\\/warm-pools(\\/.*)?$/', 'authenticated'],
+  // Contexts are uploaded for builds (snapshot.create, or create({image})): both need this scope.
+  ['GET /object-storage/push-access', 'snapshots:write'],
   ['ALL /^\\/object-storage(\\/.*)?$/', 'authenticated'],
 ];
 

@@ -1,3 +1,4 @@
+import { createHmac } from 'node:crypto';
 import express, { type Express, type NextFunction, type Request, type Response } from 'express';
 import { NestboxError } from '../../core/errors.js';
 import { hostSecretMatches } from '../../core/services/hosts.js';
@@ -41,7 +42,16 @@ export function renderErrorForPath(req: Request, res: Response, err: unknown, lo
 /** The server settings the Daytona layer needs besides core's port (it imports nothing of src/). */
 export function daytonaOptionsOf(services: Services): DaytonaOptions {
   const { maxUploadBytes, maxTimeoutSeconds } = services.config.limits;
-  return { maxUploadBytes, maxTimeoutSeconds, region: services.config.region, streams: services.streams, log: services.logger.child({ component: 'daytona' }) };
+  // Object-storage credentials are HMACs under a key of their own, derived from the master secret.
+  const credentialKey = createHmac('sha256', services.hostSecret).update('nestbox-daytona-object-storage').digest();
+  return {
+    maxUploadBytes,
+    maxTimeoutSeconds,
+    region: services.config.region,
+    streams: services.streams,
+    objectStorage: { store: services.objects, credentialKey },
+    log: services.logger.child({ component: 'daytona' }),
+  };
 }
 
 /** One HTTP app on one port: the native API, the internal host-agent routes, later the compat layers. */

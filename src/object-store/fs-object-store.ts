@@ -407,6 +407,8 @@ export class FsObjectStore implements ObjectStore {
       await pipeline(joined, createWriteStream(tempPath, { flags: 'wx', mode: 0o600, flush: true }));
     } catch (err) {
       await rm(tempPath, { force: true });
+      // A part gone while being joined: the upload was aborted (or completed) meanwhile.
+      if (isMissing(err)) throw noSuchUpload(uploadId);
       throw diskError(err);
     }
     const etag = `"${createHash('md5').update(Buffer.concat(files.map((f) => Buffer.from(f.md5, 'hex')))).digest('hex')}-${files.length}"`;
