@@ -268,7 +268,7 @@ describe('Daytona object storage (push-access + S3 endpoint)', () => {
       writeFileSync(join(dir, 'sub', 'b.txt'), randomBytes(1000));
       const image = Image.debianSlim('3.12').addLocalDir(dir, '/app');
       const daytona = new Daytona({ apiUrl: env.apiUrl, apiKey: env.server.apiKey });
-      const store = env.server.server.services.objectStore;
+      const store = env.server.server.services.objects;
       const org = access.organizationId;
 
       // POST /snapshots with buildInfo is still refused until image builds land; the context
