@@ -794,6 +794,7 @@ export class ImageBuildService {
     });
     ctx.sandboxes.push(sandbox);
     state.sandbox = sandbox;
+    ctx.log(`build sandbox ${sandbox.id} (from ${state.snapshotId ?? state.base})`);
     return sandbox;
   }
 
