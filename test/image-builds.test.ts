@@ -12,17 +12,22 @@ import { buildTestImage, busyboxImageSpec, pushTestImage, startTestRegistry, typ
 
 let t: TestServer;
 let registry: TestRegistry;
+let privateRegistry: TestRegistry;
+const CREDS = { username: 'builder', password: 'per-build secret' };
 let work: string;
 
 beforeAll(async () => {
   work = mkdtempSync('/tmp/nbx-build-');
   registry = await startTestRegistry();
+  privateRegistry = await startTestRegistry({ htpasswd: CREDS });
+  await pushTestImage(await buildTestImage(join(work, 'private'), busyboxImageSpec({ env: ['PATH=/bin', 'PRIVATE=yes'] })), `${privateRegistry.host}/team/private:1`, CREDS);
   await pushTestImage(await buildTestImage(join(work, 'busybox'), busyboxImageSpec({ env: ['PATH=/bin', 'FROM_IMAGE=yes'], workingDir: '/srv' })), `${registry.host}/test/busybox:1`);
   t = await startTestServer();
 }, 300_000);
 afterAll(async () => {
   await t?.close();
   await registry?.stop();
+  await privateRegistry?.stop();
   rmSync(work, { recursive: true, force: true });
 });
 
@@ -135,6 +140,33 @@ describe('Dockerfile builds', () => {
     expect((await t.http.delete('/api/v1/images/pulled-busybox:1').set(t.auth)).status).toBe(204);
     const list = (await t.http.get('/api/v1/images?all=true').set(t.auth)).body.items as { id: string }[];
     expect(list.map((i) => i.id)).not.toContain(image.id);
+  }, 300_000);
+
+  it("pulls FROM a private registry with the build's own credentials, which are never stored or shown", async () => {
+    const dockerfile = `FROM ${privateRegistry.host}/team/private:1\nRUN echo $PRIVATE > /private.txt\n`;
+    const refused = await buildAndWait({ name: 'from-private', dockerfile });
+    expect(refused.build.state).toBe('failed');
+    expect(refused.build.error!.message).toMatch(/unauthorized|credentials|authentication/i);
+    const ok = await buildAndWait({ name: 'from-private', dockerfile, credentials: CREDS });
+    expect(ok.build.state, ok.lines.join('\n')).toBe('succeeded');
+    const id = await sandboxOf('from-private');
+    expect((await sh(id, 'cat /private.txt')).stdout).toBe('yes\n');
+    // The password is nowhere: not in the build, its log, the server's log or the database.
+    const stored = JSON.stringify(await t.server.db('image_builds').select('*'));
+    expect(stored).not.toContain(CREDS.password);
+    expect(ok.lines.join('\n')).not.toContain(CREDS.password);
+    expect(t.logs.join('\n')).not.toContain(CREDS.password);
+  }, 300_000);
+
+  it('runs several builds at once', async () => {
+    const starts = await Promise.all(['a', 'b', 'c'].map((n) => t.http.post('/api/v1/builds').set(t.auth).send({ name: `parallel-${n}`, steps: [{ run: `echo ${n} > /which; sleep 1` }], egress: NO_EGRESS })));
+    for (const s of starts) expect(s.status).toBe(202);
+    const principal = await t.server.services.auth.authenticate(t.apiKey);
+    const done = await Promise.all(starts.map((s) => t.server.services.builds.waitFor(principal, s.body.id)));
+    expect(done.map((b) => b.state)).toEqual(['succeeded', 'succeeded', 'succeeded']);
+    // At most NESTBOX_MAX_CONCURRENT_BUILDS (2) ran at once: the third started after one ended.
+    const [first, second, third] = done.sort((x, y) => x.startedAt!.getTime() - y.startedAt!.getTime());
+    expect(third!.startedAt!.getTime()).toBeGreaterThanOrEqual(Math.min(first!.finishedAt!.getTime(), second!.finishedAt!.getTime()));
   }, 300_000);
 
   it('fails a build whose FROM names nothing, at step 0', async () => {
