@@ -140,6 +140,16 @@ describe('Dockerfile builds', () => {
     expect((await t.http.delete('/api/v1/images/pulled-busybox:1').set(t.auth)).status).toBe(204);
     const list = (await t.http.get('/api/v1/images?all=true').set(t.auth)).body.items as { id: string }[];
     expect(list.map((i) => i.id)).not.toContain(image.id);
+    // Its pulled base stays on the host while another image (from-registry) starts from it…
+    const host = await t.server.services.hosts.clientFor(((await t.server.db('hosts').first()) as { id: string }).id);
+    expect((await host.listImages()).map((i) => i.id)).toContain(image.base);
+    // …and goes with the last image and cached step that use it.
+    const fromRegistry = (await t.http.get('/api/v1/images/from-registry').set(t.auth)).body;
+    expect(fromRegistry.base).toBe(image.base);
+    for (const s of (await t.http.get('/api/v1/sandboxes').set(t.auth)).body.items as { id: string }[]) await t.http.delete(`/api/v1/sandboxes/${s.id}`).set(t.auth);
+    expect((await t.http.delete('/api/v1/images/from-registry').set(t.auth)).status).toBe(204);
+    await t.server.services.images.expireCache(new Date(Date.now() + 3600_000));
+    expect((await host.listImages()).map((i) => i.id)).not.toContain(image.base);
   }, 300_000);
 
   it("pulls FROM a private registry with the build's own credentials, which are never stored or shown", async () => {

@@ -162,6 +162,7 @@ export class ImageService {
     for (const image of candidates) {
       await repo.markDeleted(image.id);
       if (image.snapshotId) layers += await this.removeLayerChain(image.snapshotId);
+      if (image.hostId) await this.removeUnusedBase(image.hostId, image.base);
     }
     return { images: candidates.length, layers };
   }
@@ -176,8 +177,23 @@ export class ImageService {
     for (const entry of await cache.stale(before, limit)) {
       await cache.remove(entry.organizationId, entry.hostId, entry.key);
       if (entry.snapshotId) layers += await this.removeLayerChain(entry.snapshotId);
+      await this.removeUnusedBase(entry.hostId, entry.base);
     }
     return layers;
+  }
+
+  /**
+   * A pulled OCI image no live image and no cached step starts from any more leaves its host's
+   * store (the host refuses while a sandbox there still uses it: that is kept for the next pass).
+   */
+  private async removeUnusedBase(hostId: string, base: string): Promise<void> {
+    if (!base.startsWith('sha256:') || (await imageRepository(this.db).usersOfBase(hostId, base)) > 0) return;
+    try {
+      await (await this.hosts.clientFor(hostId)).deleteImage(base);
+    } catch (err) {
+      const e = toNestboxError(err);
+      if (e.code !== 'conflict') this.logger.warn({ hostId, image: base, err: e.message }, 'an unused pulled image could not be removed from its host; kept for the next collection');
+    }
   }
 
   /** Removes the layer and then its parents, each only while nothing uses it. Answers how many went. */

@@ -173,6 +173,12 @@ export function imageRepository(db: DbOrTx) {
     async markDeleted(id: string): Promise<void> {
       await db('images').where({ id }).update({ state: 'deleting', deleted_at: new Date() });
     },
+    /** Live images and cached steps on this host that start from `base` (an OCI image id). */
+    async usersOfBase(hostId: string, base: string): Promise<number> {
+      const [{ count: images }] = (await db('images').where({ host_id: hostId, base }).whereNull('deleted_at').count<{ count: string | number }[]>('* as count')) as { count: string | number }[];
+      const [{ count: cached }] = (await db('image_build_cache').where({ host_id: hostId, base }).count<{ count: string | number }[]>('* as count')) as { count: string | number }[];
+      return Number(images) + Number(cached);
+    },
     async liveImagesOnSnapshot(snapshotId: string): Promise<number> {
       const [{ count }] = (await db('images').where({ snapshot_id: snapshotId }).whereNull('deleted_at').count<{ count: string | number }[]>('* as count')) as { count: string | number }[];
       return Number(count);
@@ -279,9 +285,9 @@ export function buildCacheRepository(db: DbOrTx) {
         .merge(['base', 'snapshot_id', 'config', 'last_used_at']);
     },
     /** Entries not used since `before`, oldest first. */
-    async stale(before: Date, limit: number): Promise<{ organizationId: string; hostId: string; key: string; snapshotId: string | null }[]> {
-      const rows = (await db('image_build_cache').where('last_used_at', '<', before).orderBy('last_used_at', 'asc').limit(limit)) as { organization_id: string; host_id: string; key: string; snapshot_id: string | null }[];
-      return rows.map((r) => ({ organizationId: r.organization_id, hostId: r.host_id, key: r.key, snapshotId: r.snapshot_id }));
+    async stale(before: Date, limit: number): Promise<{ organizationId: string; hostId: string; key: string; base: string; snapshotId: string | null }[]> {
+      const rows = (await db('image_build_cache').where('last_used_at', '<', before).orderBy('last_used_at', 'asc').limit(limit)) as { organization_id: string; host_id: string; key: string; base: string; snapshot_id: string | null }[];
+      return rows.map((r) => ({ organizationId: r.organization_id, hostId: r.host_id, key: r.key, base: r.base, snapshotId: r.snapshot_id }));
     },
     async remove(organizationId: string, hostId: string, key: string): Promise<void> {
       await db('image_build_cache').where({ organization_id: organizationId, host_id: hostId, key }).delete();
