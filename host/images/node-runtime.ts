@@ -18,8 +18,7 @@
 import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
-import { chmod, mkdir, mkdtemp, rename, rm, stat, symlink, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { chmod, mkdir, rename, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { removeTree } from '../util/fs.js';
 import { runWithProgress } from './run-with-progress.js';
@@ -81,9 +80,12 @@ const NPM_PACK_TIMEOUT_MS = 10 * 60_000;
 
 /** Installs NODE_PACKAGE and NPM_PACKAGE into `<rootfs>/usr/local` with the host's npm (download only: nothing runs). */
 export async function installNodeRuntime(rootfs: string, progress: (line: string) => void = () => {}, npm = 'npm'): Promise<void> {
-  const downloads = await mkdtemp(join(tmpdir(), 'nestbox-node-runtime-'));
-  // Unpacked inside the tree, so moving the pieces into place is a rename on one filesystem.
+  // Downloaded and unpacked inside the tree: moving the pieces into place is a rename on one
+  // filesystem, and a build killed half-way leaves nothing outside the build's own directory
+  // (which the next build removes).
   const staging = join(rootfs, 'usr', 'local', `.nestbox-node-staging-${process.pid}`);
+  const downloads = join(staging, 'downloads');
+  await mkdir(downloads, { recursive: true, mode: 0o755 });
   try {
     const nodeTarball = await download(NODE_PACKAGE, downloads, progress, npm);
     const npmTarball = await download(NPM_PACKAGE, downloads, progress, npm);
@@ -109,7 +111,6 @@ export async function installNodeRuntime(rootfs: string, progress: (line: string
     await checkRuntime(rootfs);
   } finally {
     await removeTree(staging);
-    await removeTree(downloads);
   }
 }
 
