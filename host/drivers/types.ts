@@ -3,6 +3,7 @@
 // without KVM) and `cloud-hypervisor` (microVMs). Everything a driver does must survive a
 // kill -9 of the host agent: a driver keeps its own per-sandbox record on disk and `init()`
 // adopts what is still running and reports what is not.
+import type { OciImageConfig } from '../images/oci/store.js';
 
 export interface DriverCapabilities {
   /** Stop can keep memory (resume continues running processes). */
@@ -125,16 +126,8 @@ export interface StartResult extends SandboxRuntime {
   resumeReason?: string;
 }
 
-/** What an OCI image's config says processes start with. */
-export interface ImageConfigInfo {
-  env: string[];
-  cmd: string[] | null;
-  entrypoint: string[] | null;
-  workingDir: string;
-  user: string;
-  exposedPorts: string[];
-  labels: Record<string, string>;
-}
+/** What an OCI image's config says processes start with (read by the OCI store). */
+export type ImageConfigInfo = OciImageConfig;
 
 /** An image in the host's OCI store (host/images/oci), by its linux/amd64 manifest digest. */
 export interface ImageInfo {

@@ -30,7 +30,7 @@ import { acquireBuildLock } from './base-image.js';
 import { imageEnvironment, ENV_NAME } from './oci/image-environment.js';
 import { hexOf, IMAGE_ID, OciImageStore } from './oci/store.js';
 import { removeTree, writeFileAtomic } from '../util/fs.js';
-import { GUEST_AGENT_SOCKET, VIRTIO_SERIAL_PORT_NAME } from './vm-image.js';
+import { GUEST_AGENT_SOCKET, VIRTIO_SERIAL_PORT_NAME, writeTreeFile } from './vm-image.js';
 
 export const OCI_VM_DISKS_DIR = 'vm-oci';
 /** PID 1 of an image VM (kernel command line `init=`). */
@@ -237,13 +237,7 @@ async function checkBootable(rootfs: string, imageId: string): Promise<void> {
 
 /** /.nestbox (runtime, scripts, modules) and the /etc files every VM has; returns the modules. */
 async function installRuntime(tree: string, runtime: GuestRuntimeFiles, env: Record<string, string>): Promise<string[]> {
-  const put = async (path: string, content: string, mode = 0o644): Promise<void> => {
-    const target = join(tree, path);
-    await mkdir(dirname(target), { recursive: true });
-    await rm(target, { force: true });
-    await writeFile(target, content, { mode });
-    await chmod(target, mode);
-  };
+  const put = (path: string, content: string, mode = 0o644) => writeTreeFile(tree, path, content, mode);
   const copy = async (source: string, path: string, mode: number): Promise<void> => {
     const target = join(tree, path);
     await mkdir(dirname(target), { recursive: true });

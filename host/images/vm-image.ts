@@ -222,15 +222,18 @@ function compareVersions(a: string, b: string): number {
   return a.localeCompare(b, 'en', { numeric: true });
 }
 
+/** Writes `content` at `path` inside `tree` (made, replaced, with exactly `mode`). */
+export async function writeTreeFile(tree: string, path: string, content: string, mode = 0o644): Promise<void> {
+  const target = join(tree, path);
+  await mkdir(dirname(target), { recursive: true });
+  await rm(target, { force: true });
+  await writeFile(target, content, { mode });
+  await chmod(target, mode);
+}
+
 /** Everything we add to the Debian tree. Idempotent (the tree is reused across agent updates). */
 export async function installGuestFiles(tree: string, options: Pick<EnsureVmImageOptions, 'guestAgentBundle' | 'nodeBinary' | 'ptyHelperBinary'>): Promise<void> {
-  const put = async (path: string, content: string, mode = 0o644): Promise<void> => {
-    const target = join(tree, path);
-    await mkdir(dirname(target), { recursive: true });
-    await rm(target, { force: true });
-    await writeFile(target, content, { mode });
-    await chmod(target, mode);
-  };
+  const put = (path: string, content: string, mode = 0o644) => writeTreeFile(tree, path, content, mode);
   const enable = async (unit: string, target = 'multi-user.target', from = `/etc/systemd/system/${unit}`): Promise<void> => {
     const link = join(tree, 'etc/systemd/system', `${target}.wants`, unit);
     await mkdir(dirname(link), { recursive: true });
