@@ -124,6 +124,21 @@ describe('Dockerfile builds', () => {
     expect((await sh(id, 'cat /built.txt; echo $FROM_IMAGE $ADDED; cat /etc/os-release')).stdout).toMatch(/^built\nyes 1\nNAME="Nestbox test busybox"/);
   }, 300_000);
 
+  it('builds FROM scratch: an empty base, filled from an earlier stage (a static binary), run by argv', async () => {
+    const dockerfile = [`FROM ${registry.host}/test/busybox:1 AS tools`, 'RUN echo "made in stage 1" > /note', 'FROM scratch', 'COPY --from=tools /bin/busybox /bin/busybox', 'COPY --from=tools /note /note', 'ENV PATH=/bin'].join('\n');
+    const { build, lines } = await buildAndWait({ name: 'from-scratch', dockerfile });
+    expect(build.state, lines.join('\n')).toBe('succeeded');
+    const id = await sandboxOf('from-scratch');
+    const res = await t.http.post(`/api/v1/sandboxes/${id}/commands`).set(t.auth).send({ argv: ['/bin/busybox', 'cat', '/note'] });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    expect(res.body.stdout).toBe('made in stage 1\n');
+    // Nothing else is in it: no shell, so a cmd is refused and asks for argv.
+    const ls = await t.http.post(`/api/v1/sandboxes/${id}/commands`).set(t.auth).send({ argv: ['/bin/busybox', 'ls', '/bin'] });
+    expect(ls.body.stdout).toBe('busybox\n');
+    const shell = await t.http.post(`/api/v1/sandboxes/${id}/commands`).set(t.auth).send({ cmd: 'echo hi' });
+    expect(shell.status).toBe(400);
+  }, 300_000);
+
   it('pulls an image by name (POST /images) and deletes it when unused', async () => {
     const res = await t.http.post('/api/v1/images').set(t.auth).send({ reference: `${registry.host}/test/busybox:1`, name: 'pulled-busybox' });
     expect(res.status, JSON.stringify(res.body)).toBe(202);

@@ -540,10 +540,10 @@ export class ImageBuildService {
       return fresh({ base: earlier.base, snapshotId: earlier.snapshotId, config: structuredClone(earlier.config), key: earlier.key, from: earlier.from });
     }
     if (!reference) throw new BuildSpecError('dockerfile', stage.at.line, 'FROM needs an image');
-    if (reference === 'scratch') throw new BuildSpecError('dockerfile', stage.at.line, 'FROM scratch is not supported yet (a Nestbox sandbox needs a base with the mount points it uses); start FROM busybox or a distroless image instead');
     let own: Image | undefined;
     try {
-      own = await this.images.find(ctx.build.organizationId, reference, 'from');
+      // `scratch` is Docker's reserved empty image, whatever the organisation named its own.
+      own = reference === 'scratch' ? undefined : await this.images.find(ctx.build.organizationId, reference, 'from');
     } catch {
       own = undefined; // not a Nestbox name (e.g. `ghcr.io/x/y@sha256:…`): an OCI reference
     }

@@ -40,6 +40,8 @@ const DEFAULT_PULL_TIMEOUT_MS = 30 * 60_000;
 const DEFAULT_INSPECT_TIMEOUT_MS = 60_000;
 const DEFAULT_LOCK_WAIT_MS = 30 * 60_000;
 const LAYOUT_TAG = 'image';
+/** Docker's empty base image's name (`FROM scratch`): made by the store, never pulled. */
+export const SCRATCH = 'scratch';
 /** An image id: the manifest digest. */
 export const IMAGE_ID = DIGEST;
 
@@ -195,6 +197,7 @@ export class OciImageStore {
    */
   async pull(reference: string, options: PullOptions = {}): Promise<OciImage> {
     await this.open();
+    if (reference === SCRATCH) return this.scratch(options.onProgress ?? (() => {}));
     const ref = parseImageReference(reference);
     const progress = options.onProgress ?? (() => {});
     const auth = await this.authDir(ref, options.credentials);
@@ -218,6 +221,59 @@ export class OciImageStore {
       }
     } finally {
       await auth.cleanup();
+    }
+  }
+
+  /**
+   * Docker's `FROM scratch`: an image with no layers, made here with umoci (never pulled), once
+   * per store. Its tree is only the mount points and /tmp a sandbox needs.
+   */
+  private async scratch(progress: (line: string) => void): Promise<OciImage> {
+    const marker = join(this.options.storeDir, 'scratch-id');
+    const known = await readFile(marker, 'utf8').then((id) => this.get(id.trim()), () => undefined);
+    if (known) return known;
+    const release = await acquireBuildLock(join(this.locksDir, 'scratch.lock'), this.options.lockWaitMs ?? DEFAULT_LOCK_WAIT_MS);
+    try {
+      const again = await readFile(marker, 'utf8').then((id) => this.get(id.trim()), () => undefined);
+      if (again) return again;
+      const started = Date.now();
+      const work = join(this.tmpDir, `${'0'.repeat(64)}-${process.pid}-${randomBytes(4).toString('hex')}`);
+      await mkdir(work, { mode: 0o700 });
+      try {
+        const layout = join(work, 'layout');
+        await runTool(this.options.umociBinary ?? 'umoci', ['init', '--layout', layout], { timeoutMs: DEFAULT_INSPECT_TIMEOUT_MS });
+        await runTool(this.options.umociBinary ?? 'umoci', ['new', '--image', `${layout}:${LAYOUT_TAG}`], { timeoutMs: DEFAULT_INSPECT_TIMEOUT_MS });
+        const index = JSON.parse(await readFile(join(layout, 'index.json'), 'utf8')) as { manifests: { digest: string }[] };
+        const id = index.manifests[0]!.digest;
+        const rootfs = join(work, 'rootfs');
+        await mkdir(rootfs, { mode: 0o755 });
+        await prepareTreeForSandboxes(rootfs, '');
+        const meta: OciImageMeta = {
+          id,
+          reference: SCRATCH,
+          source: { registry: '', repository: SCRATCH },
+          platform: `${PLATFORM.os}/${PLATFORM.architecture}`,
+          pulledAt: new Date().toISOString(),
+          pullMs: Date.now() - started,
+          sizeBytes: 0,
+          compressedBytes: 0,
+          layers: [],
+          config: { env: [], cmd: null, entrypoint: null, workingDir: '', user: '', exposedPorts: [], labels: {} },
+          removedDeviceNodes: [],
+        };
+        const staged = join(work, 'image');
+        await mkdir(staged, { mode: 0o755 });
+        await rename(rootfs, join(staged, 'rootfs'));
+        await writeFile(join(staged, 'image.json'), `${JSON.stringify(meta, null, 2)}\n`, { mode: 0o644 });
+        await rename(staged, join(this.imagesDir, hexOf(id)));
+        await writeFileAtomic(marker, `${id}\n`);
+        progress(`scratch: an empty image ${id}`);
+        return { meta, rootfs: join(this.imagesDir, hexOf(id), 'rootfs'), pulled: true };
+      } finally {
+        await removeTree(work);
+      }
+    } finally {
+      await release();
     }
   }
 
