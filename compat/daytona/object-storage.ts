@@ -70,7 +70,7 @@ function sameText(a: string, b: string): boolean {
 }
 
 /** Credentials for one organisation, valid for an hour from `now`. */
-export function issueStorageAccess(req: IncomingMessage, principal: Principal, options: Pick<ObjectStorageOptions, 'credentialKey' | 'now'>): StorageAccess {
+export function issueStorageAccess(req: IncomingMessage, principal: Principal, options: Pick<ObjectStorageOptions, 'credentialKey' | 'now' | 'publicUrl'>): StorageAccess {
   const now = options.now?.() ?? Date.now();
   const expires = Math.floor(now / 1000) + CREDENTIAL_TTL_SECONDS;
   // `/` would break SigV4's Credential=<key>/<scope>; base64url never has one.
@@ -79,7 +79,8 @@ export function issueStorageAccess(req: IncomingMessage, principal: Principal, o
     accessKey,
     secret: mac(options.credentialKey, 'secret', accessKey),
     sessionToken: `${accessKey}.${mac(options.credentialKey, 'token', accessKey)}`,
-    storageUrl: `${publicOrigin(req)}${DAYTONA_S3_PATH}`,
+    // Where the client reached this server, as the toolbox URLs are (or the declared public URL).
+    storageUrl: `${options.publicUrl ?? publicOrigin(req)}${DAYTONA_S3_PATH}`,
     bucket: DAYTONA_BUCKET,
     region: DAYTONA_S3_REGION,
     organizationId: principal.organizationId,
@@ -255,13 +256,25 @@ async function verifySignature(req: Request, options: ObjectStorageOptions): Pro
     uriEscapePath: false,
     applyChecksum: false,
   });
-  const signed = await signer.sign(
-    { method: req.method, protocol: 'http:', hostname: headers.host ?? '', path: rawPath, query, headers },
-    { signingDate: new Date(signedAt), signableHeaders: new Set(signedNames) },
-  );
-  const expected = /Signature=([0-9a-f]{64})$/.exec(String(signed.headers.authorization))?.[1] ?? '';
-  const expectedList = /SignedHeaders=([^,]+),/.exec(String(signed.headers.authorization))?.[1] ?? '';
-  if (!sameText(expected, signature) || expectedList !== signedHeaderList) {
+  // The client signed the URL it was given. Behind a proxy at NESTBOX_PUBLIC_URL, the path may
+  // have lost that URL's prefix and the Host header its public name: both forms are tried.
+  const publicBase = options.publicUrl ? new URL(options.publicUrl) : undefined;
+  const prefix = publicBase?.pathname.replace(/\/+$/, '') ?? '';
+  const paths = prefix && !rawPath.startsWith(`${prefix}/`) ? [rawPath, `${prefix}${rawPath}`] : [rawPath];
+  const hosts = publicBase && publicBase.host !== headers.host ? [headers.host, publicBase.host] : [headers.host];
+  let matched = false;
+  for (const path of paths) {
+    for (const host of hosts) {
+      const signed = await signer.sign(
+        { method: req.method, protocol: 'http:', hostname: host ?? '', path, query, headers: { ...headers, host: host ?? '' } },
+        { signingDate: new Date(signedAt), signableHeaders: new Set(signedNames) },
+      );
+      const expected = /Signature=([0-9a-f]{64})$/.exec(String(signed.headers.authorization))?.[1] ?? '';
+      const expectedList = /SignedHeaders=([^,]+),/.exec(String(signed.headers.authorization))?.[1] ?? '';
+      if (sameText(expected, signature) && expectedList === signedHeaderList) matched = true;
+    }
+  }
+  if (!matched) {
     throw new S3Error(403, 'SignatureDoesNotMatch', 'The request signature we calculated does not match the signature you provided. Check your key and signing method.');
   }
   return { organizationId, query, rawPath };
@@ -482,7 +495,7 @@ export function createS3Router(options: ObjectStorageOptions): Router {
     const stored = await store.completeMultipart(target.organizationId, uploadId, parts);
     const s3Key = `${target.organizationId}/${stored.key}`;
     const result = new XmlNode('CompleteMultipartUploadResult').a('xmlns', S3_XMLNS)
-      .c(leaf('Location', `${publicOrigin(req)}${DAYTONA_S3_PATH}/${target.bucket}/${s3Key.split('/').map(encodeURIComponent).join('/')}`))
+      .c(leaf('Location', `${options.publicUrl ?? publicOrigin(req)}${DAYTONA_S3_PATH}/${target.bucket}/${s3Key.split('/').map(encodeURIComponent).join('/')}`))
       .c(leaf('Bucket', target.bucket)).c(leaf('Key', s3Key)).c(leaf('ETag', stored.etag));
     res.status(200).type('application/xml').send(xml(result));
   }
