@@ -1,7 +1,7 @@
-// The S3 endpoint behind a reverse proxy at NESTBOX_PUBLIC_URL that strips a path prefix and
-// rewrites Host (as a TLS terminator in front of Nestbox does): the AWS SDK signs the public URL
-// it was handed, the endpoint still verifies it. In-process: the Daytona S3 router over the
-// filesystem object store in a temp dir, no sandbox host needed.
+// The Daytona S3 endpoint in-process (its router over the filesystem object store in a temp dir,
+// no sandbox host needed), through the real AWS SDK: behind a reverse proxy at NESTBOX_PUBLIC_URL
+// that strips a path prefix and rewrites Host (as a TLS terminator in front of Nestbox does: the
+// SDK signs the public URL it was handed), ranged and conditional GETs, conditional writes.
 import http from 'node:http';
 import { randomBytes, createHash } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { AddressInfo } from 'node:net';
 import express from 'express';
-import { GetObjectCommand, ListObjectsV2Command, PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
+import { GetObjectCommand, HeadObjectCommand, ListObjectsV2Command, PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
 import { Upload } from '@aws-sdk/lib-storage';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createS3Router, issueStorageAccess, type StorageAccess } from '../../compat/daytona/object-storage.js';
@@ -72,5 +72,32 @@ describe('Daytona S3 endpoint behind a prefix-stripping proxy (NESTBOX_PUBLIC_UR
     // A wrong secret is still refused through the proxy.
     const wrong = new S3Client({ endpoint: access.storageUrl, region: access.region, forcePathStyle: true, maxAttempts: 1, credentials: { accessKeyId: access.accessKey, secretAccessKey: 'nope', sessionToken: access.sessionToken } });
     await expect(wrong.send(new PutObjectCommand({ Bucket: access.bucket, Key: `${ORG}/small`, Body: 'y' }))).rejects.toMatchObject({ name: 'SignatureDoesNotMatch' });
+  });
+});
+
+describe('Daytona S3 endpoint: ranges and preconditions', () => {
+  const client = () => new S3Client({ endpoint: access.storageUrl, region: access.region, forcePathStyle: true, maxAttempts: 1, credentials: { accessKeyId: access.accessKey, secretAccessKey: access.secret, sessionToken: access.sessionToken } });
+  const body = Buffer.from('0123456789abcdef');
+
+  it('serves one byte range (206 with Content-Range), refuses one outside the object (416)', async () => {
+    const s3 = client();
+    await s3.send(new PutObjectCommand({ Bucket: access.bucket, Key: `${ORG}/r`, Body: body }));
+    for (const [range, text, contentRange] of [['bytes=2-5', '2345', 'bytes 2-5/16'], ['bytes=10-', 'abcdef', 'bytes 10-15/16'], ['bytes=-3', 'def', 'bytes 13-15/16'], ['bytes=14-99', 'ef', 'bytes 14-15/16']]) {
+      const got = await s3.send(new GetObjectCommand({ Bucket: access.bucket, Key: `${ORG}/r`, Range: range }));
+      expect(got.$metadata.httpStatusCode).toBe(206);
+      expect(got.ContentRange).toBe(contentRange);
+      expect(Buffer.from(await got.Body!.transformToByteArray()).toString()).toBe(text);
+    }
+    await expect(s3.send(new GetObjectCommand({ Bucket: access.bucket, Key: `${ORG}/r`, Range: 'bytes=16-20' }))).rejects.toMatchObject({ name: 'InvalidRange', $metadata: { httpStatusCode: 416 } });
+  });
+
+  it('answers If-None-Match with 304 and a failed If-Match with 412; refuses conditional writes', async () => {
+    const s3 = client();
+    const { ETag } = await s3.send(new PutObjectCommand({ Bucket: access.bucket, Key: `${ORG}/c`, Body: body }));
+    await expect(s3.send(new GetObjectCommand({ Bucket: access.bucket, Key: `${ORG}/c`, IfNoneMatch: ETag }))).rejects.toMatchObject({ $metadata: { httpStatusCode: 304 } });
+    await expect(s3.send(new HeadObjectCommand({ Bucket: access.bucket, Key: `${ORG}/c`, IfMatch: '"00000000000000000000000000000000"' }))).rejects.toMatchObject({ $metadata: { httpStatusCode: 412 } });
+    const ok = await s3.send(new GetObjectCommand({ Bucket: access.bucket, Key: `${ORG}/c`, IfMatch: ETag }));
+    expect(Buffer.from(await ok.Body!.transformToByteArray()).toString()).toBe(body.toString());
+    await expect(s3.send(new PutObjectCommand({ Bucket: access.bucket, Key: `${ORG}/c`, Body: 'x', IfNoneMatch: '*' }))).rejects.toMatchObject({ name: 'NotImplemented', $metadata: { httpStatusCode: 501 } });
   });
 });

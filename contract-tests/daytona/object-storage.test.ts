@@ -209,6 +209,10 @@ describe('Daytona object storage (push-access + S3 endpoint)', () => {
     const anonymous = await fetch(`${access.storageUrl}/${access.bucket}/${org}/small/context.tar`);
     expect(anonymous.status).toBe(403);
     expect(await anonymous.text()).toContain('<Code>AccessDenied</Code>');
+    // A URL refused before any router (malformed percent-encoding) still gets S3's shape.
+    const malformed = await fetch(`${access.storageUrl}/${access.bucket}/${org}/%ZZ`);
+    expect(malformed.status).toBe(400);
+    expect(await malformed.text()).toContain('<Code>InvalidArgument</Code>');
     const skewed = await signedRequest(access, 'PUT', `${org}/skewed`, Buffer.from('x'), {}, new Date(Date.now() - 20 * 60_000));
     expect(skewed.status).toBe(403);
     expect(skewed.text).toContain('<Code>RequestTimeTooSkewed</Code>');
