@@ -296,6 +296,48 @@ async function main(): Promise<void> {
     for (const sid of created.splice(0)) await call(base, key, 'DELETE', `/sandboxes/${sid}`);
     await call(base, key, 'DELETE', `/snapshots/${snapName}`);
 
+    // 7b. Image builds: a cold build of a few steps (RUN, COPY-free) vs the unchanged rebuild
+    //     answered from the layer cache; and creates from the built image vs from `default`.
+    {
+      const waitBuild = async (id: string): Promise<{ state: string; imageId: string }> => {
+        for (let i = 0; i < 6000; i++) {
+          const b = JSON.parse((await call(base, key, 'GET', `/builds/${id}`)).body) as { state: string; imageId: string };
+          if (['succeeded', 'failed', 'cancelled'].includes(b.state)) return b;
+          await new Promise((r) => setTimeout(r, 50));
+        }
+        throw new Error(`build ${id} did not finish`);
+      };
+      const steps = [{ run: 'mkdir -p /opt/app && seq 1 10000 > /opt/app/numbers' }, { env: { APP: '/opt/app' } }, { workdir: '/opt/app' }, { run: 'wc -l numbers > count' }];
+      const buildOnce = async (noCache: boolean): Promise<number> => {
+        const [t] = await timed(async () => {
+          const res = await call(base, key, 'POST', '/builds', { name: 'bench-image', steps, noCache, egress: { mode: 'deny-all' } });
+          if (res.status !== 202) throw new Error(`build failed to start: ${res.body}`);
+          const done = await waitBuild(JSON.parse(res.body).id);
+          if (done.state !== 'succeeded') throw new Error(`bench build ${done.state}`);
+        });
+        return t;
+      };
+      const cold: number[] = [];
+      const cached: number[] = [];
+      for (let i = 0; i < 3; i++) {
+        cold.push(await buildOnce(true));
+        cached.push(await buildOnce(false));
+      }
+      console.log(`image build of 4 steps (n=3): cold p50 ${ms(quantile(cold, 0.5))}; unchanged rebuild from the cache p50 ${ms(quantile(cached, 0.5))} → ×${(quantile(cold, 0.5) / quantile(cached, 0.5)).toFixed(1)} faster`);
+      const fromImage: number[] = [];
+      const fromDefault: number[] = [];
+      for (let i = 0; i < 5; i++) {
+        for (const [list, body] of [[fromImage, { image: 'bench-image', timeoutSeconds: 0 }], [fromDefault, { timeoutSeconds: 0 }]] as const) {
+          const [t, res] = await timed(() => call(base, key, 'POST', '/sandboxes', body));
+          if (res.status !== 201) throw new Error(`create failed: ${res.body}`);
+          created.push(JSON.parse(res.body).id);
+          list.push(t);
+        }
+      }
+      console.log(`create from a built image (n=5, interleaved): p50 ${ms(quantile(fromImage, 0.5))}; baseline from default p50 ${ms(quantile(fromDefault, 0.5))} → ×${(quantile(fromImage, 0.5) / quantile(fromDefault, 0.5)).toFixed(2)}`);
+      for (const sid of created.splice(0)) await call(base, key, 'DELETE', `/sandboxes/${sid}`);
+    }
+
     // 8. Daytona compat overhead: the same exec and file round trips through @daytonaio/sdk
     //    (control plane at /daytona/api, toolbox at /daytona/toolbox) vs the native API.
     {

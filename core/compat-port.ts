@@ -16,6 +16,9 @@ import type { SandboxService } from './services/sandboxes.js';
 import type { SandboxTokenService } from './services/sandbox-tokens.js';
 import type { SnapshotService } from './services/snapshots.js';
 import type { Toolbox } from './services/toolbox.js';
+import type { ImageService } from './services/images.js';
+import type { ImageBuildService } from './services/image-builds.js';
+import type { ObjectStore } from './object-store.js';
 import type { SandboxStateEvents } from './sandbox-events.js';
 
 /** Every toolbox method (the class has no other public members). */
@@ -43,6 +46,12 @@ export type IdempotencyPort = Pick<IdempotencyService, 'run'>;
 /** Sandbox state changes as they are committed, to push rather than poll (sandbox-events.ts). */
 export type SandboxEventsPort = Pick<SandboxStateEvents, 'subscribe'>;
 
+/** Images: lookups, tags and deletion (the built-in `default` included). */
+export type ImagesPort = Pick<ImageService, 'get' | 'find' | 'list' | 'tagsOf' | 'addTags' | 'delete' | 'ofSandbox'>;
+
+/** Image builds: start (a BuildSpec from core/images), status, logs, wait, cancel. */
+export type BuildsPort = Pick<ImageBuildService, 'create' | 'get' | 'list' | 'logs' | 'follow' | 'waitFor' | 'cancel'>;
+
 export interface CompatPort {
   toolbox: ToolboxPort;
   sandboxes: SandboxesPort;
@@ -52,4 +61,8 @@ export interface CompatPort {
   ports: HostedPortsPort;
   idempotency: IdempotencyPort;
   sandboxEvents: SandboxEventsPort;
+  images: ImagesPort;
+  builds: BuildsPort;
+  /** Build contexts and other uploads, per organisation (core/object-store.ts). */
+  objects: ObjectStore;
 }

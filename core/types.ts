@@ -50,7 +50,15 @@ export interface Sandbox {
   name: string | null;
   /** Size of the sandbox's own disk; null for sandboxes created before disk quotas. */
   diskGiB: number | null;
+  /** `user`, or `build`: an image build's sandbox (kept out of every sandbox list). */
+  kind: SandboxKind;
+  /** The image (core/services/images.ts) it was created from; null for `default` and older rows. */
+  imageId: string | null;
+  /** What its host starts it from when that is not `image` (an image's base: `default` or `sha256:…`). */
+  hostImage: string | null;
 }
+
+export type SandboxKind = 'user' | 'build';
 
 /**
  * What a sandbox may reach outside (allow all by default). Isolation always applies on top:
@@ -77,6 +85,8 @@ export interface Snapshot {
   errorMessage: string | null;
   createdAt: Date;
   deletedAt: Date | null;
+  /** `snapshot`: a user's; `layer`: an image build's layer (never listed, never taken by name). */
+  kind: 'snapshot' | 'layer';
 }
 
 export const SCOPES = [
@@ -89,6 +99,8 @@ export const SCOPES = [
   'files:write',
   'snapshots:read',
   'snapshots:write',
+  'images:read',
+  'images:write',
   'keys:manage',
 ] as const;
 export type Scope = (typeof SCOPES)[number];

@@ -17,14 +17,15 @@ fi
 # nestbox-seccomp the static libseccomp it links (the sandbox's seccomp profile).
 # xfsprogs formats the loop-mounted reflink store; e2fsprogs (mkfs.ext4) formats each sandbox's disk.
 # skopeo pulls OCI/Docker images from registries and umoci unpacks them into root filesystems
-# (host/images/oci/).
-packages=(debootstrap nftables tini iproute2 util-linux e2fsprogs procps psmisc ca-certificates gcc libc6-dev libseccomp-dev xfsprogs conntrack tar perl-base skopeo umoci)
+# (host/images/oci/); ADD of a bzip2, xz or zstd tarball is decompressed with bzip2, xz and zstd.
+packages=(debootstrap nftables tini iproute2 util-linux e2fsprogs procps psmisc ca-certificates gcc libc6-dev libseccomp-dev xfsprogs conntrack tar perl-base skopeo umoci bzip2 xz-utils zstd)
 with_postgres=false
 # Tests only: the image tests run Debian's Distribution registry (docker-registry) on loopback,
 # build their images from busybox-static's binary and protect one registry with an htpasswd
 # file (apache2-utils). The Python contract tests' virtualenv is built from Debian's python3 with
 # python3-venv (scripts/install-python-sdks.sh, at the end).
-[[ "${1:-}" == "--with-postgres" ]] && with_postgres=true && packages+=(postgresql docker-registry busybox-static apache2-utils python3 python3-venv)
+# The Cloud Hypervisor simulator's image guests resolve socat's libraries (tests only).
+[[ "${1:-}" == "--with-postgres" ]] && with_postgres=true && packages+=(postgresql docker-registry busybox-static apache2-utils python3 python3-venv socat)
 
 missing=()
 for p in "${packages[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p"); done

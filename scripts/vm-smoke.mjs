@@ -4,7 +4,12 @@
 // round trip. `.ci/run` runs it after the test suite (it needs `npm run build` and
 // qemu-system-x86; the image is built, or reused from its cache, first).
 //
-// Usage: node scripts/vm-smoke.mjs [--images-dir DIR] [--boot-timeout-s N]
+// --oci boots an OCI image instead (host/images/vm-image-oci.ts): a busybox image built here with
+// umoci, served by Debian's registry on loopback, pulled, turned into its bootable disk with the
+// runtime from the VM image's tree, and booted with the VM image's kernel and `init=/.nestbox/init`
+// — the init script, busybox, modules and socat bridge that the simulator cannot run.
+//
+// Usage: node scripts/vm-smoke.mjs [--images-dir DIR] [--boot-timeout-s N] [--oci]
 import { execFileSync, spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -18,6 +23,7 @@ const { values } = parseArgs({
   options: {
     'images-dir': { type: 'string', default: '/var/tmp/nestbox-vm-images' },
     'boot-timeout-s': { type: 'string', default: '300' },
+    oci: { type: 'boolean', default: false },
   },
 });
 const { AgentClient } = await import(join(repo, 'dist/host/agent-protocol/client.js'));
@@ -42,12 +48,41 @@ function cleanup() {
 
 try {
   console.log('vm smoke: building or reusing the VM image');
+  // The build's npm reaches the registry through the machine's proxy and CA settings: without
+  // them each registry request fails TLS three times before npm falls back to its cache (minutes).
+  const network = Object.fromEntries(
+    Object.entries(process.env).filter(([name]) => /^(NODE_EXTRA_CA_CERTS|SSL_CERT_FILE|SSL_CERT_DIR|(https?|no)_proxy)$/i.test(name)),
+  );
   execFileSync(process.execPath, [join(repo, 'dist/src/cli.js'), 'image', 'build', '--vm'], {
-    env: { PATH: process.env.PATH, NESTBOX_DATA_DIR: join(work, 'data'), NESTBOX_IMAGES_DIR: values['images-dir'] },
+    env: { ...network, PATH: process.env.PATH, NESTBOX_DATA_DIR: join(work, 'data'), NESTBOX_IMAGES_DIR: values['images-dir'] },
     stdio: ['ignore', 'inherit', 'inherit'],
   });
   const image = join(values['images-dir'], 'vm-default');
-  const [kernel, initrd, rootfs] = ['vmlinuz', 'initrd.img', 'rootfs.img'].map((f) => join(image, f));
+  const [kernel, initrd] = ['vmlinuz', 'initrd.img'].map((f) => join(image, f));
+  let rootfs = join(image, 'rootfs.img');
+  let append = 'console=ttyS0 root=/dev/vda rw panic=-1';
+  let registry;
+  if (values.oci) {
+    const { startTestRegistry, buildTestImage, busyboxImageSpec, pushTestImage } = await import(join(repo, 'dist/host/images/oci/test-registry.js'));
+    const { OciImageStore } = await import(join(repo, 'dist/host/images/oci/store.js'));
+    const { readCompleteVmImage } = await import(join(repo, 'dist/host/images/vm-image.js'));
+    const { ensureOciVmDisk, guestRuntimeFromVmImage, OCI_VM_INIT } = await import(join(repo, 'dist/host/images/vm-image-oci.js'));
+    registry = await startTestRegistry();
+    try {
+      const layout = await buildTestImage(join(work, 'busybox'), busyboxImageSpec({ env: ['GREETING=hello from the image', 'PATH=/bin'], workingDir: '/srv/app' }));
+      await pushTestImage(layout, `${registry.host}/smoke/busybox:1`);
+      const store = new OciImageStore({ storeDir: join(work, 'oci') });
+      const imageId = (await store.pull(`${registry.host}/smoke/busybox:1`)).meta.id;
+      const vmImage = await readCompleteVmImage(image);
+      if (!vmImage) throw new Error(`no complete VM image in ${image}`);
+      const disk = await ensureOciVmDisk({ imagesDir: work, imageId, runtime: await guestRuntimeFromVmImage(image, vmImage.manifest.kernelVersion), onProgress: (line) => console.log(`vm smoke: ${line}`) });
+      rootfs = disk.rootfs;
+      append += ` init=${OCI_VM_INIT}`;
+      console.log(`vm smoke: OCI image ${imageId} → ${disk.manifest.sizeMiB} MiB disk (modules: ${disk.manifest.kernelModules.join(', ') || 'none'})`);
+    } finally {
+      await registry.stop();
+    }
+  }
   for (const file of [kernel, initrd, rootfs]) if (!existsSync(file)) fail(`missing ${file}`);
   console.log(`vm smoke: image ready after ${since()}; booting under QEMU (TCG)`);
 
@@ -56,7 +91,7 @@ try {
     '-accel', 'tcg', '-M', 'q35', '-cpu', 'max', '-m', '1024', '-smp', '2',
     '-nographic', '-no-reboot',
     '-kernel', kernel, '-initrd', initrd,
-    '-append', 'console=ttyS0 root=/dev/vda rw panic=-1',
+    '-append', append,
     // -snapshot: the cached image is never written; guest writes go to a temporary overlay.
     '-drive', `file=${rootfs},format=raw,if=virtio`, '-snapshot',
     '-device', 'virtio-serial-pci',
@@ -111,6 +146,31 @@ try {
       }
     }
     fail(`${name}: ${lastError?.message}`);
+  }
+
+  if (values.oci) {
+    // The image's own busybox, by argv and through its /bin/sh, with the image's Env and WorkingDir.
+    const release = await step('exec by argv', (c) => c.exec({ argv: ['/bin/cat', '/etc/os-release'] }));
+    if (release.exitCode !== 0 || !release.stdout.includes('Nestbox test busybox')) fail(`argv exec in the image: ${JSON.stringify(release)}`);
+    const shell = await step('exec by cmd', (c) => c.exec({ cmd: 'echo "$GREETING|$HOME|$(pwd)"; /bin/busybox uname -r' }));
+    const [envLine, release2] = shell.stdout.trim().split('\n');
+    if (envLine !== 'hello from the image|/srv/app|/srv/app') fail(`image environment in the VM: ${JSON.stringify(shell)}`);
+    if (!/cloud-amd64/.test(release2 ?? '')) fail(`unexpected guest kernel "${release2}"`);
+    console.log(`vm smoke: OCI image booted: kernel ${release2}, image Env and WorkingDir seen by processes`);
+    // The init's other work: the vsock modules it loaded, socat (on the disk's own loader) listening.
+    const init = await step('init state', (c) => c.exec({ argv: ['/bin/busybox', 'sh', '-c', 'cat /proc/modules; /bin/busybox ps -o args'] }));
+    if (!/^vmw_vsock_virtio_transport /m.test(init.stdout)) fail(`the init did not load the vsock transport: ${init.stdout}`);
+    if (!/socat VSOCK-LISTEN:1024/.test(init.stdout)) fail(`no socat listening on vsock port 1024: ${init.stdout}`);
+    console.log('vm smoke: init loaded the vsock transport; socat listens on vsock port 1024 (QEMU has no vsock device to reach it)');
+    const payload = randomBytes(256 * 1024);
+    const expected = createHash('sha256').update(payload).digest('hex');
+    await step('write a file', (c) => c.writeFile('/srv/app/smoke.bin', Readable.from([payload])));
+    const inside = await step('hash it inside', (c) => c.exec({ argv: ['/bin/busybox', 'sha256sum', '/srv/app/smoke.bin'] }));
+    if (inside.stdout.split(' ')[0] !== expected) fail('the guest sees different bytes');
+    console.log(`vm smoke: 256 KiB file round trip byte-identical; total ${since()}`);
+    cleanup();
+    console.log('vm smoke: OK (OCI image)');
+    process.exit(0);
   }
 
   const exec = await step('exec', (c) => c.exec({ cmd: 'uname -r; cat /etc/debian_version; test -c /dev/kvm && echo kvm-device' }));

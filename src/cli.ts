@@ -15,7 +15,11 @@ const usage = `usage: nestbox <command>
   image pull <reference> [--username <name> --password-stdin]
                 pull an OCI/Docker image into the local image store (NESTBOX_OCI_STORE_DIR);
                 prints its id (sha256:…), which a local sandbox spec can name as its image
-  image list    the pulled OCI images (JSON lines)`;
+  image list    the pulled OCI images (JSON lines)
+  build -t <name[:tag]> [-f Dockerfile] [--build-arg K=V] [--no-cache] [--egress …] <dir>
+                build an image from a Dockerfile and a context directory on the server
+                (NESTBOX_URL, NESTBOX_API_KEY; default this machine's server and bootstrap key),
+                printing the build log as it runs`;
 
 async function main(argv: string[]): Promise<void> {
   const [command = 'server', ...rest] = argv;
@@ -103,6 +107,11 @@ async function main(argv: string[]): Promise<void> {
       const { ensureBaseImage } = await import('../host/images/base-image.js');
       const image = await ensureBaseImage({ imagesDir: config.imagesDir, name: 'default', onProgress: (l) => console.log(l) });
       console.log(`image ready: ${image.rootfs}`);
+      return;
+    }
+    case 'build': {
+      const { runBuildCommand } = await import('./cli-build.js');
+      process.exitCode = await runBuildCommand(config, rest);
       return;
     }
     case 'help':

@@ -41,6 +41,24 @@ const ConfigSchema = z.object({
   NESTBOX_INSECURE_REGISTRIES: z.string().regex(REGISTRY_LIST, 'must be comma-separated host[:port] names').optional(),
   // Bound on one image pull (copy and unpack).
   NESTBOX_IMAGE_PULL_TIMEOUT_SECONDS: positiveInt.default(1800),
+  // Image builds (core/services/image-builds.ts): how many run at once per control plane, their
+  // default and longest timeout, the build sandbox's default size, how many log lines a build
+  // keeps, how long a start command may take to get ready, and how long an unused cached step
+  // is kept.
+  NESTBOX_MAX_CONCURRENT_BUILDS: positiveInt.default(2),
+  NESTBOX_BUILD_TIMEOUT_SECONDS: positiveInt.default(3600),
+  NESTBOX_BUILD_MAX_TIMEOUT_SECONDS: positiveInt.default(4 * 3600),
+  NESTBOX_BUILD_CPU: positiveInt.default(2),
+  NESTBOX_BUILD_MEMORY_MIB: positiveInt.default(2048),
+  NESTBOX_BUILD_DISK_GIB: positiveInt.default(10),
+  NESTBOX_BUILD_MAX_LOG_LINES: positiveInt.default(50_000),
+  NESTBOX_IMAGE_READY_TIMEOUT_SECONDS: positiveInt.default(120),
+  NESTBOX_BUILD_CACHE_TTL_HOURS: positiveInt.default(168),
+  NESTBOX_BUILD_MAX_CONTEXT_BYTES: positiveInt.default(4 * 1024 ** 3),
+  // The CLI's client commands (`nestbox build`): which server, with which key (default: this
+  // machine's server and the bootstrap key in its data dir).
+  NESTBOX_URL: z.string().url().optional(),
+  NESTBOX_API_KEY: z.string().min(1).optional(),
   // false = the server does not start a local host agent (host agents run elsewhere).
   NESTBOX_LOCAL_HOST_AGENT: z.enum(['true', 'false']).default('true'),
   // true = `nestbox server` runs the control plane in a worker process and restarts it with
@@ -152,6 +170,21 @@ export interface Config {
   database: { kind: 'postgres'; url: string } | { kind: 'pglite'; directory: string };
   /** OCI images (host/images/oci): the store, registry mirrors and plain-HTTP registries. */
   images: { ociStoreDir: string; mirrors: Record<string, string[]>; insecureRegistries: string[]; pullTimeoutMs: number };
+  /** What the CLI's client commands talk to. */
+  client: { url?: string; apiKey?: string };
+  builds: {
+    maxConcurrent: number;
+    defaultTimeoutSeconds: number;
+    maxTimeoutSeconds: number;
+    cpu: number;
+    memoryMiB: number;
+    diskGiB: number;
+    maxLogLines: number;
+    readyTimeoutSeconds: number;
+    cacheTtlHours: number;
+    /** Largest build context one upload may be. */
+    maxContextBytes: number;
+  };
   bootstrapApiKey?: string;
   hostSecret?: string;
   localHostAgent: boolean;
@@ -259,6 +292,20 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       mirrors: registryMirrors(e.NESTBOX_REGISTRY_MIRRORS),
       insecureRegistries: e.NESTBOX_INSECURE_REGISTRIES ? e.NESTBOX_INSECURE_REGISTRIES.split(',') : [],
       pullTimeoutMs: e.NESTBOX_IMAGE_PULL_TIMEOUT_SECONDS * 1000,
+    },
+    client: { url: e.NESTBOX_URL?.replace(/\/+$/, ''), apiKey: e.NESTBOX_API_KEY },
+    builds: {
+      maxConcurrent: e.NESTBOX_MAX_CONCURRENT_BUILDS,
+      defaultTimeoutSeconds: Math.min(e.NESTBOX_BUILD_TIMEOUT_SECONDS, e.NESTBOX_BUILD_MAX_TIMEOUT_SECONDS),
+      maxTimeoutSeconds: e.NESTBOX_BUILD_MAX_TIMEOUT_SECONDS,
+      // A build sandbox is a sandbox: never larger than one may be.
+      cpu: Math.min(e.NESTBOX_BUILD_CPU, e.NESTBOX_MAX_CPU),
+      memoryMiB: Math.min(e.NESTBOX_BUILD_MEMORY_MIB, e.NESTBOX_MAX_MEMORY_MIB),
+      diskGiB: Math.min(e.NESTBOX_BUILD_DISK_GIB, e.NESTBOX_MAX_DISK_GIB),
+      maxLogLines: e.NESTBOX_BUILD_MAX_LOG_LINES,
+      readyTimeoutSeconds: e.NESTBOX_IMAGE_READY_TIMEOUT_SECONDS,
+      cacheTtlHours: e.NESTBOX_BUILD_CACHE_TTL_HOURS,
+      maxContextBytes: e.NESTBOX_BUILD_MAX_CONTEXT_BYTES,
     },
     bootstrapApiKey: e.NESTBOX_BOOTSTRAP_API_KEY,
     hostSecret: e.NESTBOX_HOST_SECRET,

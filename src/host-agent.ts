@@ -132,6 +132,7 @@ async function createCloudHypervisorDriver(config: Config, log: Logger): Promise
   return new ChDriver({
     dataDir: config.dataDir,
     imagesDir: config.imagesDir,
+    ociStoreDir: config.images.ociStoreDir,
     ownerId: `${ha.hostId}-${createHash('sha256').update(config.dataDir).digest('hex').slice(0, 12)}`,
     chBinary: ha.chBinary,
     subnet: ha.subnet,

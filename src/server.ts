@@ -29,6 +29,10 @@ import { StreamLimits } from './http/stream-limits.js';
 import type { Logger } from '../core/logger.js';
 import { createLogger } from './logger.js';
 import type { Services } from './services.js';
+import { ImageService } from '../core/services/images.js';
+import { ImageBuildService } from '../core/services/image-builds.js';
+import { imageStartHook } from '../core/services/image-start.js';
+import { buildInputTools } from './images-wiring.js';
 import { FsObjectStore } from './object-store/fs-object-store.js';
 
 export interface RunningServer {
@@ -98,8 +102,25 @@ export async function startServer(config: Config, logger: Logger = createLogger(
   );
 
   const snapshots = new SnapshotService(db, hosts, sandboxes);
+  const images = new ImageService(db, hosts, logger.child({ component: 'images' }));
+  sandboxes.useImages(images, imageStartHook(images, logger.child({ component: 'images' }), config.builds.readyTimeoutSeconds * 1000));
   // Opening sweeps what a crash left half-written (temp files, abandoned uploads).
-  const objectStore = await FsObjectStore.open({ root: config.objectStore.root, maxBytesPerOrganization: config.objectStore.maxBytesPerOrganization });
+  const objects = await FsObjectStore.open({ root: config.objectStore.root, maxBytesPerOrganization: config.objectStore.maxBytesPerOrganization });
+  const builds = new ImageBuildService(db, hosts, sandboxes, images, objects, buildInputTools, logger.child({ component: 'builds' }), instanceId, {
+    maxConcurrent: config.builds.maxConcurrent,
+    maxLogLines: config.builds.maxLogLines,
+    tmpDir: join(config.dataDir, 'build-tmp'),
+    defaultCpu: config.builds.cpu,
+    defaultMemoryMiB: config.builds.memoryMiB,
+    defaultDiskGiB: config.builds.diskGiB,
+    maxCpu: config.limits.maxCpu,
+    maxMemoryMiB: config.limits.maxMemoryMiB,
+    maxDiskGiB: config.limits.maxDiskGiB,
+    defaultTimeoutSeconds: config.builds.defaultTimeoutSeconds,
+    maxTimeoutSeconds: config.builds.maxTimeoutSeconds,
+    defaultReadyTimeoutSeconds: config.builds.readyTimeoutSeconds,
+  });
+  await builds.failOwnLeftovers();
   const idempotency = new IdempotencyService(db);
   let listeningUrl = `http://${config.host}:${config.port}`;
 
@@ -120,6 +141,9 @@ export async function startServer(config: Config, logger: Logger = createLogger(
     sandboxes,
     toolbox: new Toolbox(sandboxes),
     snapshots,
+    images,
+    builds,
+    objects,
     idempotency,
     // Path-form URLs need the server's own URL, known once it listens (the port may be 0).
     ports: new PortService(db, sandboxes, hosts, {
@@ -132,7 +156,6 @@ export async function startServer(config: Config, logger: Logger = createLogger(
     sandboxTokens,
     sandboxEvents,
     streams: new StreamLimits({ perKey: config.limits.maxStreamsPerKey, perSandbox: config.limits.maxStreamsPerSandbox }),
-    objectStore,
     hostSecret,
     nativeSpecText: readFileSync(projectPath('openapi/native.yaml'), 'utf8'),
     logger: log,
@@ -162,6 +185,15 @@ export async function startServer(config: Config, logger: Logger = createLogger(
     instanceTimeoutMs: config.database.kind === 'pglite' ? 0 : Math.max(15_000, config.backgroundIntervalMs * 5),
     logger: logger.child({ component: 'background' }),
     events: sandboxEvents,
+    passes: [
+      // A build whose control plane died is failed (its sandboxes go with it).
+      { name: 'orphaned-builds', everyMs: 10_000, run: () => builds.failOrphans(config.database.kind === 'pglite' ? 0 : Math.max(15_000, config.backgroundIntervalMs * 5)) },
+      // Images nothing points at, and cached steps unused for the TTL, with their layers.
+      { name: 'image-gc', everyMs: 10 * 60_000, run: async () => {
+        await images.collectGarbage();
+        await images.expireCache(new Date(Date.now() - config.builds.cacheTtlHours * 3600_000));
+      } },
+    ],
   });
   await background.start();
 
@@ -185,6 +217,7 @@ export async function startServer(config: Config, logger: Logger = createLogger(
     db,
     generatedApiKey: bootstrap.generatedKey,
     async close() {
+      await builds.stop();
       await supervisor?.stop();
       await background.stop();
       // Upgraded sockets keep server.close() waiting: Daytona's event stream (held open by

@@ -12,6 +12,8 @@ import type { PortService } from '../core/services/ports.js';
 import type { SandboxTokenService } from '../core/services/sandbox-tokens.js';
 import type { SandboxStateEvents } from '../core/sandbox-events.js';
 import type { StreamLimits } from './http/stream-limits.js';
+import type { ImageService } from '../core/services/images.js';
+import type { ImageBuildService } from '../core/services/image-builds.js';
 import type { ObjectStore } from '../core/object-store.js';
 
 /**
@@ -27,6 +29,11 @@ export interface Services extends CompatPort {
   /** Every operation inside a sandbox (commands, sessions, files, watches), typed. */
   toolbox: Toolbox;
   snapshots: SnapshotService;
+  /** Images (named, tagged) and their builds. */
+  images: ImageService;
+  builds: ImageBuildService;
+  /** Build contexts and other uploads, per organisation. */
+  objects: ObjectStore;
   idempotency: IdempotencyService;
   /** Hosted ports (publish/list/unpublish and the proxy's lookups). */
   ports: PortService;
@@ -36,11 +43,6 @@ export interface Services extends CompatPort {
   sandboxEvents: SandboxStateEvents;
   /** Caps on concurrent long-lived streams per key and per sandbox. */
   streams: StreamLimits;
-  /**
-   * Uploaded objects (build contexts), per organisation: one instance behind the native API,
-   * E2B's upload links and Daytona's S3 endpoint (src/object-store/fs-object-store.ts).
-   */
-  objectStore: ObjectStore;
   /** Master secret from which host-agent secrets are derived. */
   hostSecret: string;
   nativeSpecText: string;

@@ -127,7 +127,7 @@ describe('Daytona object storage (push-access + S3 endpoint)', () => {
     const put = await s3.send(new PutObjectCommand({ Bucket: access.bucket, Key: `${org}/small/context.tar`, Body: body }));
     expect(put.ETag).toBe(`"${md5(body)}"`);
     // In the server's one object store, as the organisation's key without the org prefix.
-    expect(await env.server.server.services.objectStore.head(org, 'small/context.tar')).toMatchObject({ size: body.length, sha256: sha256(body) });
+    expect(await env.server.server.services.objects.head(org, 'small/context.tar')).toMatchObject({ size: body.length, sha256: sha256(body) });
 
     const head = await s3.send(new HeadObjectCommand({ Bucket: access.bucket, Key: `${org}/small/context.tar` }));
     expect(head.ContentLength).toBe(body.length);
@@ -160,7 +160,7 @@ describe('Daytona object storage (push-access + S3 endpoint)', () => {
     const org = access.organizationId;
     const body = randomBytes(12 * 1024 * 1024 + 777);
     await new Upload({ client: s3, params: { Bucket: access.bucket, Key: `${org}/big/context.tar`, Body: Readable.from([body]) }, queueSize: 4, partSize: 5 * 1024 * 1024 }).done();
-    const stored = await env.server.server.services.objectStore.head(org, 'big/context.tar');
+    const stored = await env.server.server.services.objects.head(org, 'big/context.tar');
     expect(stored).toMatchObject({ size: body.length, sha256: sha256(body) });
     expect(stored!.etag).toMatch(/^"[0-9a-f]{32}-3"$/);
 
@@ -168,7 +168,7 @@ describe('Daytona object storage (push-access + S3 endpoint)', () => {
     const { UploadId } = await s3.send(new CreateMultipartUploadCommand({ Bucket: access.bucket, Key: `${org}/manual/context.tar` }));
     const second = await s3.send(new UploadPartCommand({ Bucket: access.bucket, Key: `${org}/manual/context.tar`, UploadId, PartNumber: 2, Body: parts[1] }));
     const first = await s3.send(new UploadPartCommand({ Bucket: access.bucket, Key: `${org}/manual/context.tar`, UploadId, PartNumber: 1, Body: parts[0] }));
-    expect(await env.server.server.services.objectStore.head(org, 'manual/context.tar')).toBeUndefined();
+    expect(await env.server.server.services.objects.head(org, 'manual/context.tar')).toBeUndefined();
     const done = await s3.send(new CompleteMultipartUploadCommand({
       Bucket: access.bucket,
       Key: `${org}/manual/context.tar`,
@@ -204,7 +204,7 @@ describe('Daytona object storage (push-access + S3 endpoint)', () => {
     const res = await signedRequest(access, 'PUT', `${org}/tampered`, Buffer.from('another body, same size!'), { 'x-amz-content-sha256': sha256(signedFor) });
     expect(res.status).toBe(400);
     expect(res.text).toContain('<Code>XAmzContentSHA256Mismatch</Code>');
-    expect(await env.server.server.services.objectStore.head(org, 'tampered')).toBeUndefined();
+    expect(await env.server.server.services.objects.head(org, 'tampered')).toBeUndefined();
     // Unsigned, signed too long ago, a key that escapes with "..", a body past the upload limit.
     const anonymous = await fetch(`${access.storageUrl}/${access.bucket}/${org}/small/context.tar`);
     expect(anonymous.status).toBe(403);
@@ -218,19 +218,19 @@ describe('Daytona object storage (push-access + S3 endpoint)', () => {
     expect(skewed.text).toContain('<Code>RequestTimeTooSkewed</Code>');
     expect(await s3Failure(clientOf(access).send(new PutObjectCommand({ Bucket: access.bucket, Key: `${org}/a/../../other/x`, Body: 'x' })))).toMatchObject({ status: 400 });
     expect(await s3Failure(clientOf(access).send(new PutObjectCommand({ Bucket: access.bucket, Key: `${org}/huge`, Body: Buffer.alloc(21 * 1024 * 1024 + 1) })))).toMatchObject({ name: 'EntityTooLarge', status: 400 });
-    expect(await env.server.server.services.objectStore.head(org, 'huge')).toBeUndefined();
+    expect(await env.server.server.services.objects.head(org, 'huge')).toBeUndefined();
     // A flexible checksum that does not match the body (the SDK sends CRC32) is refused too.
     const crc = await signedRequest(access, 'PUT', `${org}/tampered`, Buffer.from('body'), { 'x-amz-checksum-crc32': 'AAAAAA==' });
     expect(crc.status).toBe(400);
     expect(crc.text).toContain('<Code>BadDigest</Code>');
-    expect(await env.server.server.services.objectStore.head(org, 'tampered')).toBeUndefined();
+    expect(await env.server.server.services.objects.head(org, 'tampered')).toBeUndefined();
   });
 
   it('answers Expect: 100-continue before the body is sent', async () => {
     const body = randomBytes(3 * 1024 * 1024);
     const res = await signedRequest(access, 'PUT', `${access.organizationId}/continued`, body, { expect: '100-continue' });
     expect(res).toMatchObject({ status: 200, continued: true });
-    expect(await env.server.server.services.objectStore.head(access.organizationId, 'continued')).toMatchObject({ size: body.length, sha256: sha256(body) });
+    expect(await env.server.server.services.objects.head(access.organizationId, 'continued')).toMatchObject({ size: body.length, sha256: sha256(body) });
   });
 
   it("refuses another organisation's prefix (AccessDenied) and keeps each organisation's objects apart", async () => {
@@ -248,8 +248,8 @@ describe('Daytona object storage (push-access + S3 endpoint)', () => {
       expect(await s3Failure(call())).toMatchObject({ status: 403 });
     }
     expect(await s3Failure(theirs.send(new GetObjectCommand({ Bucket: access.bucket, Key: `${org}/small/context.tar` })))).toMatchObject({ name: 'AccessDenied' });
-    expect(await env.server.server.services.objectStore.head(org, 'small/context.tar')).toBeDefined();
-    expect(await env.server.server.services.objectStore.head(org, 'planted/context.tar')).toBeUndefined();
+    expect(await env.server.server.services.objects.head(org, 'small/context.tar')).toBeDefined();
+    expect(await env.server.server.services.objects.head(org, 'planted/context.tar')).toBeUndefined();
     // Their own prefix works, and is theirs only.
     await theirs.send(new PutObjectCommand({ Bucket: access.bucket, Key: `${otherAccess.organizationId}/small/context.tar`, Body: 'theirs' }));
     const mine = await clientOf(access).send(new GetObjectCommand({ Bucket: access.bucket, Key: `${org}/small/context.tar` }));
@@ -265,7 +265,7 @@ describe('Daytona object storage (push-access + S3 endpoint)', () => {
     await theirs.send(new PutObjectCommand({ Bucket: access.bucket, Key: `${org}/q1`, Body: randomBytes(20 * 1024 * 1024) }));
     const over = await s3Failure(theirs.send(new PutObjectCommand({ Bucket: access.bucket, Key: `${org}/q2`, Body: randomBytes(20 * 1024 * 1024) })));
     expect(over).toMatchObject({ name: 'QuotaExceeded', status: 403 });
-    expect(await env.server.server.services.objectStore.head(org, 'q2')).toBeUndefined();
+    expect(await env.server.server.services.objects.head(org, 'q2')).toBeUndefined();
     await theirs.send(new DeleteObjectCommand({ Bucket: access.bucket, Key: `${org}/q1` }));
     await theirs.send(new PutObjectCommand({ Bucket: access.bucket, Key: `${org}/q2`, Body: randomBytes(20 * 1024 * 1024) }));
     await theirs.send(new DeleteObjectCommand({ Bucket: access.bucket, Key: `${org}/q2` }));
@@ -279,7 +279,7 @@ describe('Daytona object storage (push-access + S3 endpoint)', () => {
       writeFileSync(join(dir, 'sub', 'b.txt'), randomBytes(1000));
       const image = Image.debianSlim('3.12').addLocalDir(dir, '/app');
       const daytona = new Daytona({ apiUrl: env.apiUrl, apiKey: env.server.apiKey });
-      const store = env.server.server.services.objectStore;
+      const store = env.server.server.services.objects;
       const org = access.organizationId;
 
       // POST /snapshots with buildInfo is still refused until image builds land; the context

@@ -16,10 +16,10 @@ const API_KEY_PATTERN = /^nbx_[a-zA-Z0-9]{40}$/;
  * adds key management.
  */
 export const KEY_PRESETS = {
-  'read-only': ['sandboxes:read', 'files:read', 'snapshots:read'],
+  'read-only': ['sandboxes:read', 'files:read', 'snapshots:read', 'images:read'],
   sandbox: ['sandboxes:read', 'sandboxes:operate', 'sandboxes:exec', 'files:read', 'files:write', 'snapshots:read'],
-  ci: ['sandboxes:read', 'sandboxes:create', 'sandboxes:operate', 'sandboxes:delete', 'sandboxes:exec', 'files:read', 'files:write', 'snapshots:read', 'snapshots:write'],
-  admin: ['sandboxes:read', 'sandboxes:create', 'sandboxes:operate', 'sandboxes:delete', 'sandboxes:exec', 'files:read', 'files:write', 'snapshots:read', 'snapshots:write', 'keys:manage'],
+  ci: ['sandboxes:read', 'sandboxes:create', 'sandboxes:operate', 'sandboxes:delete', 'sandboxes:exec', 'files:read', 'files:write', 'snapshots:read', 'snapshots:write', 'images:read', 'images:write'],
+  admin: ['sandboxes:read', 'sandboxes:create', 'sandboxes:operate', 'sandboxes:delete', 'sandboxes:exec', 'files:read', 'files:write', 'snapshots:read', 'snapshots:write', 'images:read', 'images:write', 'keys:manage'],
 } as const satisfies Record<string, readonly Scope[]>;
 export type KeyPreset = keyof typeof KEY_PRESETS;
 

@@ -22,6 +22,8 @@ export interface BackgroundOptions {
   logger: Logger;
   /** Where claims and takeovers publish the states they write (the server's one bus). */
   events?: SandboxStateEvents;
+  /** More duties, each run at most every `everyMs` (image builds' orphans, garbage collection). */
+  passes?: { name: string; everyMs: number; run: () => Promise<unknown> }[];
 }
 
 /** Node's timers take at most 2^31-1 ms; a later deadline is re-armed by the periodic pass long before. */
@@ -55,6 +57,7 @@ export class BackgroundJobs {
   /** A deadline that fell due while an expiry pass ran: run another one after it. */
   private expireAgain = false;
   private stopped = false;
+  private readonly passRanAt = new Map<string, number>();
   /** Claims and takeovers write through the engine, like every other state change. */
   private readonly lifecycle: Lifecycle;
 
@@ -94,6 +97,11 @@ export class BackgroundJobs {
         await this.expireDue();
         await this.applyIdlePolicy();
         await this.idempotency.removeExpired();
+        for (const pass of this.opts.passes ?? []) {
+          if (Date.now() - (this.passRanAt.get(pass.name) ?? 0) < pass.everyMs) continue;
+          this.passRanAt.set(pass.name, Date.now());
+          await pass.run().catch((err) => this.opts.logger.warn({ pass: pass.name, err: toNestboxError(err).message }, `background pass ${pass.name} failed`));
+        }
         // Deadlines set by other replicas (and any this process missed) are found here.
         this.armAt(await sandboxRepository(this.db).nextDeadline());
       } catch (err) {

@@ -10,7 +10,8 @@ import { snapshotRepository } from '../store/repositories/snapshots.js';
 import { EVERY_PORT, portRepository } from '../store/repositories/ports.js';
 import type { EgressPolicy, HostClient, HostSandboxSpec } from '../host-client.js';
 import type { GuestClient } from '../guest.js';
-import type { Principal, Sandbox, Snapshot } from '../types.js';
+import type { Principal, Sandbox, SandboxKind, Snapshot } from '../types.js';
+import type { Image } from '../images/types.js';
 import { canSeeSandbox, requireScope } from './auth.js';
 import type { HostService } from './hosts.js';
 
@@ -71,7 +72,37 @@ export interface CreateSandboxInput extends LifecyclePolicy {
    * traffic token. Written in the same transaction as the sandbox, so it never exists without it.
    */
   everyPort?: { public: boolean };
+  /**
+   * Core only (image builds): start from a host image and layer snapshot directly, as a sandbox
+   * of `kind` (a build's sandboxes are `build`, kept out of lists). Never set from a request.
+   */
+  internal?: { kind: SandboxKind; hostImage: string; snapshotId: string | null; hostId: string | null; imageLabel: string };
 }
+
+/** What a create starts from, resolved from `image`, `snapshot` or `internal`. */
+interface CreateSource {
+  /** What the sandbox row (and every DTO) calls its image: `default`, `name:tag`. */
+  image: string;
+  hostImage: string | null;
+  imageId: string | null;
+  snapshot: Snapshot | undefined;
+  hostId: string | null;
+  /** The image's environment, under the caller's. */
+  env: Record<string, string>;
+  kind: SandboxKind;
+}
+
+/** What SandboxService needs of images (core/services/images.ts), to resolve `image` at create. */
+export interface SandboxImages {
+  find(organizationId: string, reference: string, field?: string): Promise<Image | undefined>;
+  startPoint(image: Image): { hostImage: string; snapshotId: string | null; hostId: string | null; env: Record<string, string> };
+}
+
+/**
+ * Run after a sandbox of an image reached `running` by a create or a start (its start command
+ * and readiness check, core/services/image-start.ts). A create whose hook fails is rolled back.
+ */
+export type SandboxStartHook = (sandbox: Sandbox, guest: GuestClient, phase: 'create' | 'start') => Promise<void>;
 
 export interface UpdateSandboxInput extends LifecyclePolicy {
   labels?: Record<string, string>;
@@ -186,6 +217,8 @@ export class SandboxService {
   private readonly lifecycle: Lifecycle;
   /** Told of every deadline this process sets (the background jobs' timer, see onDeadline). */
   private deadlineListeners: ((at: Date) => void)[] = [];
+  private images: SandboxImages | undefined;
+  private startHook: SandboxStartHook | undefined;
 
   constructor(
     private readonly db: Db,
@@ -235,6 +268,12 @@ export class SandboxService {
     return sandboxRepository(this.db);
   }
 
+  /** Images sandboxes can be created from (set once by the composition root). */
+  useImages(images: SandboxImages, startHook: SandboxStartHook): void {
+    this.images = images;
+    this.startHook = startHook;
+  }
+
   /** Subscribe to the deadlines this process writes (the background jobs arm their timer with them). */
   onDeadline(listener: (at: Date) => void): void {
     this.deadlineListeners.push(listener);
@@ -252,9 +291,11 @@ export class SandboxService {
     const spec = this.validateCreate(input);
     const egress = input.egress === undefined ? { mode: 'allow-all' as const } : validateEgress(input.egress);
     const policy = this.validatePolicy(input);
-    const snapshot = input.snapshot === undefined ? undefined : await this.readySnapshot(principal.organizationId, input.snapshot);
-    // A snapshot's disk lives on the host that took it, so its sandboxes are placed there.
-    const host = snapshot ? await this.hosts.aliveHost(snapshot.hostId) : await this.hosts.pickHost();
+    const source = await this.sourceOf(principal.organizationId, input);
+    const snapshot = source.snapshot;
+    // A snapshot's disk (and an image's layers) live on the host that made them, so their
+    // sandboxes are placed there.
+    const host = source.hostId ? await this.hosts.aliveHost(source.hostId) : await this.hosts.pickHost();
     const operationId = newOperationId();
     const name = validateName(input.name);
     if (input.everyPort !== undefined && typeof input.everyPort?.public !== 'boolean') throw errors.validation('everyPort.public', 'must be true or false');
@@ -265,6 +306,11 @@ export class SandboxService {
         hostId: host.id,
         name,
         ...spec,
+        image: source.image,
+        hostImage: source.hostImage,
+        imageId: source.imageId,
+        kind: source.kind,
+        env: { ...source.env, ...spec.env },
         idleTimeoutSeconds: policy.idleTimeoutSeconds ?? 0,
         idleAction: policy.idleAction ?? 'pause',
         autoDeleteSeconds: policy.autoDeleteSeconds ?? null,
@@ -285,12 +331,53 @@ export class SandboxService {
       await this.rollBackCreate(created, OPERATIONS.create, client, operationId, err);
       throw toNestboxError(err);
     }
+    if (created.imageId && this.startHook) {
+      // The image's start command runs before the create answers, so a sandbox is handed over
+      // ready; one that never gets ready is removed like any failed create.
+      try {
+        await this.startHook(created, client.guest(created.id), 'create');
+      } catch (err) {
+        await this.rollBackCreate(created, OPERATIONS.create, client, operationId, err);
+        throw toNestboxError(err);
+      }
+    }
     const running = this.noted(await this.lifecycle.finish(created, OPERATIONS.create, 'succeeded', operationId));
     if (!running) {
       // Deleted while it was being created: the delete owns the cleanup; report what happened.
       throw errors.invalidState('sandbox', created.id, (await this.repo().findById(created.id))?.state ?? 'deleted', ['creating'], 'create');
     }
     return running;
+  }
+
+  /**
+   * What a create starts from: a named snapshot (on the image its source had), an image of the
+   * organisation (`name:tag`: its base, layers and environment), or the built-in image.
+   */
+  private async sourceOf(organizationId: string, input: CreateSandboxInput): Promise<CreateSource> {
+    const base: CreateSource = { image: this.limits.defaultImage, hostImage: null, imageId: null, snapshot: undefined, hostId: null, env: {}, kind: 'user' };
+    if (input.internal) {
+      const i = input.internal;
+      const snapshot = i.snapshotId ? await snapshotRepository(this.db).findById(i.snapshotId) : undefined;
+      if (i.snapshotId && (!snapshot || snapshot.state !== 'ready' || snapshot.deletedAt || snapshot.organizationId !== organizationId)) throw errors.validation('snapshot', `layer ${i.snapshotId} is not ready`);
+      return { ...base, image: i.imageLabel, hostImage: i.hostImage, snapshot, hostId: snapshot?.hostId ?? i.hostId, kind: i.kind };
+    }
+    if (input.snapshot !== undefined) {
+      if (input.image !== undefined && input.image !== this.limits.defaultImage) throw errors.validation('image', 'give either an image or a snapshot, not both');
+      const snapshot = await this.readySnapshot(organizationId, input.snapshot);
+      // A snapshot sits on the image its source sandbox started from.
+      const origin = snapshot.sourceSandboxId ? await this.repo().findById(snapshot.sourceSandboxId) : undefined;
+      return { ...base, image: origin?.image ?? base.image, hostImage: origin?.hostImage ?? null, imageId: origin?.imageId ?? null, snapshot, hostId: snapshot.hostId };
+    }
+    const reference = input.image ?? this.limits.defaultImage;
+    if (reference === this.limits.defaultImage) return base;
+    const image = this.images ? await this.images.find(organizationId, reference, 'image') : undefined;
+    if (!image) throw errors.validation('image', `unknown image "${reference.slice(0, 200)}" (build or pull it first, see POST /api/v1/builds; available: ${this.limits.defaultImage} and this organisation's images)`);
+    if (image.id === this.limits.defaultImage) return base;
+    const start = this.images!.startPoint(image);
+    const snapshot = start.snapshotId ? await snapshotRepository(this.db).findById(start.snapshotId) : undefined;
+    if (start.snapshotId && (!snapshot || snapshot.state !== 'ready' || snapshot.deletedAt)) throw errors.invalidState('image', reference, 'unavailable', ['ready'], 'create a sandbox from');
+    const label = image.tags.length && !/^img[a-z0-9]{17}$/.test(reference) ? (reference.includes(':') ? reference : `${reference}:${image.tags.includes('latest') ? 'latest' : image.tags[0]}`) : image.id;
+    return { ...base, image: label, hostImage: start.hostImage, imageId: image.id, snapshot, hostId: start.hostId, env: start.env };
   }
 
   /** A failed create or fork leaves nothing behind: the host removes what it built and the row is closed as deleted. */
@@ -320,8 +407,8 @@ export class SandboxService {
       if (!ENV_NAME.test(name)) throw errors.validation(`env.${name}`, 'is not a valid environment variable name');
       if (value.includes('\0')) throw errors.validation(`env.${name}`, 'must not contain NUL');
     }
-    const image = input.image ?? l.defaultImage;
-    if (image !== l.defaultImage) throw errors.validation('image', `unknown image "${image}" (available: ${l.defaultImage})`);
+    if (input.image !== undefined && (typeof input.image !== 'string' || input.image.length > 300)) throw errors.validation('image', 'must be an image name, `name` or `name:tag`');
+    const image = l.defaultImage;
     const diskGiB = input.diskGiB ?? l.defaultDiskGiB;
     if (!Number.isInteger(diskGiB) || diskGiB < 1 || diskGiB > l.maxDiskGiB) throw errors.validation('diskGiB', `must be an integer from 1 to ${l.maxDiskGiB}`);
     return { image, cpu, memoryMiB, diskGiB, env, labels: input.labels ?? {}, timeoutSeconds };
@@ -356,7 +443,7 @@ export class SandboxService {
 
   private hostSpec(s: Sandbox): HostSandboxSpec {
     const disk = s.diskGiB === null ? {} : { diskGiB: s.diskGiB, diskInodes: Math.max(1024, s.diskGiB * this.limits.diskInodesPerGiB) };
-    return { id: s.id, image: s.image, cpu: s.cpu, memoryMiB: s.memoryMiB, env: s.env, egress: s.egress, ...disk };
+    return { id: s.id, image: s.hostImage ?? s.image, cpu: s.cpu, memoryMiB: s.memoryMiB, env: s.env, egress: s.egress, ...disk };
   }
 
   /** The only way handlers load a sandbox: another organisation's (or a key's unlisted) sandbox is simply not found. */
@@ -521,6 +608,12 @@ export class SandboxService {
       await this.lifecycle.finish(sandbox, OPERATIONS.start, 'failed', operationId, { errorMessage: failureMessage(OPERATIONS.start, e) });
       throw e;
     }
+    if (sandbox.imageId && this.startHook && !result.memoryRestored) {
+      // Its processes did not survive the stop: the image's start command runs again. The disk
+      // is the user's now, so a start command that fails leaves the sandbox running (as a
+      // container whose entrypoint failed can still be inspected); the reason is logged.
+      await this.startHook(sandbox, (await this.hosts.clientFor(sandbox.hostId!)).guest(sandbox.id), 'start').catch(() => {});
+    }
     const running = this.noted(await this.lifecycle.finish(sandbox, OPERATIONS.start, 'succeeded', operationId, {
       memoryRestored: result.memoryRestored,
       resumeReason: result.memoryRestored ? null : (result.resumeReason ?? 'unknown'),
@@ -673,6 +766,9 @@ export class SandboxService {
           organizationId: source.organizationId,
           hostId: source.hostId!,
           image: source.image,
+          hostImage: source.hostImage,
+          imageId: source.imageId,
+          kind: source.kind,
           cpu: source.cpu,
           memoryMiB: source.memoryMiB,
           // A child's disk is a clone of its source's, so it has the same size (and usage).

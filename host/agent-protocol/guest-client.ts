@@ -13,6 +13,7 @@ import type * as Guest from '../../core/guest.js';
 import type { AgentRequest } from '../../core/host-client.js';
 import { errorFromResponse } from '../protocol/error-response.js';
 import { serverSentEvents } from '../protocol/sse.js';
+import * as Archive from './archive.js';
 import * as Files from './files.js';
 import * as Lsp from './lsp.js';
 import * as Processes from './processes.js';
@@ -68,6 +69,7 @@ export type SchemasMatchCore = [
   Check<Same<z.infer<typeof Lsp.LspWorkspaceSymbolsRequest>, Guest.LspWorkspaceSymbolsInput>>,
   Check<Same<z.infer<typeof Lsp.LspCompletionList>, Guest.LspCompletionList>>,
   Check<Same<z.infer<typeof Lsp.LspSymbol>, Guest.LspSymbol>>,
+  Check<Same<z.infer<typeof Archive.ArchiveExtractResponse>, Guest.ExtractArchiveResult>>,
 ];
 
 type Query = Record<string, string | number | boolean | undefined>;
@@ -376,13 +378,21 @@ export class HttpGuestClient implements Guest.GuestClient {
     return (await this.json(Files.FileMetadataReadResponse, { method: 'POST', path: '/files/metadata/read', json: input, signal: o.signal })).body.entries;
   }
 
-  // Placeholders until the archive routes land (issue 14): the interface is settled first.
-  async extractArchive(_input: Guest.ExtractArchiveInput, _o: Guest.CallOptions = {}): Promise<Guest.ExtractArchiveResult> {
-    throw new NestboxError('not_supported', 'archive extraction is not implemented by this guest client yet');
+  /** A tar stream unpacked in the sandbox (agent-protocol/archive.ts); the body is streamed through. */
+  async extractArchive(input: Guest.ExtractArchiveInput, o: Guest.CallOptions = {}): Promise<Guest.ExtractArchiveResult> {
+    return (
+      await this.json(Archive.ArchiveExtractResponse, {
+        method: 'POST',
+        path: withQuery(Archive.ARCHIVE_EXTRACT_ROUTE, { path: input.path, owner: input.owner, mode: input.mode }),
+        body: input.body,
+        headers: { 'content-type': 'application/x-tar' },
+        signal: o.signal,
+      })
+    ).body;
   }
 
-  async createArchive(_input: Guest.CreateArchiveInput, _o: Guest.CallOptions = {}): Promise<Guest.ByteStream> {
-    throw new NestboxError('not_supported', 'archive creation is not implemented by this guest client yet');
+  createArchive(input: Guest.CreateArchiveInput, o: Guest.CallOptions = {}): Promise<Guest.ByteStream> {
+    return this.stream({ method: 'GET', path: withQuery(Archive.ARCHIVE_ROUTE, { path: input.path }), signal: o.signal });
   }
 
   async writeFileMetadata(input: Guest.FileMetadataWriteInput, o: Guest.CallOptions = {}): Promise<Guest.FileMetadataEntry> {

@@ -136,6 +136,21 @@ describe('host agent API', () => {
     expect((await fetch(`${base}/v1/sandboxes`, { headers: { authorization: 'Bearer wrong' } })).status).toBe(401);
   });
 
+  it('answers the image routes 501 for a driver without an image store, after validating their input', async () => {
+    const image = `sha256:${'a'.repeat(64)}`;
+    const list = await fetch(`${base}/v1/images`, { headers: auth });
+    expect(list.status).toBe(501);
+    expect((await list.json()).error.code).toBe('not_supported');
+    expect((await fetch(`${base}/v1/images/${image}`, { method: 'DELETE', headers: auth })).status).toBe(501);
+    expect((await fetch(`${base}/v1/images/pull`, { method: 'POST', headers: auth, body: JSON.stringify({ reference: 'busybox' }) })).status).toBe(501);
+    const badBody = await fetch(`${base}/v1/images/pull`, { method: 'POST', headers: auth, body: JSON.stringify({ reference: '' }) });
+    expect(badBody.status).toBe(400);
+    expect((await badBody.json()).error.message).toMatch(/^reference:/);
+    expect((await fetch(`${base}/v1/images/not-an-id`, { method: 'DELETE', headers: auth })).status).toBe(400);
+    expect((await fetch(`${base}/v1/images/pull`, { headers: auth })).status).toBe(405);
+    expect((await fetch(`${base}/v1/images`, { method: 'POST', headers: auth })).status).toBe(405);
+  });
+
   it('validates specs and ids, and answers unknown sandboxes with 404', async () => {
     const bad = await fetch(`${base}/v1/sandboxes`, { method: 'POST', headers: auth, body: JSON.stringify({ ...spec('abc'), cpu: 'x' }) });
     expect(bad.status).toBe(400);

@@ -11,7 +11,22 @@ import type { Driver, SandboxSpec } from '../drivers/types.js';
 import { KeyedLocks } from '../keyed-locks.js';
 import { driverErrorStatus } from '../drivers/errors.js';
 import { AgentClient, AgentRequestError } from '../agent-protocol/client.js';
-import { EgressPolicy, HostForkRequest, HostSandboxSpec, HostSnapshotRequest, PORT_PROXY_AUTH_HEADER, PORT_PROXY_ERROR_HEADER, SandboxIdParam, SnapshotIdParam } from '../protocol/schemas.js';
+import { ERROR_CATALOGUE, isErrorCode } from '../../core/errors.js';
+import {
+  EgressPolicy,
+  HostForkRequest,
+  HostPullRequest,
+  HostSandboxSpec,
+  HostSnapshotRequest,
+  ImageIdParam,
+  PORT_PROXY_AUTH_HEADER,
+  PORT_PROXY_ERROR_HEADER,
+  PULL_CONTENT_TYPE,
+  SandboxIdParam,
+  SnapshotIdParam,
+  type HostPullLine,
+} from '../protocol/schemas.js';
+import { ImageError } from '../images/oci/errors.js';
 import { acceptAndRelay, connectUpstream, refuseUpgrade } from '../protocol/ws-relay.js';
 import { clientGoneSignal } from '../protocol/client-gone.js';
 import { discardableBody } from '../agent-protocol/request-body.js';
@@ -23,6 +38,8 @@ export interface HostAgentServerOptions {
   driver: Driver;
   /** Lines about one sandbox carry `sandboxId`. */
   logger: Logger;
+  /** How long a pull's answer waits for its first line, and the most time between lines (default 10 s). */
+  pullKeepaliveMs?: number;
 }
 
 class HttpError extends Error {
@@ -57,6 +74,11 @@ function portErrorBody(error: PortProxyError): string {
 }
 /** While a file-view request streams, tell the driver the view is in use this often. */
 const FILE_VIEW_TOUCH_MS = 15_000;
+/**
+ * A pull's answer waits this long for its first line (so an early failure keeps its status),
+ * and a line goes out at least this often afterwards (so no proxy or idle timeout cuts it).
+ */
+const PULL_KEEPALIVE_MS = 10_000;
 
 async function readJson<T>(req: http.IncomingMessage, schema: ZodType<T>): Promise<T> {
   const chunks: Buffer[] = [];
@@ -93,6 +115,8 @@ function sendError(res: http.ServerResponse, err: unknown): void {
   }
   if (err instanceof HttpError) return sendJson(res, err.status, { error: { code: err.code, message: err.message } });
   if (err instanceof AgentRequestError) return sendJson(res, err.status, { error: { code: err.code, message: err.message } });
+  // A pull's failures carry the catalogue's codes (a bad reference, no such tag, refused credentials).
+  if (err instanceof ImageError) return sendJson(res, ERROR_CATALOGUE[err.code].status, { error: { code: err.code, message: err.message } });
   // The driver's typed errors are the caller's mistakes (unknown id, name taken, wrong state).
   const mapped = driverErrorStatus(err);
   if (mapped) return sendJson(res, mapped.status, { error: { code: mapped.code, message: (err as Error).message } });
@@ -152,6 +176,7 @@ export class HostAgentServer {
       return sendJson(res, 200, { hostId: this.opts.hostId, driver: driver.name, capabilities: driver.capabilities() });
     }
     if (parts[1] === 'snapshots') return this.handleSnapshots(parts, req, res, url.pathname);
+    if (parts[1] === 'images') return this.handleImages(parts, req, res, url.pathname);
     if (parts[1] !== 'sandboxes') throw new HttpError(404, 'not_found', `no route ${url.pathname}`);
 
     if (parts.length === 2) {
@@ -333,6 +358,85 @@ export class HostAgentServer {
       throw new HttpError(405, 'method_not_allowed', `${req.method} not allowed on ${pathname}`);
     }
     throw new HttpError(parts.length === 2 ? 405 : 404, parts.length === 2 ? 'method_not_allowed' : 'not_found', `no route ${req.method} ${pathname}`);
+  }
+
+  /** `POST /v1/images/pull`, `GET /v1/images`, `DELETE /v1/images/{id}` (the driver's OCI store). */
+  private async handleImages(parts: string[], req: http.IncomingMessage, res: http.ServerResponse, pathname: string): Promise<void> {
+    const driver = this.opts.driver;
+    const notAllowed = () => new HttpError(405, 'method_not_allowed', `${req.method} not allowed on ${pathname}`);
+    const unsupported = () => new HttpError(501, 'not_supported', `the ${driver.name} driver has no image store`);
+    if (parts.length === 3 && parts[2] === 'pull') {
+      if (req.method !== 'POST') throw notAllowed();
+      const body = await readJson(req, HostPullRequest);
+      if (!driver.pullImage) throw unsupported();
+      return this.streamPull(body, req, res);
+    }
+    if (parts.length === 2) {
+      if (req.method !== 'GET') throw notAllowed();
+      if (!driver.listImages) throw unsupported();
+      return sendJson(res, 200, { images: await driver.listImages() });
+    }
+    if (parts.length === 3) {
+      let raw: string;
+      try {
+        raw = decodeURIComponent(parts[2]);
+      } catch {
+        throw new HttpError(400, 'validation_failed', 'image id: not valid percent-encoding');
+      }
+      const id = ImageIdParam.safeParse(raw);
+      if (!id.success) throw new HttpError(400, 'validation_failed', `image id: ${id.error.issues[0].message}`);
+      if (req.method !== 'DELETE') throw notAllowed();
+      if (!driver.deleteImage) throw unsupported();
+      await driver.deleteImage(id.data);
+      res.writeHead(204).end();
+      return;
+    }
+    throw new HttpError(404, 'not_found', `no route ${req.method} ${pathname}`);
+  }
+
+  /**
+   * A pull's answer: NDJSON lines (schemas.ts HostPullLine) of progress, then the image or the
+   * error. The 200 goes out with the first line; a failure before it (bad reference, no such
+   * tag, refused credentials: found while the manifest is read) is a plain error answer with
+   * its status. The client going away kills the pull (the store leaves nothing half-pulled).
+   * The credentials go to the store only: never to a log line or a message.
+   */
+  private async streamPull(body: HostPullRequest, req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    const signal = clientGoneSignal(req, res);
+    const log = this.opts.logger;
+    const send = (line: HostPullLine): void => {
+      if (res.destroyed || res.writableEnded) return;
+      if (!res.headersSent) res.writeHead(200, { 'content-type': PULL_CONTENT_TYPE, 'cache-control': 'no-cache, no-transform', 'x-accel-buffering': 'no' });
+      res.write(`${JSON.stringify(line)}\n`);
+    };
+    const keepalive = setInterval(() => send({ keepalive: true }), this.opts.pullKeepaliveMs ?? PULL_KEEPALIVE_MS);
+    const started = Date.now();
+    log.info({ operation: 'pull', reference: body.reference }, `pull ${body.reference}${body.credentials ? ' (with credentials)' : ''}`);
+    try {
+      const image = await this.opts.driver.pullImage!(body.reference, {
+        credentials: body.credentials,
+        signal,
+        onProgress: (line) => {
+          log.info({ operation: 'pull', reference: body.reference }, line);
+          send({ progress: line });
+        },
+      });
+      send({ image });
+      res.end();
+    } catch (error) {
+      if (signal.aborted) {
+        log.info({ operation: 'pull', reference: body.reference }, `pull ${body.reference}: cancelled by the client after ${Date.now() - started} ms`);
+        res.destroy();
+        return;
+      }
+      log.warn({ operation: 'pull', reference: body.reference }, `pull ${body.reference} failed: ${error instanceof Error ? error.message : String(error)}`);
+      if (!res.headersSent) throw error;
+      const code = (error as { code?: unknown }).code;
+      send({ error: { code: typeof code === 'string' && isErrorCode(code) ? code : 'internal', message: error instanceof Error ? error.message : String(error) } });
+      res.end();
+    } finally {
+      clearInterval(keepalive);
+    }
   }
 
   /**

@@ -2,7 +2,7 @@
 // the control plane as 404/409/400, never as a 500 that looks like a broken host. The host agent
 // maps `code` to an HTTP status; everything without one of these codes is a real failure.
 
-export type DriverErrorCode = 'not_found' | 'conflict' | 'invalid_state' | 'validation_failed';
+export type DriverErrorCode = 'not_found' | 'conflict' | 'invalid_state' | 'validation_failed' | 'not_supported';
 
 export class DriverError extends Error {
   constructor(
@@ -19,6 +19,7 @@ const STATUS_BY_CODE: Record<DriverErrorCode, number> = {
   conflict: 409,
   invalid_state: 409,
   validation_failed: 400,
+  not_supported: 501,
 };
 
 /**

@@ -125,6 +125,39 @@ export interface StartResult extends SandboxRuntime {
   resumeReason?: string;
 }
 
+/** What an OCI image's config says processes start with. */
+export interface ImageConfigInfo {
+  env: string[];
+  cmd: string[] | null;
+  entrypoint: string[] | null;
+  workingDir: string;
+  user: string;
+  exposedPorts: string[];
+  labels: Record<string, string>;
+}
+
+/** An image in the host's OCI store (host/images/oci), by its linux/amd64 manifest digest. */
+export interface ImageInfo {
+  /** `sha256:<hex>`: what SandboxSpec.image names to start from it. */
+  id: string;
+  /** The normalised reference it was first pulled as. */
+  reference: string;
+  sizeBytes: number;
+  compressedBytes: number;
+  layers: { digest: string; size: number; mediaType: string }[];
+  created?: string;
+  pulledAt: string;
+  config: ImageConfigInfo;
+}
+
+export interface PullImageOptions {
+  /** Registry credentials for this pull only: never stored, logged or put in argv. */
+  credentials?: { username: string; password: string };
+  onProgress?: (line: string) => void;
+  /** Aborting kills the pull; nothing half-pulled stays in the store. */
+  signal?: AbortSignal;
+}
+
 export interface Driver {
   readonly name: 'local' | 'cloud-hypervisor';
   /** Probe the machine, reclaim leftovers of crashed runs, adopt sandboxes that still run. */
@@ -166,4 +199,13 @@ export interface Driver {
   close(): Promise<void>;
   /** Change the egress policy of a sandbox, live if it runs (optional: drivers without it answer 501). */
   setEgress?(id: string, egress: EgressPolicySpec): Promise<EgressResult>;
+  /**
+   * Pulls an OCI image into the host's store (an image already there is answered at once).
+   * Errors carry core's codes: validation_failed, not_found, unauthorized, timeout,
+   * host_unavailable (the registry), internal. Optional: drivers without a store answer 501.
+   */
+  pullImage?(reference: string, options?: PullImageOptions): Promise<ImageInfo>;
+  listImages?(): Promise<ImageInfo[]>;
+  /** Idempotent; a `conflict` DriverError while a sandbox (running or stopped), a create in flight or a snapshot uses it. */
+  deleteImage?(id: string): Promise<void>;
 }

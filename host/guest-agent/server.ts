@@ -17,6 +17,8 @@ import { ProcessService, type ProcessServiceOptions } from './processes/service.
 import { DEFAULT_WORKLOAD_OOM_SCORE_ADJ, WorkloadLauncher } from './workload.js';
 import { createUpgradeDispatcher, type UpgradeRoute } from './websocket.js';
 import { createLspRoutes, LspService } from './lsp.js';
+import { ARCHIVE_EXTRACT_ROUTE, ARCHIVE_ROUTE } from '../agent-protocol/archive.js';
+import { extractArchive, resolveArchiveOwner, sendArchive } from './files-archive.js';
 
 export interface AgentServerOptions {
   /** The sandbox user's home: relative paths and the default cwd resolve against it. */
@@ -149,6 +151,22 @@ function buildRoutes(options: Required<Omit<AgentServerOptions, 'log' | 'process
         // A full disk fails the write before the body is all sent; the 507 must still get
         // through, so the file is fed from a stream that can fail without taking the request.
         sendJson(res, 200, await receiveFile(discardableBody(req), path, mode, owner));
+      },
+    },
+    [ARCHIVE_EXTRACT_ROUTE]: {
+      POST: async ({ req, res, query }) => {
+        const signal = clientGoneSignal(res);
+        const path = resolveSandboxPath(query.get('path'), home);
+        const mode = parseFileMode(query.get('mode'));
+        const owner = await resolveArchiveOwner(query.get('owner'));
+        // As PUT /files/content: a refusal or a full disk answers before the body is all sent.
+        const result = await extractArchive(discardableBody(req), path, { owner, mode, signal });
+        if (!signal.aborted) sendJson(res, 200, result);
+      },
+    },
+    [ARCHIVE_ROUTE]: {
+      GET: async ({ res, query }) => {
+        await sendArchive(res, resolveSandboxPath(query.get('path'), home));
       },
     },
     '/files/list': {

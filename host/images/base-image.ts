@@ -16,11 +16,19 @@ import { removeTree, writeFileAtomic } from '../util/fs.js';
 import { processStartTime } from '../util/process.js';
 import { runWithProgress } from './run-with-progress.js';
 import { installLanguageServers, LANGUAGE_SERVER_PACKAGES, LANGUAGE_SERVERS_IMAGE_KEY } from './language-servers.js';
+import { installNodeRuntime, NODE_RUNTIME_IMAGE_KEY, NODE_RUNTIME_PACKAGES } from './node-runtime.js';
 
+// What coding agents expect of E2B's and Daytona's images: python3 with pip and venv, git, curl,
+// a C toolchain, sudo, and Node.js LTS with npm (not from Debian: see node-runtime.ts).
 export const DEFAULT_IMAGE_PACKAGES = [
   'bash',
   'coreutils',
   'python3',
+  'python3-pip',
+  // `python3 -m venv` (with pip inside the venv, from Debian's bundled wheels).
+  'python3-venv',
+  // gcc, g++, make, libc headers: native npm modules and Python packages built from source.
+  'build-essential',
   'git',
   'curl',
   'ca-certificates',
@@ -31,6 +39,7 @@ export const DEFAULT_IMAGE_PACKAGES = [
   // against libstdc++; it is usually pulled in anyway, but the agent must never depend on luck.
   'libstdc++6',
   ...LANGUAGE_SERVER_PACKAGES,
+  ...NODE_RUNTIME_PACKAGES,
   // The vendors' default users (SANDBOX_ACCOUNTS) work as root through passwordless sudo.
   'sudo',
   // `python` beside `python3`, as E2B's and Daytona's images have it.
@@ -54,7 +63,7 @@ export const SANDBOX_ACCOUNTS = [
  * Bump whenever a setup step below changes what it writes: a cached image whose manifest has
  * another setup version (or another package list) is rebuilt.
  */
-export const IMAGE_SETUP_VERSION = 2;
+export const IMAGE_SETUP_VERSION = 3;
 
 export interface ImageManifest {
   name: string;
@@ -66,6 +75,8 @@ export interface ImageManifest {
   setupVersion?: number;
   /** LANGUAGE_SERVERS_IMAGE_KEY of the build: the npm-installed language servers. */
   languageServers?: string;
+  /** NODE_RUNTIME_IMAGE_KEY of the build: Node.js and npm in /usr/local. */
+  nodeRuntime?: string;
   builtAt: string;
   buildSeconds: number;
   sizeBytes: number;
@@ -83,6 +94,8 @@ export interface EnsureBaseImageOptions {
   debootstrapBinary?: string;
   /** The npm program that installs the language servers (tests substitute a fake one too). */
   npmBinary?: string;
+  /** Installs Node.js and npm into the tree (tests substitute a fake: the real one needs root and the registry). */
+  installNodeRuntime?: (rootfs: string, progress: (line: string) => void) => Promise<void>;
 }
 
 export interface BaseImage {
@@ -117,7 +130,12 @@ export async function ensureBaseImage(options: EnsureBaseImageOptions): Promise<
 
 /** Built from today's package list and setup steps (else ensureBaseImage rebuilds it). */
 export function isCurrent(manifest: ImageManifest): boolean {
-  return manifest.setupVersion === IMAGE_SETUP_VERSION && manifest.languageServers === LANGUAGE_SERVERS_IMAGE_KEY && JSON.stringify(manifest.packages) === JSON.stringify(DEFAULT_IMAGE_PACKAGES);
+  return (
+    manifest.setupVersion === IMAGE_SETUP_VERSION &&
+    manifest.languageServers === LANGUAGE_SERVERS_IMAGE_KEY &&
+    manifest.nodeRuntime === NODE_RUNTIME_IMAGE_KEY &&
+    JSON.stringify(manifest.packages) === JSON.stringify(DEFAULT_IMAGE_PACKAGES)
+  );
 }
 
 /** The image is complete only when both the tree and the manifest (written last) exist. */
@@ -146,6 +164,7 @@ async function buildImage(imageDir: string, name: string, options: EnsureBaseIma
     progress(`building image ${name}: debootstrap ${suite} (minbase) from ${mirror}`);
     await runDebootstrap(options.debootstrapBinary ?? 'debootstrap', ['--variant=minbase', `--include=${packages.join(',')}`, suite, target, mirror], progress);
     await installLanguageServers(target, progress, options.npmBinary);
+    await (options.installNodeRuntime ?? ((rootfs, onLine) => installNodeRuntime(rootfs, onLine, options.npmBinary)))(target, progress);
     await setUpTree(target);
     const rootfs = join(imageDir, 'rootfs');
     await retirePreviousTree(imageDir, rootfs, progress);
@@ -158,6 +177,7 @@ async function buildImage(imageDir: string, name: string, options: EnsureBaseIma
       packages,
       setupVersion: IMAGE_SETUP_VERSION,
       languageServers: LANGUAGE_SERVERS_IMAGE_KEY,
+      nodeRuntime: NODE_RUNTIME_IMAGE_KEY,
       builtAt: new Date().toISOString(),
       buildSeconds: Math.round((Date.now() - started) / 1000),
       sizeBytes: diskUsageBytes(rootfs),
@@ -176,6 +196,7 @@ async function buildImage(imageDir: string, name: string, options: EnsureBaseIma
 export async function setUpTree(rootfs: string): Promise<void> {
   await prepareTreeForSandboxes(rootfs);
   await createSandboxAccounts(rootfs);
+  await letPipInstall(rootfs);
 }
 
 /** Mount points the local driver needs, created in the image so sandbox upper layers stay clean. */
@@ -183,6 +204,29 @@ async function prepareTreeForSandboxes(rootfs: string): Promise<void> {
   await mkdir(join(rootfs, '.nestbox'), { recursive: true, mode: 0o755 });
   // debootstrap copies the build host's resolv.conf; each sandbox gets its own in its upper layer.
   await writeFile(join(rootfs, 'etc', 'resolv.conf'), '');
+  // The downloaded .debs (apt-get clean): a cache nothing reads again. The package lists stay,
+  // so `apt-get install` works in a sandbox before any `apt-get update`.
+  const archives = join(rootfs, 'var', 'cache', 'apt', 'archives');
+  for (const entry of await readdir(archives).catch(() => [] as string[])) if (entry.endsWith('.deb')) await rm(join(archives, entry), { force: true });
+}
+
+/**
+ * `pip install x` works, as in E2B's and Daytona's images (their Python is not Debian's, so no
+ * PEP 668 marker stops it). Debian 12 marks its Python externally managed; this image lifts that
+ * for pip only, in pip's own system-wide configuration, rather than deleting Debian's marker or
+ * putting a venv first on PATH (which would hide the Debian packages, pylsp among them, from
+ * `python3`). It stays safe for the tree: Debian's pip installs root's packages into
+ * /usr/local/lib/python3.11/dist-packages, never over files dpkg owns, and refuses to
+ * uninstall a Debian-installed package; `user` and `daytona` get pip's automatic --user install
+ * into ~/.local. `python3 -m venv` works as before for whoever wants isolation.
+ */
+export async function letPipInstall(rootfs: string): Promise<void> {
+  await mkdir(join(rootfs, 'etc'), { recursive: true });
+  await writeFile(
+    join(rootfs, 'etc', 'pip.conf'),
+    "# Nestbox default image: `pip install` works outside a venv, as in E2B's and Daytona's images.\n[global]\nbreak-system-packages = true\n",
+    { mode: 0o644 },
+  );
 }
 
 /**

@@ -3,7 +3,7 @@
 // kernel + initramfs come out of /boot, mkfs.ext4 -d makes the rootfs, and a new agent bundle
 // only redoes the cheap stage.
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { ensureVmImage, VM_IMAGE_NAME, VM_IMAGE_PACKAGES } from './vm-image.js';
@@ -32,6 +32,12 @@ mkdir -p "$3/node_modules/typescript-language-server/lib"
 touch "$3/node_modules/typescript-language-server/lib/cli.mjs"
 `;
 
+// Stands in for installNodeRuntime (which needs root for its chroot check, and the registry).
+async function fakeNodeRuntime(rootfs: string): Promise<void> {
+  mkdirSync(join(rootfs, 'usr', 'local', 'bin'), { recursive: true });
+  writeFileSync(join(rootfs, 'usr', 'local', 'bin', 'node'), 'installed\n', { mode: 0o755 });
+}
+
 function debugfsCat(image: string, path: string): string {
   return execFileSync('debugfs', ['-R', `cat ${path}`, image], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
 }
@@ -53,7 +59,7 @@ describe('ensureVmImage', () => {
     // A small stand-in for the node binary keeps the 64 MiB test image roomy.
     const node = join(dir, 'node');
     writeFileSync(node, '#!/bin/sh\n', { mode: 0o755 });
-    const options = { imagesDir, guestAgentBundle: agent, nodeBinary: node, debootstrapBinary: fake, npmBinary: npm, diskSizeMiB: 64, onProgress: (line: string) => lines.push(line) };
+    const options = { imagesDir, guestAgentBundle: agent, nodeBinary: node, debootstrapBinary: fake, npmBinary: npm, installNodeRuntime: fakeNodeRuntime, diskSizeMiB: 64, onProgress: (line: string) => lines.push(line) };
 
     const image = await ensureVmImage(options);
     const imageDir = join(imagesDir, VM_IMAGE_NAME);
@@ -80,6 +86,9 @@ describe('ensureVmImage', () => {
     expect(debugfsCat(image.rootfs, '/usr/local/bin/nestbox-resync')).toContain('--time-ms');
     expect(debugfsCat(image.rootfs, '/etc/udev/rules.d/65-nestbox-kvm.rules')).toContain('KERNEL=="kvm"');
     expect(debugfsCat(image.rootfs, '/var/lib/apt/lists/some_Packages')).toBe('');
+    // The default image's Node.js and pip configuration.
+    expect(debugfsCat(image.rootfs, '/usr/local/bin/node')).toBe('installed\n');
+    expect(debugfsCat(image.rootfs, '/etc/pip.conf')).toContain('break-system-packages = true');
     expect(existsSync(join(imageDir, '.lock'))).toBe(false);
 
     // Cached: same agent → nothing rebuilt.

@@ -13,9 +13,10 @@ import { execFile } from 'node:child_process';
 import { chmod, copyFile, mkdir, readdir, readFile, rename, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { acquireBuildLock, createSandboxAccounts, DEFAULT_IMAGE_PACKAGES, IMAGE_SETUP_VERSION, runDebootstrap } from './base-image.js';
+import { acquireBuildLock, createSandboxAccounts, DEFAULT_IMAGE_PACKAGES, IMAGE_SETUP_VERSION, letPipInstall, runDebootstrap } from './base-image.js';
 import { removeTree, writeFileAtomic } from '../util/fs.js';
 import { installLanguageServers, LANGUAGE_SERVERS_IMAGE_KEY } from './language-servers.js';
+import { installNodeRuntime, NODE_RUNTIME_IMAGE_KEY } from './node-runtime.js';
 
 export const VM_IMAGE_NAME = 'vm-default';
 
@@ -30,6 +31,8 @@ export const VM_IMAGE_PACKAGES = [
   // Node cannot open AF_VSOCK sockets; socat bridges vsock and virtio-serial to the agent's Unix socket.
   'socat',
   'iputils-ping',
+  // PID 1 and shell of VMs booted from OCI images (vm-image-oci.ts), whatever the image holds.
+  'busybox-static',
 ] as const;
 
 export const GUEST_AGENT_SOCKET = '/run/nestbox/agent.sock';
@@ -69,6 +72,8 @@ export interface EnsureVmImageOptions {
   debootstrapBinary?: string;
   /** The npm program that installs the language servers (tests substitute a fake one too). */
   npmBinary?: string;
+  /** Installs Node.js and npm into the tree (tests substitute a fake: the real one needs root and the registry). */
+  installNodeRuntime?: (rootfs: string, progress: (line: string) => void) => Promise<void>;
   onProgress?: (line: string) => void;
   lockWaitMs?: number;
 }
@@ -115,7 +120,7 @@ export async function ensureVmImage(options: EnsureVmImageOptions): Promise<VmIm
 async function ensureTree(imageDir: string, suite: string, mirror: string, options: EnsureVmImageOptions, progress: (line: string) => void): Promise<{ dir: string; seconds: number }> {
   const dir = join(imageDir, 'tree');
   const packages = [...VM_IMAGE_PACKAGES];
-  const key = JSON.stringify({ suite, mirror, packages, setupVersion: IMAGE_SETUP_VERSION, languageServers: LANGUAGE_SERVERS_IMAGE_KEY });
+  const key = JSON.stringify({ suite, mirror, packages, setupVersion: IMAGE_SETUP_VERSION, languageServers: LANGUAGE_SERVERS_IMAGE_KEY, nodeRuntime: NODE_RUNTIME_IMAGE_KEY });
   const marker = join(imageDir, 'tree.json');
   const existing = await readFile(marker, 'utf8').then((text) => JSON.parse(text) as { key: string; seconds: number }).catch(() => undefined);
   if (existing?.key === key && existsSync(join(dir, 'usr'))) {
@@ -129,9 +134,10 @@ async function ensureTree(imageDir: string, suite: string, mirror: string, optio
   // /proc mounted, so initramfs-tools builds the initrd (MODULES=most has virtio_blk/net/pci).
   progress(`vm image: debootstrap ${suite} (minbase + ${packages.length} packages incl. linux-image-cloud-amd64) from ${mirror}`);
   await runDebootstrap(options.debootstrapBinary ?? 'debootstrap', ['--variant=minbase', `--include=${packages.join(',')}`, suite, temp, mirror], progress);
-  await installLanguageServers(temp, progress, options.npmBinary);
-  // The same accounts as the local base image (the compat layers' default users).
+  await addNpmTrees(temp, options, progress);
+  // The same accounts and pip configuration as the local base image.
   await createSandboxAccounts(temp);
+  await letPipInstall(temp);
   await rm(marker, { force: true });
   await removeTree(dir);
   await rename(temp, dir);
@@ -139,6 +145,16 @@ async function ensureTree(imageDir: string, suite: string, mirror: string, optio
   await writeFileAtomic(marker, `${JSON.stringify({ key, seconds })}\n`);
   progress(`vm image: tree ready in ${seconds} s`);
   return { dir, seconds };
+}
+
+/**
+ * The language servers (/opt/nestbox/lsp) and the workloads' Node.js and npm (/usr/local), as in
+ * the local base image, installed the same way. (Copying them out of a built base image instead
+ * was measured: about as slow as npm with its cache warm, which it is after the base build.)
+ */
+async function addNpmTrees(tree: string, options: EnsureVmImageOptions, progress: (line: string) => void): Promise<void> {
+  await installLanguageServers(tree, progress, options.npmBinary);
+  await (options.installNodeRuntime ?? ((rootfs, onLine) => installNodeRuntime(rootfs, onLine, options.npmBinary)))(tree, progress);
 }
 
 // ---- stage 2: agent, boot configuration, kernel files, ext4 image ------------------------------------

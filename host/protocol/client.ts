@@ -4,7 +4,8 @@ import http from 'node:http';
 import type { Readable } from 'node:stream';
 import type { z } from 'zod';
 import { pipeline } from 'node:stream/promises';
-import { NestboxError } from '../../core/errors.js';
+import { createInterface } from 'node:readline';
+import { decodeErrorBody, NestboxError } from '../../core/errors.js';
 import type { GuestClient, GuestView } from '../../core/guest.js';
 import type {
   AgentRequest,
@@ -25,6 +26,11 @@ import { HttpGuestClient } from '../agent-protocol/guest-client.js';
 import { giveUpBodyAfterAnswer } from '../agent-protocol/request-body.js';
 import { errorFromResponse } from './error-response.js';
 import * as Schemas from './schemas.js';
+
+// The wire schemas and core's types must describe the same image (a drift fails the build).
+type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
+const imageSchemaMatchesCore: Same<z.infer<typeof Schemas.HostImage>, HostImage> = true;
+void imageSchemaMatchesCore;
 
 export interface HttpHostClientOptions {
   hostId: string;
@@ -98,17 +104,48 @@ export class HttpHostClient implements HostClient {
     return this.json({ method: 'POST', path: this.sandboxPath(id, '/egress'), json: egress, timeoutMs: 60_000 }, Schemas.HostEgressResult);
   }
 
-  // Placeholders until the host-agent image routes land (issue 14): the interface is settled first.
-  async pullImage(_reference: string, _options: HostPullOptions = {}): Promise<HostImage> {
-    throw new NestboxError('not_supported', 'image pulls are not implemented by this host client yet');
+  /**
+   * `POST /v1/images/pull`: progress lines are handed to onProgress as they arrive; the answer
+   * is the final line's image. Aborting the signal drops the request, which kills the pull.
+   */
+  async pullImage(reference: string, options: HostPullOptions = {}): Promise<HostImage> {
+    const call: RequestOptions = { method: 'POST', path: '/v1/images/pull', json: { reference, credentials: options.credentials }, signal: options.signal };
+    const res = await this.send(call);
+    const cancelled = () => new NestboxError('timeout', `the pull of ${reference} on host ${this.hostId} was cancelled`);
+    try {
+      for await (const text of createInterface({ input: res, crlfDelay: Infinity })) {
+        if (!text) continue;
+        let parsed: ReturnType<typeof Schemas.HostPullLine.safeParse>;
+        try {
+          parsed = Schemas.HostPullLine.safeParse(JSON.parse(text));
+        } catch (err) {
+          throw this.unexpected(call, (err as Error).message);
+        }
+        if (!parsed.success) throw this.unexpected(call, parsed.error.message);
+        const line = parsed.data;
+        if ('progress' in line) options.onProgress?.(line.progress);
+        else if ('image' in line) {
+          res.resume();
+          return line.image;
+        } else if ('error' in line) throw decodeErrorBody(500, JSON.stringify(line), `host ${this.hostId}`);
+      }
+    } catch (err) {
+      if (options.signal?.aborted) throw cancelled();
+      if (err instanceof NestboxError) throw err;
+      throw new NestboxError('host_unavailable', `host ${this.hostId}: the pull of ${reference} was cut off: ${(err as Error).message}`);
+    } finally {
+      if (!res.complete) res.destroy();
+    }
+    if (options.signal?.aborted) throw cancelled();
+    throw new NestboxError('host_unavailable', `host ${this.hostId}: the pull of ${reference} ended without a result`);
   }
 
   async listImages(): Promise<HostImage[]> {
-    throw new NestboxError('not_supported', 'image listing is not implemented by this host client yet');
+    return (await this.json({ method: 'GET', path: '/v1/images', timeoutMs: 60_000 }, Schemas.HostImageList)).images;
   }
 
-  async deleteImage(_id: string): Promise<void> {
-    throw new NestboxError('not_supported', 'image deletion is not implemented by this host client yet');
+  async deleteImage(id: string): Promise<void> {
+    await this.call({ method: 'DELETE', path: `/v1/images/${encodeURIComponent(id)}` });
   }
 
   portProxyTarget(id: string, port: number): PortProxyTarget {

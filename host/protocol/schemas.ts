@@ -89,6 +89,65 @@ export const HostStartResult = HostSandboxRuntime.extend({
   resumeReason: z.string().optional(),
 });
 
+// ---- images (the host's OCI store) --------------------------------------------------------------
+
+/** An image in a host's store is named by its linux/amd64 manifest digest. */
+export const ImageIdParam = z.string().regex(/^sha256:[a-f0-9]{64}$/, 'must be sha256: followed by 64 lowercase hex digits');
+
+/** `POST /v1/images/pull`. The credentials are for this pull only (never stored or logged). */
+export const HostPullRequest = z
+  .object({
+    reference: z.string().min(1).max(1024),
+    credentials: z
+      .object({
+        username: z.string().min(1).max(1024),
+        password: z.string().max(16_384),
+      })
+      .strict()
+      .optional(),
+  })
+  .strict();
+export type HostPullRequest = z.infer<typeof HostPullRequest>;
+
+export const HostImageConfig = z.object({
+  env: z.array(z.string()),
+  cmd: z.array(z.string()).nullable(),
+  entrypoint: z.array(z.string()).nullable(),
+  workingDir: z.string(),
+  user: z.string(),
+  exposedPorts: z.array(z.string()),
+  labels: z.record(z.string(), z.string()),
+});
+
+export const HostImage = z.object({
+  id: ImageIdParam,
+  reference: z.string(),
+  sizeBytes: z.number().int().nonnegative(),
+  compressedBytes: z.number().int().nonnegative(),
+  layers: z.array(z.object({ digest: z.string(), size: z.number().int().nonnegative(), mediaType: z.string() })),
+  created: z.string().optional(),
+  pulledAt: z.string(),
+  config: HostImageConfig,
+});
+
+export const HostImageList = z.object({ images: z.array(HostImage) });
+
+/**
+ * One line of a pull's answer (`Content-Type: application/x-ndjson`, one JSON object per
+ * `\n`-terminated line, chunked). Failures found before anything was sent (a bad reference,
+ * no such tag, refused credentials) are plain error answers with their own status instead;
+ * once the 200 went out, the last line is `image` or `error`. `keepalive` lines come while
+ * nothing else does, so proxies and idle timeouts never cut a long layer copy.
+ */
+export const HostPullLine = z.union([
+  z.object({ progress: z.string() }).strict(),
+  z.object({ keepalive: z.literal(true) }).strict(),
+  z.object({ image: HostImage }).strict(),
+  z.object({ error: z.object({ code: z.string(), message: z.string() }) }).strict(),
+]);
+export type HostPullLine = z.infer<typeof HostPullLine>;
+export const PULL_CONTENT_TYPE = 'application/x-ndjson';
+
 export const Heartbeat = z
   .object({
     hostId: z.string().min(1),

@@ -51,7 +51,7 @@ export function daytonaOptionsOf(services: Services): DaytonaOptions {
     maxTimeoutSeconds,
     region: services.config.region,
     streams: services.streams,
-    objectStorage: { store: services.objectStore, credentialKey, publicUrl: services.config.ports.publicUrl },
+    objectStorage: { store: services.objects, credentialKey, publicUrl: services.config.ports.publicUrl },
     log: services.logger.child({ component: 'daytona' }),
   };
 }

@@ -59,6 +59,9 @@ function withBody(method: string, path: string, headers: Record<string, string>,
 const NATIVE_GUARDED = new Set([
   'createSandbox', 'deleteSandbox', 'updateSandbox', 'stopSandbox', 'resumeSandbox', 'pauseSandbox', 'unpauseSandbox', 'forkSandbox',
   'createSnapshot', 'deleteSnapshot', 'createApiKey', 'deleteApiKey',
+  // Builds and pulls start sandboxes and would ask registries outside (a fuzzed FROM or
+  // reference names Docker Hub): they are fuzzed up to validation and the scope check only.
+  'createBuild', 'pullImage', 'cancelBuild', 'deleteImage', 'tagImage', 'uploadBuildContext',
   // A terminal's default shell lives until killed; the WebSocket part fuzzes one made on purpose.
   'createTerminal',
 ]);

@@ -6,6 +6,7 @@ import * as e2b from './20261129150000_e2b.js';
 import * as daytona from './20261129160000_daytona.js';
 import * as quotas from './20261201100000_quotas.js';
 import * as sandboxCredentials from './20261201100000_sandbox_credentials.js';
+import * as images from './20261202100000_images.js';
 
 // Migrations are imported modules rather than files knex discovers at run time, so the same
 // list works from TypeScript sources (tests) and compiled JavaScript (the server).
@@ -17,6 +18,7 @@ const MIGRATIONS: Record<string, Knex.Migration> = {
   '20261129160000_daytona': daytona,
   '20261201100000_quotas': quotas,
   '20261201100000_sandbox_credentials': sandboxCredentials,
+  '20261202100000_images': images,
 };
 
 export const migrationSource: Knex.MigrationSource<string> = {

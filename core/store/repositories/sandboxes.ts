@@ -39,6 +39,9 @@ interface SandboxRow {
   egress: unknown;
   name: string | null;
   disk_gib: number | null;
+  kind: string | null;
+  image_id: string | null;
+  host_image: string | null;
 }
 
 /**
@@ -93,6 +96,9 @@ function fromRow(r: SandboxRow): Sandbox {
     egress: r.egress ? json<Sandbox['egress']>(r.egress) : { mode: 'allow-all' },
     name: r.name ?? null,
     diskGiB: r.disk_gib ?? null,
+    kind: r.kind === 'build' ? 'build' : 'user',
+    imageId: r.image_id ?? null,
+    hostImage: r.host_image ?? null,
   };
 }
 
@@ -179,6 +185,9 @@ export interface NewSandbox {
   /** Unique per organisation among sandboxes that are not deleted (Daytona addresses sandboxes by name). */
   name?: string | null;
   diskGiB: number;
+  kind?: Sandbox['kind'];
+  imageId?: string | null;
+  hostImage?: string | null;
 }
 
 export interface ListFilter {
@@ -259,6 +268,9 @@ export function sandboxRepository(db: DbOrTx) {
           egress: s.egress ? JSON.stringify(s.egress) : null,
           name: s.name ?? null,
           disk_gib: s.diskGiB,
+          kind: s.kind ?? 'user',
+          image_id: s.imageId ?? null,
+          host_image: s.hostImage ?? null,
           last_activity_at: new Date(),
           // Set here, not by the column's now(): PostgreSQL keeps microseconds, a paging cursor
           // carries a JS Date (milliseconds), and rows created within the same millisecond
@@ -292,8 +304,9 @@ export function sandboxRepository(db: DbOrTx) {
     },
 
     async list(filter: ListFilter): Promise<Sandbox[]> {
+      // A build's sandboxes are the build's business: no list shows them.
       const q = db<SandboxRow>('sandboxes')
-        .where({ organization_id: filter.organizationId })
+        .where({ organization_id: filter.organizationId, kind: 'user' })
         .whereNot({ state: 'deleted' })
         .limit(filter.limit);
       if (filter.sort) {

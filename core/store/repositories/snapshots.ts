@@ -13,6 +13,7 @@ interface SnapshotRow {
   error_message: string | null;
   created_at: Date | string;
   deleted_at: Date | string | null;
+  kind: string | null;
 }
 
 const fromRow = (r: SnapshotRow): Snapshot => ({
@@ -27,11 +28,12 @@ const fromRow = (r: SnapshotRow): Snapshot => ({
   errorMessage: r.error_message,
   createdAt: new Date(r.created_at),
   deletedAt: r.deleted_at === null ? null : new Date(r.deleted_at),
+  kind: r.kind === 'layer' ? 'layer' : 'snapshot',
 });
 
 export function snapshotRepository(db: DbOrTx) {
   return {
-    async insertCreating(s: { id: string; organizationId: string; name: string; hostId: string; sourceSandboxId: string; parentSnapshotId: string | null }): Promise<Snapshot> {
+    async insertCreating(s: { id: string; organizationId: string; name: string; hostId: string; sourceSandboxId: string; parentSnapshotId: string | null; kind?: Snapshot['kind'] }): Promise<Snapshot> {
       const [row] = await db<SnapshotRow>('snapshots')
         .insert({
           id: s.id,
@@ -41,12 +43,14 @@ export function snapshotRepository(db: DbOrTx) {
           source_sandbox_id: s.sourceSandboxId,
           parent_snapshot_id: s.parentSnapshotId,
           state: 'creating',
+          kind: s.kind ?? 'snapshot',
         })
         .returning('*');
       return fromRow(row as SnapshotRow);
     },
     async findLiveByName(organizationId: string, name: string): Promise<Snapshot | undefined> {
-      const row = await db<SnapshotRow>('snapshots').where({ organization_id: organizationId, name }).whereNull('deleted_at').first();
+      // Layers of image builds are not snapshots a user can name (their names are their ids).
+      const row = await db<SnapshotRow>('snapshots').where({ organization_id: organizationId, name, kind: 'snapshot' }).whereNull('deleted_at').first();
       return row ? fromRow(row as SnapshotRow) : undefined;
     },
     /** Deleted ones too (a layer chain is walked through them). */
@@ -55,7 +59,7 @@ export function snapshotRepository(db: DbOrTx) {
       return row ? fromRow(row as SnapshotRow) : undefined;
     },
     async listLive(organizationId: string): Promise<Snapshot[]> {
-      const rows = await db<SnapshotRow>('snapshots').where({ organization_id: organizationId }).whereNull('deleted_at').orderBy('created_at', 'desc');
+      const rows = await db<SnapshotRow>('snapshots').where({ organization_id: organizationId, kind: 'snapshot' }).whereNull('deleted_at').orderBy('created_at', 'desc');
       return (rows as SnapshotRow[]).map(fromRow);
     },
     async update(id: string, patch: Partial<{ state: Snapshot['state']; sizeBytes: number; errorMessage: string | null; deletedAt: Date }>): Promise<Snapshot | undefined> {

@@ -10,13 +10,19 @@ import { KeyedLocks } from '../../keyed-locks.js';
 import type { DiskStore } from '../../storage/disk-store.js';
 import type { SnapshotMeta, SnapshotStore } from '../../storage/snapshots.js';
 import { removeTree } from '../../util/fs.js';
+import { IMAGE_ID, OciImageStore, type OciImageMeta } from '../../images/oci/store.js';
 import { DriverError } from '../errors.js';
-import type { SandboxRuntime, SandboxSpec, SnapshotInfo, SnapshotResult } from '../types.js';
+import type { ImageInfo, PullImageOptions, SandboxRuntime, SandboxSpec, SnapshotInfo, SnapshotResult } from '../types.js';
 
 export const SANDBOX_ID = /^[a-z0-9]{1,32}$/;
 /** 108 bytes of `sun_path` including the terminating NUL. */
 export const SUN_PATH_MAX = 107;
 export const MAX_FORK_CHILDREN = 64;
+
+/** deleteImage's lock key (apart from sandbox ids, which have no ':'). */
+function imageLockKey(id: string): string {
+  return `image:${id}`;
+}
 
 export function assertSandboxId(id: string): void {
   if (typeof id !== 'string' || !SANDBOX_ID.test(id)) throw new DriverError('validation_failed', `invalid sandbox id "${id}": lowercase letters and digits only, at most 32`);
@@ -32,6 +38,21 @@ export interface BaseRecord {
   slot?: { index: number; netns: string; hostAddress: string; sandboxAddress: string };
   /** Where the sandbox's disk lives when not in its sandbox dir (the reflink store). */
   diskDir?: string;
+  /** What it was created as: `spec.image` is the image it starts from (an OCI image's id, or a name). */
+  spec: Pick<SandboxSpec, 'image'>;
+}
+
+function imageInfoOf(meta: OciImageMeta): ImageInfo {
+  return {
+    id: meta.id,
+    reference: meta.reference,
+    sizeBytes: meta.sizeBytes,
+    compressedBytes: meta.compressedBytes,
+    layers: meta.layers,
+    created: meta.created,
+    pulledAt: meta.pulledAt,
+    config: meta.config,
+  };
 }
 
 export abstract class DriverBase<R extends BaseRecord> {
@@ -46,6 +67,14 @@ export abstract class DriverBase<R extends BaseRecord> {
   protected diskStore?: DiskStore;
   protected snapshotStore?: SnapshotStore;
   protected initialized = false;
+  /**
+   * The OCI image store (host/images/oci) sandboxes start from, set by the driver's constructor;
+   * without one the image methods answer not_supported.
+   */
+  protected ociStoreDir?: string;
+  private ociImageStore?: OciImageStore;
+  /** Creates in flight per image: deleteImage refuses an image a create is about to mount or copy. */
+  private readonly imageCreates = new Map<string, number>();
 
   /** `className` names the driver in "init() must run first". */
   protected constructor(
@@ -100,6 +129,51 @@ export abstract class DriverBase<R extends BaseRecord> {
     return (await this.requireSnapshots().list()).map((meta) => ({ ...this.snapshotResult(meta), sourceId: meta.sourceId, image: meta.image, createdAt: meta.createdAt }));
   }
 
+  // ---- images (the OCI store; the same for both drivers) -----------------------------------------
+
+  /** The driver's OCI image store, opened at first use. */
+  protected imageStore(): OciImageStore {
+    if (!this.ociStoreDir) throw new DriverError('not_supported', `the ${this.className} has no OCI image store configured`);
+    this.ociImageStore ??= new OciImageStore({ storeDir: this.ociStoreDir });
+    return this.ociImageStore;
+  }
+
+  async pullImage(reference: string, options: PullImageOptions = {}): Promise<ImageInfo> {
+    const image = await this.imageStore().pull(reference, { credentials: options.credentials, onProgress: options.onProgress, signal: options.signal });
+    return imageInfoOf(image.meta);
+  }
+
+  async listImages(): Promise<ImageInfo[]> {
+    return (await this.imageStore().list()).map(imageInfoOf).sort((a, b) => a.pulledAt.localeCompare(b.pulledAt) || a.id.localeCompare(b.id));
+  }
+
+  /**
+   * Removes an image unless something on this host needs it: a sandbox record of any status
+   * (a stopped sandbox starts from it again), a create in flight, or a snapshot taken of a
+   * sandbox of it. Records on disk count too (another owner sharing this data dir).
+   */
+  async deleteImage(id: string): Promise<void> {
+    this.assertInitialized();
+    const store = this.imageStore();
+    if (typeof id !== 'string' || !IMAGE_ID.test(id)) throw new DriverError('validation_failed', `image id "${id}" must be sha256: followed by 64 hex digits`);
+    await this.withLock(imageLockKey(id), async () => {
+      if (!(await store.get(id))) return;
+      const users = new Set<string>();
+      for (const record of this.records.values()) if (record.spec.image === id) users.add(`sandbox ${record.id}`);
+      for (const entry of await readdir(this.sandboxesDir).catch(() => [] as string[])) {
+        if (this.records.has(entry) || !SANDBOX_ID.test(entry)) continue;
+        const record = await this.readRecord(this.sandboxDir(entry));
+        if (record?.spec?.image === id) users.add(`sandbox ${entry}`);
+      }
+      for (const meta of this.snapshotStore ? await this.snapshotStore.list() : []) if (meta.image === id) users.add(`snapshot ${meta.snapshotId}`);
+      // Checked last, with no await until the store's rename is issued: a create that counts
+      // itself after this point finds the image gone.
+      if (this.imageCreates.get(id)) users.add(`${this.imageCreates.get(id)} sandbox create(s) in progress`);
+      if (users.size) throw new DriverError('conflict', `image ${id} is in use on this host by ${[...users].slice(0, 5).join(', ')}${users.size > 5 ? ', …' : ''}`);
+      await store.remove(id);
+    });
+  }
+
   // ---- locks -------------------------------------------------------------------------------------
 
   protected withLock<T>(key: string, task: () => Promise<T>): Promise<T> {
@@ -129,15 +203,23 @@ export abstract class DriverBase<R extends BaseRecord> {
       await this.assertCreatable(spec.id);
       await this.removeRemains(spec.id);
       const started = Date.now();
-      const { record, build } = await prepare();
+      // Until the record exists (it names the image), the image is held by this count.
+      this.imageCreates.set(spec.image, (this.imageCreates.get(spec.image) ?? 0) + 1);
       try {
-        await build();
-      } catch (error) {
-        await this.destroyUnlocked(spec.id).catch((cleanupError) => this.log.warn({ sandboxId: spec.id, operation: 'create' }, `create: cleanup after failure failed: ${String(cleanupError)}`));
-        throw error;
+        const { record, build } = await prepare();
+        try {
+          await build();
+        } catch (error) {
+          await this.destroyUnlocked(spec.id).catch((cleanupError) => this.log.warn({ sandboxId: spec.id, operation: 'create' }, `create: cleanup after failure failed: ${String(cleanupError)}`));
+          throw error;
+        }
+        this.log.info({ sandboxId: spec.id, operation: 'create', ms: Date.now() - started, slot: record.slot?.index }, `create: running in ${Date.now() - started} ms (slot ${record.slot?.index})`);
+        return this.runtimeOf(record);
+      } finally {
+        const left = (this.imageCreates.get(spec.image) ?? 1) - 1;
+        if (left > 0) this.imageCreates.set(spec.image, left);
+        else this.imageCreates.delete(spec.image);
       }
-      this.log.info({ sandboxId: spec.id, operation: 'create', ms: Date.now() - started, slot: record.slot?.index }, `create: running in ${Date.now() - started} ms (slot ${record.slot?.index})`);
-      return this.runtimeOf(record);
     });
   }
 

@@ -30,7 +30,8 @@ import { patchSnapshotConfig } from './config.js';
 import { transition } from './lifecycle.js';
 import { writeChRecord, type ChRecord } from './records.js';
 import { ChRecovery } from './recovery.js';
-import { lastChainElement } from './sandboxes.js';
+import { isOciImage, lastChainElement } from './sandboxes.js';
+import { removeOciVmDisk } from '../../images/vm-image-oci.js';
 
 export type { ChDriverOptions } from './sandboxes.js';
 
@@ -109,12 +110,26 @@ export class ChDriver extends ChRecovery implements Driver {
       const dir = this.sandboxDir(spec.id);
       const image = await this.requireImage();
       const record = this.newRecord(spec);
+      // The disk's source, resolved before anything is written: a missing image or snapshot
+      // fails the create with nothing to clean up. A snapshot's disk keeps its image's boot.
+      let source: string;
+      let minimumBytes = 0;
+      if (spec.snapshot) {
+        source = await this.snapshotDisk(spec.snapshot);
+        record.diskImage = (await this.requireSnapshot(spec.snapshot)).image;
+      } else if (isOciImage(spec.image)) {
+        const disk = await this.ociImageDisk(spec.image, image, onProgress);
+        source = disk.rootfs;
+        minimumBytes = disk.manifest.sizeMiB * 2 ** 20;
+      } else {
+        source = image.rootfs;
+      }
       const build = async () => {
         await this.makeDirs(record);
         await writeChRecord(dir, record);
         this.records.set(spec.id, record);
-        const source = spec.snapshot ? await this.snapshotDisk(spec.snapshot) : image.rootfs;
         await this.copyDisk(source, this.diskPath(record));
+        await this.growDisk(record, minimumBytes);
         onProgress?.(`disk: ${this.requireDiskStore().mode} of ${source}`);
         await this.bootVm(record, image, onProgress);
       };
@@ -274,6 +289,7 @@ export class ChDriver extends ChRecovery implements Driver {
           await this.removeRemains(spec.id);
           const record = this.newRecord(spec);
           record.forkedFrom = sourceId;
+          record.diskImage = source.diskImage ?? source.spec.image;
           await this.makeDirs(record);
           await writeChRecord(this.sandboxDir(spec.id), record);
           this.records.set(spec.id, record);
@@ -329,7 +345,7 @@ export class ChDriver extends ChRecovery implements Driver {
       if (existing) throw new DriverError('conflict', `snapshot ${snapshotId} already exists`);
       const status = this.effectiveStatus(record);
       const meta = await store.create(
-        { snapshotId, sourceId: id, image: record.spec.image, parents: [], diskCopy: this.requireDiskStore().mode },
+        { snapshotId, sourceId: id, image: record.diskImage ?? record.spec.image, parents: [], diskCopy: this.requireDiskStore().mode },
         async (layerDir) => {
           await mkdir(layerDir, { mode: 0o700 });
           // A running VM is paused for the copy so the disk is one point in time.
@@ -345,6 +361,12 @@ export class ChDriver extends ChRecovery implements Driver {
       );
       return this.snapshotResult(meta);
     }, checkArguments);
+  }
+
+  /** The image leaves the OCI store, and its boot disk (vm-image-oci.ts) with it. */
+  override async deleteImage(id: string): Promise<void> {
+    await super.deleteImage(id);
+    await removeOciVmDisk(this.options.imagesDir, id);
   }
 
   async deleteSnapshot(snapshotId: string): Promise<void> {

@@ -52,6 +52,11 @@ export interface ChRecord {
   /** The operation in flight, so init() can finish or roll it back after a crash. */
   operation?: { kind: 'pause' | 'unpause' | 'stop' | 'fork-source' | 'snapshot'; startedAt: string };
   forkedFrom?: string;
+  /**
+   * The image the disk was made from (`default` or an OCI image id): a create from a snapshot or a
+   * fork keeps its source's, whatever its own spec names, and the boot (init, helpers) follows it.
+   */
+  diskImage?: string;
   createdAt: string;
   updatedAt: string;
 }

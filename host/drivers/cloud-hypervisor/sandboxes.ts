@@ -3,12 +3,15 @@
 // and how a failed CH call is recorded (`error` with CH's chain and the state vm.info reports).
 // The lifecycle builds on it: vm.ts (the VM itself, teardown), recovery.ts (adoption,
 // watching), driver.ts (the Driver methods).
+import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdir, rm } from 'node:fs/promises';
+import { mkdir, rm, stat, truncate } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Logger } from '../../../core/logger.js';
 import { AgentClient } from '../../agent-protocol/client.js';
 import { readCompleteVmImage, VM_IMAGE_NAME, type VmImage } from '../../images/vm-image.js';
+import { IMAGE_ID } from '../../images/oci/store.js';
+import { ensureOciVmDisk, guestRuntimeFromVmImage, OCI_VM_BUSYBOX, OCI_VM_INIT, OCI_VM_RESYNC, OciImageMissingError, OciImageUnbootableError, type GuestRuntimeFiles, type OciVmDisk } from '../../images/vm-image-oci.js';
 import { SlotAllocator } from '../../network/slots.js';
 import type { ReflinkStoreOptions } from '../../storage/disk-store.js';
 import { assertSnapshotId, type SnapshotMeta } from '../../storage/snapshots.js';
@@ -17,7 +20,7 @@ import { assertSandboxId, DriverBase, SUN_PATH_MAX } from '../base/driver-base.j
 import { DriverError } from '../errors.js';
 import type { SandboxRuntime, SandboxSpec, SnapshotResult } from '../types.js';
 import { ChApi, ChApiError } from './api.js';
-import { AGENT_VSOCK_PORT } from './config.js';
+import { AGENT_VSOCK_PORT, DEFAULT_CMDLINE } from './config.js';
 import { observeState, runtimeStatusFor, VmOperationError } from './lifecycle.js';
 import type { EventFileReader, VmmPaths } from './process.js';
 import { CH_RECORD_VERSION, readChRecord, writeChRecord, type ChLastError, type ChRecord } from './records.js';
@@ -50,7 +53,17 @@ export interface ChDriverOptions {
   manageHostFirewall?: boolean;
   /** Where the driver's lines go (none when unset). */
   logger?: Logger;
+  /** The OCI image store whose images (`sha256:<hex>`) sandboxes may boot (default <imagesDir>/oci). */
+  ociStoreDir?: string;
+  /** What image VMs run the agent on (default: taken from the VM image's tree; tests give host files). */
+  guestRuntime?: GuestRuntimeFiles;
+  /** Disk of an image VM whose spec names no diskGiB (default 10 GiB, as the local driver's). */
+  defaultDiskGiB?: number;
 }
+
+export const DEFAULT_DISK_GIB = 10;
+export const MAX_DISK_GIB = 16_384;
+const GIB = 2 ** 30;
 
 export const SNAPSHOT_TIMEOUT_MS = 120_000;
 
@@ -72,6 +85,8 @@ export abstract class ChSandboxes extends DriverBase<ChRecord> {
 
   constructor(protected readonly options: ChDriverOptions) {
     super('ChDriver', options.dataDir, options.logger);
+    // The OCI store the host agent pulls into (driver-base.ts) is the one image disks are made from.
+    this.ociStoreDir = options.ociStoreDir ?? join(options.imagesDir, 'oci');
     this.subnet = options.subnet ?? '10.200.0.0/16';
     this.slots = new SlotAllocator(this.subnet, options.slotsDir);
   }
@@ -152,7 +167,7 @@ export abstract class ChSandboxes extends DriverBase<ChRecord> {
 
   protected newRecord(spec: SandboxSpec): ChRecord {
     const now = new Date().toISOString();
-    return { version: CH_RECORD_VERSION, driver: 'cloud-hypervisor', id: spec.id, owner: this.options.ownerId, spec, status: 'creating', diskDir: this.newDiskDir(spec.id), createdAt: now, updatedAt: now };
+    return { version: CH_RECORD_VERSION, driver: 'cloud-hypervisor', id: spec.id, owner: this.options.ownerId, spec, status: 'creating', diskDir: this.newDiskDir(spec.id), diskImage: spec.image, createdAt: now, updatedAt: now };
   }
 
   protected async makeDirs(record: ChRecord): Promise<void> {
@@ -177,10 +192,55 @@ export abstract class ChSandboxes extends DriverBase<ChRecord> {
     return image;
   }
 
+  /**
+   * The bootable disk of an OCI image (host/images/vm-image-oci.ts), built once per digest and
+   * runtime and cached under the images dir. A missing image is `not_found`; a root filesystem
+   * a VM cannot boot is `validation_failed`, both naming the image.
+   */
+  protected async ociImageDisk(imageId: string, vmImage: VmImage, onProgress?: (line: string) => void): Promise<OciVmDisk> {
+    try {
+      const vmImageDir = join(this.options.imagesDir, this.options.vmImage ?? VM_IMAGE_NAME);
+      const runtime = this.options.guestRuntime ?? (await guestRuntimeFromVmImage(vmImageDir, vmImage.manifest.kernelVersion));
+      return await ensureOciVmDisk({ imagesDir: this.options.imagesDir, ociStoreDir: this.options.ociStoreDir, imageId, runtime, onProgress, warn: (message) => this.log.warn({ image: imageId }, message) });
+    } catch (error) {
+      if (error instanceof OciImageMissingError) throw new DriverError('not_found', error.message);
+      if (error instanceof OciImageUnbootableError) throw new DriverError('validation_failed', error.message);
+      throw error;
+    }
+  }
+
+  /** Grows a new sandbox's disk copy to its diskGiB (image VMs: the default size too). */
+  protected async growDisk(record: ChRecord, minimumBytes: number): Promise<void> {
+    const image = record.diskImage ?? record.spec.image;
+    const wanted = record.spec.diskGiB ?? (isOciImage(image) ? (this.options.defaultDiskGiB ?? DEFAULT_DISK_GIB) : undefined);
+    if (wanted === undefined) return;
+    const path = this.diskPath(record);
+    const size = (await stat(path)).size;
+    if (wanted * GIB < Math.max(size, minimumBytes)) {
+      if (record.spec.diskGiB === undefined) return;
+      throw new DriverError('validation_failed', `diskGiB ${wanted} is smaller than the disk of image ${image} (${Math.ceil(size / 2 ** 20)} MiB)`);
+    }
+    if (wanted * GIB === size) return;
+    await resizeExt4(path, wanted * GIB);
+  }
+
+  /** The kernel command line of a cold boot: image VMs start our init instead of the image's. */
+  protected cmdlineFor(record: ChRecord): string | undefined {
+    return isOciImage(record.diskImage ?? record.spec.image) ? `${DEFAULT_CMDLINE} init=${OCI_VM_INIT}` : undefined;
+  }
+
+  /** argv of the guest helpers: the VM image has them on the PATH, an image VM under /.nestbox. */
+  protected guestHelper(record: ChRecord, helper: 'resync' | 'sync'): string[] {
+    const oci = isOciImage(record.diskImage ?? record.spec.image);
+    if (helper === 'resync') return [oci ? OCI_VM_RESYNC : 'nestbox-resync'];
+    return oci ? [OCI_VM_BUSYBOX, 'sync'] : ['sync'];
+  }
+
   protected validateSpec(spec: SandboxSpec): void {
     assertSandboxId(spec.id);
     const invalid = (message: string) => new DriverError('validation_failed', message);
-    if (spec.image !== 'default') throw invalid(`unknown image "${spec.image}" (the cloud-hypervisor driver has only "default")`);
+    if (spec.image !== 'default' && !IMAGE_ID.test(spec.image)) throw invalid(`unknown image "${spec.image}" (the cloud-hypervisor driver knows "default" and pulled OCI images by id, sha256:<64 hex>)`);
+    if (spec.diskGiB !== undefined && (!Number.isInteger(spec.diskGiB) || spec.diskGiB < 1 || spec.diskGiB > MAX_DISK_GIB)) throw invalid(`diskGiB must be an integer from 1 to ${MAX_DISK_GIB}, got ${spec.diskGiB}`);
     if (!(spec.cpu > 0) || spec.cpu > 256) throw invalid(`cpu must be between 0 and 256 vCPUs, got ${spec.cpu}`);
     if (!Number.isInteger(spec.memoryMiB) || spec.memoryMiB < 128) throw invalid(`memoryMiB must be an integer of at least 128, got ${spec.memoryMiB}`);
     if (spec.snapshot !== undefined) assertSnapshotId(spec.snapshot);
@@ -230,6 +290,34 @@ export abstract class ChSandboxes extends DriverBase<ChRecord> {
 }
 
 // ---- free functions -------------------------------------------------------------------------------
+
+export function isOciImage(image: string): boolean {
+  return IMAGE_ID.test(image);
+}
+
+/** truncate + resize2fs of an ext4 image file (offline: before the VM opens it). */
+export async function resizeExt4(path: string, sizeBytes: number): Promise<void> {
+  await truncate(path, sizeBytes);
+  try {
+    await runTool('resize2fs', [path]);
+  } catch (error) {
+    // resize2fs insists on a checked file system after any use (a snapshot's disk).
+    if (!/e2fsck/.test((error as Error).message)) throw error;
+    await runTool('e2fsck', ['-fy', path]).catch((check: Error) => {
+      if (!/\(exit code 1\)/.test(check.message)) throw check;
+    });
+    await runTool('resize2fs', [path]);
+  }
+}
+
+function runTool(file: string, args: string[]): Promise<string> {
+  return new Promise((resolve, reject) => {
+    execFile(file, args, { timeout: 300_000, encoding: 'utf8' }, (error, stdout, stderr) => {
+      if (error) reject(new Error(`${file} ${args.join(' ')} failed (exit code ${(error as { code?: unknown }).code}): ${stderr.trim() || error.message}`));
+      else resolve(stdout);
+    });
+  });
+}
 
 export function lastChainElement(error: unknown): string {
   if (error instanceof VmOperationError || error instanceof ChApiError) return error.chain[error.chain.length - 1] ?? error.message;

@@ -51,7 +51,7 @@ export abstract class ChVms extends ChSandboxes {
   protected async bootVm(record: ChRecord, image: VmImage, onProgress?: (line: string) => void): Promise<void> {
     const vm = await this.launchRuntime(record, onProgress);
     const config = buildVmConfig(
-      { cpu: record.spec.cpu, memoryMiB: record.spec.memoryMiB, nested: this.nestedVirt },
+      { cpu: record.spec.cpu, memoryMiB: record.spec.memoryMiB, nested: this.nestedVirt, cmdline: this.cmdlineFor(record) },
       { kernel: image.kernel, initramfs: image.initramfs, rootfsDisk: this.diskPath(record), vsockSocket: this.vsockPath(record.id), serialLog: this.serialPath(record.id) },
     );
     await transition(vm.api, 'vm.create', () => vm.api.createVm(config), 'Created');
@@ -152,7 +152,7 @@ export abstract class ChVms extends ChSandboxes {
     }
     try {
       const result = await client.exec({
-        argv: ['nestbox-resync', '--time-ms', String(Date.now()), '--entropy', randomBytes(64).toString('hex'), '--hostname', record.id],
+        argv: [...this.guestHelper(record, 'resync'), '--time-ms', String(Date.now()), '--entropy', randomBytes(64).toString('hex'), '--hostname', record.id],
         timeoutMs: 10_000,
       });
       if (result.exitCode !== 0) this.log.warn({ sandboxId: record.id }, `nestbox-resync exited ${result.exitCode}: ${result.stderr.trim()}`);
@@ -173,7 +173,7 @@ export abstract class ChVms extends ChSandboxes {
     // Flush the guest's page cache first so the disk copy is as complete as the memory image.
     if (wasRunning) {
       const client = this.agentClient(record.id);
-      await client.exec({ argv: ['sync'], timeoutMs: 10_000 }).catch(() => {});
+      await client.exec({ argv: this.guestHelper(record, 'sync'), timeoutMs: 10_000 }).catch(() => {});
       client.close();
       await transition(vm.api, 'vm.pause', () => vm.api.pauseVm(), 'Paused');
       record.status = 'paused';
@@ -186,7 +186,7 @@ export abstract class ChVms extends ChSandboxes {
       const key = this.agentKeys.get(record.id);
       if (key) await writeAgentKeyFile(dir, key);
       await this.copyDisk(this.diskPath(record), join(dir, 'rootfs.img'));
-      const meta = { chVersion: record.chVersion ?? this.chVersion, cpuModel: await cpuModel(), image: record.spec.image, memoryMiB: record.spec.memoryMiB, takenAt: new Date().toISOString(), sourceId: record.id };
+      const meta = { chVersion: record.chVersion ?? this.chVersion, cpuModel: await cpuModel(), image: record.diskImage ?? record.spec.image, memoryMiB: record.spec.memoryMiB, takenAt: new Date().toISOString(), sourceId: record.id };
       // Written last: its presence marks the generation complete.
       await writeFile(join(dir, 'snapshot.json'), `${JSON.stringify(meta, null, 2)}\n`, { mode: 0o600 });
     } catch (error) {

@@ -25,7 +25,8 @@ import type { HostLoader } from './runtime-binaries.js';
 import { assertSafeHostPath } from '../../util/fs.js';
 import { assertValidEnv } from './spawn.js';
 import { ensureBaseImage } from '../../images/base-image.js';
-import { IMAGE_ID, OciImageStore, type OciImageConfig } from '../../images/oci/store.js';
+import { IMAGE_ID } from '../../images/oci/store.js';
+import { imageEnvironment } from '../../images/oci/image-environment.js';
 
 export interface LocalDriverOptions {
   /** Sandboxes live in `<dataDir>/sandboxes/<id>/`. Keep it short: the agent socket path must fit in 108 bytes. */
@@ -123,7 +124,6 @@ export abstract class LocalSandboxes extends DriverBase<SandboxRecord> {
   protected lastCap = 40;
   protected dnsServers: string[] = [];
   protected fileViews?: FileViews;
-  protected ociStore?: OciImageStore;
 
   constructor(protected readonly options: LocalDriverOptions) {
     super('LocalDriver', options.dataDir, options.logger);
@@ -134,6 +134,7 @@ export abstract class LocalSandboxes extends DriverBase<SandboxRecord> {
     this.rootfsHelperBinary = options.rootfsHelperBinary ?? join(dirname(resolve(options.guestAgentBundle)), 'nestbox-rootfs');
     this.seccompHelperBinary = options.seccompHelperBinary ?? join(dirname(resolve(options.guestAgentBundle)), 'nestbox-seccomp');
     this.agentBundle = resolve(options.guestAgentBundle);
+    this.ociStoreDir = options.ociStoreDir ?? join(options.imagesDir, 'oci');
     this.idRanges = new IdRangeAllocator(options.userNamespaceBase ?? DEFAULT_ID_BASE, options.maxUserNamespaces ?? DEFAULT_MAX_ID_RANGES, options.idRangesDir);
     this.subnet = options.subnet ?? '10.200.0.0/16';
     this.ownerKey = ownerKeyFor(options.ownerId);
@@ -189,8 +190,7 @@ export abstract class LocalSandboxes extends DriverBase<SandboxRecord> {
       const base = await ensureBaseImage({ imagesDir: this.options.imagesDir, onProgress });
       return { rootfs: base.rootfs, env: {} };
     }
-    this.ociStore ??= new OciImageStore({ storeDir: this.options.ociStoreDir ?? join(this.options.imagesDir, 'oci') });
-    const image = await this.ociStore.get(spec.image);
+    const image = await this.imageStore().get(spec.image);
     if (!image) throw new DriverError('not_found', `image ${spec.image} is not in this host's image store (pull it first)`);
     const hasRootHome = (await lstat(join(image.rootfs, 'root')).catch(() => undefined))?.isDirectory() ?? false;
     return { rootfs: image.rootfs, env: imageEnvironment(image.meta.config, hasRootHome, (message) => this.log.warn({ image: spec.image }, message)) };
@@ -297,28 +297,6 @@ export interface SandboxImage {
   rootfs: string;
   /** Variables under the sandbox's own (spec.env wins); HOME here is the agent's home. */
   env: Record<string, string>;
-}
-
-/**
- * An OCI config's Env (`NAME=value` lines) and WorkingDir as the agent's environment. The agent's
- * HOME is also every process's default cwd, so it must exist: the image's HOME, else its
- * WorkingDir, else /root when the image has one (as Docker's HOME), else / (Docker's cwd).
- */
-export function imageEnvironment(config: Pick<OciImageConfig, 'env' | 'workingDir'>, hasRootHome: boolean, warn: (message: string) => void): Record<string, string> {
-  const env: Record<string, string> = {};
-  for (const line of config.env) {
-    const at = line.indexOf('=');
-    const name = at > 0 ? line.slice(0, at) : '';
-    const value = at > 0 ? line.slice(at + 1) : '';
-    try {
-      assertValidEnv({ [name]: value });
-      env[name] = value;
-    } catch {
-      warn(`image environment entry ${JSON.stringify(line.slice(0, 80))} is not NAME=value with a valid name; ignored`);
-    }
-  }
-  if (env.HOME === undefined) env.HOME = config.workingDir.startsWith('/') ? config.workingDir : hasRootHome ? '/root' : '/';
-  return env;
 }
 
 /** Running or paused: it has processes, a slot and cgroups. */

@@ -72,6 +72,31 @@ describe('OCI image store', () => {
     expect(readdirSync(join(storeDir(), 'images'))).toEqual([first.meta.id.slice(7)]);
   });
 
+  it('keeps pulled layers in a layer cache: an image sharing layers with one already here fetches only the rest', async () => {
+    // Two images with the same layers and different configs (umoci config makes a new manifest).
+    const layout = await buildTestImage(join(dir, 'shared'), busyboxImageSpec({ files: { 'etc/shared': { content: 'shared\n' } }, whiteouts: ['/etc/shared'] }));
+    await pushTestImage(layout, `${registry.host}/test/shared:a`);
+    execFileSync('umoci', ['config', '--image', layout, '--config.env', 'VARIANT=b']);
+    await pushTestImage(layout, `${registry.host}/test/shared:b`);
+    const store = new OciImageStore({ storeDir: join(dir, 'cache-store') });
+    const lines: string[] = [];
+    const a = await store.pull(`${registry.host}/test/shared:a`, { onProgress: (l) => lines.push(l) });
+    expect(lines.join('\n')).toContain('0 of 2 layers from the layer cache');
+    lines.length = 0;
+    const b = await store.pull(`${registry.host}/test/shared:b`, { onProgress: (l) => lines.push(l) });
+    expect(b.meta.id).not.toBe(a.meta.id);
+    expect(b.meta.layers.map((l) => l.digest)).toEqual(a.meta.layers.map((l) => l.digest));
+    expect(lines.join('\n')).toContain('2 of 2 layers from the layer cache');
+    expect(readFileSync(join(b.rootfs, 'bin/busybox')).length).toBeGreaterThan(0);
+    const blobs = () => readdirSync(join(dir, 'cache-store', 'blobs', 'sha256')).sort();
+    expect(blobs()).toEqual(a.meta.layers.map((l) => l.digest.slice(7)).sort());
+    // Layers stay while one image lists them, and go with the last.
+    await store.remove(a.meta.id);
+    expect(blobs()).toHaveLength(2);
+    await store.remove(b.meta.id);
+    expect(blobs()).toEqual([]);
+  });
+
   it('makes one copy when two pulls of one image race', async () => {
     const layout = await buildTestImage(join(dir, 'race'), distrolessImageSpec());
     await pushTestImage(layout, `${registry.host}/test/distroless:race`);

@@ -9,6 +9,11 @@
 //   tmp/<hex>-<pid>-<rand>/   a pull in progress (OCI layout + rootfs), renamed onto images/<hex>
 //   locks/<hex>.lock          one puller per digest (pid + start time, base-image.ts's lock)
 //   registries.conf, policy.json  skopeo's configuration, written from ours at open
+//   blobs/sha256/<hex>        the layer cache: every compressed layer pulled, by its digest.
+//                             A pull hard-links the ones it needs into its layout first, and
+//                             skopeo reuses a blob a layout already has instead of fetching it;
+//                             the new ones are linked in afterwards. Removing an image removes
+//                             the blobs no other image lists.
 //
 // <hex> is the sha256 of the image's linux/amd64 manifest as the registry serves it: the same
 // image under two tags, or pulled twice, is one copy. A kill -9 mid-pull leaves only tmp/ and a
@@ -16,7 +21,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { chmod, lstat, mkdir, mkdtemp, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { chmod, link, lstat, mkdir, mkdtemp, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -124,6 +129,7 @@ export class OciImageStore {
   private readonly imagesDir: string;
   private readonly tmpDir: string;
   private readonly locksDir: string;
+  private readonly blobsDir: string;
   private opened = false;
 
   constructor(options: OciImageStoreOptions) {
@@ -131,12 +137,13 @@ export class OciImageStore {
     this.imagesDir = join(options.storeDir, 'images');
     this.tmpDir = join(options.storeDir, 'tmp');
     this.locksDir = join(options.storeDir, 'locks');
+    this.blobsDir = join(options.storeDir, 'blobs', 'sha256');
   }
 
   /** Creates the layout, writes skopeo's configuration and sweeps pulls whose process died. */
   async open(): Promise<this> {
     if (this.opened) return this;
-    for (const dir of [this.options.storeDir, this.imagesDir, this.tmpDir, this.locksDir]) await mkdir(dir, { recursive: true, mode: 0o700 });
+    for (const dir of [this.options.storeDir, this.imagesDir, this.tmpDir, this.locksDir, this.blobsDir]) await mkdir(dir, { recursive: true, mode: 0o700 });
     await writeFileAtomic(join(this.options.storeDir, 'policy.json'), renderPolicy());
     for (const entry of await readdir(this.tmpDir)) {
       const pid = Number(/^[a-f0-9]{64}-(\d+)-/.exec(entry)?.[1]);
@@ -177,6 +184,9 @@ export class OciImageStore {
     const doomed = join(this.tmpDir, `${hexOf(id)}-${process.pid}-rm-${randomBytes(4).toString('hex')}`);
     await rename(dir, doomed);
     await removeTree(doomed);
+    // Cached layers no remaining image lists go with it (a pull racing this only loses reuse).
+    const listed = new Set((await this.list()).flatMap((image) => image.layers.map((layer) => hexOf(layer.digest))));
+    for (const blob of await readdir(this.blobsDir).catch(() => [] as string[])) if (!listed.has(blob)) await rm(join(this.blobsDir, blob), { force: true });
   }
 
   /**
@@ -252,7 +262,26 @@ export class OciImageStore {
       // by skopeo on the way into the layout (the recorded layers stay the registry's).
       const zstd = resolved.manifest.layers.some((layer) => layer.mediaType?.includes('zstd'));
       const recompress = zstd ? ['--dest-compress', '--dest-compress-format', 'gzip'] : [];
+      // The layer cache: layers this store already has are linked into the layout, where skopeo
+      // finds them and fetches only the rest. (Recompressed layers get new digests: no reuse.)
+      const layoutBlobs = join(work, 'layout', 'blobs', 'sha256');
+      await mkdir(layoutBlobs, { recursive: true, mode: 0o700 });
+      const cached = new Map<string, number>();
+      if (!zstd) {
+        for (const layer of resolved.manifest.layers) {
+          const blob = hexOf(layer.digest);
+          if (await link(join(this.blobsDir, blob), join(layoutBlobs, blob)).then(() => true, () => false)) cached.set(blob, (await stat(join(layoutBlobs, blob))).ino);
+        }
+      }
       await this.skopeo(['copy', '--quiet', ...auth.args.map((arg) => arg.replace(/^--/, '--src-')), '--override-os', PLATFORM.os, '--override-arch', PLATFORM.architecture, ...recompress, `docker://${pinned}`, layout], auth.registriesConf, timeoutMs, signal);
+      // A cached layer skopeo reused is still the same inode; one it fetched again is not.
+      let reused = 0;
+      for (const [blob, ino] of cached) if ((await stat(join(layoutBlobs, blob)).catch(() => undefined))?.ino === ino) reused++;
+      progress(`${formatImageReference(ref)}: ${reused} of ${resolved.manifest.layers.length} layers from the layer cache`);
+      for (const layer of resolved.manifest.layers) {
+        const blob = hexOf(layer.digest);
+        if (!cached.has(blob)) await link(join(layoutBlobs, blob), join(this.blobsDir, blob)).catch(() => undefined);
+      }
       const config = ImageConfig.parse(parseJson(await this.skopeo(['inspect', '--config', layout], auth.registriesConf, timeoutMs, signal), layout));
       progress(`${formatImageReference(ref)}: unpacking`);
       // As root, umoci keeps the image's owners and modes and turns whiteouts and opaque

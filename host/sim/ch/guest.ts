@@ -5,6 +5,15 @@
 // archive at the start of the raw disk image whenever the VM is snapshotted or shut down, and
 // read back at boot/restore from whatever disk path the VM's config names — so a reflinked copy
 // carries them, and a restore from an unpatched config.json reads the wrong disk.
+//
+// A disk of an OCI image (host/images/vm-image-oci.ts: ext4 with /.nestbox/agent-start) is
+// different: its files are read out of the ext4 with debugfs, and the guest runs the disk's own
+// agent-start (its busybox, its node on its own loader and libraries, the image's environment)
+// chrooted into them, in private mount and pid namespaces with /proc and /dev. What that proves:
+// the disk's runtime works inside the image's root without the image's libc or shell, and what
+// the guest sees is the image. What it cannot: the kernel, the initramfs and PID 1's init
+// (mounts, modules, network, socat on vsock) — only a real boot exercises those
+// (scripts/vm-smoke.mjs). Flushing rebuilds the ext4 from the guest's files (mkfs.ext4 -d).
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
@@ -19,6 +28,18 @@ export const AGENT_PORT = 1024;
 const FAKE_RESYNC = `#!/bin/sh
 mkdir -p "$HOME/.nestbox-sim"
 echo "$(date +%s%3N) $*" >> "$HOME/.nestbox-sim/resync.log"
+`;
+
+// The layout of an OCI image's disk (host/images/vm-image-oci.ts), repeated here because the
+// simulator imports nothing of the program.
+const IMAGE_AGENT_START = '/.nestbox/agent-start';
+const IMAGE_RESYNC = '/.nestbox/bin/nestbox-resync';
+const IMAGE_BUSYBOX = '/.nestbox/bin/busybox';
+const IMAGE_AGENT_SOCKET = '/run/nestbox/agent.sock';
+
+/** The image disk's resync, replaced: records its arguments in the guest's /.nestbox-sim. */
+const FAKE_IMAGE_RESYNC = `#!${IMAGE_BUSYBOX} sh
+echo "$(${IMAGE_BUSYBOX} date +%s) $*" >> /.nestbox-sim/resync.log
 `;
 
 export interface GuestOptions {
@@ -42,6 +63,7 @@ export class SimulatedGuest {
 
   /** Fills HOME from the disk, sets the boot id, starts the agent (unless told never to answer). */
   async start(diskPath: string, bootId: string, options: { agentNeverReady?: boolean }): Promise<void> {
+    if (await isImageDisk(diskPath)) return this.startImageGuest(diskPath, bootId, options);
     await rm(this.home, { recursive: true, force: true });
     await mkdir(join(this.home, '.nestbox-sim'), { recursive: true });
     await loadFilesFromDisk(diskPath, this.home);
@@ -71,7 +93,44 @@ export class SimulatedGuest {
 
   listenerFor(port: number): string | undefined {
     if (port !== AGENT_PORT || !this.agent || this.agent.exitCode !== null) return undefined;
-    return existsSync(this.agentSocket) ? this.agentSocket : undefined;
+    const socket = this.imageRoot ? join(this.imageRoot, IMAGE_AGENT_SOCKET) : this.agentSocket;
+    return existsSync(socket) ? socket : undefined;
+  }
+
+  /** The guest's root when it runs an OCI image's disk. */
+  private imageRoot?: string;
+
+  private async startImageGuest(diskPath: string, bootId: string, options: { agentNeverReady?: boolean }): Promise<void> {
+    const root = join(this.options.workDir, 'root');
+    await rm(root, { recursive: true, force: true });
+    await mkdir(root, { recursive: true });
+    execFileSync('debugfs', ['-R', `rdump / ${root}`, diskPath], { stdio: 'ignore', timeout: 300_000 });
+    if (!existsSync(join(root, IMAGE_AGENT_START))) throw new Error(`image disk ${diskPath}: ${IMAGE_AGENT_START} did not come out of debugfs`);
+    this.imageRoot = root;
+    await mkdir(join(root, '.nestbox-sim'), { recursive: true });
+    await writeFile(join(root, '.nestbox-sim', 'boot_id'), `${bootId}\n`);
+    // The disk's resync would set the clock and hostname of the machine running the simulator.
+    await writeFile(join(root, IMAGE_RESYNC), FAKE_IMAGE_RESYNC);
+    await chmod(join(root, IMAGE_RESYNC), 0o755);
+    await rm(join(root, IMAGE_AGENT_SOCKET), { force: true });
+    if (options.agentNeverReady) {
+      this.options.log('guest: agent start suppressed (fault injection: agent never ready)');
+      return;
+    }
+    const serial = this.options.serialLog ? await open(this.options.serialLog, 'a') : undefined;
+    // Private mount + pid namespaces: /proc and /dev exist only for the guest, and when the
+    // namespace's first process dies (--kill-child follows the VMM's death), all of it dies.
+    const inside = `mount --rbind /dev "$1/dev" && exec chroot "$1" ${IMAGE_BUSYBOX} sh ${IMAGE_AGENT_START}`;
+    this.agent = spawn('setpriv', ['--pdeathsig', 'KILL', '--', 'unshare', '--mount', '--propagation', 'private', '--pid', '--fork', '--kill-child', `--mount-proc=${join(root, 'proc')}`, '--', '/bin/sh', '-c', inside, 'sim-guest', root], {
+      cwd: '/',
+      env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' },
+      stdio: ['ignore', serial?.fd ?? 'ignore', serial?.fd ?? 'ignore'],
+      detached: true,
+    });
+    await serial?.close();
+    this.agent.once('exit', (code, signal) => {
+      if (!this.stopped) this.options.log(`guest: image agent exited (${signal ?? code})`);
+    });
   }
 
   pause(): void {
@@ -84,6 +143,11 @@ export class SimulatedGuest {
 
   /** Writes the guest's files to its disk (what a guest `sync` would have done). */
   async flushToDisk(diskPath: string): Promise<void> {
+    if (this.imageRoot) {
+      // The same file system, rebuilt from the guest's files at the disk's size.
+      execFileSync('mkfs.ext4', ['-q', '-F', '-L', 'rootfs', '-b', '4096', '-E', 'root_owner=0:0', '-d', this.imageRoot, diskPath], { stdio: 'ignore', timeout: 300_000 });
+      return;
+    }
     await saveFilesToDisk(this.home, diskPath);
   }
 
@@ -103,6 +167,24 @@ export class SimulatedGuest {
     } catch {
       // Gone.
     }
+  }
+}
+
+/** An ext4 (magic 0xEF53 at byte 1080) holding /.nestbox/agent-start: a disk of an OCI image. */
+async function isImageDisk(diskPath: string): Promise<boolean> {
+  const handle = await open(diskPath, 'r');
+  const magic = Buffer.alloc(2);
+  try {
+    await handle.read(magic, 0, 2, 1080);
+  } finally {
+    await handle.close();
+  }
+  if (magic.readUInt16LE(0) !== 0xef53) return false;
+  try {
+    const out = execFileSync('debugfs', ['-R', `stat ${IMAGE_AGENT_START}`, diskPath], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: 30_000 });
+    return /Inode:/.test(out);
+  } catch {
+    return false;
   }
 }
 

@@ -1,5 +1,6 @@
 import type { ApiKeyRecord, Sandbox, Snapshot } from '../../../core/types.js';
 import type { PublishedPort } from '../../../core/services/ports.js';
+import type { BuildLogLine, Image, ImageBuild } from '../../../core/images/types.js';
 
 const iso = (d: Date | null): string | null => (d ? d.toISOString() : null);
 
@@ -9,6 +10,7 @@ export function renderSandbox(s: Sandbox) {
     id: s.id,
     state: s.state,
     image: s.image,
+    imageId: s.imageId,
     cpu: s.cpu,
     memoryMiB: s.memoryMiB,
     diskGiB: s.diskGiB,
@@ -70,4 +72,55 @@ export function renderPort(p: PublishedPort) {
     createdAt: p.createdAt.toISOString(),
     updatedAt: p.updatedAt.toISOString(),
   };
+}
+
+/** An image; `layers` when the caller looked them up (getImage). */
+export function renderImage(i: Image, layers?: { id: string; sizeBytes: number | null; createdAt: Date }[]) {
+  return {
+    id: i.id,
+    name: i.name,
+    tags: i.tags,
+    references: i.tags.map((t) => `${i.name}:${t}`),
+    base: i.base,
+    source: i.source,
+    buildId: i.buildId,
+    sizeBytes: i.sizeBytes,
+    ...(layers ? { layers: layers.map((l) => ({ id: l.id, sizeBytes: l.sizeBytes, createdAt: l.createdAt.toISOString() })) } : {}),
+    config: {
+      env: Object.fromEntries(i.config.env),
+      workdir: i.config.workdir,
+      user: i.config.user,
+      shell: i.config.shell,
+      cmd: i.config.cmd,
+      entrypoint: i.config.entrypoint,
+      exposedPorts: i.config.exposedPorts,
+      labels: i.config.labels,
+      volumes: i.config.volumes,
+      stopSignal: i.config.stopSignal,
+      start: i.config.start,
+    },
+    createdAt: i.createdAt.toISOString(),
+  };
+}
+
+export function renderBuild(b: ImageBuild) {
+  return {
+    id: b.id,
+    name: b.name,
+    tags: b.tags,
+    state: b.state,
+    imageId: b.imageId,
+    error: b.error,
+    currentStep: b.currentStep,
+    totalSteps: b.totalSteps,
+    logLines: b.logCount,
+    noCache: b.options.noCache,
+    createdAt: b.createdAt.toISOString(),
+    startedAt: iso(b.startedAt),
+    finishedAt: iso(b.finishedAt),
+  };
+}
+
+export function renderBuildLogLine(l: BuildLogLine) {
+  return { offset: l.offset, at: l.at.toISOString(), stream: l.stream, text: l.text, ...(l.step !== undefined ? { step: l.step } : {}) };
 }

@@ -10,6 +10,8 @@ import type { Principal, Scope } from '../../../core/types.js';
 import { acceptAndRelay, connectUpstream, refuseUpgrade } from '../../../host/protocol/ws-relay.js';
 import type { Services } from '../../services.js';
 import { isUpgradeClaimed } from '../../../http-kit/upgrade-claims.js';
+import { WebSocketServer } from 'ws';
+import { renderBuild, renderBuildLogLine } from './render.js';
 
 interface WebSocketRoute {
   pattern: RegExp;
@@ -51,6 +53,7 @@ export const NATIVE_WEBSOCKET_ROUTES: readonly WebSocketRoute[] = [
 ];
 
 export function attachNativeWebSockets(server: http.Server, services: Services): void {
+  const serveBuildLogs = (req: http.IncomingMessage, socket: Duplex, head: Buffer, url: URL, buildId: string) => serveBuildLogsSocket(services, req, socket, head, url, buildId);
   server.on('upgrade', (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
     // A compat front door (listening before this one) already took it: see upgrade-claims.ts.
     if (isUpgradeClaimed(req)) return;
@@ -62,6 +65,8 @@ export function attachNativeWebSockets(server: http.Server, services: Services):
 
   async function handleUpgrade(req: http.IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
     const url = new URL((req.url ?? '/').replace(/\/{2,}/g, '/'), 'http://nestbox');
+    const buildLogs = BUILD_LOGS_ROUTE.exec(url.pathname);
+    if (buildLogs) return serveBuildLogs(req, socket, head, url, buildLogs[1]!);
     const route = NATIVE_WEBSOCKET_ROUTES.find((r) => r.pattern.test(url.pathname));
     if (!route) throw new NestboxError('not_found', `no WebSocket route ${url.pathname}`);
     const match = url.pathname.match(route.pattern)!;
@@ -79,6 +84,45 @@ export function attachNativeWebSockets(server: http.Server, services: Services):
     acceptAndRelay(req, socket, head, upstream.ws);
     keepActiveWhileOpen(services, match[1], (stop) => upstream.ws.once('close', stop));
   }
+}
+
+/** A build's log, served by the control plane itself (builds live here, not in a sandbox). */
+const BUILD_LOGS_ROUTE = /^\/api\/v1\/builds\/(bld[a-z0-9]{17})\/logs$/;
+
+function bearerOf(req: http.IncomingMessage, url: URL): string | undefined {
+  const header = req.headers.authorization;
+  return header?.startsWith('Bearer ') ? header.slice(7).trim() : (url.searchParams.get('access_token') ?? undefined);
+}
+
+/**
+ * The WebSocket form of GET /builds/{id}/logs: text frames `{"type":"line",…}` from `offset`,
+ * then `{"type":"end","build":…}` and a normal close, the same JSON as the SSE form.
+ */
+async function serveBuildLogsSocket(services: Services, req: http.IncomingMessage, socket: Duplex, head: Buffer, url: URL, buildId: string): Promise<void> {
+  const principal = await services.auth.authenticate(bearerOf(req, url));
+  await services.builds.get(principal, buildId); // a 404 (or 403) before the upgrade
+  const offset = Number(url.searchParams.get('offset') ?? 0);
+  if (!Number.isInteger(offset) || offset < 0) throw new NestboxError('validation_failed', 'offset: must be a non-negative integer', { field: 'offset' });
+  services.streams.acquireUntilClosed({ keyId: principal.keyId, sandboxId: `build:${buildId}` }, socket);
+  const wss = new WebSocketServer({ noServer: true });
+  wss.handleUpgrade(req, socket, head, (client) => {
+    wss.close();
+    const stop = new AbortController();
+    client.once('close', () => stop.abort());
+    void (async () => {
+      try {
+        for await (const item of services.builds.follow(principal, buildId, offset, stop.signal)) {
+          if (client.readyState !== client.OPEN) return;
+          if ('line' in item) client.send(JSON.stringify({ type: 'line', ...renderBuildLogLine(item.line) }));
+          else client.send(JSON.stringify({ type: 'end', build: renderBuild(item.done) }));
+        }
+        client.close(1000);
+      } catch (err) {
+        const e = publicError(err, services.logger, 'build log WebSocket');
+        client.close(1011, e.message.slice(0, 120));
+      }
+    })();
+  });
 }
 
 /** An open stream or terminal counts as activity for the idle policy, for as long as it is open. */

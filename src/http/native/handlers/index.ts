@@ -1,5 +1,17 @@
 // operationId → handler. A test checks this table against openapi/native.yaml both ways.
 import type { NativeHandler } from '../context.js';
+import { listImages } from './listImages.js';
+import { getImage } from './getImage.js';
+import { deleteImage } from './deleteImage.js';
+import { tagImage } from './tagImage.js';
+import { uploadBuildContext } from './uploadBuildContext.js';
+import { getBuildContext } from './getBuildContext.js';
+import { createBuild } from './createBuild.js';
+import { pullImage } from './pullImage.js';
+import { listBuilds } from './listBuilds.js';
+import { getBuild } from './getBuild.js';
+import { cancelBuild } from './cancelBuild.js';
+import { getBuildLogs } from './getBuildLogs.js';
 import { changeFileMode } from './changeFileMode.js';
 import { changeFileOwner } from './changeFileOwner.js';
 import { closeCommandStdin } from './closeCommandStdin.js';
@@ -62,6 +74,18 @@ import { watchFiles } from './watchFiles.js';
 import { writeCommandStdin } from './writeCommandStdin.js';
 
 export const nativeHandlers: Record<string, NativeHandler> = {
+  listImages,
+  getImage,
+  deleteImage,
+  tagImage,
+  uploadBuildContext,
+  getBuildContext,
+  createBuild,
+  pullImage,
+  listBuilds,
+  getBuild,
+  cancelBuild,
+  getBuildLogs,
   changeFileMode,
   changeFileOwner,
   closeCommandStdin,
