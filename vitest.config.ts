@@ -21,6 +21,7 @@ const UNIT = [
   'src/http/port-proxy.test.ts',
   'src/http/stream-limits.test.ts',
   'contract-tests/daytona/translations.test.ts',
+  'contract-tests/daytona/object-storage-proxy.test.ts',
   'host/agent/server.test.ts',
   'host/drivers/cloud-hypervisor/unit.test.ts',
   'host/drivers/local/id-ranges.test.ts',

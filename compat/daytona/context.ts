@@ -54,6 +54,12 @@ export interface DaytonaObjectStorage {
   store: ObjectStore;
   /** HMAC key of the S3 credentials, derived from the master secret (never the secret itself). */
   credentialKey: Buffer;
+  /**
+   * The server's public base URL (NESTBOX_PUBLIC_URL), when the operator set one: `storageUrl`
+   * is built on it rather than on the origin the request reached (behind a TLS proxy the
+   * request says http, and the Python SDK's S3 client refuses plain-HTTP endpoints).
+   */
+  publicUrl?: string;
   /** Clock, for tests of expiry. */
   now?: () => number;
 }

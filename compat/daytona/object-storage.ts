@@ -11,7 +11,7 @@
 import { createHmac, createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import { crc32 } from 'node:zlib';
-import { Transform, type TransformCallback } from 'node:stream';
+import { Transform, type Readable, type TransformCallback } from 'node:stream';
 import { buffer } from 'node:stream/consumers';
 import express, { type Request, type Response, type Router } from 'express';
 import { SignatureV4 } from '@smithy/signature-v4';
@@ -20,6 +20,7 @@ import { XmlNode, parseXML } from '@aws-sdk/xml-builder';
 import { NestboxError, publicError } from '../../core/errors.js';
 import type { StoredObject } from '../../core/object-store.js';
 import type { Principal } from '../../core/types.js';
+import type { ErrorLog } from '../../core/logger.js';
 import { clientGoneSignal, streamedBody, streamedThrough } from '../../http-kit/request-body.js';
 import { DAYTONA_PREFIX, publicOrigin, type DaytonaObjectStorage, type Log } from './context.js';
 
@@ -70,7 +71,7 @@ function sameText(a: string, b: string): boolean {
 }
 
 /** Credentials for one organisation, valid for an hour from `now`. */
-export function issueStorageAccess(req: IncomingMessage, principal: Principal, options: Pick<ObjectStorageOptions, 'credentialKey' | 'now'>): StorageAccess {
+export function issueStorageAccess(req: IncomingMessage, principal: Principal, options: Pick<ObjectStorageOptions, 'credentialKey' | 'now' | 'publicUrl'>): StorageAccess {
   const now = options.now?.() ?? Date.now();
   const expires = Math.floor(now / 1000) + CREDENTIAL_TTL_SECONDS;
   // `/` would break SigV4's Credential=<key>/<scope>; base64url never has one.
@@ -79,7 +80,8 @@ export function issueStorageAccess(req: IncomingMessage, principal: Principal, o
     accessKey,
     secret: mac(options.credentialKey, 'secret', accessKey),
     sessionToken: `${accessKey}.${mac(options.credentialKey, 'token', accessKey)}`,
-    storageUrl: `${publicOrigin(req)}${DAYTONA_S3_PATH}`,
+    // Where the client reached this server, as the toolbox URLs are (or the declared public URL).
+    storageUrl: `${options.publicUrl ?? publicOrigin(req)}${DAYTONA_S3_PATH}`,
     bucket: DAYTONA_BUCKET,
     region: DAYTONA_S3_REGION,
     organizationId: principal.organizationId,
@@ -103,7 +105,7 @@ const s3 = {
 };
 
 /** core's error catalogue in S3's words (the codes S3 clients know). */
-function s3ErrorOf(err: unknown, log: Log): S3Error {
+function s3ErrorOf(err: unknown, log?: ErrorLog): S3Error {
   if (err instanceof S3Error) return err;
   const e = publicError(err, log, 'daytona s3');
   switch (e.code) {
@@ -155,6 +157,11 @@ function sendS3Error(req: Request, res: Response, err: S3Error): void {
   if (req.method === 'HEAD') return void res.end();
   const body = new XmlNode('Error').c(leaf('Code', err.code)).c(leaf('Message', err.message)).c(leaf('Resource', req.originalUrl.split('?')[0]));
   res.type('application/xml').send(xml(body));
+}
+
+/** Any failure in S3's XML shape: for what reaches /daytona/s3 before its router (a malformed URL). */
+export function renderS3Error(req: Request, res: Response, err: unknown, log?: ErrorLog): void {
+  sendS3Error(req, res, s3ErrorOf(err, log));
 }
 
 // ---- request parsing and SigV4 ----
@@ -255,13 +262,25 @@ async function verifySignature(req: Request, options: ObjectStorageOptions): Pro
     uriEscapePath: false,
     applyChecksum: false,
   });
-  const signed = await signer.sign(
-    { method: req.method, protocol: 'http:', hostname: headers.host ?? '', path: rawPath, query, headers },
-    { signingDate: new Date(signedAt), signableHeaders: new Set(signedNames) },
-  );
-  const expected = /Signature=([0-9a-f]{64})$/.exec(String(signed.headers.authorization))?.[1] ?? '';
-  const expectedList = /SignedHeaders=([^,]+),/.exec(String(signed.headers.authorization))?.[1] ?? '';
-  if (!sameText(expected, signature) || expectedList !== signedHeaderList) {
+  // The client signed the URL it was given. Behind a proxy at NESTBOX_PUBLIC_URL, the path may
+  // have lost that URL's prefix and the Host header its public name: both forms are tried.
+  const publicBase = options.publicUrl ? new URL(options.publicUrl) : undefined;
+  const prefix = publicBase?.pathname.replace(/\/+$/, '') ?? '';
+  const paths = prefix && !rawPath.startsWith(`${prefix}/`) ? [rawPath, `${prefix}${rawPath}`] : [rawPath];
+  const hosts = publicBase && publicBase.host !== headers.host ? [headers.host, publicBase.host] : [headers.host];
+  let matched = false;
+  for (const path of paths) {
+    for (const host of hosts) {
+      const signed = await signer.sign(
+        { method: req.method, protocol: 'http:', hostname: host ?? '', path, query, headers: { ...headers, host: host ?? '' } },
+        { signingDate: new Date(signedAt), signableHeaders: new Set(signedNames) },
+      );
+      const expected = /Signature=([0-9a-f]{64})$/.exec(String(signed.headers.authorization))?.[1] ?? '';
+      const expectedList = /SignedHeaders=([^,]+),/.exec(String(signed.headers.authorization))?.[1] ?? '';
+      if (sameText(expected, signature) && expectedList === signedHeaderList) matched = true;
+    }
+  }
+  if (!matched) {
     throw new S3Error(403, 'SignatureDoesNotMatch', 'The request signature we calculated does not match the signature you provided. Check your key and signing method.');
   }
   return { organizationId, query, rawPath };
@@ -361,6 +380,78 @@ function declaredLength(req: IncomingMessage, max: number): void {
 
 // ---- the endpoint ----
 
+/** S3's conditional writes (If-None-Match: *, If-Match) would need a check-and-replace the store does not offer. */
+function refuseConditionalWrite(req: IncomingMessage): void {
+  for (const name of ['if-match', 'if-none-match']) {
+    if (header(req, name) !== undefined) throw s3.notImplemented(`Conditional writes (${name}) are not supported.`);
+  }
+}
+
+/**
+ * GET/HEAD preconditions: If-Match / If-Unmodified-Since fail with 412, If-None-Match /
+ * If-Modified-Since answer 304 (true when the answer has been sent).
+ */
+function notModified(req: Request, res: Response, object: StoredObject): boolean {
+  const matches = (list: string) => list.split(',').map((t) => t.trim()).some((t) => t === '*' || t === object.etag || t === object.etag.replace(/"/g, '') || t === `W/${object.etag}`);
+  const seconds = Math.floor(object.createdAt.getTime() / 1000);
+  const since = (name: string) => {
+    const v = header(req, name);
+    const t = v === undefined ? NaN : Date.parse(v);
+    return Number.isNaN(t) ? undefined : Math.floor(t / 1000);
+  };
+  const ifMatch = header(req, 'if-match');
+  const unmodifiedSince = since('if-unmodified-since');
+  if ((ifMatch !== undefined && !matches(ifMatch)) || (ifMatch === undefined && unmodifiedSince !== undefined && seconds > unmodifiedSince)) {
+    throw new S3Error(412, 'PreconditionFailed', 'At least one of the pre-conditions you specified did not hold.');
+  }
+  const ifNoneMatch = header(req, 'if-none-match');
+  const modifiedSince = since('if-modified-since');
+  if ((ifNoneMatch !== undefined && matches(ifNoneMatch)) || (ifNoneMatch === undefined && modifiedSince !== undefined && seconds <= modifiedSince)) {
+    res.setHeader('ETag', object.etag);
+    res.setHeader('Last-Modified', object.createdAt.toUTCString());
+    res.status(304).end();
+    return true;
+  }
+  return false;
+}
+
+/**
+ * One `bytes=` range (S3 serves no multi-range requests: those, like an absent header, get the
+ * whole object); outside the object → 416 InvalidRange.
+ */
+function byteRange(value: string | undefined, size: number): { start: number; end: number } | undefined {
+  if (value === undefined) return undefined;
+  const m = /^bytes=(\d*)-(\d*)$/.exec(value.trim());
+  if (!m || (m[1] === '' && m[2] === '')) return undefined;
+  let start: number;
+  let end: number;
+  if (m[1] === '') {
+    const suffix = Number(m[2]);
+    if (suffix === 0) throw new S3Error(416, 'InvalidRange', 'The requested range is not satisfiable');
+    start = Math.max(0, size - suffix);
+    end = size - 1;
+  } else {
+    start = Number(m[1]);
+    end = m[2] === '' ? size - 1 : Math.min(Number(m[2]), size - 1);
+    if (m[2] !== '' && Number(m[2]) < start) return undefined;
+  }
+  if (start >= size) throw new S3Error(416, 'InvalidRange', 'The requested range is not satisfiable');
+  return { start, end };
+}
+
+/** Passes bytes start..end (inclusive) of what flows through, and drops the rest. */
+function sliceOf(start: number, end: number): Transform {
+  let offset = 0;
+  return new Transform({
+    transform(chunk: Buffer, _enc, done) {
+      const from = Math.max(0, start - offset);
+      const to = Math.min(chunk.length, end + 1 - offset);
+      offset += chunk.length;
+      done(null, to > from ? chunk.subarray(from, to) : undefined);
+    },
+  });
+}
+
 function objectHeaders(res: Response, object: StoredObject): void {
   res.setHeader('ETag', object.etag);
   res.setHeader('Last-Modified', object.createdAt.toUTCString());
@@ -409,21 +500,37 @@ export function createS3Router(options: ObjectStorageOptions): Router {
       case 'HEAD': {
         const object = await store.head(organizationId, key);
         if (!object) throw new S3Error(404, 'NotFound', 'Not Found');
+        if (notModified(req, res, object)) return;
         objectHeaders(res, object);
         return void res.status(200).end();
       }
       case 'GET': {
         if (uploadId !== undefined) throw s3.notImplemented('ListParts is not supported.');
-        const object = await store.head(organizationId, key);
-        if (!object) throw new S3Error(404, 'NoSuchKey', 'The specified key does not exist.');
-        const body = await store.read(organizationId, key);
+        const { object, body } = await openObject(organizationId, key);
+        let range: { start: number; end: number } | undefined;
+        try {
+          if (notModified(req, res, object)) return void body.destroy();
+          range = byteRange(header(req, 'range'), object.size);
+        } catch (err) {
+          body.destroy();
+          throw err;
+        }
         objectHeaders(res, object);
-        res.status(200);
-        body.on('error', (err) => {
+        let out: Readable = body;
+        if (range) {
+          res.status(206);
+          res.setHeader('Content-Range', `bytes ${range.start}-${range.end}/${object.size}`);
+          res.setHeader('Content-Length', String(range.end - range.start + 1));
+          // The checksum is the whole object's; a part of it carries none (as S3 does).
+          res.removeHeader('x-amz-checksum-sha256');
+          out = streamedThrough(body, sliceOf(range.start, range.end));
+        } else res.status(200);
+        res.setHeader('Accept-Ranges', 'bytes');
+        out.on('error', (err) => {
           log.warn({ err, organizationId }, 'object read failed while streaming');
           res.destroy();
         });
-        body.pipe(res);
+        out.pipe(res);
         res.on('close', () => body.destroy());
         return;
       }
@@ -432,7 +539,30 @@ export function createS3Router(options: ObjectStorageOptions): Router {
     }
   }
 
+  /**
+   * The object's facts and a stream of the same version: a replace between looking it up and
+   * opening it is seen (the ETag changed) and the pair taken again.
+   */
+  async function openObject(organizationId: string, key: string): Promise<{ object: StoredObject; body: Readable }> {
+    for (let attempt = 0; attempt < 3; attempt++) {
+      const before = await store.head(organizationId, key);
+      if (!before) break;
+      const body = await store.read(organizationId, key).catch((err) => {
+        if (err instanceof NestboxError && err.code === 'not_found') return undefined;
+        throw err;
+      });
+      if (!body) continue;
+      const after = await store.head(organizationId, key);
+      if (after && after.etag === before.etag && after.size === before.size) return { object: after, body };
+      body.destroy();
+    }
+    const object = await store.head(organizationId, key);
+    if (!object) throw new S3Error(404, 'NoSuchKey', 'The specified key does not exist.');
+    throw new S3Error(503, 'SlowDown', 'The object is being replaced; please retry.');
+  }
+
   async function putObject(req: Request, res: Response, target: S3Target, key: string): Promise<void> {
+    refuseConditionalWrite(req);
     const expectSha256 = payloadSha256(req);
     declaredLength(req, maxSingle);
     const checks = new BodyChecks(req);
@@ -482,7 +612,7 @@ export function createS3Router(options: ObjectStorageOptions): Router {
     const stored = await store.completeMultipart(target.organizationId, uploadId, parts);
     const s3Key = `${target.organizationId}/${stored.key}`;
     const result = new XmlNode('CompleteMultipartUploadResult').a('xmlns', S3_XMLNS)
-      .c(leaf('Location', `${publicOrigin(req)}${DAYTONA_S3_PATH}/${target.bucket}/${s3Key.split('/').map(encodeURIComponent).join('/')}`))
+      .c(leaf('Location', `${options.publicUrl ?? publicOrigin(req)}${DAYTONA_S3_PATH}/${target.bucket}/${s3Key.split('/').map(encodeURIComponent).join('/')}`))
       .c(leaf('Bucket', target.bucket)).c(leaf('Key', s3Key)).c(leaf('ETag', stored.etag));
     res.status(200).type('application/xml').send(xml(result));
   }

@@ -109,6 +109,13 @@ describe('Daytona object storage (push-access + S3 endpoint)', () => {
     // No key, no credentials (Daytona's 401 shape).
     const res = await fetch(`${env.apiUrl}/object-storage/push-access`);
     expect(res.status).toBe(401);
+    // With NESTBOX_PUBLIC_URL set (TLS in front), storageUrl is built on it: the Python SDK's S3
+    // client (obstore) refuses plain-HTTP endpoints.
+    const fakeReq = { headers: { host: '127.0.0.1:1' }, socket: {} } as unknown as http.IncomingMessage;
+    const principal = { organizationId: access.organizationId, keyId: 'k', scopes: new Set<never>(), sandboxIds: null };
+    const { credentialKey } = daytonaOptionsOf(env.server.server.services).objectStorage;
+    expect(issueStorageAccess(fakeReq, principal, { credentialKey, publicUrl: 'https://nestbox.example.com/base' }).storageUrl).toBe('https://nestbox.example.com/base/daytona/s3');
+    expect(issueStorageAccess(fakeReq, principal, { credentialKey }).storageUrl).toBe('http://127.0.0.1:1/daytona/s3');
     // Other object-storage routes are still a 501 that names what is missing.
     expect((await rawFetch(env, '/daytona/api/object-storage/pull-access')).status).toBe(501);
   });
@@ -202,6 +209,10 @@ describe('Daytona object storage (push-access + S3 endpoint)', () => {
     const anonymous = await fetch(`${access.storageUrl}/${access.bucket}/${org}/small/context.tar`);
     expect(anonymous.status).toBe(403);
     expect(await anonymous.text()).toContain('<Code>AccessDenied</Code>');
+    // A URL refused before any router (malformed percent-encoding) still gets S3's shape.
+    const malformed = await fetch(`${access.storageUrl}/${access.bucket}/${org}/%ZZ`);
+    expect(malformed.status).toBe(400);
+    expect(await malformed.text()).toContain('<Code>InvalidArgument</Code>');
     const skewed = await signedRequest(access, 'PUT', `${org}/skewed`, Buffer.from('x'), {}, new Date(Date.now() - 20 * 60_000));
     expect(skewed.status).toBe(403);
     expect(skewed.text).toContain('<Code>RequestTimeTooSkewed</Code>');

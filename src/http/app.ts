@@ -10,6 +10,7 @@ import { bodyIdleTimeout } from './slow-clients.js';
 import { createDaytonaRouter, type DaytonaOptions } from '../../compat/daytona/router.js';
 import { createE2bControlPlaneRouter, createE2bSandboxTrafficHandler, type E2bOptions } from '../../compat/e2b/index.js';
 import { renderDaytonaError } from '../../compat/daytona/errors.js';
+import { DAYTONA_S3_PATH, renderS3Error } from '../../compat/daytona/object-storage.js';
 import { renderControlPlaneError } from '../../compat/e2b/errors.js';
 import { requestTargetProblem } from '../../http-kit/request-checks.js';
 import { assignRequestIds, requestLogger } from './request-id.js';
@@ -33,6 +34,7 @@ export function e2bOptionsOf(services: Services): E2bOptions {
 export function renderErrorForPath(req: Request, res: Response, err: unknown, logger?: Logger): void {
   const path = req.path;
   const log = logger;
+  if (path === DAYTONA_S3_PATH || path.startsWith(`${DAYTONA_S3_PATH}/`)) return renderS3Error(req, res, err, log);
   if (/^\/daytona\/(toolbox\/|api\/toolbox\/)/.test(path)) return renderDaytonaError(res, err, 'toolbox', log);
   if (path.startsWith('/daytona/')) return renderDaytonaError(res, err, 'api', log);
   if (path === '/e2b' || path.startsWith('/e2b/')) return renderControlPlaneError(res, err, log);
@@ -49,7 +51,7 @@ export function daytonaOptionsOf(services: Services): DaytonaOptions {
     maxTimeoutSeconds,
     region: services.config.region,
     streams: services.streams,
-    objectStorage: { store: services.objects, credentialKey },
+    objectStorage: { store: services.objects, credentialKey, publicUrl: services.config.ports.publicUrl },
     log: services.logger.child({ component: 'daytona' }),
   };
 }
