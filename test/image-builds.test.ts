@@ -122,6 +122,10 @@ describe('Dockerfile builds', () => {
     expect(lines.some((l) => l.includes('pulling'))).toBe(true);
     const id = await sandboxOf('from-registry');
     expect((await sh(id, 'cat /built.txt; echo $FROM_IMAGE $ADDED; cat /etc/os-release')).stdout).toMatch(/^built\nyes 1\nNAME="Nestbox test busybox"/);
+    // Its size: the pulled base (a static busybox, about 1 MB or more) plus its layer.
+    const image = (await t.http.get('/api/v1/images/from-registry').set(t.auth)).body;
+    expect(image.sizeBytes).toBeGreaterThan(500_000);
+    expect(image.source).toMatchObject({ kind: 'build', from: [expect.stringMatching(/test\/busybox:1@sha256:/)] });
   }, 300_000);
 
   it('builds FROM scratch: an empty base, filled from an earlier stage (a static binary), run by argv', async () => {

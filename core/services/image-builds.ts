@@ -124,6 +124,8 @@ interface StageState {
   from: string;
   /** Index of the stage (history entries name it). */
   stage: number;
+  /** Unpacked bytes of a pulled base (null when unknown: `default`, an image of ours). */
+  baseSize: number | null;
 }
 
 interface RunContext {
@@ -511,7 +513,16 @@ export class ImageBuildService {
         throw new StepFailure({ message: `the start command did not get ready: ${toNestboxError(err).message}`, step: 'finalize', logTail: ctx.tail.length ? [...ctx.tail] : undefined });
       }
     }
-    const size = final.snapshotId ? ((await snapshotRepository(this.db).findById(final.snapshotId))?.sizeBytes ?? null) : null;
+    // Its layers (each snapshot holds what changed since the one below it), plus the pulled
+    // base at the bottom when its size is known (not for `default`).
+    let layerBytes = 0;
+    let next = final.snapshotId;
+    for (let depth = 0; next && depth < 1000; depth++) {
+      const layer = await snapshotRepository(this.db).findById(next);
+      layerBytes += layer?.sizeBytes ?? 0;
+      next = layer?.parentSnapshotId ?? null;
+    }
+    const size = final.baseSize === null && !final.snapshotId ? null : (final.baseSize ?? 0) + layerBytes;
     const { image } = await this.db.transaction((tx) =>
       this.images.register(tx, {
         organizationId: build.organizationId,
@@ -533,11 +544,11 @@ export class ImageBuildService {
 
   private async resolveFrom(ctx: RunContext, stage: BuildStage, states: StageState[], globalArgs: Record<string, string>): Promise<StageState> {
     const reference = this.tools.expandWords(stage.from.reference, globalArgs).trim();
-    const fresh = (s: Omit<StageState, 'args' | 'workdirPending' | 'stage'>): StageState => ({ ...s, args: {}, workdirPending: false, stage: stage.index });
+    const fresh = (s: Omit<StageState, 'args' | 'workdirPending' | 'stage' | 'baseSize'> & { baseSize?: number | null }): StageState => ({ baseSize: null, ...s, args: {}, workdirPending: false, stage: stage.index });
     if (stage.from.stage !== undefined) {
       const earlier = states[stage.from.stage];
       if (!earlier) throw new BuildSpecError('dockerfile', stage.at.line, `FROM ${reference}: no such earlier stage`);
-      return fresh({ base: earlier.base, snapshotId: earlier.snapshotId, config: structuredClone(earlier.config), key: earlier.key, from: earlier.from });
+      return fresh({ base: earlier.base, snapshotId: earlier.snapshotId, config: structuredClone(earlier.config), key: earlier.key, from: earlier.from, baseSize: earlier.baseSize });
     }
     if (!reference) throw new BuildSpecError('dockerfile', stage.at.line, 'FROM needs an image');
     let own: Image | undefined;
@@ -551,7 +562,7 @@ export class ImageBuildService {
       if (own.hostId) await this.useHost(ctx, own.hostId);
       else await this.useHost(ctx);
       ctx.log(`FROM ${reference}: Nestbox image ${own.id}`);
-      return fresh({ base: own.base, snapshotId: own.snapshotId, config: structuredClone(own.config), key: hash('image', own.id), from: own.id === BUILTIN_IMAGE ? BUILTIN_IMAGE : `${own.name}@${own.id}` });
+      return fresh({ base: own.base, snapshotId: own.snapshotId, config: structuredClone(own.config), key: hash('image', own.id), from: own.id === BUILTIN_IMAGE ? BUILTIN_IMAGE : `${own.name}@${own.id}`, baseSize: own.sizeBytes === null ? null : own.sizeBytes - (await this.images.layersOf(own)).reduce((n, l) => n + (l.sizeBytes ?? 0), 0) });
     }
     await this.useHost(ctx);
     ctx.log(`FROM ${reference}: pulling`);
@@ -564,7 +575,7 @@ export class ImageBuildService {
       throw new StepFailure({ message: `FROM ${reference}: ${e.message}`, step: ctx.stepNo || 0, line: stage.at.line, code: e.code });
     }
     ctx.log(`FROM ${reference}: ${pulled.id}`);
-    return fresh({ base: pulled.id, snapshotId: null, config: configOfOci(pulled), key: hash('oci', pulled.id), from: `${pulled.reference}@${pulled.id}` });
+    return fresh({ base: pulled.id, snapshotId: null, config: configOfOci(pulled), key: hash('oci', pulled.id), from: `${pulled.reference}@${pulled.id}`, baseSize: pulled.sizeBytes });
   }
 
   /** All of a build's stages run on one host (its layers must be where the next step reads them). */
