@@ -111,8 +111,15 @@ export function templateBuildRequest(body: Record<string, unknown>, base: Templa
       at: added(`RUN (Nestbox: create the ${E2B_USER} account E2B templates run as)`),
       kind: 'run',
       user: 'root',
+      // useradd (Debian, Fedora…), adduser (Alpine), else the account files themselves (busybox).
       command: {
-        shell: `id -u ${E2B_USER} >/dev/null 2>&1 || useradd -m -s /bin/bash ${E2B_USER} 2>/dev/null || useradd -m ${E2B_USER} 2>/dev/null || adduser -D ${E2B_USER}; mkdir -p ${E2B_WORKDIR} && chown ${E2B_USER}:${E2B_USER} ${E2B_WORKDIR}`,
+        shell: [
+          `if ! id -u ${E2B_USER} >/dev/null 2>&1; then`,
+          `if command -v useradd >/dev/null 2>&1; then useradd -m -s /bin/bash ${E2B_USER};`,
+          `elif command -v adduser >/dev/null 2>&1; then adduser -D ${E2B_USER};`,
+          `else echo '${E2B_USER}:x:1000:1000::${E2B_WORKDIR}:/bin/sh' >> /etc/passwd && echo '${E2B_USER}:x:1000:' >> /etc/group; fi;`,
+          `fi; mkdir -p ${E2B_WORKDIR} && chown ${E2B_USER}:${E2B_USER} ${E2B_WORKDIR}`,
+        ].join(' '),
       },
     });
   }
