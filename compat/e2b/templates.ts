@@ -186,9 +186,11 @@ export function registerTemplateRoutes(router: Router, deps: E2bDeps, route: Rou
   /** Step 1: POST /v3/templates {name, tags?, cpuCount?, memoryMB?} (and 2.0–2.5's POST /v2/templates {alias}). */
   const requestBuild = (legacy: boolean): Handler => async (req, res, principal) => {
     const b = body(req);
-    const raw = legacy ? (b.alias ?? b.name) : b.name;
-    if (typeof raw !== 'string' || raw === '') throw errors.validation(legacy ? 'alias' : 'name', 'required: the template name, `name` or `name:tag`');
-    const { name, tag } = splitTemplateName(raw, legacy ? 'alias' : 'name');
+    // `alias`: what 2.0-2.6 send (to /v2/templates, then to /v3/templates up to about 2.6).
+    const fieldName = b.name === undefined || b.name === null ? 'alias' : 'name';
+    const raw = b[fieldName];
+    if (typeof raw !== 'string' || raw === '') throw errors.validation('name', 'required: the template name, `name` or `name:tag`');
+    const { name, tag } = splitTemplateName(raw, fieldName);
     if (DEFAULT_TEMPLATES.has(name) || name === E2B_BASE_IMAGE) throw errors.validation('name', `"${name}" is the built-in base template; choose another name`);
     const extra = b.tags === undefined || b.tags === null ? [] : stringList(b.tags, 'tags');
     extra.forEach((t, i) => {

@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BuildError, Sandbox, Template, waitForPort, type LogEntry } from 'e2b';
+import { Template as LegacyTemplate } from 'e2b-legacy';
 import { sleep, startE2bTestServer, type E2bTestServer } from './helpers.js';
 
 let t: E2bTestServer;
@@ -165,6 +166,35 @@ describe('e2b Template.build', () => {
   }, BUILD_TIMEOUT);
 });
 
+describe('e2b Template aptInstall', () => {
+  it("installs a small Debian package (the build's egress limited to Debian's mirror)", async () => {
+    const template = Template({ fileContextPath: context }).fromTemplate('base').aptInstall(['cowsay'], { noInstallRecommends: true });
+    await Template.build(template, 'tpl-apt', { ...t.opts, apiHeaders: { 'x-nestbox-build-egress': 'deb.debian.org' } });
+    const sbx = await start('tpl-apt');
+    expect((await sbx.commands.run('/usr/games/cowsay moo')).stdout).toContain('< moo >');
+  }, BUILD_TIMEOUT);
+});
+
+// 2.6 sends no extra headers, so its build keeps the default egress; its steps need no network.
+describe('e2b 2.6 Template.build (alias)', () => {
+  it('builds with the older request body ({alias}) and the same later calls', async () => {
+    const logs: string[] = [];
+    const template = LegacyTemplate({ fileContextPath: context }).fromTemplate('base').copy('config.txt', '/home/user/legacy.txt').runCmd('echo legacy >> /home/user/legacy.txt');
+    // 2.6 builds its client from apiKey and domain only: the API URL comes from the environment.
+    const saved = process.env.E2B_API_URL;
+    process.env.E2B_API_URL = t.opts.apiUrl;
+    try {
+      await LegacyTemplate.build(template, { apiKey: t.opts.apiKey, alias: 'tpl-legacy', onBuildLogs: (e) => logs.push(e.message) });
+    } finally {
+      if (saved === undefined) delete process.env.E2B_API_URL;
+      else process.env.E2B_API_URL = saved;
+    }
+    expect(logs.join('\n')).toMatch(/RUN echo legacy/);
+    const sbx = await start('tpl-legacy');
+    expect((await sbx.commands.run('cat /home/user/legacy.txt; stat -c %U /home/user/legacy.txt')).stdout).toBe('key=value\nlegacy\nuser\n');
+  }, BUILD_TIMEOUT);
+});
+
 describe('e2b template routes, on the wire', () => {
   const api = (p: string, init: RequestInit = {}) =>
     fetch(`${t.opts.apiUrl}${p}`, { ...init, headers: { 'X-API-KEY': t.opts.apiKey, 'content-type': 'application/json', ...(init.headers ?? {}) } });
@@ -181,6 +211,12 @@ describe('e2b template routes, on the wire', () => {
     // Before its start, the build waits and has no logs.
     const status = await (await api(`/templates/tpl-raw/builds/${requested.buildID}/status`)).json();
     expect(status).toMatchObject({ status: 'waiting', logEntries: [] });
+  });
+
+  it('refuses a malformed build egress header with a 400 naming it', async () => {
+    const res = await api('/v3/templates', { method: 'POST', body: JSON.stringify({ name: 'tpl-egress' }), headers: { 'x-nestbox-build-egress': 'not a host!' } });
+    expect(res.status).toBe(400);
+    expect((await res.json()).message).toContain('x-nestbox-build-egress');
   });
 
   it('takes uploads only through the link it handed out', async () => {
