@@ -183,6 +183,16 @@ export function registerTemplateRoutes(router: Router, deps: E2bDeps, route: Rou
     return { record, build: record.coreBuildId ? await core.builds.get(principal, record.coreBuildId) : undefined };
   }
 
+  /**
+   * Links nobody used (a file already there, an SDK that gave up) would pile up: each link
+   * handed out first removes a batch of expired ones.
+   */
+  async function sweepExpiredLinks(organizationId: string): Promise<void> {
+    const before = Date.now() - UPLOAD_LINK_SECONDS * 1000;
+    const grants = await objects.list(organizationId, 'e2b/upload-tokens/', { limit: 200 }).catch(() => []);
+    for (const grant of grants) if (grant.createdAt.getTime() < before) await objects.delete(organizationId, grant.key).catch(() => undefined);
+  }
+
   /** Step 1: POST /v3/templates {name, tags?, cpuCount?, memoryMB?} (and 2.0–2.5's POST /v2/templates {alias}). */
   const requestBuild = (legacy: boolean): Handler => async (req, res, principal) => {
     const b = body(req);
@@ -223,6 +233,7 @@ export function registerTemplateRoutes(router: Router, deps: E2bDeps, route: Rou
     const hash = String(req.params.hash);
     if (!FILES_HASH.test(hash)) throw errors.validation('hash', 'must be 64 lower-case hex digits (the files hash)');
     const present = Boolean(await objects.head(principal.organizationId, filesObjectKey(hash)));
+    await sweepExpiredLinks(principal.organizationId);
     const token = randomBytes(32).toString('base64url');
     const grant = { key: filesObjectKey(hash), expiresAt: new Date(Date.now() + UPLOAD_LINK_SECONDS * 1000).toISOString() };
     await objects.put(principal.organizationId, tokenKey(token), Readable.from([JSON.stringify(grant)]));

@@ -68,7 +68,8 @@ describe('e2b Template.build', () => {
     const sbx = await start('tpl-main');
     const files = await sbx.commands.run('cat /home/user/app/a.txt /home/user/app/sub/b.txt /home/user/built.txt /home/user/whoami.txt /home/user/root-ran.txt; stat -c "%U %a" /etc/demo-config.txt /home/user/app/a.txt /home/user/app/sub; whoami', { user: 'root' });
     expect(files.stdout).toBe('alpha\nbeta\nbuilt\nuser\nroot\nroot 640\nuser 644\nuser 755\nroot\n');
-    expect((await sbx.commands.run('whoami; cat /etc/demo-config.txt || true')).stdout).toBe('user\n');
+    // The template's last user and workdir are the sandbox's defaults (E2B's "User and workdir").
+    expect((await sbx.commands.run('whoami; pwd; cat /etc/demo-config.txt || true')).stdout).toBe('user\n/home/user/app\n');
     const env = await sbx.commands.run('printf "%s|%s" "$GREETING" "$TOOLS"');
     // Values are literal but for references to the template's own variables (Docker's ENV rule).
     expect(env.stdout).toBe('hello "world"|/opt/demo/tools');
@@ -120,7 +121,7 @@ describe('e2b Template.build', () => {
   }, BUILD_TIMEOUT);
 
   it('builds in the background, with getBuildStatus polling until ready', async () => {
-    const template = Template({ fileContextPath: context }).fromBaseImage().runCmd('echo background > /home/user/bg.txt');
+    const template = Template({ fileContextPath: context }).fromBaseImage().runCmd('echo background > /home/user/bg.txt').setUser('root').setWorkdir('/opt/bg');
     const info = await Template.buildInBackground(template, 'tpl-bg:v1', { ...t.opts, ...NO_EGRESS });
     expect(info).toMatchObject({ name: 'tpl-bg:v1', templateId: 'tpl-bg', tags: ['v1'] });
     const seen: string[] = [];
@@ -141,7 +142,8 @@ describe('e2b Template.build', () => {
     // Past the end: nothing more (the SDK's drain loop ends on an empty page).
     expect((await Template.getBuildStatus(info, { ...t.opts, logsOffset: offset + 50 })).logEntries).toEqual([]);
     const sbx = await start('tpl-bg:v1');
-    expect((await sbx.commands.run('cat bg.txt; pwd')).stdout).toBe('background\n/home/user\n');
+    expect((await sbx.commands.run('cat /home/user/bg.txt; whoami; pwd')).stdout).toBe('background\nroot\n/opt/bg\n');
+    expect((await sbx.commands.run('whoami; pwd', { user: 'user' })).stdout).toBe('user\n/opt/bg\n');
   }, BUILD_TIMEOUT);
 
   it('fails a build whose runCmd fails with BuildError pointing at that runCmd', async () => {
