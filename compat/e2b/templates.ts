@@ -21,7 +21,7 @@ import { IMAGE_NAME, IMAGE_TAG } from '../../core/services/images.js';
 import type { EgressPolicy, Principal } from '../../core/types.js';
 import { parseEgressEntry } from '../../core/egress.js';
 import type { E2bDeps } from './deps.js';
-import { renderControlPlaneError } from './errors.js';
+import { notSupported, renderControlPlaneError } from './errors.js';
 import { baseOf, DEFAULT_TEMPLATES, E2B_BASE_IMAGE, e2bStepOf, FILES_HASH, filesObjectKey, isNestboxError, templateBuildRequest, type TemplateBase } from './template-spec.js';
 
 /** E2B's tag when a name has none. */
@@ -209,7 +209,9 @@ export function registerTemplateRoutes(router: Router, deps: E2bDeps, route: Rou
     // Upstream: a tag in the name goes first; no tag at all is `default`.
     const tags = [...new Set([...(tag !== undefined ? [tag] : []), ...extra])];
     if (!tags.length) tags.push(E2B_DEFAULT_TAG);
-    if (b.minFreeDiskMb !== undefined && b.minFreeDiskMb !== null && typeof b.minFreeDiskMb !== 'number') throw errors.validation('minFreeDiskMb', 'must be a number');
+    if (b.minFreeDiskMb !== undefined && b.minFreeDiskMb !== null && (typeof b.minFreeDiskMb !== 'number' || !Number.isFinite(b.minFreeDiskMb) || b.minFreeDiskMb < 0)) throw errors.validation('minFreeDiskMb', 'must be a number of MiB, 0 or more');
+    // 0 asks for no growth, which is what Nestbox does; a sandbox's disk size is its create's.
+    if (typeof b.minFreeDiskMb === 'number' && b.minFreeDiskMb > 0) throw notSupported('minFreeDiskMb (a sandbox gets the disk size its create asks for, whatever the template holds)');
     const record: BuildRecord = {
       buildID: randomUUID(),
       name,

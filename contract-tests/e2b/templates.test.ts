@@ -215,6 +215,13 @@ describe('e2b template routes, on the wire', () => {
     expect(status).toMatchObject({ status: 'waiting', logEntries: [] });
   });
 
+  it('refuses minFreeDiskMb above 0 (501), and takes 0', async () => {
+    const grow = await api('/v3/templates', { method: 'POST', body: JSON.stringify({ name: 'tpl-disk', minFreeDiskMb: 2048 }) });
+    expect(grow.status).toBe(501);
+    expect((await grow.json()).message).toContain('minFreeDiskMb');
+    expect((await api('/v3/templates', { method: 'POST', body: JSON.stringify({ name: 'tpl-disk', minFreeDiskMb: 0 }) })).status).toBe(202);
+  });
+
   it('refuses a malformed build egress header with a 400 naming it', async () => {
     const res = await api('/v3/templates', { method: 'POST', body: JSON.stringify({ name: 'tpl-egress' }), headers: { 'x-nestbox-build-egress': 'not a host!' } });
     expect(res.status).toBe(400);
