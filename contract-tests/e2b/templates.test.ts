@@ -213,6 +213,12 @@ describe('e2b template routes, on the wire', () => {
     // Before its start, the build waits and has no logs.
     const status = await (await api(`/templates/tpl-raw/builds/${requested.buildID}/status`)).json();
     expect(status).toMatchObject({ status: 'waiting', logEntries: [] });
+    expect((await api(`/templates/tpl-raw/builds/${requested.buildID}/status?level=info`)).status).toBe(501);
+    // A build sandbox larger than the server allows: a 400 under E2B's field name.
+    const big = await (await api('/v3/templates', { method: 'POST', body: JSON.stringify({ name: 'tpl-big', cpuCount: 4096 }) })).json();
+    const refused = await api(`/v2/templates/tpl-big/builds/${big.buildID}`, { method: 'POST', body: JSON.stringify({ fromTemplate: 'base', force: false, steps: [] }) });
+    expect(refused.status).toBe(400);
+    expect((await refused.json()).message).toMatch(/^cpuCount: /);
   });
 
   it('refuses minFreeDiskMb above 0 (501), and takes 0', async () => {
