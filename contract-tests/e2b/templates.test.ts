@@ -120,6 +120,26 @@ describe('e2b Template.build', () => {
     await expect(Sandbox.create('tpl-main:stable', t.opts)).rejects.toThrow(/not found/);
   }, BUILD_TIMEOUT);
 
+  it('builds fromTemplate(a template built here) with makeDir, makeSymlink, rename, remove and gitClone', async () => {
+    const template = Template({ fileContextPath: context })
+      .fromTemplate('tpl-main')
+      .makeDir(['/home/user/made/deep'], { mode: 0o750 })
+      .makeSymlink('/home/user/built.txt', '/home/user/made/link')
+      .runCmd('echo gone > /home/user/gone.txt && echo old > /home/user/old.txt')
+      .remove('/home/user/gone.txt')
+      .rename('/home/user/old.txt', '/home/user/new.txt')
+      // A local repository: the build has no network.
+      .runCmd('git init -q /tmp/src && git -C /tmp/src -c user.email=t@example.com -c user.name=t commit -q --allow-empty -m first')
+      .gitClone('/tmp/src', '/home/user/cloned', { depth: 1 });
+    await Template.build(template, 'tpl-child', { ...t.opts, ...NO_EGRESS });
+    const sbx = await start('tpl-child');
+    const r = await sbx.commands.run('stat -c %a made/deep; readlink made/link; cat made/link new.txt; test ! -e gone.txt && echo removed; git -C cloned log --format=%s; pwd', { cwd: '/home/user' });
+    expect(r.stdout).toBe('750\n/home/user/built.txt\nbuilt\nold\nremoved\nfirst\n/home/user\n');
+    // The parent's files, environment, workdir and start command come along.
+    expect((await sbx.commands.run('cat /home/user/app/a.txt; echo $GREETING; pwd; curl -s http://127.0.0.1:8000/a.txt')).stdout).toBe('alpha\nhello "world"\n/home/user/app\nalpha\n');
+    await expect(Template.build(Template().fromTemplate('tpl-no-such'), 'tpl-orphan', { ...t.opts, ...NO_EGRESS })).rejects.toThrow(/template tpl-no-such not found/);
+  }, BUILD_TIMEOUT);
+
   it('builds in the background, with getBuildStatus polling until ready', async () => {
     const template = Template({ fileContextPath: context }).fromBaseImage().runCmd('echo background > /home/user/bg.txt').setUser('root').setWorkdir('/opt/bg');
     const info = await Template.buildInBackground(template, 'tpl-bg:v1', { ...t.opts, ...NO_EGRESS });
