@@ -160,7 +160,7 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
   }
 
   /** Names of what sandboxes started from, by snapshot id and by image id (their templateID). */
-  async function snapshotNames(principal: Principal, sandboxes: Sandbox[] = []): Promise<Map<string, string>> {
+  async function templateNames(principal: Principal, sandboxes: Sandbox[] = []): Promise<Map<string, string>> {
     const names = new Map<string, string>();
     if (principal.scopes.has('snapshots:read')) for (const s of await core.snapshots.list(principal)) names.set(s.id, s.name);
     const imageOf = new Map(sandboxes.filter((s) => s.imageId).map((s) => [s.imageId!, s]));
@@ -269,7 +269,7 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
       autoDeleteSeconds: b.autoPause === true ? null : 0,
     });
     if (requested === 0) sandbox = await core.sandboxes.expireNow(principal, sandbox.id);
-    res.status(201).json(await sandboxResponse(principal, sandbox, await snapshotNames(principal, [sandbox])));
+    res.status(201).json(await sandboxResponse(principal, sandbox, await templateNames(principal, [sandbox])));
   };
 
   /** A sandbox in the middle of a stop or pause is waited for: E2B shows it as paused already. */
@@ -311,7 +311,7 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
       await core.sandboxes.update(principal, sandbox.id, { timeoutSeconds: timeout });
       sandbox = await core.sandboxes.resume(principal, sandbox.id);
     }
-    res.status(wasRunning ? 200 : 201).json(await sandboxResponse(principal, sandbox, await snapshotNames(principal, [sandbox])));
+    res.status(wasRunning ? 200 : 201).json(await sandboxResponse(principal, sandbox, await templateNames(principal, [sandbox])));
   };
 
   /** 2.0–2.5 resume: 201 when resumed, body code 409 when it was not paused. */
@@ -322,7 +322,7 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
     if (e2bState(current.state) === 'running') throw new NestboxError('conflict', `sandbox ${current.id} is not paused`);
     if (timeout !== undefined) await core.sandboxes.update(principal, current.id, { timeoutSeconds: Math.min(timeout, deps.maxTimeoutSeconds) });
     const sandbox = await core.sandboxes.resume(principal, current.id);
-    res.status(201).json(await sandboxResponse(principal, sandbox, await snapshotNames(principal, [sandbox])));
+    res.status(201).json(await sandboxResponse(principal, sandbox, await templateNames(principal, [sandbox])));
   };
 
   /**
@@ -376,7 +376,7 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
       throw err;
     });
     const matching = filter.imageId === undefined ? page.items : page.items.filter((s) => (s.imageId ?? null) === filter.imageId);
-    const names = await snapshotNames(principal, matching);
+    const names = await templateNames(principal, matching);
     const items = await Promise.all(matching.map((s) => listedSandbox(principal, s, names, false)));
     // An empty or missing header ends the SDK's paging (e2b.md (b) "Pagination").
     if (page.nextCursor) res.setHeader('x-next-token', page.nextCursor);
@@ -402,7 +402,7 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
   }));
   router.get('/sandboxes/:sandboxID', route(async (req, res, principal) => {
     const sandbox = await core.sandboxes.get(principal, id(req));
-    res.status(200).json(await listedSandbox(principal, sandbox, await snapshotNames(principal, [sandbox]), true));
+    res.status(200).json(await listedSandbox(principal, sandbox, await templateNames(principal, [sandbox]), true));
   }));
   router.delete('/sandboxes/:sandboxID', route(async (req, res, principal) => {
     // A stop or pause in progress (E2B already lists it as paused) is waited for, then killed.
@@ -478,7 +478,7 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
       count: typeof b.count === 'number' ? b.count : undefined,
       timeoutSeconds: timeout === undefined ? undefined : Math.min(timeout, deps.maxTimeoutSeconds),
     });
-    const names = await snapshotNames(principal, result.sandboxes);
+    const names = await templateNames(principal, result.sandboxes);
     res.status(201).json(await Promise.all(result.sandboxes.map(async (s) => ({ sandbox: await sandboxResponse(principal, s, names) }))));
   }));
 
