@@ -21,6 +21,12 @@ export const DEFAULT_TEMPLATES = new Set(['base', 'code-interpreter-v1', 'code-i
 /** E2B's default user and workdir of a template (e2b-wave2.md §1.3 fromDockerfile, §1.8). */
 export const E2B_USER = 'user';
 export const E2B_WORKDIR = '/home/user';
+/**
+ * The PATH of E2B's base image (Debian's, and what Nestbox's driver gives a sandbox): the built-in
+ * image's config carries no environment, so without it `setEnvs({PATH: '$PATH:/x'})` would
+ * expand `$PATH` to nothing and leave the build without `ls` (ENV expands the image's variables).
+ */
+const E2B_BASE_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 /** Upstream's ready check when a start command names none (§1.8). */
 const DEFAULT_READY_MS = 20_000;
 /** Object key (per organisation) of a COPY step's uploaded tar, by its files hash. */
@@ -123,6 +129,7 @@ export function templateBuildRequest(body: Record<string, unknown>, base: Templa
       },
     });
   }
+  if (base.kind === 'builtin') steps.push({ at: added(`ENV PATH=${E2B_BASE_PATH}`), kind: 'env', vars: [['PATH', E2B_BASE_PATH]] });
   if (base.kind !== 'image') {
     steps.push({ at: added(`USER ${E2B_USER}`), kind: 'user', user: E2B_USER });
     steps.push({ at: added(`WORKDIR ${E2B_WORKDIR}`), kind: 'workdir', path: E2B_WORKDIR });

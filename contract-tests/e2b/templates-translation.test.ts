@@ -35,6 +35,7 @@ describe('E2B template steps onto a BuildSpec', () => {
     const steps = spec.stages[0].steps;
     expect(spec.stages[0].from.reference).toBe('default');
     expect(steps.map((s) => [s.kind, s.at.line])).toEqual([
+      ['env', 0],
       ['user', 0],
       ['workdir', 0],
       ['run', 1],
@@ -43,12 +44,13 @@ describe('E2B template steps onto a BuildSpec', () => {
       ['user', 4],
       ['start', 5],
     ]);
-    expect(steps[2]).toMatchObject({ kind: 'run', command: { shell: 'echo "a b" > /tmp/x' }, user: 'root' });
+    expect(steps[0]).toMatchObject({ kind: 'env', vars: [['PATH', '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin']] });
+    expect(steps[3]).toMatchObject({ kind: 'run', command: { shell: 'echo "a b" > /tmp/x' }, user: 'root' });
     // Quotes and backslashes are literal; `$VAR` keeps its Dockerfile meaning.
-    expect(steps[3]).toMatchObject({ kind: 'env', vars: [['Q', 'say \\"hi\\" \\\\ $HOME']] });
-    expect(steps[6]).toMatchObject({ kind: 'start', command: 'python3 -m http.server 9000', ready: { kind: 'command', command: '[ -n "$(ss -Htuln sport = :9000)" ]' } });
+    expect(steps[4]).toMatchObject({ kind: 'env', vars: [['Q', 'say \\"hi\\" \\\\ $HOME']] });
+    expect(steps[7]).toMatchObject({ kind: 'start', command: 'python3 -m http.server 9000', ready: { kind: 'command', command: '[ -n "$(ss -Htuln sport = :9000)" ]' } });
     // A failure's step number (1-based over the spec) back to E2B's reason.step.
-    expect([0, 1, 3, 4, 7, 'finalize' as const].map((n) => e2bStepOf(spec, n))).toEqual(['base', 'base', '1', '2', 'finalize', 'finalize']);
+    expect([0, 1, 4, 5, 8, 'finalize' as const].map((n) => e2bStepOf(spec, n))).toEqual(['base', 'base', '1', '2', 'finalize', 'finalize']);
   });
 
   it('adds the user account for a registry image, and nothing for a template built here', async () => {
@@ -73,7 +75,7 @@ describe('E2B template steps onto a BuildSpec', () => {
       },
       { kind: 'builtin' },
     );
-    const [, , first, , second] = spec.stages[0].steps;
+    const [, , , first, , second] = spec.stages[0].steps;
     expect(first).toMatchObject({ kind: 'copy', sources: ['app'], dest: '/app/', contexts: [`e2b/files/${hash}.tar`], chown: 'user' });
     expect(second).toMatchObject({ kind: 'copy', chown: 'user', chmod: '0640', noCache: true });
     expect(templateBuildRequest({ steps: [], force: true }, { kind: 'builtin' }).noCache).toBe(true);

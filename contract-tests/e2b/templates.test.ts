@@ -32,7 +32,8 @@ function mainTemplate() {
     .runCmd(['echo built > /home/user/built.txt', 'whoami > /home/user/whoami.txt'])
     .runCmd('id -un > /home/user/root-ran.txt', { user: 'root' })
     .setEnvs({ GREETING: 'hello "world"', BASE_DIR: '/opt/demo' })
-    .setEnvs({ TOOLS: '$BASE_DIR/tools' })
+    .setEnvs({ TOOLS: '$BASE_DIR/tools', PATH: '$PATH:/opt/demo/bin' })
+    .runCmd('ls / > /dev/null && printenv PATH > /home/user/path.txt')
     .setWorkdir('/home/user/app')
     .setUser('user')
     .setStartCmd('python3 -m http.server 8000', waitForPort(8000));
@@ -73,6 +74,8 @@ describe('e2b Template.build', () => {
     const env = await sbx.commands.run('printf "%s|%s" "$GREETING" "$TOOLS"');
     // Values are literal but for references to the template's own variables (Docker's ENV rule).
     expect(env.stdout).toBe('hello "world"|/opt/demo/tools');
+    // `$PATH` is the base image's PATH, as upstream's base image has one: the build still finds `ls`.
+    expect(await sbx.files.read('/home/user/path.txt')).toBe('/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/opt/demo/bin\n');
     // The start command runs in every sandbox of the template, ready before the create answered.
     // …as the template's user, in its workdir (the server serves /home/user/app).
     const served = await sbx.commands.run('curl -s http://127.0.0.1:8000/a.txt; ps -o user= -C python3 | sort -u');
