@@ -188,6 +188,14 @@ describe('e2b Template.build', () => {
     const sbx = await start('tpl-docker');
     expect((await sbx.commands.run('cat /srv/mode.txt; whoami; echo $MODE')).stdout).toBe('docker\nuser\ndocker\n');
     expect(() => Template().fromDockerfile('FROM e2bdev/base AS a\nRUN true\nFROM e2bdev/base\nCOPY --from=a /x /x\n')).toThrow(/[Mm]ulti-stage/);
+
+    // DELETE /templates/{id} (the CLI's template delete): refused while a sandbox uses it.
+    const remove = () => fetch(`${t.opts.apiUrl}/templates/tpl-docker`, { method: 'DELETE', headers: { 'X-API-KEY': t.opts.apiKey } });
+    expect((await remove()).status).toBe(409);
+    await sbx.kill();
+    expect((await remove()).status).toBe(204);
+    expect(await Template.exists('tpl-docker', t.opts)).toBe(false);
+    expect((await remove()).status).toBe(404);
   }, BUILD_TIMEOUT);
 });
 
