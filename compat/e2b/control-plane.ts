@@ -13,11 +13,11 @@ import { e2bEgressPolicy, e2bNetworkInfo } from './network.js';
 import { scopeGate } from '../scope-gate.js';
 import { canSeeSandbox } from '../../core/services/auth.js';
 import { rejectNulInJsonBody } from '../../http-kit/request-checks.js';
+import { DEFAULT_TEMPLATES } from './template-spec.js';
+import { findTemplateImage, registerTemplateRoutes, templateUploadMiddleware } from './templates.js';
 
 /** E2B's default sandbox lifetime when a create names none (e2b.md (b) create body: "server default 300"). */
 const DEFAULT_TIMEOUT_SECONDS = 300;
-/** Template ids that mean "the default image". */
-const DEFAULT_TEMPLATES = new Set(['base', 'code-interpreter-v1', 'code-interpreter', 'default']);
 const DEFAULT_LIST_LIMIT = 100;
 /** How long connect waits for a stop or pause in progress to finish. */
 const SETTLE_WAIT_MS = 60_000;
@@ -96,6 +96,9 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
   // `publicDomain`: the wildcard domain for `<port>-<id>.<domain>` hosts, returned as `domain` so getHost() works.
   const options = { publicDomain: deps.publicDomain };
   const router = express.Router();
+  // Upload links (templates.ts) carry their own authorization: before the key check, and before
+  // any body parsing (the tar streams into the object store).
+  router.use(templateUploadMiddleware(deps));
   router.use(express.json({ limit: '1mb' }));
   router.use(rejectNulInJsonBody((res, err) => renderControlPlaneError(res, err)));
 
@@ -132,26 +135,44 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
   const body = (req: Request): Record<string, unknown> => (req.body && typeof req.body === 'object' ? (req.body as Record<string, unknown>) : {});
   const id = (req: Request): string => String(req.params.sandboxID);
 
-  /** Template id → a snapshot name, or the default image (e2b.md (b): templateID default "base"). */
-  async function templateSource(principal: Principal, templateID: unknown): Promise<{ snapshot?: string }> {
+  /**
+   * Template id → what a sandbox starts from: the default image for E2B's base templates, else a
+   * template built here (an image: `name` is its `default` tag, `name:tag` that tag), else a
+   * named snapshot (Sandbox.createSnapshot's templates).
+   */
+  async function templateSource(principal: Principal, templateID: unknown): Promise<{ snapshot?: string; image?: string }> {
     if (templateID === undefined || templateID === null || (typeof templateID === 'string' && DEFAULT_TEMPLATES.has(templateID))) return {};
     if (typeof templateID !== 'string' || templateID === '') throw errors.validation('templateID', 'must be a template id');
     if (templateID === 'mcp-gateway') throw notSupported('the MCP gateway template');
+    const image = await findTemplateImage(deps, principal, templateID).catch((err: unknown) => {
+      // Not an image name (snapshot names are freer): maybe a snapshot.
+      if (err instanceof NestboxError && err.code === 'validation_failed') return undefined;
+      throw err;
+    });
+    if (image) return image.id === 'default' ? {} : { image: image.id };
     try {
       await core.snapshots.get(principal, templateID);
     } catch (err) {
-      if (err instanceof NestboxError && err.code === 'not_found') throw new NestboxError('not_found', `template ${templateID} not found (templates are Nestbox snapshots; "base" is the default image)`);
+      if (err instanceof NestboxError && err.code === 'not_found') throw new NestboxError('not_found', `template ${templateID} not found (templates are images built here, or Nestbox snapshots; "base" is the default image)`);
       throw err;
     }
     return { snapshot: templateID };
   }
 
-  async function snapshotNames(principal: Principal): Promise<Map<string, string>> {
-    if (!principal.scopes.has('snapshots:read')) return new Map();
-    return new Map((await core.snapshots.list(principal)).map((s: Snapshot) => [s.id, s.name]));
+  /** Names of what sandboxes started from, by snapshot id and by image id (their templateID). */
+  async function templateNames(principal: Principal, sandboxes: Sandbox[] = []): Promise<Map<string, string>> {
+    const names = new Map<string, string>();
+    if (principal.scopes.has('snapshots:read')) for (const s of await core.snapshots.list(principal)) names.set(s.id, s.name);
+    const imageOf = new Map(sandboxes.filter((s) => s.imageId).map((s) => [s.imageId!, s]));
+    for (const [imageId, s] of imageOf) {
+      const image = await core.images.ofSandbox(s).catch(() => undefined);
+      if (image) names.set(imageId, image.name);
+    }
+    return names;
   }
 
   function templateIdOf(s: Sandbox, names: Map<string, string>): string {
+    if (s.imageId && names.has(s.imageId)) return names.get(s.imageId)!;
     return s.sourceSnapshotId ? (names.get(s.sourceSnapshotId) ?? s.sourceSnapshotId) : 'base';
   }
 
@@ -248,7 +269,7 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
       autoDeleteSeconds: b.autoPause === true ? null : 0,
     });
     if (requested === 0) sandbox = await core.sandboxes.expireNow(principal, sandbox.id);
-    res.status(201).json(await sandboxResponse(principal, sandbox, await snapshotNames(principal)));
+    res.status(201).json(await sandboxResponse(principal, sandbox, await templateNames(principal, [sandbox])));
   };
 
   /** A sandbox in the middle of a stop or pause is waited for: E2B shows it as paused already. */
@@ -290,7 +311,7 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
       await core.sandboxes.update(principal, sandbox.id, { timeoutSeconds: timeout });
       sandbox = await core.sandboxes.resume(principal, sandbox.id);
     }
-    res.status(wasRunning ? 200 : 201).json(await sandboxResponse(principal, sandbox, await snapshotNames(principal)));
+    res.status(wasRunning ? 200 : 201).json(await sandboxResponse(principal, sandbox, await templateNames(principal, [sandbox])));
   };
 
   /** 2.0–2.5 resume: 201 when resumed, body code 409 when it was not paused. */
@@ -301,19 +322,26 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
     if (e2bState(current.state) === 'running') throw new NestboxError('conflict', `sandbox ${current.id} is not paused`);
     if (timeout !== undefined) await core.sandboxes.update(principal, current.id, { timeoutSeconds: Math.min(timeout, deps.maxTimeoutSeconds) });
     const sandbox = await core.sandboxes.resume(principal, current.id);
-    res.status(201).json(await sandboxResponse(principal, sandbox, await snapshotNames(principal)));
+    res.status(201).json(await sandboxResponse(principal, sandbox, await templateNames(principal, [sandbox])));
   };
 
-  /** The `template` filter: a template id is a snapshot name (or id); the default templates are the image. */
-  async function templateFilter(principal: Principal, template: unknown): Promise<string | null | undefined> {
-    if (template === undefined || template === '') return undefined;
+  /**
+   * The `template` filter: the default templates are sandboxes of the built-in image; a template
+   * built here is an image (matched on the page by image id: core's list filters snapshots only,
+   * so such a page may hold fewer than `limit` sandboxes while more follow); else a snapshot
+   * name (or id).
+   */
+  async function templateFilter(principal: Principal, template: unknown): Promise<{ sourceSnapshotId?: string | null; imageId?: string | null }> {
+    if (template === undefined || template === '') return {};
     if (typeof template !== 'string') throw errors.validation('template', 'must be a template id');
-    if (DEFAULT_TEMPLATES.has(template)) return null;
+    if (DEFAULT_TEMPLATES.has(template)) return { sourceSnapshotId: null, imageId: null };
+    const image = await findTemplateImage(deps, principal, template, 'template').catch(() => undefined);
+    if (image) return image.id === 'default' ? { sourceSnapshotId: null, imageId: null } : { imageId: image.id };
     try {
-      return (await core.snapshots.get(principal, template)).id;
+      return { sourceSnapshotId: (await core.snapshots.get(principal, template)).id };
     } catch (err) {
       // Not a snapshot name this key can see: taken as a snapshot id (no match lists nothing).
-      if (err instanceof NestboxError && (err.code === 'not_found' || err.code === 'forbidden')) return template;
+      if (err instanceof NestboxError && (err.code === 'not_found' || err.code === 'forbidden')) return { sourceSnapshotId: template };
       throw err;
     }
   }
@@ -332,6 +360,7 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
     // paging with nextToken walks that order.
     const order = q.order === undefined || q.order === '' ? 'desc' : q.order;
     if (order !== 'asc' && order !== 'desc') throw errors.validation('order', 'must be "asc" or "desc"');
+    const filter = await templateFilter(principal, q.template);
     const page = await core.sandboxes.list(principal, {
       labels: parseMetadataFilter(q.metadata),
       states,
@@ -339,15 +368,16 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
       cursor: typeof q.nextToken === 'string' && q.nextToken ? q.nextToken : undefined,
       startedAfter: instantOf(q.startedAfter, 'startedAfter'),
       startedBefore: instantOf(q.startedBefore, 'startedBefore'),
-      sourceSnapshotId: await templateFilter(principal, q.template),
+      sourceSnapshotId: filter.sourceSnapshotId,
       sort: { key: 'startedAt', order },
     }).catch((err: unknown) => {
       // The SDK's name for the cursor.
       if (err instanceof NestboxError && err.details?.field === 'cursor') throw errors.validation('nextToken', err.message.replace(/^cursor:?\s*/, ''));
       throw err;
     });
-    const names = await snapshotNames(principal);
-    const items = await Promise.all(page.items.map((s) => listedSandbox(principal, s, names, false)));
+    const matching = filter.imageId === undefined ? page.items : page.items.filter((s) => (s.imageId ?? null) === filter.imageId);
+    const names = await templateNames(principal, matching);
+    const items = await Promise.all(matching.map((s) => listedSandbox(principal, s, names, false)));
     // An empty or missing header ends the SDK's paging (e2b.md (b) "Pagination").
     if (page.nextCursor) res.setHeader('x-next-token', page.nextCursor);
     res.status(200).json(items);
@@ -372,7 +402,7 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
   }));
   router.get('/sandboxes/:sandboxID', route(async (req, res, principal) => {
     const sandbox = await core.sandboxes.get(principal, id(req));
-    res.status(200).json(await listedSandbox(principal, sandbox, await snapshotNames(principal), true));
+    res.status(200).json(await listedSandbox(principal, sandbox, await templateNames(principal, [sandbox]), true));
   }));
   router.delete('/sandboxes/:sandboxID', route(async (req, res, principal) => {
     // A stop or pause in progress (E2B already lists it as paused) is waited for, then killed.
@@ -439,10 +469,8 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
     if (items.length > limit) res.setHeader('x-next-token', Buffer.from(position(page[page.length - 1])).toString('base64url'));
     res.status(200).json(page.map((s) => ({ snapshotID: s.name, names: [s.name] })));
   }));
-  router.delete('/templates/:templateID', route(async (req, res, principal) => {
-    await core.snapshots.delete(principal, String(req.params.templateID));
-    res.status(204).end();
-  }));
+  // Templates: images built from E2B's Template builder, their tags; and named snapshots.
+  registerTemplateRoutes(router, deps, route);
   router.post('/sandboxes/:sandboxID/fork', route(async (req, res, principal) => {
     const b = body(req);
     const timeout = positiveTimeoutOf(b);
@@ -450,13 +478,14 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
       count: typeof b.count === 'number' ? b.count : undefined,
       timeoutSeconds: timeout === undefined ? undefined : Math.min(timeout, deps.maxTimeoutSeconds),
     });
-    const names = await snapshotNames(principal);
+    const names = await templateNames(principal, result.sandboxes);
     res.status(201).json(await Promise.all(result.sandboxes.map(async (s) => ({ sandbox: await sandboxResponse(principal, s, names) }))));
   }));
 
-  // Template builds, volumes and secrets have no Nestbox counterpart yet.
-  router.all(['/templates', '/templates/*rest', '/v2/templates', '/v2/templates/*rest', '/v3/templates', '/v3/templates/*rest'], route(async () => {
-    throw notSupported('building E2B templates (use Nestbox snapshots: createSnapshot, then templateID = the snapshot name)');
+  // Template routes the SDK never calls (listing, getting, updating templates; the v1 build
+  // start, the paged build logs): not there yet. Volumes and secrets have no Nestbox counterpart.
+  router.all(['/templates', '/templates/*rest', '/v2/templates', '/v2/templates/*rest', '/v3/templates', '/v3/templates/*rest'], route(async (req) => {
+    throw notSupported(`${req.method} ${req.path} (of E2B's template API, Nestbox serves what the SDKs call: build, status, exists, tags, delete)`);
   }));
   router.all(['/volumes', '/volumes/*rest'], route(async () => {
     throw notSupported('volumes');

@@ -7,6 +7,7 @@ import { errors, NestboxError } from '../../core/errors.js';
 import type { CompatPort } from '../../core/compat-port.js';
 import type { SandboxTarget } from './target.js';
 import { sandboxAccounts, type SandboxAccount } from '../sandbox-accounts.js';
+import { templateDefaults } from './template-defaults.js';
 
 /** What authenticating in-sandbox traffic needs of core: its sandbox tokens. */
 type TokenPort = Pick<CompatPort, 'sandboxTokens'>;
@@ -134,7 +135,12 @@ export function unixUserOf(headers: HeaderBag, username?: string | null): string
  */
 export const E2B_DEFAULT_USER = 'user';
 
-/** The account a request acts as: the one it names, else E2B's default (root in an image without it). */
-export function e2bAccount(core: Pick<CompatPort, 'toolbox'>, target: SandboxTarget, headers: HeaderBag, username?: string | null): Promise<SandboxAccount> {
-  return sandboxAccounts(core.toolbox).resolve(target.principal, target.sandboxId, unixUserOf(headers, username), E2B_DEFAULT_USER);
+/**
+ * The account a request acts as: the one it names, else the default of the sandbox's template
+ * (its last setUser, template-defaults.ts), else E2B's `user` (root in an image without it).
+ */
+export async function e2bAccount(core: Pick<CompatPort, 'toolbox' | 'sandboxes' | 'images'>, target: SandboxTarget, headers: HeaderBag, username?: string | null): Promise<SandboxAccount> {
+  const requested = unixUserOf(headers, username);
+  const fallback = requested ? E2B_DEFAULT_USER : ((await templateDefaults(core, target)).user ?? E2B_DEFAULT_USER);
+  return sandboxAccounts(core.toolbox).resolve(target.principal, target.sandboxId, requested, fallback);
 }

@@ -25,6 +25,18 @@ export const E2B_CONTROL_PLANE_SCOPES: ScopeTable = [
   ['PUT /sandboxes/:sandboxID/network', 'sandboxes:operate'],
   ['POST /sandboxes/:sandboxID/snapshots', 'snapshots:write'],
   ['GET /snapshots', 'snapshots:read'],
+  // Templates (templates.ts). The upload links' PUT is no route here: it is authorised by the
+  // link's own token, ahead of the key check (templateUploadMiddleware).
+  ['POST /v3/templates', 'images:write'],
+  ['POST /v2/templates', 'images:write'],
+  ['GET /templates/aliases/:alias', 'images:read'],
+  ['POST /templates/tags', 'images:write'],
+  ['DELETE /templates/tags', 'images:write'],
+  ['GET /templates/:templateID/files/:hash', 'images:write'],
+  ['POST /v2/templates/:templateID/builds/:buildID', 'images:write'],
+  ['GET /templates/:templateID/builds/:buildID/status', 'images:read'],
+  ['GET /templates/:templateID/tags', 'images:read'],
+  // A named snapshot or a template's image (core checks images:write for the latter).
   ['DELETE /templates/:templateID', 'snapshots:write'],
   ['POST /sandboxes/:sandboxID/fork', 'sandboxes:create'],
   // Areas Nestbox does not have: any valid key is told "not supported".

@@ -19,6 +19,7 @@ import { rpcError } from '../errors.js';
 import { dropConnection } from './connect-adapter.js';
 import type { SandboxTarget } from '../target.js';
 import { e2bAccount } from '../routing.js';
+import { templateDefaults } from '../template-defaults.js';
 import { KERNEL_TAG_PREFIX } from '../code-interpreter/kernels.js';
 import type { ErrorLog } from '../../../core/logger.js';
 
@@ -145,8 +146,9 @@ export function processService(deps: E2bDeps, resolve: ResolveTarget): Partial<S
       const info = await toolbox.startProcess(target.principal, target.sandboxId, {
         argv: [config.cmd, ...config.args],
         ...(Object.keys(config.envs).length ? { env: config.envs } : {}),
-        ...(config.cwd ? { cwd: config.cwd } : {}),
-        // The request's user, else E2B's `user` (HOME, USER and the default cwd follow it).
+        // The request's directory, else the template's workdir (template-defaults.ts), else the user's home.
+        ...(config.cwd ? { cwd: config.cwd } : await templateDefaults(deps.core, target).then((d) => (d.workdir ? { cwd: d.workdir } : {}))),
+        // The request's user, else the template's, else E2B's `user` (HOME, USER and the default cwd follow it).
         user: (await e2bAccount(deps.core, target, ctx.requestHeader)).name,
         // Capped at the native API's 24 h: Connect allows deadlines of up to 10 digits of ms, and
         // past 2^31 ms the guest's timer would fire at once and kill the process immediately.
