@@ -51,7 +51,7 @@ describe('builds from JSON steps', () => {
   it('builds an image, starts sandboxes from it, and answers an unchanged rebuild from the cache', async () => {
     const steps = [
       { run: 'echo hello > /hello.txt' },
-      { env: { GREETING: 'hi there', DERIVED: '${GREETING}!' } },
+      { env: { GREETING: 'hi there', DERIVED: '${GREETING}!', PATH: '$PATH:/opt/tools' } },
       { workdir: '/app/sub' },
       { run: 'pwd > /where.txt && echo "$GREETING" > greeting.txt' },
       { label: { purpose: 'test' } },
@@ -81,6 +81,9 @@ describe('builds from JSON steps', () => {
     const sandboxId = created.body.id as string;
     expect((await exec(sandboxId, 'cat /hello.txt /where.txt /app/sub/greeting.txt')).stdout).toBe('hello\n/app/sub\nhi there\n');
     expect((await exec(sandboxId, 'echo "$GREETING|$DERIVED"')).stdout).toBe('hi there|hi there!\n');
+    // PATH extended, not replaced: the image's own PATH came first (argv: no login shell resets it).
+    const printenv = await t.http.post(`/api/v1/sandboxes/${sandboxId}/commands`).set(t.auth).send({ argv: ['/usr/bin/printenv', 'PATH'] });
+    expect(printenv.body.stdout).toBe('/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/opt/tools\n');
 
     // Deleting the image while a sandbox uses it is refused; a tag can go while another stays.
     expect((await t.http.delete('/api/v1/images/it-steps:latest').set(t.auth)).status).toBe(204);

@@ -152,6 +152,13 @@ describe('composeCopyArchive: Docker COPY semantics', () => {
     expect(out.every((e) => e.uid === 0)).toBe(true);
   });
 
+  it('--chmod sets the copied entries\' mode and leaves the directories made above dest at 0755', async () => {
+    const out = await compose([context], { sources: ['app'], dest: '/etc/new/', chmod: 0o640 });
+    expect(out.find((e) => e.path === 'etc/')).toMatchObject({ mode: 0o755 });
+    expect(out.find((e) => e.path === 'etc/new/sub/b.txt')).toMatchObject({ mode: 0o640 });
+    expect(out.find((e) => e.path === 'etc/new/a.txt')).toMatchObject({ mode: 0o640 });
+  });
+
   it('a directory source without a trailing slash on dest is still copied into dest', async () => {
     const out = await compose([context], { sources: ['./app/'], dest: '/srv' });
     expect(names(out)).toContain('srv/a.txt');

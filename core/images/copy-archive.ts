@@ -46,6 +46,12 @@ export interface ComposeCopyArchiveInput {
   destIsDirectory?: boolean;
   /** ADD: a source file that is a tar (plain, gzip, bzip2, xz, zstd) is unpacked at `dest`. */
   extractArchives?: boolean;
+  /**
+   * COPY --chmod: the permission bits of every copied file and directory. The directories made
+   * above `dest` keep 0755, as Docker makes them (so `/etc/new/f` at 0640 leaves `/etc/new`
+   * searchable).
+   */
+  chmod?: number;
   limits?: { maxBytes?: number; maxEntries?: number };
   /** A directory of the caller's where materialised hard-link targets are kept until cleanup. */
   tmpDir: string;
@@ -730,7 +736,11 @@ export async function composeCopyArchive(input: ComposeCopyArchiveInput): Promis
   const staged = new Map<Ref, string>();
   let stagedCount = 0;
   const outNodes = new Map<string, Node>();
-  for (const [name, node] of out.descendants(out.root)) outNodes.set(name, node);
+  for (const [name, node] of out.descendants(out.root)) {
+    // Copied entries carry the inputs' ref; the directories made for `dest` have none.
+    if (input.chmod !== undefined && node.ref !== undefined && node.kind !== 'symlink') node.mode = input.chmod;
+    outNodes.set(name, node);
+  }
   const inputsNeeded = new Set<number>();
   for (const ref of plans.keys()) inputsNeeded.add(Number(ref.split(':')[0]));
 

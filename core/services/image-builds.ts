@@ -54,6 +54,8 @@ export interface BuildInputTools {
     extractArchives?: boolean;
     /** `dest` is a directory that exists in the stage (COPY a.txt /app puts it inside /app). */
     destIsDirectory?: boolean;
+    /** COPY --chmod, for the copied entries only. */
+    chmod?: number;
     tmpDir: string;
     signal?: AbortSignal;
     at?: { field?: string; line?: number };
@@ -770,6 +772,7 @@ export class ImageBuildService {
       await mkdir(this.limits.tmpDir, { recursive: true, mode: 0o700 });
       const archive = await this.tools.composeCopyArchive({
         destIsDirectory,
+        chmod: step.chmod === undefined ? undefined : parseInt(step.chmod, 8),
         at: { field: 'dockerfile', line: step.at.line },
         inputs,
         sources: fromRoot ? sources.map((s) => s.replace(/^\/+/, '')) : sources,
@@ -780,7 +783,7 @@ export class ImageBuildService {
         signal: ctx.signal,
       });
       try {
-        const result = await guest.extractArchive({ path: '/', owner: chown, mode: step.chmod, body: archive.stream }, { signal: ctx.signal });
+        const result = await guest.extractArchive({ path: '/', owner: chown, body: archive.stream }, { signal: ctx.signal });
         ctx.log(`copied ${result.entries} entries, ${result.bytes} bytes`);
       } finally {
         await archive.cleanup();

@@ -14,6 +14,8 @@ import type { HostService } from './hosts.js';
 export const IMAGE_NAME = /^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$/;
 export const IMAGE_TAG = /^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$/;
 export const DEFAULT_TAG = 'latest';
+/** The PATH of Debian's login environment (the built-in image's). */
+const DEBIAN_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 /** The built-in image's name: every organisation has it, on every host. */
 export const BUILTIN_IMAGE = 'default';
 
@@ -56,7 +58,9 @@ export class ImageService {
       hostId: null,
       base: BUILTIN_IMAGE,
       snapshotId: null,
-      config: { ...emptyImageConfig(), labels: { 'org.nestbox.builtin': 'true' } },
+      // Debian's PATH, as the image's own processes get it, so `ENV PATH=$PATH:/x` in a build
+      // FROM default extends it instead of replacing it.
+      config: { ...emptyImageConfig(), env: [['PATH', DEBIAN_PATH]], labels: { 'org.nestbox.builtin': 'true' } },
       source: { kind: 'builtin' },
       buildId: null,
       sizeBytes: null,
