@@ -102,7 +102,7 @@ describe.skipIf(process.getuid?.() !== 0)('host agent image routes', () => {
     expect(HostImage.parse(image)).toEqual(image);
     expect(image).toMatchObject({ id: expect.stringMatching(/^sha256:[a-f0-9]{64}$/), reference: `${registry.host}/test/busybox:1` });
     expect(image.sizeBytes).toBeGreaterThan(100_000);
-    expect(progress.join('\n')).toMatch(/copying sha256:.*\n.*unpacking\n.*ready in/);
+    expect(progress.join("\n")).toMatch(/copying sha256:.*\n.*layers from the layer cache\n.*unpacking\n.*ready in/);
 
     // The wire: NDJSON, every line one of HostPullLine's, the image last.
     const raw = await pullRaw({ reference: `${registry.host}/test/busybox:1` });

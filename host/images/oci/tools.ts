@@ -18,6 +18,8 @@ const SETPRIV = '/usr/bin/setpriv';
 
 /** Runs a program to completion; resolves with its stdout, rejects with an ImageError. */
 export function runTool(program: string, args: string[], options: ToolOptions): Promise<Buffer> {
+  // A signal that fired before the spawn has no 'abort' event left to fire: never start then.
+  if (options.signal?.aborted) return Promise.reject(new ImageError('internal', `${program} ${args[0]} was cancelled`));
   return new Promise((resolve, reject) => {
     // Under setpriv --pdeathsig: a puller killed with -9 takes its skopeo or umoci with it, so
     // no orphan keeps writing into a temp dir the next puller of that digest sweeps.
