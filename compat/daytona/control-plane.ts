@@ -13,7 +13,7 @@ import { CORE_STATES_OF, renderDaytonaSandbox, renderDaytonaSnapshot, SANDBOX_US
 import { requireScope } from '../../core/services/auth.js';
 import { isIpv4Entry, parseEgressEntry } from '../../core/egress.js';
 import { issueStorageAccess } from './object-storage.js';
-import { BUILD_ID, buildSpecOf, findImageSnapshot, imageOfSnapshotName, imageSnapshotState, renderImageSnapshot, RESOURCE_LABELS, snapshotNameOf, snapshotRefOf, type ImageSnapshot } from './images.js';
+import { buildSpecOf, countsWithoutImage, findImageSnapshot, hideBuild, imageOfSnapshotName, imageSnapshotState, renderImageSnapshot, RESOURCE_LABELS, snapshotNameOf, snapshotRefOf, type ImageSnapshot } from './images.js';
 import { PendingBuildSandboxes, renderPendingSandbox, streamBuildLog } from './builds.js';
 import { publicOrigin } from './context.js';
 import { FINISHED_BUILD_STATES } from '../../core/images/types.js';
@@ -599,6 +599,7 @@ export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 's
         continue;
       }
       seen.add(name);
+      if (!countsWithoutImage(b)) continue;
       out.push({ name, build: b });
     }
     return out;
@@ -626,8 +627,9 @@ export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 's
       const s = found.image!;
       if (s.image?.id === 'default') throw new NestboxError('conflict', 'the built-in snapshot "default" cannot be deleted');
       // A build in progress is cancelled; the image (if any) goes unless a sandbox uses it (409).
-      if (s.build && !FINISHED_BUILD_STATES.includes(s.build.state)) await core.builds.cancel(principal, s.build.id);
       if (s.image) await core.images.delete(principal, imageOfSnapshotName(s.name).reference);
+      if (s.build && !FINISHED_BUILD_STATES.includes(s.build.state)) await core.builds.cancel(principal, s.build.id);
+      if (s.build) hideBuild(s.build.id);
     }
     res.status(200).end();
   }));
@@ -659,7 +661,11 @@ export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 's
     if (body.disk) labels.push([RESOURCE_LABELS.disk, String(body.disk)]);
     const spec = buildSpecOf(info, labels);
     const build = await core.builds.create(principal, { name: ref.name, tags: [ref.tag], spec });
-    res.status(200).json(renderImageSnapshot({ name: snapshotNameOf(ref.name, ref.tag), build }, principal.organizationId));
+    const dto = renderImageSnapshot({ name: snapshotNameOf(ref.name, ref.tag), build }, principal.organizationId);
+    // The build is accepted and its log open from its first line: `building`, so the SDK follows
+    // the log from the start (it only does for a state other than `pending`, and a quick build
+    // may be over before its first 1-s poll). Later polls show a build still queued as `pending`.
+    res.status(200).json({ ...dto, state: 'building' });
   }));
   const snapshotBuildId = async (principal: Principal, idOrName: string): Promise<string> => {
     const found = await findAny(principal, idOrName);

@@ -120,7 +120,10 @@ export async function findImageSnapshot(core: Core, principal: Principal, idOrNa
     const build = await core.builds.get(principal, idOrName).catch(notFound);
     if (!build) return undefined;
     const tag = build.tags[0] ?? DEFAULT_TAG;
-    const image = build.imageId ? await core.images.get(principal, build.imageId).catch(notFound) : undefined;
+    // Core tags the image a moment before it marks the build succeeded (and records its image id).
+    const tagged = build.imageId ? undefined : await core.images.get(principal, `${build.name}:${tag}`).catch(notFound);
+    const image = build.imageId ? await core.images.get(principal, build.imageId).catch(notFound) : tagged?.buildId === build.id ? tagged : undefined;
+    if (!image && !countsWithoutImage(build)) return undefined;
     return { name: snapshotNameOf(build.name, tag), build, image };
   }
   if (IMAGE_ID.test(idOrName)) {
@@ -137,10 +140,29 @@ export async function findImageSnapshot(core: Core, principal: Principal, idOrNa
   }
   const image = await core.images.get(principal, ref.reference).catch(notFound);
   const build = await latestBuild(core, principal, ref.name, ref.tag);
-  // A build newer than the image (a rebuild) decides while it runs; a finished one only when there is no image.
-  const current = build && (!image || (!FINISHED_BUILD_STATES.includes(build.state) && build.createdAt > image.createdAt) || image.buildId === build.id) ? build : undefined;
+  // A build newer than the image (a rebuild) decides while it runs; without an image, a build
+  // decides while it runs or when it failed (build_failed until the snapshot is deleted).
+  const current = build && (image ? image.buildId === build.id || (!FINISHED_BUILD_STATES.includes(build.state) && build.createdAt > image.createdAt) : countsWithoutImage(build)) ? build : undefined;
   if (!image && !current) return undefined;
   return { name: snapshotNameOf(ref.name, ref.tag), image, build: current ?? (image?.buildId ? await core.builds.get(principal, image.buildId).catch(notFound) : undefined) };
+}
+
+/**
+ * Failed builds whose snapshot was deleted (core keeps every build's record): hidden from then
+ * on. Kept in this process only: after a restart a deleted build_failed snapshot shows again
+ * until its name is built again or deleted again.
+ */
+const hiddenBuilds = new Set<string>();
+
+export function hideBuild(id: string): void {
+  if (hiddenBuilds.size >= 100_000) hiddenBuilds.clear();
+  hiddenBuilds.add(id);
+}
+
+/** A build that is a snapshot of its own, with no image: running, or failed (and not deleted). */
+export function countsWithoutImage(b: ImageBuild): boolean {
+  if (hiddenBuilds.has(b.id)) return false;
+  return !FINISHED_BUILD_STATES.includes(b.state) || b.state === 'failed';
 }
 
 /** Daytona's snapshot state of an image snapshot (the SDK waits for active, error or build_failed). */

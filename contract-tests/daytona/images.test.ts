@@ -23,7 +23,7 @@ beforeAll(async () => {
   work = mkdtempSync('/tmp/nbx-daytona-images-');
   registry = await startTestRegistry();
   busybox = `${registry.host}/test/busybox:1`;
-  await pushTestImage(await buildTestImage(join(work, 'busybox'), busyboxImageSpec({ env: ['PATH=/bin'] })), busybox);
+  await pushTestImage(await buildTestImage(join(work, 'busybox'), busyboxImageSpec({ env: ['PATH=/bin'], files: { 'etc/passwd': { content: 'root:x:0:0:root:/root:/bin/sh\n' } } })), busybox);
   env = await startDaytonaEnv();
 }, 300_000);
 
@@ -35,7 +35,7 @@ afterAll(async () => {
 });
 
 /** A sandbox from a snapshot, with no network, deleted after the file. */
-async function sandboxFrom(params: Parameters<DaytonaTestEnv['daytona']['create']>[0], options?: Parameters<DaytonaTestEnv['daytona']['create']>[1]): Promise<Sandbox> {
+async function sandboxFrom(params: { snapshot: string } | { image: Image | string }, options?: { onSnapshotCreateLogs?: (chunk: string) => void }): Promise<Sandbox> {
   const sandbox = await env.daytona.create({ networkBlockAll: true, ...params } as never, { timeout: 0, ...options });
   created.push(sandbox);
   return sandbox;
@@ -113,6 +113,8 @@ describe('daytona.snapshot.create from an Image', () => {
     const again = await env.daytona.snapshot.create({ name: 'img-fail', image: Image.base('default').runCommands('true') });
     expect(again.state).toBe('active');
     await env.daytona.snapshot.delete(again);
+    await expect(env.daytona.snapshot.get('img-fail')).rejects.toBeInstanceOf(DaytonaNotFoundError);
+    expect((await env.daytona.snapshot.list()).items.map((s) => s.name)).not.toContain('img-fail');
   }, 600_000);
 
   it('Image.fromDockerfile copies the Dockerfile\'s context files', async () => {
