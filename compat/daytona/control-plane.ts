@@ -611,7 +611,8 @@ export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 's
     let named = principal.scopes.has('snapshots:read') ? await snapshots.list(principal) : [];
     if (source) named = named.filter((s) => s.sourceSandboxId === source);
     // Images have no source sandbox: a filter by one lists only named snapshots.
-    const images = source || !principal.scopes.has('images:read') ? [] : await imageSnapshots(principal);
+    // A key limited to some sandboxes sees only the snapshots that concern them: no image is one.
+    const images = source || principal.sandboxIds !== null || !principal.scopes.has('images:read') ? [] : await imageSnapshots(principal);
     let all = [...named.map(renderDaytonaSnapshot), ...images.map((s) => renderImageSnapshot(s, principal.organizationId))];
     if (typeof req.query.name === 'string' && req.query.name) all = all.filter((s) => String(s.name).includes(String(req.query.name)));
     res.json({ items: all.slice((page - 1) * limit, page * limit), total: all.length, page, totalPages: Math.max(1, Math.ceil(all.length / limit)) });

@@ -112,6 +112,8 @@ async function latestBuild(core: Core, principal: Principal, name: string, tag: 
 
 /** The image snapshot a name or id means; undefined when there is none. */
 export async function findImageSnapshot(core: Core, principal: Principal, idOrName: string): Promise<ImageSnapshot | undefined> {
+  // A key limited to some sandboxes sees only the snapshots that concern them: no image is one.
+  if (principal.sandboxIds !== null || !principal.scopes.has('images:read')) return undefined;
   const notFound = (err: unknown) => {
     if (err instanceof NestboxError && (err.code === 'not_found' || err.code === 'validation_failed')) return undefined;
     throw err;
