@@ -72,11 +72,34 @@ export function buildSpecOf(info: DaytonaBuildInfo, labels: [string, string][] =
     if (err instanceof BuildSpecError) throw new NestboxError('validation_failed', `buildInfo.dockerfileContent: ${err.message}`, { field: 'buildInfo.dockerfileContent', ...(err.line !== undefined ? { line: err.line } : {}) });
     throw err;
   }
-  if (labels.length) {
-    const last = spec.stages[spec.stages.length - 1];
-    last?.steps.push({ kind: 'label', labels, at: { line: last.steps.length + 1, text: `LABEL ${labels.map(([k, v]) => `${k}=${v}`).join(' ')}` } });
-  }
+  const last = spec.stages[spec.stages.length - 1];
+  if (last && labels.length) last.steps.push({ kind: 'label', labels, at: { line: last.steps.length + 1, text: `LABEL ${labels.map(([k, v]) => `${k}=${v}`).join(' ')}` } });
+  const entrypoint = last ? entrypointCommand(last.steps) : undefined;
+  // Daytona's daemon runs the image's ENTRYPOINT/CMD in the background of every sandbox: here
+  // that is the image's start command (run detached at each start, no readiness check).
+  if (last && entrypoint) last.steps.push({ kind: 'start', command: entrypoint, at: { line: last.steps.length + 1, text: `(entrypoint) ${entrypoint.slice(0, 200)}` } });
   return spec;
+}
+
+const shellQuote = (word: string) => (/^[A-Za-z0-9_./:=@%+-]+$/.test(word) ? word : `'${word.replace(/'/g, `'\\''`)}'`);
+
+/**
+ * The shell command of the last ENTRYPOINT and CMD the Dockerfile's final stage sets, combined as
+ * Docker combines them (a shell-form ENTRYPOINT ignores CMD); undefined when it sets neither.
+ */
+export function entrypointCommand(steps: BuildSpec['stages'][number]['steps']): string | undefined {
+  let entrypoint: { shell: string } | { argv: string[] } | undefined;
+  let cmd: { shell: string } | { argv: string[] } | undefined;
+  for (const step of steps) {
+    if (step.kind === 'entrypoint') {
+      entrypoint = step.command;
+      cmd = undefined;
+    } else if (step.kind === 'cmd') cmd = step.command;
+  }
+  const text = (c: { shell: string } | { argv: string[] }) => ('shell' in c ? c.shell : c.argv.map(shellQuote).join(' '));
+  if (entrypoint && 'shell' in entrypoint) return entrypoint.shell || undefined;
+  const parts = [entrypoint && text(entrypoint), cmd && text(cmd)].filter((p): p is string => !!p);
+  return parts.length ? parts.join(' ') : undefined;
 }
 
 /** Snapshot name → image reference (`n` is `n:latest`); a 400 naming `field` otherwise. */

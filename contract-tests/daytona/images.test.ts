@@ -122,11 +122,18 @@ describe('daytona.snapshot.create from an Image', () => {
     mkdirSync(join(dir, 'ctx'), { recursive: true });
     writeFileSync(join(dir, 'ctx', 'one.txt'), 'one\n');
     writeFileSync(join(dir, 'two.txt'), 'two\n');
-    writeFileSync(join(dir, 'Dockerfile'), 'FROM default\nCOPY ctx /opt/ctx\nCOPY two.txt /opt/two.txt\nENV FROM_DOCKERFILE=yes\n');
+    // The CMD runs in the background of every sandbox, as Daytona's daemon runs it.
+    writeFileSync(join(dir, 'Dockerfile'), 'FROM default\nCOPY ctx /opt/ctx\nCOPY two.txt /opt/two.txt\nENV FROM_DOCKERFILE=yes\nCMD ["sh", "-c", "echo \\"cmd ran: $FROM_DOCKERFILE\\" > /tmp/cmd.txt; exec sleep 3600"]\n');
     const snapshot = await env.daytona.snapshot.create({ name: 'img-df', image: Image.fromDockerfile(join(dir, 'Dockerfile')) });
     expect(snapshot.state).toBe('active');
     const sandbox = await sandboxFrom({ snapshot: 'img-df' });
     expect(await run(sandbox, 'cat /opt/ctx/one.txt /opt/two.txt; echo $FROM_DOCKERFILE')).toBe('one\ntwo\nyes\n');
+    let cmdOutput = '';
+    for (let i = 0; i < 60 && !cmdOutput; i++) {
+      cmdOutput = await run(sandbox, 'cat /tmp/cmd.txt 2>/dev/null || true');
+      if (!cmdOutput) await new Promise((r) => setTimeout(r, 500));
+    }
+    expect(cmdOutput).toBe('cmd ran: yes\n');
   }, 600_000);
 
   it('an unsupported Dockerfile line is a 400 naming it', async () => {
