@@ -4,9 +4,10 @@
 // A Daytona create with `buildInfo` answers at once with a sandbox in `pending_build`; the SDK
 // polls it by id, streams its build log, then waits for `started`. Core has no sandbox before
 // the image exists, so until then the sandbox is a pending record of this layer, kept in memory:
-// its id (`pnd…`, or the caller's `name`) becomes the real sandbox's name when the build is done,
-// so `GET /sandbox/{that id}` reaches the real sandbox, whose DTO gives the SDK the real id (and
-// a changed toolboxProxyUrl, so the SDK points its toolbox client at the real id too).
+// its id (`pnd-…`, or the caller's `name`) becomes the real sandbox's name when the build is
+// done, so `GET /sandbox/{that id}` reaches the real sandbox, whose DTO gives the SDK the real id,
+// and the toolbox (whose base URL the SDKs fixed with the first id) accepts that name too
+// (`toolboxSandboxId`).
 // Pending records live in the control-plane process that took the create: a restart during a
 // build loses the pending sandbox (the build itself is failed by core and is not tagged).
 import type { Response } from 'express';
@@ -67,7 +68,8 @@ export class PendingBuildSandboxes {
   /** Starts waiting for the build; the sandbox is created from `snapshotRef` when it succeeds. */
   start(principal: Principal, init: Omit<PendingSandbox, 'id' | 'organizationId' | 'phase' | 'createdAt' | 'updatedAt'> & { name?: string }): PendingSandbox {
     this.prune();
-    const id = init.name ?? `pnd${randomId(17)}`;
+    // A `-` keeps it apart from core's ids (20 lower-case letters and digits).
+    const id = init.name ?? `pnd-${randomId(17)}`;
     if (this.has(principal.organizationId, id)) throw new NestboxError('conflict', `name: a sandbox named "${id}" is already being built`, { field: 'name' });
     const now = new Date();
     const record: PendingSandbox = { ...init, id, organizationId: principal.organizationId, phase: 'build', createdAt: now, updatedAt: now };
@@ -134,6 +136,18 @@ export class PendingBuildSandboxes {
   }
 }
 
+const SANDBOX_ID = /^[a-z0-9]{20}$/;
+
+/**
+ * The sandbox id a toolbox path names: an id as it is, else a sandbox name (a sandbox built on
+ * demand keeps the pending id as its name, and the SDKs address the toolbox by that first id).
+ * Visibility only: the operation's own scope is checked by core's toolbox.
+ */
+export async function toolboxSandboxId(sandboxes: Pick<CompatPort['sandboxes'], 'getByIdOrName'>, principal: Principal, idOrName: string): Promise<string> {
+  if (SANDBOX_ID.test(idOrName)) return idOrName;
+  return (await sandboxes.getByIdOrName({ ...principal, scopes: new Set(['sandboxes:read']) }, idOrName)).id;
+}
+
 /** Daytona's sandbox state of a pending record (§1.4: pending_build → building_snapshot → …). */
 export function pendingState(r: PendingSandbox): string {
   switch (r.phase) {
@@ -181,9 +195,7 @@ export function renderPendingSandbox(r: PendingSandbox, toolboxUrl: string): Rec
     volumes: [],
     createdAt: r.createdAt.toISOString(),
     updatedAt: r.updatedAt.toISOString(),
-    // With a trailing `/`: when the real sandbox's DTO (no `/`) arrives, the SDK sees a new
-    // proxy URL and rebuilds its toolbox base URL with the real id (Sandbox.processSandboxDto).
-    toolboxProxyUrl: `${toolboxUrl.replace(/\/+$/, '')}/`,
+    toolboxProxyUrl: toolboxUrl,
     daemonVersion: 'nestbox',
   };
 }

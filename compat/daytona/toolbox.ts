@@ -17,6 +17,7 @@ import { createGitRoutes } from './git.js';
 import { createLspRoutes } from './lsp.js';
 import { createPty, findPty, ptyInfo, ptyProcesses } from './pty.js';
 import { daytonaAccount } from './sandbox-dto.js';
+import { toolboxSandboxId } from './builds.js';
 import { giveTo, inHome, ownerOf } from '../sandbox-accounts.js';
 
 /** Exit code of a process that a signal ended, the way shells report it (128 + signal number). */
@@ -63,7 +64,10 @@ export function createToolboxRouter(core: Pick<CompatPort, 'toolbox' | 'sandboxe
   const router = express.Router({ mergeParams: true });
   const { sandboxes, toolbox } = core;
   const tb = (fn: (c: ToolboxCall) => Promise<void>) =>
-    handle(options.log, 'toolbox', (req, res) => fn({ req, res, principal: principalOf(res), sandboxId: String(req.params.sandboxId) }));
+    handle(options.log, 'toolbox', async (req, res) => {
+      const principal = principalOf(res);
+      await fn({ req, res, principal, sandboxId: await toolboxSandboxId(sandboxes, principal, String(req.params.sandboxId)) });
+    });
   /** A client that goes away cancels the guest call (a foreground command is killed). */
   const untilGone = (c: ToolboxCall) => ({ signal: clientGoneSignal(c.req, c.res) });
   /** Daytona's `daytona` user (root in an image without it): every toolbox call acts as it. */

@@ -160,6 +160,14 @@ describe('daytona.create({image}) builds on demand', () => {
     const second = await sandboxFrom({ image });
     expect(await run(second, 'cat /od.txt')).toBe('on-demand\n');
     expect(await buildsNamed(ref)).toHaveLength(1);
+
+    // A new image, named, without a log callback: the SDK waits through pending_build on its own,
+    // and its toolbox client, made with the id the create answered, reaches the built sandbox.
+    const named = await sandboxFrom({ image: Image.base('default').runCommands('echo named > /named.txt'), name: 'od-named' } as never);
+    expect(named.name).toBe('od-named');
+    expect(named.state).toBe('started');
+    expect(await run(named, 'cat /named.txt')).toBe('named\n');
+    expect((await env.daytona.get('od-named')).id).toBe(named.id);
   }, 600_000);
 
   it('a failing build gives build_failed and the SDK\'s error', async () => {

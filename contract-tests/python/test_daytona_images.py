@@ -1,13 +1,13 @@
 """The real `daytona` Python SDK (sync client) building an image snapshot on Nestbox:
 `daytona.snapshot.create(CreateSnapshotParams(name, image=Image...), on_logs=...)`, then
-`daytona.create` from that snapshot. The base is Nestbox's `default` image, so the build needs
+`daytona.create` from that snapshot; and `daytona.create` from an `Image`, built on demand. The base is Nestbox's `default` image, so the build needs
 no registry and no network. No local files: the Python SDK uploads contexts with obstore, which
 refuses a plain-HTTP storageUrl (BadScheme) and this test server speaks HTTP (COVERAGE.md)."""
 
 import uuid
 
 import pytest
-from daytona import CreateSandboxFromSnapshotParams, CreateSnapshotParams, Daytona, DaytonaNotFoundError, Image
+from daytona import CreateSandboxFromImageParams, CreateSandboxFromSnapshotParams, CreateSnapshotParams, Daytona, DaytonaNotFoundError, Image
 
 
 @pytest.fixture(scope="module")
@@ -44,3 +44,18 @@ def test_snapshot_create_from_an_image_then_create_from_it(daytona):
     daytona.snapshot.delete(daytona.snapshot.get(name))
     with pytest.raises(DaytonaNotFoundError):
         daytona.snapshot.get(name)
+
+
+def test_create_from_an_image_builds_on_demand(daytona):
+    image = Image.base("default").run_commands("echo on-demand from python > /od.txt")
+    logs = []
+    sandbox = daytona.create(
+        CreateSandboxFromImageParams(image=image, network_block_all=True), timeout=0, on_snapshot_create_logs=logs.append
+    )
+    try:
+        assert sandbox.state == "started"
+        assert "RUN echo on-demand from python" in "\n".join(logs)
+        # The SDK's toolbox client keeps the id the create answered (the pending one): it still works.
+        assert sandbox.process.exec("cat /od.txt").result == "on-demand from python\n"
+    finally:
+        daytona.delete(sandbox)
