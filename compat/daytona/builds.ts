@@ -54,15 +54,19 @@ export class PendingBuildSandboxes {
     private readonly log: Log,
   ) {}
 
-  /** A name no live sandbox or pending record has (the caller's, or a generated `pnd…`). */
+  /** Records are per organisation: names are unique within one. */
+  private key(organizationId: string, id: string): string {
+    return `${organizationId}/${id}`;
+  }
+
+  /** Whether a pending sandbox of the organisation has this id (its future name). */
   has(organizationId: string, idOrName: string): boolean {
-    const r = this.records.get(idOrName);
-    return !!r && r.organizationId === organizationId && r.phase !== 'deleted';
+    const r = this.records.get(this.key(organizationId, idOrName));
+    return !!r && r.phase !== 'deleted';
   }
 
   get(principal: Principal, idOrName: string): PendingSandbox | undefined {
-    const r = this.records.get(idOrName);
-    return r && r.organizationId === principal.organizationId ? r : undefined;
+    return this.records.get(this.key(principal.organizationId, idOrName));
   }
 
   /** Starts waiting for the build; the sandbox is created from `snapshotRef` when it succeeds. */
@@ -73,7 +77,7 @@ export class PendingBuildSandboxes {
     if (this.has(principal.organizationId, id)) throw new NestboxError('conflict', `name: a sandbox named "${id}" is already being built`, { field: 'name' });
     const now = new Date();
     const record: PendingSandbox = { ...init, id, organizationId: principal.organizationId, phase: 'build', createdAt: now, updatedAt: now };
-    this.records.set(id, record);
+    this.records.set(this.key(record.organizationId, id), record);
     void this.run(principal, record);
     return record;
   }
@@ -129,8 +133,8 @@ export class PendingBuildSandboxes {
 
   private prune(): void {
     const cutoff = Date.now() - KEEP_FINISHED_MS;
-    for (const [id, r] of this.records) {
-      if (r.phase !== 'build' && r.phase !== 'creating' && r.updatedAt.getTime() < cutoff) this.records.delete(id);
+    for (const [key, r] of this.records) {
+      if (r.phase !== 'build' && r.phase !== 'creating' && r.updatedAt.getTime() < cutoff) this.records.delete(key);
     }
     if (this.records.size >= MAX_PENDING) throw new NestboxError('rate_limited', 'too many sandboxes are being built at once; try again later');
   }

@@ -158,7 +158,8 @@ export function egressOf(body: { networkBlockAll?: boolean; networkAllowList?: s
 const CreateSnapshotBody = z
   .object({
     name: z.string().min(1),
-    imageName: z.string().min(1).optional(),
+    // One image reference: it becomes the FROM line of a one-line Dockerfile.
+    imageName: z.string().regex(/^[^\s]{1,512}$/, 'must be one image reference, e.g. "python:3.12" or "default"').optional(),
     entrypoint: z.array(z.string()).optional(),
     buildInfo: z.object({ dockerfileContent: z.string(), contextHashes: z.array(z.string()).optional() }).passthrough().optional(),
     cpu: z.number().int().positive().optional(),
@@ -169,7 +170,7 @@ const CreateSnapshotBody = z
     regionId: z.string().optional(),
     sandboxClass: z.string().optional(),
   })
-  .strict();
+  .passthrough();
 
 /** `sb.updateNetworkSettings()`: the SDK requires at least one of these. */
 const NetworkSettingsBody = z
@@ -640,6 +641,12 @@ export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 's
   }));
   router.post('/snapshots', api(async (req, res, principal) => {
     const body = parseBody(CreateSnapshotBody, req.body);
+    // A newer SDK's fields: accepted and reported as without effect, as for sandbox creates.
+    const unknown = Object.keys(body).filter((key) => !(key in CreateSnapshotBody.shape));
+    if (unknown.length) {
+      res.setHeader('X-Nestbox-Unhonoured-Options', unknown.join(', ').replace(/[^\x20-\x7e]/g, '?'));
+      options.log.warn({ unknown }, `daytona snapshot create: options unknown to this server had no effect: ${unknown.join(', ')}`);
+    }
     if (body.gpu) throw notSupported('GPUs', 'this server has no GPU sandboxes');
     if (body.gpuType?.length) throw notSupported('gpuType', 'this server has no GPU sandboxes');
     if (body.sandboxClass !== undefined) throw notSupported('sandboxClass', 'this server has one class of sandbox');

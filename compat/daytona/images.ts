@@ -207,6 +207,13 @@ export function buildFailureReason(b: ImageBuild): string {
   return `${e.message}${tail}`;
 }
 
+/** The image a snapshot of `imageName` was made from: its build is that one FROM (and an entrypoint). */
+function imageNameOfBuild(b: ImageBuild | undefined): string | undefined {
+  const stages = b?.spec.stages;
+  if (stages?.length !== 1 || !stages[0].steps.every((st) => ['entrypoint', 'cmd', 'start', 'label'].includes(st.kind))) return undefined;
+  return stages[0].from.reference;
+}
+
 const iso = (d: Date | null | undefined) => (d ? d.toISOString() : null);
 
 /** SnapshotDto of an image snapshot. */
@@ -224,7 +231,7 @@ export function renderImageSnapshot(s: ImageSnapshot, organizationId: string): R
     // The built-in image is every organisation's: Daytona's "general" snapshots.
     general: s.image?.id === 'default',
     name: s.name,
-    imageName: source?.kind === 'pull' ? source.reference : s.image ? `${s.image.name}:${s.image.tags.includes(DEFAULT_TAG) ? DEFAULT_TAG : (s.image.tags[0] ?? '')}` : null,
+    imageName: source?.kind === 'pull' ? source.reference : imageNameOfBuild(s.build) ?? (s.image ? `${s.image.name}:${s.image.tags.includes(DEFAULT_TAG) ? DEFAULT_TAG : (s.image.tags[0] ?? '')}` : null),
     state,
     size: s.image?.sizeBytes == null ? null : s.image.sizeBytes / 1024 ** 3,
     entrypoint: s.image?.config.entrypoint ?? null,

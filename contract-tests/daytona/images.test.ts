@@ -136,6 +136,25 @@ describe('daytona.snapshot.create from an Image', () => {
     expect(cmdOutput).toBe('cmd ran: yes\n');
   }, 600_000);
 
+  it('an image name with an entrypoint: pulled from the registry, or a Nestbox image; the entrypoint runs in each sandbox', async () => {
+    const pulled = await env.daytona.snapshot.create({ name: 'img-pulled', image: busybox });
+    expect(pulled.state).toBe('active');
+    expect(pulled.imageName).toBe(busybox);
+    const named = await env.daytona.snapshot.create({ name: 'img-ep', image: 'default', entrypoint: ['sh', '-c', 'echo "entrypoint ran" > /tmp/ep.txt; exec sleep 3600'] });
+    expect(named.state).toBe('active');
+    const sandbox = await sandboxFrom({ snapshot: 'img-ep' });
+    let out = '';
+    for (let i = 0; i < 60 && !out; i++) {
+      out = await run(sandbox, 'cat /tmp/ep.txt 2>/dev/null || true');
+      if (!out) await new Promise((r) => setTimeout(r, 500));
+    }
+    expect(out).toBe('entrypoint ran\n');
+    // One reference, not Dockerfile text.
+    const bad = await rawFetch(env, '/daytona/api/snapshots', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ name: 'img-inject', imageName: 'default\nRUN true' }) });
+    expect(bad.status).toBe(400);
+    expect(((await bad.json()) as { message: string }).message).toMatch(/imageName/);
+  }, 600_000);
+
   it('an unsupported Dockerfile line is a 400 naming it', async () => {
     const err = await env.daytona.snapshot.create({ name: 'img-bad', image: Image.base('default').dockerfileCommands(['ONBUILD RUN true']) }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(DaytonaError);
