@@ -59,10 +59,14 @@ export class PendingBuildSandboxes {
     return `${organizationId}/${id}`;
   }
 
-  /** Whether a pending sandbox of the organisation has this id (its future name). */
+  /**
+   * Whether a pending sandbox of the organisation holds this id (its future name): while it is
+   * built and created, and after a failure until it is deleted (as a failed Daytona sandbox
+   * keeps its name). A created one's name is the real sandbox's.
+   */
   has(organizationId: string, idOrName: string): boolean {
     const r = this.records.get(this.key(organizationId, idOrName));
-    return !!r && r.phase !== 'deleted';
+    return !!r && r.phase !== 'deleted' && r.phase !== 'created';
   }
 
   get(principal: Principal, idOrName: string): PendingSandbox | undefined {
