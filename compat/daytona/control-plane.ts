@@ -13,6 +13,10 @@ import { CORE_STATES_OF, renderDaytonaSandbox, renderDaytonaSnapshot, SANDBOX_US
 import { requireScope } from '../../core/services/auth.js';
 import { isIpv4Entry, parseEgressEntry } from '../../core/egress.js';
 import { issueStorageAccess } from './object-storage.js';
+import { buildSpecOf, countsWithoutImage, findImageSnapshot, hideBuild, imageOfSnapshotName, imageSnapshotState, renderImageSnapshot, RESOURCE_LABELS, snapshotNameOf, snapshotRefOf, type ImageSnapshot } from './images.js';
+import { PendingBuildSandboxes, renderPendingSandbox, streamBuildLog } from './builds.js';
+import { publicOrigin } from './context.js';
+import { FINISHED_BUILD_STATES } from '../../core/images/types.js';
 
 const Minutes = z.number().int();
 
@@ -104,7 +108,7 @@ function unknownOptions(body: CreateBody): string[] {
 
 /** Options whose silent omission would change what the user's code sees or may do: refused. */
 function refuseUnsupported(body: CreateBody): void {
-  if (body.buildInfo !== undefined) throw notSupported('building an image (image / buildInfo)', 'sandboxes start from the base image or a snapshot; pass `snapshot` instead');
+  if (body.buildInfo !== undefined && body.snapshot !== undefined) throw errors.validation('snapshot', 'give either a snapshot or an image (buildInfo), not both');
   if (body.gpu) throw notSupported('GPUs', 'this server has no GPU sandboxes');
   if (body.volumes?.length) throw notSupported('volumes');
   if (body.secrets?.length) throw notSupported('secrets');
@@ -149,6 +153,24 @@ export function egressOf(body: { networkBlockAll?: boolean; networkAllowList?: s
   if (allow.length > 0) return { mode: 'allow-list', allow };
   return undefined;
 }
+
+/** daytona-wave2 §1.2 `CreateSnapshot`. */
+const CreateSnapshotBody = z
+  .object({
+    name: z.string().min(1),
+    // One image reference: it becomes the FROM line of a one-line Dockerfile.
+    imageName: z.string().regex(/^[^\s]{1,512}$/, 'must be one image reference, e.g. "python:3.12" or "default"').optional(),
+    entrypoint: z.array(z.string()).optional(),
+    buildInfo: z.object({ dockerfileContent: z.string(), contextHashes: z.array(z.string()).optional() }).passthrough().optional(),
+    cpu: z.number().int().positive().optional(),
+    gpu: z.number().int().min(0).optional(),
+    gpuType: z.array(z.string()).optional(),
+    memory: z.number().positive().optional(),
+    disk: z.number().int().positive().optional(),
+    regionId: z.string().optional(),
+    sandboxClass: z.string().optional(),
+  })
+  .passthrough();
 
 /** `sb.updateNetworkSettings()`: the SDK requires at least one of these. */
 const NetworkSettingsBody = z
@@ -245,9 +267,27 @@ function listInput(req: Request): ListSandboxesInput {
   return input;
 }
 
-export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 'snapshots' | 'sandboxTokens' | 'ports'>, options: Pick<DaytonaOptions, 'log' | 'maxTimeoutSeconds' | 'region' | 'objectStorage'>): Router {
+export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 'snapshots' | 'sandboxTokens' | 'ports' | 'images' | 'builds'>, options: Pick<DaytonaOptions, 'log' | 'maxTimeoutSeconds' | 'region' | 'objectStorage'>): Router {
   const router = express.Router();
   const { sandboxes, snapshots } = core;
+  const pending = new PendingBuildSandboxes(core, options.log);
+  /**
+   * `create({snapshot})`: a Nestbox named snapshot of that name, else an image snapshot
+   * (images.ts), whose `resources` are the sandbox's defaults; neither: core's own 400.
+   */
+  const snapshotSource = async (principal: Principal, name: string, body: CreateBody): Promise<Partial<CreateSandboxInput>> => {
+    if (await snapshots.get(principal, name).then(() => true, () => false)) return { snapshot: name };
+    const found = await findImageSnapshot(core, principal, name);
+    if (!found) return { snapshot: name };
+    const { state, errorReason } = imageSnapshotState(found);
+    if (state !== 'active' || !found.image) throw errors.validation('snapshot', `snapshot "${name}" is ${state}${errorReason ? ` (${errorReason.split('\n')[0]})` : ''}; sandboxes start from an active snapshot`);
+    const labels = found.image.config.labels;
+    const resource = (key: string) => (labels[key] === undefined ? undefined : Number(labels[key]));
+    const cpu = body.cpu ?? resource(RESOURCE_LABELS.cpu);
+    const memory = body.memory ?? resource(RESOURCE_LABELS.memory);
+    const disk = body.disk ?? resource(RESOURCE_LABELS.disk);
+    return { snapshot: undefined, image: imageOfSnapshotName(found.name, 'snapshot').reference, ...(cpu ? { cpu } : {}), ...(memory ? { memoryMiB: memory * 1024 } : {}), ...(disk ? { diskGiB: disk } : {}) };
+  };
   const maxSeconds = options.maxTimeoutSeconds;
   /** Sandbox DTOs of one answer; `public` (every preview link open) is read for all of them in one query. */
   const dtos = async (req: Request, principal: Principal, list: Sandbox[], full: boolean) => {
@@ -269,6 +309,29 @@ export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 's
       res.setHeader('X-Nestbox-Unhonoured-Options', unknown.join(', ').replace(/[^\x20-\x7e]/g, '?'));
       options.log.warn({ unknown }, `daytona create: options unknown to this server had no effect: ${unknown.join(', ')}`);
     }
+    if (body.buildInfo !== undefined) {
+      // daytona-wave2 §1.4: built on demand, once per Dockerfile and contexts (snapshotRef).
+      const info = body.buildInfo;
+      const snapshotRef = snapshotRefOf(info);
+      const spec = buildSpecOf(info);
+      if (body.name !== undefined && (pending.has(principal.organizationId, body.name) || (await sandboxes.getByIdOrName(principal, body.name).then(() => true, () => false)))) {
+        throw new NestboxError('conflict', `name: a sandbox named "${body.name}" already exists`, { field: 'name' });
+      }
+      if (await core.images.get(principal, snapshotRef).then(() => true, () => false)) {
+        const created = await sandboxes.create(principal, { ...input, image: snapshotRef });
+        res.status(200).json(await dto(req, created));
+        return;
+      }
+      const [refName, refTag] = snapshotRef.split(':');
+      const running = (await core.builds.list(principal, { name: refName, states: ['queued', 'running'], limit: 1 }))[0];
+      // The build's RUN steps reach the network as the sandbox will (a stricter posture of the
+      // sandbox is not bypassed by its build); without network options, as any Daytona build.
+      const build = running ?? (await core.builds.create(principal, { name: refName, tags: [refTag], spec, ...(input.egress ? { egress: input.egress } : {}) }));
+      const record = pending.start(principal, { name: body.name, buildId: build.id, snapshotRef, contextHashes: info.contextHashes ?? [], dockerfileContent: info.dockerfileContent ?? '', input, region: options.region });
+      res.status(200).json(renderPendingSandbox(record, toolboxProxyUrl(req)));
+      return;
+    }
+    if (body.snapshot !== undefined) Object.assign(input, await snapshotSource(principal, body.snapshot, body));
     const created = await sandboxes.create(principal, input);
     res.status(200).json(await dto(req, created));
   }));
@@ -294,6 +357,10 @@ export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 's
   }));
 
   router.get('/sandbox/:sandboxId', api(async (req, res, principal) => {
+    const id = String(req.params.sandboxId);
+    const record = pending.get(principal, id);
+    // A sandbox still being built (builds.ts); once created it is found by its name (the pending id).
+    if (record && record.phase !== 'created') return void res.json(renderPendingSandbox(record, toolboxProxyUrl(req)));
     res.json(await dto(req, await resolve(principal, req)));
   }));
 
@@ -333,6 +400,12 @@ export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 's
   }));
 
   router.delete('/sandbox/:sandboxId', api(async (req, res, principal) => {
+    const record = pending.get(principal, String(req.params.sandboxId));
+    if (record && record.phase !== 'created' && record.phase !== 'deleted') {
+      requireScope(principal, 'sandboxes:delete');
+      await pending.delete(principal, record);
+      return void res.json(renderPendingSandbox(record, toolboxProxyUrl(req)));
+    }
     const s = await resolve(principal, req);
     await sandboxes.delete(principal, s.id);
     res.json(await dto(req, { ...s, state: 'deleted' }));
@@ -461,40 +534,161 @@ export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 's
   unsupportedSandboxRoute('delete', '/sandbox/:sandboxId/ssh-access', 'SSH access');
   unsupportedSandboxRoute('get', '/sandbox/ssh-access/validate', 'SSH access');
   unsupportedSandboxRoute('get', '/sandbox/:sandboxId/telemetry/metrics', 'historical metrics (getMetrics)', 'use getMetricsLatest');
-  unsupportedSandboxRoute('get', '/sandbox/:sandboxId/build-logs-url', 'build logs', 'Nestbox does not build images');
-  unsupportedSandboxRoute('get', '/sandbox/:sandboxId/build-logs', 'build logs', 'Nestbox does not build images');
+  // daytona-wave2 §1.4: the build log of a sandbox built on demand (its pending record, or the
+  // build of the image it was created from). A URL without a query: the SDK appends `?follow=true`.
+  const sandboxBuildId = async (principal: Principal, idOrName: string): Promise<string> => {
+    const record = pending.get(principal, idOrName);
+    if (record) return record.buildId;
+    const s = await sandboxes.getByIdOrName(principal, idOrName);
+    const built = s.image.endsWith(':daytona') ? await findImageSnapshot(core, principal, s.image).catch(() => undefined) : undefined;
+    if (!built?.build) throw errors.notFound('build', `Sandbox ${idOrName} has no build info`);
+    return built.build.id;
+  };
+  router.get('/sandbox/:sandboxId/build-logs-url', api(async (req, res, principal) => {
+    const id = String(req.params.sandboxId);
+    await sandboxBuildId(principal, id);
+    res.json({ url: `${publicOrigin(req)}${req.baseUrl}/sandbox/${encodeURIComponent(id)}/build-logs` });
+  }));
+  router.get('/sandbox/:sandboxId/build-logs', api(async (req, res, principal) => {
+    const buildId = await sandboxBuildId(principal, String(req.params.sandboxId));
+    await streamBuildLog(core, principal, buildId, req.query.follow === 'true', res);
+  }));
 
-  // Named snapshots (daytona.md (b) snapshot rows) over core's SnapshotService.
-  const findSnapshot = async (principal: Principal, idOrName: string): Promise<Snapshot> => {
+  // Snapshots (images.ts): Nestbox named snapshots of sandboxes, and images (built by
+  // snapshot.create, or by create({image}), or the native API's). A name is looked up in that order.
+  const findSnapshot = async (principal: Principal, idOrName: string): Promise<Snapshot | undefined> => {
+    if (!principal.scopes.has('snapshots:read')) return undefined;
     const all = await snapshots.list(principal);
-    const found = all.find((s) => s.id === idOrName) ?? all.find((s) => s.name === idOrName);
-    if (!found) throw errors.notFound('snapshot', idOrName);
-    return found;
+    return all.find((s) => s.id === idOrName) ?? all.find((s) => s.name === idOrName);
+  };
+  const findAny = async (principal: Principal, idOrName: string): Promise<{ named?: Snapshot; image?: ImageSnapshot }> => {
+    const named = await findSnapshot(principal, idOrName);
+    if (named) return { named };
+    const image = await findImageSnapshot(core, principal, idOrName);
+    if (image) return { image };
+    throw new NestboxError('not_found', `Snapshot ${idOrName} not found`);
+  };
+  const renderAny = (principal: Principal, f: { named?: Snapshot; image?: ImageSnapshot }) => (f.named ? renderDaytonaSnapshot(f.named) : renderImageSnapshot(f.image!, principal.organizationId));
+  /** Every image snapshot: tagged images, and builds of names that have no image (yet, or that failed). */
+  const imageSnapshots = async (principal: Principal): Promise<ImageSnapshot[]> => {
+    const out: ImageSnapshot[] = [];
+    const seen = new Set<string>();
+    let cursor: string | undefined;
+    for (let page = 0; page < 20; page++) {
+      const chunk = await core.images.list(principal, { limit: 1000, cursor });
+      for (const image of chunk.items) {
+        for (const tag of image.tags) {
+          const name = snapshotNameOf(image.name, tag);
+          seen.add(name);
+          out.push({ name, image });
+        }
+      }
+      if (!chunk.nextCursor) break;
+      cursor = chunk.nextCursor;
+    }
+    const builds = await core.builds.list(principal, { limit: 1000 });
+    const buildOf = new Map(builds.filter((b) => b.imageId).map((b) => [b.imageId!, b]));
+    for (const s of out) if (s.image?.buildId) s.build = buildOf.get(s.image.id);
+    for (const b of builds) {
+      const name = snapshotNameOf(b.name, b.tags[0] ?? 'latest');
+      const newer = !FINISHED_BUILD_STATES.includes(b.state);
+      if (seen.has(name) && !newer) continue;
+      if (seen.has(name)) {
+        // A rebuild of a name in progress: that build decides the state.
+        const s = out.find((x) => x.name === name);
+        if (s && s.image && b.createdAt > s.image.createdAt) s.build = b;
+        continue;
+      }
+      seen.add(name);
+      if (!countsWithoutImage(b)) continue;
+      out.push({ name, build: b });
+    }
+    return out;
   };
   router.get('/snapshots', api(async (req, res, principal) => {
     const page = Math.max(1, Number(req.query.page ?? 1) || 1);
     const limit = Math.min(200, Math.max(1, Number(req.query.limit ?? 100) || 100));
-    let all = await snapshots.list(principal);
-    if (typeof req.query.sourceSandboxId === 'string') all = all.filter((s) => s.sourceSandboxId === req.query.sourceSandboxId);
-    res.json({ items: all.slice((page - 1) * limit, page * limit).map(renderDaytonaSnapshot), total: all.length, page, totalPages: Math.max(1, Math.ceil(all.length / limit)) });
+    const source = typeof req.query.sourceSandboxId === 'string' ? req.query.sourceSandboxId : undefined;
+    let named = principal.scopes.has('snapshots:read') ? await snapshots.list(principal) : [];
+    if (source) named = named.filter((s) => s.sourceSandboxId === source);
+    // Images have no source sandbox: a filter by one lists only named snapshots.
+    // A key limited to some sandboxes sees only the snapshots that concern them: no image is one.
+    const images = source || principal.sandboxIds !== null || !principal.scopes.has('images:read') ? [] : await imageSnapshots(principal);
+    let all = [...named.map(renderDaytonaSnapshot), ...images.map((s) => renderImageSnapshot(s, principal.organizationId))];
+    if (typeof req.query.name === 'string' && req.query.name) all = all.filter((s) => String(s.name).includes(String(req.query.name)));
+    res.json({ items: all.slice((page - 1) * limit, page * limit), total: all.length, page, totalPages: Math.max(1, Math.ceil(all.length / limit)) });
   }));
   router.get('/snapshots/:snapshot', api(async (req, res, principal) => {
-    res.json(renderDaytonaSnapshot(await findSnapshot(principal, String(req.params.snapshot))));
+    res.json(renderAny(principal, await findAny(principal, String(req.params.snapshot))));
   }));
   router.delete('/snapshots/:snapshot', api(async (req, res, principal) => {
-    const snapshot = await findSnapshot(principal, String(req.params.snapshot));
-    await snapshots.delete(principal, snapshot.name);
+    const found = await findAny(principal, String(req.params.snapshot));
+    if (found.named) {
+      await snapshots.delete(principal, found.named.name);
+    } else {
+      const s = found.image!;
+      if (s.image?.id === 'default') throw new NestboxError('conflict', 'the built-in snapshot "default" cannot be deleted');
+      // A build in progress is cancelled; the image (if any) goes unless a sandbox uses it (409).
+      if (s.image) await core.images.delete(principal, imageOfSnapshotName(s.name).reference);
+      if (s.build && !FINISHED_BUILD_STATES.includes(s.build.state)) await core.builds.cancel(principal, s.build.id);
+      if (s.build) hideBuild(s.build.id);
+    }
     res.status(200).end();
   }));
-  // Nestbox snapshots are usable as soon as they exist; there is no inactive state to leave.
+  // Nestbox snapshots and images are usable as soon as they exist; there is no inactive state to leave.
   router.post('/snapshots/:snapshot/activate', api(async (req, res, principal) => {
-    res.json(renderDaytonaSnapshot(await findSnapshot(principal, String(req.params.snapshot))));
+    res.json(renderAny(principal, await findAny(principal, String(req.params.snapshot))));
   }));
-  router.post('/snapshots', api(async () => {
-    throw notSupported('creating a snapshot from an image', 'Nestbox does not build images; take one from a sandbox with sandbox.createSnapshot(name)');
+  router.post('/snapshots', api(async (req, res, principal) => {
+    const body = parseBody(CreateSnapshotBody, req.body);
+    // A newer SDK's fields: accepted and reported as without effect, as for sandbox creates.
+    const unknown = Object.keys(body).filter((key) => !(key in CreateSnapshotBody.shape));
+    if (unknown.length) {
+      res.setHeader('X-Nestbox-Unhonoured-Options', unknown.join(', ').replace(/[^\x20-\x7e]/g, '?'));
+      options.log.warn({ unknown }, `daytona snapshot create: options unknown to this server had no effect: ${unknown.join(', ')}`);
+    }
+    if (body.gpu) throw notSupported('GPUs', 'this server has no GPU sandboxes');
+    if (body.gpuType?.length) throw notSupported('gpuType', 'this server has no GPU sandboxes');
+    if (body.sandboxClass !== undefined) throw notSupported('sandboxClass', 'this server has one class of sandbox');
+    checkTarget(body.regionId, options.region);
+    if (body.imageName === undefined && body.buildInfo === undefined) throw errors.validation('imageName', 'give an imageName or a buildInfo');
+    if (body.imageName !== undefined && body.buildInfo !== undefined) throw errors.validation('imageName', 'give an imageName or a buildInfo, not both');
+    if (body.entrypoint !== undefined && body.imageName === undefined) throw errors.validation('entrypoint', 'goes with imageName; put an ENTRYPOINT in the Dockerfile of a buildInfo');
+    const ref = imageOfSnapshotName(body.name);
+    // A name whose last build failed may be built again; any other existing snapshot is a 409.
+    const existing = (await findSnapshot(principal, body.name)) ? undefined : await findImageSnapshot(core, principal, body.name);
+    if ((await findSnapshot(principal, body.name)) || (existing && !['build_failed', 'error'].includes(imageSnapshotState(existing).state))) {
+      throw new NestboxError('conflict', `Snapshot with name "${body.name}" already exists for this organization`, { field: 'name' });
+    }
+    if (body.memory !== undefined && !Number.isInteger(body.memory * 1024)) throw errors.validation('memory', 'must be a whole number of MiB (GiB × 1024)');
+    // An image name is a one-line Dockerfile: FROM it (pulled by the host), with its ENTRYPOINT.
+    const info = body.buildInfo ?? { dockerfileContent: `FROM ${body.imageName}\n${body.entrypoint?.length ? `ENTRYPOINT ${JSON.stringify(body.entrypoint)}\n` : ''}`, contextHashes: [] };
+    const labels: [string, string][] = [];
+    if (body.cpu) labels.push([RESOURCE_LABELS.cpu, String(body.cpu)]);
+    if (body.memory) labels.push([RESOURCE_LABELS.memory, String(body.memory)]);
+    if (body.disk) labels.push([RESOURCE_LABELS.disk, String(body.disk)]);
+    const spec = buildSpecOf(info, labels);
+    const build = await core.builds.create(principal, { name: ref.name, tags: [ref.tag], spec });
+    const dto = renderImageSnapshot({ name: snapshotNameOf(ref.name, ref.tag), build }, principal.organizationId);
+    // The build is accepted and its log open from its first line: `building`, so the SDK follows
+    // the log from the start (it only does for a state other than `pending`, and a quick build
+    // may be over before its first 1-s poll). Later polls show a build still queued as `pending`.
+    res.status(200).json({ ...dto, state: 'building' });
   }));
-  router.get('/snapshots/:snapshot/build-logs-url', api(async () => {
-    throw notSupported('snapshot build logs', 'Nestbox does not build images');
+  const snapshotBuildId = async (principal: Principal, idOrName: string): Promise<string> => {
+    const found = await findAny(principal, idOrName);
+    if (!found.image?.build) throw new NestboxError('not_found', `Snapshot ${idOrName} has no build info`);
+    return found.image.build.id;
+  };
+  // daytona-wave2 §1.3: a URL without a query (the SDK appends `?follow=true`), served below.
+  router.get('/snapshots/:snapshot/build-logs-url', api(async (req, res, principal) => {
+    const id = String(req.params.snapshot);
+    await snapshotBuildId(principal, id);
+    res.json({ url: `${publicOrigin(req)}${req.baseUrl}/snapshots/${encodeURIComponent(id)}/build-logs` });
+  }));
+  router.get('/snapshots/:snapshot/build-logs', api(async (req, res, principal) => {
+    const buildId = await snapshotBuildId(principal, String(req.params.snapshot));
+    await streamBuildLog(core, principal, buildId, req.query.follow === 'true', res);
   }));
 
   const unsupportedArea = (path: string, feature: string) => router.all(path, api(async () => {

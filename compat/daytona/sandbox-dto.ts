@@ -102,7 +102,11 @@ export function renderDaytonaSandbox(s: Sandbox, toolboxUrl: string, opts: { ful
     errorReason: s.errorMessage ?? undefined,
     recoverable: s.state === 'error',
     backupState: 'None',
-    snapshot: s.sourceSnapshotId ?? undefined,
+    // The snapshot it started from: an image's snapshot name (`n` for `n:latest`), else the
+    // Nestbox snapshot's id; none for the built-in image.
+    snapshot: s.imageId ? s.image.replace(/:latest$/, '') : (s.sourceSnapshotId ?? undefined),
+    // Built on demand by create({image}): the image is Daytona's dedupe key (compat/daytona/images.ts).
+    ...(s.image.startsWith('daytona-') && s.image.endsWith(':daytona') ? { buildInfo: { snapshotRef: s.image, createdAt: s.createdAt.toISOString(), updatedAt: s.createdAt.toISOString() } } : {}),
     autoStopInterval: s.idleAction === 'stop' ? minutes(s.idleTimeoutSeconds) : 0,
     autoPauseInterval: s.idleAction === 'pause' ? minutes(s.idleTimeoutSeconds) : 0,
     // Archive is a stop in Nestbox (stopped sandboxes keep their disk), so nothing is ever archived later.

@@ -47,6 +47,7 @@ export const DAYTONA_API_SCOPES: ScopeTable = [
   ['POST /snapshots/:snapshot/activate', 'snapshots:write'],
   ['POST /snapshots', 'snapshots:write'],
   ['GET /snapshots/:snapshot/build-logs-url', 'snapshots:read'],
+  ['GET /snapshots/:snapshot/build-logs', 'snapshots:read'],
   ['ALL /^\\/volumes(\\/.*)?$/', 'authenticated'],
   ['ALL /^\\/secret(\\/.*)?$/', 'authenticated'],
   ['ALL /^\\/warm-pools(\\/.*)?$/', 'authenticated'],

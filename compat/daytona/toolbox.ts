@@ -17,6 +17,7 @@ import { createGitRoutes } from './git.js';
 import { createLspRoutes } from './lsp.js';
 import { createPty, findPty, ptyInfo, ptyProcesses } from './pty.js';
 import { daytonaAccount } from './sandbox-dto.js';
+import { toolboxSandboxId } from './builds.js';
 import { giveTo, inHome, ownerOf } from '../sandbox-accounts.js';
 
 /** Exit code of a process that a signal ended, the way shells report it (128 + signal number). */
@@ -59,18 +60,34 @@ const SESSION_LOG_MAX_BYTES = 64 * 1024 * 1024;
 /** Longest timeout a toolbox command may ask for, as the native API's `timeoutMs` maximum. */
 const MAX_COMMAND_TIMEOUT_SECONDS = 86_400;
 
-export function createToolboxRouter(core: Pick<CompatPort, 'toolbox' | 'sandboxes'>, options: Pick<DaytonaOptions, 'log' | 'maxUploadBytes'>): Router {
+export function createToolboxRouter(core: Pick<CompatPort, 'toolbox' | 'sandboxes' | 'images'>, options: Pick<DaytonaOptions, 'log' | 'maxUploadBytes'>): Router {
   const router = express.Router({ mergeParams: true });
   const { sandboxes, toolbox } = core;
   const tb = (fn: (c: ToolboxCall) => Promise<void>) =>
-    handle(options.log, 'toolbox', (req, res) => fn({ req, res, principal: principalOf(res), sandboxId: String(req.params.sandboxId) }));
+    handle(options.log, 'toolbox', async (req, res) => {
+      const principal = principalOf(res);
+      await fn({ req, res, principal, sandboxId: await toolboxSandboxId(sandboxes, principal, String(req.params.sandboxId)) });
+    });
   /** A client that goes away cancels the guest call (a foreground command is killed). */
   const untilGone = (c: ToolboxCall) => ({ signal: clientGoneSignal(c.req, c.res) });
   /** Daytona's `daytona` user (root in an image without it): every toolbox call acts as it. */
   const accountOf = (c: ToolboxCall) => daytonaAccount(toolbox, c.principal, c.sandboxId);
   /** A path query parameter, relative ones in the user's home (the daemon's working directory). */
   const pathIn = async (c: ToolboxCall, name = 'path') => inHome(requireQuery(c.req, name), (await accountOf(c)).home);
-  const execIn = async (c: ToolboxCall, input: ExecInput): Promise<ExecResult> => toolbox.exec(c.principal, c.sandboxId, { ...input, user: (await accountOf(c)).name }, untilGone(c));
+  /**
+   * The WORKDIR of the sandbox's image (Image.workdir, a Dockerfile's WORKDIR): Daytona's daemon
+   * runs in it, so commands without a cwd start there. Cached per sandbox: its image never changes.
+   */
+  const workdirs = new Map<string, string | null>();
+  const imageWorkdir = async (c: ToolboxCall): Promise<string | undefined> => {
+    if (!workdirs.has(c.sandboxId)) {
+      const image = await core.images.ofSandbox(await sandboxes.get(c.principal, c.sandboxId));
+      if (workdirs.size >= 10_000) workdirs.clear();
+      workdirs.set(c.sandboxId, image?.config.workdir || null);
+    }
+    return workdirs.get(c.sandboxId) ?? undefined;
+  };
+  const execIn = async (c: ToolboxCall, input: ExecInput): Promise<ExecResult> => toolbox.exec(c.principal, c.sandboxId, { ...input, cwd: input.cwd ?? (await imageWorkdir(c)), user: (await accountOf(c)).name }, untilGone(c));
   const sessionOf = (c: ToolboxCall) => String(c.req.params.sessionId);
   const commandOf = (c: ToolboxCall) => String(c.req.params.commandId);
   const body = (req: Request): Record<string, unknown> => (req.body && typeof req.body === 'object' ? (req.body as Record<string, unknown>) : {});
@@ -205,7 +222,7 @@ export function createToolboxRouter(core: Pick<CompatPort, 'toolbox' | 'sandboxe
   router.post('/process/pty', tb(async (c) => {
     const b = body(c.req);
     const id = str(b.id, 'id', true)!;
-    await createPty(toolbox, c.principal, c.sandboxId, { id, cols: typeof b.cols === 'number' ? b.cols : undefined, rows: typeof b.rows === 'number' ? b.rows : undefined, cwd: str(b.cwd, 'cwd'), envs: envOf(b.envs, 'envs') });
+    await createPty(toolbox, c.principal, c.sandboxId, { id, cols: typeof b.cols === 'number' ? b.cols : undefined, rows: typeof b.rows === 'number' ? b.rows : undefined, cwd: str(b.cwd, 'cwd') || (await imageWorkdir(c)), envs: envOf(b.envs, 'envs') });
     c.res.status(201).json({ sessionId: id });
   }));
   router.get('/process/pty', tb(async (c) => {
@@ -365,7 +382,7 @@ export function createToolboxRouter(core: Pick<CompatPort, 'toolbox' | 'sandboxe
     const r = await execIn(c, { argv: ['/bin/sh', '-c', 'printf %s "$HOME"'] });
     c.res.json({ dir: r.stdout || (await accountOf(c)).home });
   }));
-  // Commands start in the user's home unless given a cwd, so that is the work dir.
+  // Commands start in the image's WORKDIR, else the user's home, unless given a cwd: that is the work dir.
   router.get('/work-dir', tb(async (c) => {
     const r = await execIn(c, { argv: ['/bin/pwd'] });
     c.res.json({ dir: r.stdout.trim() });

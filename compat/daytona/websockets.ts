@@ -20,6 +20,7 @@ import type { CompatPort, ToolboxPort } from '../../core/compat-port.js';
 import { DAYTONA_PREFIX, STDERR_MARKER, STDOUT_MARKER, type DaytonaOptions } from './context.js';
 import { daemonCall, daemonError, daytonaErrorBody, daytonaStatus, PROCESS_CODES, withDaemonCode } from './errors.js';
 import { createPty, findPty } from './pty.js';
+import { toolboxSandboxId } from './builds.js';
 
 export const PTY_EXIT_CONTROL_SUBPROTOCOL = 'X-Daytona-Pty-Exit-Control';
 const PTY_ENVS_SUBPROTOCOL_PREFIX = 'X-Daytona-Pty-Envs~';
@@ -195,7 +196,7 @@ export interface DaytonaWebSockets {
   close(): Promise<void>;
 }
 
-export function attachDaytonaWebSockets(server: http.Server, core: Pick<CompatPort, 'auth' | 'toolbox' | 'sandboxEvents'>, options: Pick<DaytonaOptions, 'streams' | 'log' | 'region'>): DaytonaWebSockets {
+export function attachDaytonaWebSockets(server: http.Server, core: Pick<CompatPort, 'auth' | 'toolbox' | 'sandboxEvents' | 'sandboxes'>, options: Pick<DaytonaOptions, 'streams' | 'log' | 'region'>): DaytonaWebSockets {
   const { toolbox } = core;
   const events = createDaytonaEventStream(core, options);
   server.on('upgrade', (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
@@ -219,7 +220,9 @@ export function attachDaytonaWebSockets(server: http.Server, core: Pick<CompatPo
     if (!target) throw new NestboxError('not_found', `no WebSocket route ${url.pathname}`);
     const header = req.headers.authorization;
     const principal = await core.auth.authenticate(header?.startsWith('Bearer ') ? header.slice(7).trim() : undefined);
-    const { sandboxId, path } = target;
+    const { path } = target;
+    // A sandbox built on demand is addressed by its first (pending) id, its name: builds.ts.
+    const sandboxId = await toolboxSandboxId(core.sandboxes, principal, target.sandboxId);
     // Counted until the client's socket closes; beyond the caps a 429 in Daytona's shape.
     options.streams.acquireUntilClosed({ keyId: principal.keyId, sandboxId }, socket);
     let m: RegExpExecArray | null;

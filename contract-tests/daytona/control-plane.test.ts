@@ -177,14 +177,10 @@ describe('Daytona control plane with @daytonaio/sdk', () => {
     expect(both.status).toBe(400);
     expect(((await both.json()) as { message: string }).message).toMatch(/autoStopInterval/);
 
-    const image = await env.daytona.create({ image: 'python:3.12' }).catch((e: unknown) => e);
-    expect(image).toBeInstanceOf(DaytonaError);
-    expect((image as DaytonaError).statusCode).toBe(501);
-    expect((image as Error).message).toMatch(/building an image/);
     await expect(env.daytona.create({ volumes: [{ volumeId: 'v1', mountPath: '/data' }] })).rejects.toThrow(/volumes is not supported/);
     await expect(env.daytona.volume.list()).rejects.toThrow(/volumes is not supported/);
     await expect(env.daytona.volume.get('vol1', true)).rejects.toThrow(/volumes is not supported/);
-    await expect(env.daytona.snapshot.create({ name: 'x', image: 'python:3.12' })).rejects.toThrow(/not supported/);
+    // Images (create({image}), snapshot.create) are built: images.test.ts.
 
     const sb = await env.daytona.create();
     await expect(sb.resize({ cpu: 2 })).rejects.toThrow(/resizing a sandbox is not supported/);

@@ -271,20 +271,20 @@ describe('Daytona object storage (push-access + S3 endpoint)', () => {
     await theirs.send(new DeleteObjectCommand({ Bucket: access.bucket, Key: `${org}/q2` }));
   });
 
-  it('the Daytona SDK uploads an Image context before POST /snapshots, and skips it the second time (the snapshot build itself is not covered yet)', async () => {
+  it('the Daytona SDK uploads an Image context before POST /snapshots, and skips it the second time (the build itself: images.test.ts)', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'nbx-ctx-'));
     try {
       mkdirSync(join(dir, 'sub'));
       writeFileSync(join(dir, 'a.txt'), 'hello');
       writeFileSync(join(dir, 'sub', 'b.txt'), randomBytes(1000));
-      const image = Image.debianSlim('3.12').addLocalDir(dir, '/app');
+      // `default`, not debianSlim: its python base is on Docker Hub, which tests never reach.
+      const image = Image.base('default').addLocalDir(dir, '/app');
       const daytona = new Daytona({ apiUrl: env.apiUrl, apiKey: env.server.apiKey });
       const store = env.server.server.services.objects;
       const org = access.organizationId;
 
-      // POST /snapshots with buildInfo is still refused until image builds land; the context
-      // upload before it is what this test covers.
-      await expect(daytona.snapshot.create({ name: 'ctx-snap', image })).rejects.toThrow();
+      // The context upload before POST /snapshots is what this test covers.
+      expect((await daytona.snapshot.create({ name: 'ctx-snap', image })).state).toBe('active');
       const contexts = (await store.list(org, '')).filter((o) => o.key.endsWith('/context.tar') && /^[0-9a-f]{32}\//.test(o.key));
       expect(contexts).toHaveLength(1);
       const entries: string[] = [];
@@ -298,7 +298,7 @@ describe('Daytona object storage (push-access + S3 endpoint)', () => {
       expect(entries).toEqual(expect.arrayContaining([`${root}/`, `${root}/a.txt`, `${root}/sub/`, `${root}/sub/b.txt`]));
 
       // The second run lists the prefix, finds it and does not upload again.
-      await expect(daytona.snapshot.create({ name: 'ctx-snap-2', image })).rejects.toThrow();
+      expect((await daytona.snapshot.create({ name: 'ctx-snap-2', image })).state).toBe('active');
       const again = (await store.list(org, '')).filter((o) => o.key.endsWith('/context.tar') && /^[0-9a-f]{32}\//.test(o.key));
       expect(again).toHaveLength(1);
       expect(again[0].createdAt.getTime()).toBe(contexts[0].createdAt.getTime());

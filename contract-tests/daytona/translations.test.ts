@@ -29,7 +29,9 @@ describe('Daytona translations', () => {
     expect(createInput({ networkBlockAll: true }, 86400).egress).toEqual({ mode: 'deny-all' });
     expect(createInput({ networkAllowList: '203.0.113.0/24, 198.51.100.7/32', domainAllowList: 'example.com' }, 86400).egress).toEqual({ mode: 'allow-list', allow: ['203.0.113.0/24', '198.51.100.7/32', 'example.com'] });
     expect(createInput({}, 86400).egress).toBeUndefined();
-    for (const body of [{ buildInfo: { dockerfileContent: 'FROM x' } }, { gpu: 1 }, { volumes: [{ volumeId: 'v', mountPath: '/d' }] }, { secrets: [{ A: 's' }] }]) {
+    // An image (buildInfo) is built on demand (images.ts), but not next to a snapshot.
+    expect(() => createInput({ buildInfo: { dockerfileContent: 'FROM default' }, snapshot: 's' }, 86400)).toThrow(/either a snapshot or an image/);
+    for (const body of [{ gpu: 1 }, { volumes: [{ volumeId: 'v', mountPath: '/d' }] }, { secrets: [{ A: 's' }] }]) {
       const err = (() => {
         try {
           createInput(body, 86400);
