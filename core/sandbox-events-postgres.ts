@@ -50,6 +50,9 @@ export class PostgresStateFanOut {
   ) {}
 
   /** Starts listening and makes the bus notify; resolves once the first LISTEN is in place. */
+  /** The deliveries in flight, chained so they publish in order. */
+  private delivering: Promise<void> = Promise.resolve();
+
   async start(): Promise<void> {
     this.events.relay = (db, change) => this.notify(db, change);
     await this.listen();
@@ -92,7 +95,9 @@ export class PostgresStateFanOut {
     client.on('notification', (message) => {
       const notice = parseNotice(message.payload);
       if (!notice || notice.from === this.instanceId) return;
-      void this.deliver(notice);
+      // One at a time, in the order PostgreSQL delivered them (commit order): each delivery reads
+      // the row first, and two concurrent reads could publish a create after its own next change.
+      this.delivering = this.delivering.then(() => this.deliver(notice));
     });
     try {
       await client.connect();
