@@ -3,7 +3,7 @@
 // without KVM) and `cloud-hypervisor` (microVMs). Everything a driver does must survive a
 // kill -9 of the host agent: a driver keeps its own per-sandbox record on disk and `init()`
 // adopts what is still running and reports what is not.
-import type { OciImageConfig } from '../images/oci/store.js';
+import type { HostImage, HostImageConfig } from '../../core/host-client.js';
 
 export interface DriverCapabilities {
   /** Stop can keep memory (resume continues running processes). */
@@ -126,22 +126,10 @@ export interface StartResult extends SandboxRuntime {
   resumeReason?: string;
 }
 
-/** What an OCI image's config says processes start with (read by the OCI store). */
-export type ImageConfigInfo = OciImageConfig;
-
-/** An image in the host's OCI store (host/images/oci), by its linux/amd64 manifest digest. */
-export interface ImageInfo {
-  /** `sha256:<hex>`: what SandboxSpec.image names to start from it. */
-  id: string;
-  /** The normalised reference it was first pulled as. */
-  reference: string;
-  sizeBytes: number;
-  compressedBytes: number;
-  layers: { digest: string; size: number; mediaType: string }[];
-  created?: string;
-  pulledAt: string;
-  config: ImageConfigInfo;
-}
+/** What an OCI image's config says processes start with, and an image of the host's OCI store
+ * (host/images/oci): core's wire types, declared once in core/host-client.ts. */
+export type ImageConfigInfo = HostImageConfig;
+export type ImageInfo = HostImage;
 
 export interface PullImageOptions {
   /** Registry credentials for this pull only: never stored, logged or put in argv. */

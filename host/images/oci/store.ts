@@ -26,6 +26,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { z } from 'zod';
+import type { HostImageConfig } from '../../../core/host-client.js';
 import { removeTree, writeFileAtomic } from '../../util/fs.js';
 import { acquireBuildLock } from '../base-image.js';
 import { ImageError } from './errors.js';
@@ -68,15 +69,8 @@ export interface PullOptions {
   signal?: AbortSignal;
 }
 
-export interface OciImageConfig {
-  env: string[];
-  cmd: string[] | null;
-  entrypoint: string[] | null;
-  workingDir: string;
-  user: string;
-  exposedPorts: string[];
-  labels: Record<string, string>;
-}
+/** What an OCI image's config says processes start with: core's wire type (one declaration). */
+export type OciImageConfig = HostImageConfig;
 
 export interface OciImageMeta {
   /** `sha256:<hex>` of the linux/amd64 manifest. */
