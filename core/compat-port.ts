@@ -20,6 +20,7 @@ import type { ImageService } from './services/images.js';
 import type { ImageBuildService } from './services/image-builds.js';
 import type { ObjectStore } from './object-store.js';
 import type { SandboxStateEvents } from './sandbox-events.js';
+import type { CodeInterpreterPort } from './code-interpreter/types.js';
 
 /** Every toolbox method (the class has no other public members). */
 export type ToolboxPort = Pick<Toolbox, keyof Toolbox>;
@@ -65,4 +66,6 @@ export interface CompatPort {
   builds: BuildsPort;
   /** Build contexts and other uploads, per organisation (core/object-store.ts). */
   objects: ObjectStore;
+  /** Code contexts (Jupyter kernels) and cells; one-shot code runs (core/services/code-interpreter.ts). */
+  codeInterpreter: CodeInterpreterPort;
 }

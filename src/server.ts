@@ -9,6 +9,7 @@ import { AuthService } from '../core/services/auth.js';
 import { HostService, deriveHostSecret } from '../core/services/hosts.js';
 import { SandboxStateEvents } from '../core/sandbox-events.js';
 import { PostgresStateFanOut } from '../core/sandbox-events-postgres.js';
+import { CodeInterpreterService } from '../core/services/code-interpreter.js';
 import { Toolbox } from '../core/services/toolbox.js';
 import { SandboxService } from '../core/services/sandboxes.js';
 import { BackgroundJobs } from '../core/services/background.js';
@@ -133,13 +134,15 @@ export async function startServer(config: Config, logger: Logger = createLogger(
   }
 
   const sandboxTokens = new SandboxTokenService(db, hostSecret, { ttlSeconds: config.tokens.sandboxTokenTtlSeconds, signedUrlMaxSeconds: config.tokens.signedUrlMaxSeconds });
+  const toolbox = new Toolbox(sandboxes);
   const services: Services = {
     config,
     db,
     auth,
     hosts,
     sandboxes,
-    toolbox: new Toolbox(sandboxes),
+    toolbox,
+    codeInterpreter: new CodeInterpreterService(toolbox),
     snapshots,
     images,
     builds,

@@ -15,6 +15,7 @@ import type { StreamLimits } from './http/stream-limits.js';
 import type { ImageService } from '../core/services/images.js';
 import type { ImageBuildService } from '../core/services/image-builds.js';
 import type { ObjectStore } from '../core/object-store.js';
+import type { CodeInterpreterService } from '../core/services/code-interpreter.js';
 
 /**
  * Everything the native front door may call, built once by the server. It extends CompatPort
@@ -34,6 +35,8 @@ export interface Services extends CompatPort {
   builds: ImageBuildService;
   /** Build contexts and other uploads, per organisation. */
   objects: ObjectStore;
+  /** Code contexts and cells over the guest agent's Jupyter kernels. */
+  codeInterpreter: CodeInterpreterService;
   idempotency: IdempotencyService;
   /** Hosted ports (publish/list/unpublish and the proxy's lookups). */
   ports: PortService;
