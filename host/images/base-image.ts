@@ -46,11 +46,6 @@ export const DEFAULT_IMAGE_PACKAGES = [
   'python-is-python3',
   // getfattr/setfattr: file metadata is kept in user.* extended attributes (E2B's envd does so too).
   'attr',
-  // Code contexts are Jupyter kernels (host/guest-agent/code-interpreter): IPython's kernel and
-  // jupyter_client, which the guest agent's kernel bridge drives, so Python code contexts work
-  // in every sandbox; the code-interpreter image adds the data stack and other languages.
-  'python3-ipykernel',
-  'python3-jupyter-client',
 ] as const;
 
 /**
