@@ -255,7 +255,7 @@ def _bar_chart(ax):
         orientation = getattr(container, "orientation", None)
         if orientation not in ("vertical", "horizontal"):
             heights = [r.get_height() for r in rectangles]
-            orientation = "horizontal" if heights and all(h == heights[0] for h in heights) else "vertical"
+            orientation = "horizontal" if heights and all(math.isclose(h, heights[0], rel_tol=1e-6) for h in heights) else "vertical"
         if orientation == "horizontal" and not swapped:
             # Categories run along y: report them as the chart's x (E2B's convention).
             _swap_axes_labels(chart)
@@ -301,8 +301,12 @@ def _box_chart(ax):
         return chart
     widths = [b["x"][1] - b["x"][0] for b in boxes]
     heights = [b["y"][1] - b["y"][0] for b in boxes]
-    # Upright boxes share one width; sideways ones (vert=False) share one height.
-    upright = all(w == widths[0] for w in widths) or not all(h == heights[0] for h in heights)
+    # Upright boxes share one width; sideways ones (vert=False) share one height (up to float
+    # noise: 1.15 - 0.85 is not 2.15 - 1.85).
+    def same(values):
+        return all(math.isclose(v, values[0], rel_tol=1e-6, abs_tol=1e-9) for v in values)
+
+    upright = same(widths) or not same(heights)
     if not upright:
         _swap_axes_labels(chart)
     category_axis = ax.xaxis if upright else ax.yaxis

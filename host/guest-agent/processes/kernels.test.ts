@@ -173,6 +173,14 @@ describe('code interpreter in the guest agent', () => {
         { label: 'a', angle: 90, radius: 1 },
         { label: 'b', angle: 270, radius: 1 },
       ]);
+      // Boxes on their side (vert=False): the categories are still the chart's x.
+      const box = await run(kernel, 'fig, ax = plt.subplots()\nax.boxplot([[1, 2, 3, 4, 5, 20], [2, 3, 4]], labels=["p", "q"], patch_artist=True, vert=False)\nax.set_xlabel("score (pts)")\nplt.show()');
+      const boxChart = results(box)[0].data[CHART_MIME] as Record<string, any>;
+      expect(boxChart).toMatchObject({ type: 'box_and_whisker', x_label: null, y_label: 'score (pts)', y_unit: 'pts' });
+      expect(boxChart.elements).toEqual([
+        { label: 'p', min: 1, first_quartile: 2.25, median: 3.5, third_quartile: 4.75, max: 5, outliers: [20] },
+        { label: 'q', min: 2, first_quartile: 2.5, median: 3, third_quartile: 3.5, max: 4, outliers: [] },
+      ]);
       // Several axes: one superchart; a blank figure: no chart data.
       const many = await run(kernel, 'fig, (a1, a2) = plt.subplots(1, 2)\na1.plot([1, 2], [3, 4])\na2.scatter([1, 2], [5, 6])\nfig.suptitle("Both")\nplt.show()\nplt.figure(figsize=(1, 1))\nplt.show()');
       const [both, blank] = results(many);
