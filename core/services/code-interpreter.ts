@@ -175,9 +175,19 @@ export class CodeInterpreterService implements CodeInterpreterPort {
     try {
       await previous;
       if (o.signal?.aborted) throw new NestboxError('invalid_state', 'the run was cancelled before its cell started');
+      const cell = { code: input.code, ...(input.envs && Object.keys(input.envs).length > 0 ? { env: input.envs } : {}) };
       kernel = await this.kernelFor(p, sandboxId, contextId, language, input);
       o.signal?.addEventListener('abort', onAbort, { once: true });
-      events = await this.toolbox.runCell(p, sandboxId, kernel.process.processId, { code: input.code, ...(input.envs && Object.keys(input.envs).length > 0 ? { env: input.envs } : {}) }, { signal: abort.signal });
+      try {
+        events = await this.toolbox.runCell(p, sandboxId, kernel.process.processId, cell, { signal: abort.signal });
+      } catch (error) {
+        // The kernel ended between the look-up and the cell (its idle timeout, a crash): the
+        // context's kernel is started again, once, as for any kernel that exited on its own.
+        if (!(error instanceof NestboxError && (error.code === 'invalid_state' || error.code === 'not_found'))) throw error;
+        await this.waitGone(p, sandboxId, [kernel.process.processId]);
+        kernel = await this.kernelFor(p, sandboxId, contextId, language, input);
+        events = await this.toolbox.runCell(p, sandboxId, kernel.process.processId, cell, { signal: abort.signal });
+      }
       if (input.timeoutMs) {
         timer = setTimeout(onAbort, input.timeoutMs);
         timer.unref?.();
