@@ -154,15 +154,17 @@ export function keepActiveWhileOpen(services: Services, sandboxId: string, onClo
 const CODE_RUN_REQUEST_WAIT_MS = 30_000;
 
 /** The spec's validator for the request frame (the same checks as POST /code/run), built at first use. */
-let runCodeValidator: OpenAPIBackend | undefined;
-function validateRunCodeFrame(services: Services, sandboxId: string, body: unknown): RunCodeBody {
-  if (!runCodeValidator) {
-    runCodeValidator = createNativeBackend(loadNativeSpec(services.nativeSpecText));
-    runCodeValidator.registerSecurityHandler('bearer', () => true);
-    runCodeValidator.init();
-  }
+let runCodeValidator: Promise<OpenAPIBackend> | undefined;
+async function validateRunCodeFrame(services: Services, sandboxId: string, body: unknown): Promise<RunCodeBody> {
+  runCodeValidator ??= (async () => {
+    const backend = createNativeBackend(loadNativeSpec(services.nativeSpecText));
+    backend.registerSecurityHandler('bearer', () => true);
+    await backend.init();
+    return backend;
+  })();
+  const validator = await runCodeValidator;
   if (typeof body !== 'object' || body === null || Array.isArray(body)) throw new NestboxError('validation_failed', 'body: must be a JSON object (the run request)', { field: 'body' });
-  const result = runCodeValidator.validateRequest({ method: 'post', path: `/sandboxes/${sandboxId}/code/run`, headers: { 'content-type': 'application/json' }, body }, 'runCode');
+  const result = validator.validateRequest({ method: 'post', path: `/sandboxes/${sandboxId}/code/run`, headers: { 'content-type': 'application/json' }, body }, 'runCode');
   if (!result.valid) throw describeValidationErrors(result.errors as Parameters<typeof describeValidationErrors>[0]);
   return body as RunCodeBody;
 }
@@ -202,7 +204,7 @@ async function serveCodeRunSocket(services: Services, principal: Principal, sand
           } catch {
             throw new NestboxError('validation_failed', 'body: the run request is not valid JSON', { field: 'body' });
           }
-          const started = await startCodeRun(services, principal, sandboxId, validateRunCodeFrame(services, sandboxId, parsed), gone.signal);
+          const started = await startCodeRun(services, principal, sandboxId, await validateRunCodeFrame(services, sandboxId, parsed), gone.signal);
           let endCode = 4001; // a generator that stops without `end` lost its kernel
           for await (const e of allEvents(started)) {
             if (client.readyState !== client.OPEN) return; // the client left: leaving the loop ends the run
