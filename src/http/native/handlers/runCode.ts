@@ -2,7 +2,7 @@ import type { Response } from 'express';
 import type { NativeContext, NativeHandler } from '../context.js';
 import { principalOf, sandboxIdOf } from '../context.js';
 import { countStream, jsonBody, untilClientGone } from '../guest-io.js';
-import { allEvents, CodeRunCollector, failureFrame, startCodeRun, type CodeStreamFrame, type RunCodeBody } from '../code-run.js';
+import { allEvents, CodeRunCollector, failureFrame, keepActiveWhileRunning, startCodeRun, type CodeStreamFrame, type RunCodeBody } from '../code-run.js';
 import { requestLogger } from '../../request-id.js';
 
 /**
@@ -16,7 +16,7 @@ export const runCode: NativeHandler = async (ctx) => {
   const form = ctx.req.accepts(['application/json', 'text/event-stream', 'application/x-ndjson']);
   countStream(ctx);
   const { signal } = untilClientGone(ctx);
-  const stopActivity = ctx.services.toolbox.keepActive(sandboxId);
+  const stopActivity = keepActiveWhileRunning(ctx.services, sandboxId);
   try {
     const started = await startCodeRun(ctx.services, principal, sandboxId, jsonBody<RunCodeBody>(ctx), signal!);
     if (form === 'text/event-stream' || form === 'application/x-ndjson') {
