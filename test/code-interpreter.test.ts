@@ -340,12 +340,12 @@ describe('bad input', () => {
 
   it("passes on the engine's 400 for a language the sandbox's image has no kernel for", async () => {
     const languages = (await t.http.get(`${api()}/languages`).set(t.auth)).body.languages as string[];
-    const missing = ['r', 'bash', 'javascript', 'typescript'].find((l) => !languages.includes(l));
+    const missing = ['javascript', 'typescript', 'bash', 'r'].find((l) => !languages.includes(l));
     expect(missing, `the default image has kernels for ${languages.join(', ')}`).toBeDefined();
     const res = await t.http.post(`${api()}/contexts`).set(t.auth).send({ language: missing });
-    expectError(res, 400, 'validation_failed');
+    expectError(res, 400, 'validation_failed', 'language');
     expect(res.body.error.message).toContain(missing);
-    expectError(await t.http.post(`${api()}/run`).set(t.auth).send({ code: '1', language: missing }), 400, 'validation_failed');
+    expectError(await t.http.post(`${api()}/run`).set(t.auth).send({ code: '1', language: missing }), 400, 'validation_failed', 'language');
   });
 });
 
