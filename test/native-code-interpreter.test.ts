@@ -2,7 +2,9 @@
 // server, real sandboxes and real Jupyter kernels: contexts, the three answers of a run (SSE,
 // NDJSON, one collected JSON), the WebSocket form and its close codes, timeouts and client
 // disconnects that interrupt the cell while its context survives, one-shot scripts, charts
-// (the `code-interpreter` image), and the 400/404 answers. Sandboxes have deny-all egress.
+// (the `code-interpreter` image), and the 400/404 answers. The cells run in a sandbox of the
+// `code-interpreter` image (every kernel); a default-image sandbox answers for a language its
+// image has no kernel for. Sandboxes have deny-all egress.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
 import { serverSentEvents } from '../host/protocol/sse.js';
@@ -10,7 +12,10 @@ import { CHART_MIME, DATAFRAME_MIME } from '../core/code-interpreter/types.js';
 import { startTestServer, type TestServer } from './harness.js';
 
 let t: TestServer;
+/** A sandbox of the code-interpreter image: where the cells run. */
 let id: string;
+/** A sandbox of the default image. */
+let plain: string;
 
 interface CodeEvent {
   type: string;
@@ -43,7 +48,8 @@ const createSandbox = async (extra: Record<string, unknown> = {}) => {
 
 beforeAll(async () => {
   t = await startTestServer();
-  id = await createSandbox();
+  id = await createSandbox({ image: 'code-interpreter', memoryMiB: 2048 });
+  plain = await createSandbox({ memoryMiB: 512 });
 });
 afterAll(async () => {
   await t?.close();
@@ -123,10 +129,13 @@ const expectError = (res: { status: number; body: { error?: { code: string; mess
 };
 
 describe('languages and contexts', () => {
-  it('lists python among the languages of a default sandbox', async () => {
+  it("lists the languages of each sandbox's image", async () => {
     const res = await t.http.get(`${api()}/languages`).set(t.auth);
     expect(res.status, JSON.stringify(res.body)).toBe(200);
-    expect(res.body.languages).toContain('python');
+    expect([...res.body.languages].sort()).toEqual(['bash', 'javascript', 'python', 'r', 'typescript']);
+    const inDefault = await t.http.get(`${api(plain)}/languages`).set(t.auth);
+    expect(inDefault.status, JSON.stringify(inDefault.body)).toBe(200);
+    expect(inDefault.body.languages).not.toContain('javascript');
   });
 
   it('creates, lists, gets, restarts and deletes a context; state is kept between runs and envs and cwd apply', async () => {
@@ -339,31 +348,18 @@ describe('bad input', () => {
   });
 
   it("passes on the engine's 400 for a language the sandbox's image has no kernel for", async () => {
-    const languages = (await t.http.get(`${api()}/languages`).set(t.auth)).body.languages as string[];
-    const missing = ['javascript', 'typescript', 'bash', 'r'].find((l) => !languages.includes(l));
-    expect(missing, `the default image has kernels for ${languages.join(', ')}`).toBeDefined();
-    const res = await t.http.post(`${api()}/contexts`).set(t.auth).send({ language: missing });
+    const res = await t.http.post(`${api(plain)}/contexts`).set(t.auth).send({ language: 'javascript' });
     expectError(res, 400, 'validation_failed', 'language');
-    expect(res.body.error.message).toContain(missing);
-    expectError(await t.http.post(`${api()}/run`).set(t.auth).send({ code: '1', language: missing }), 400, 'validation_failed', 'language');
+    expect(res.body.error.message).toContain('javascript');
+    expectError(await t.http.post(`${api(plain)}/run`).set(t.auth).send({ code: '1', language: 'javascript' }), 400, 'validation_failed', 'language');
+    expectError(await t.http.post(`${api(plain)}/scripts`).set(t.auth).send({ code: '1', language: 'typescript' }), 400, 'validation_failed');
   });
 });
 
-describe('the code-interpreter image', () => {
-  let ci: string;
-  beforeAll(async () => {
-    ci = await createSandbox({ image: 'code-interpreter', memoryMiB: 2048 });
-  });
-
-  it('has kernels for every language', async () => {
-    const res = await t.http.get(`${api(ci)}/languages`).set(t.auth);
-    expect(res.status).toBe(200);
-    expect([...res.body.languages].sort()).toEqual(['bash', 'javascript', 'python', 'r', 'typescript']);
-  });
-
-  it('returns a matplotlib chart as a PNG and as chart data, collected and over SSE', async () => {
+describe('rich results and other languages', () => {
+  it('returns a matplotlib chart as a PNG and as chart data: collected, over SSE, and from a script', async () => {
     const code = 'import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9], label="squares")\nplt.title("Squares")\nplt.xlabel("n")\nplt.ylabel("n squared")\nplt.show()';
-    const result = await run({ code }, ci);
+    const result = await run({ code });
     expect(result.status, JSON.stringify(result.error)).toBe('ok');
     const figure = result.results.find((r) => typeof r.data['image/png'] === 'string');
     expect(figure, JSON.stringify(result.results).slice(0, 500)).toBeDefined();
@@ -375,7 +371,11 @@ describe('the code-interpreter image', () => {
       y_label: 'n squared',
       elements: [{ label: 'squares', points: [[1, 1], [2, 4], [3, 9]] }],
     });
-    const script = await t.http.post(`${api(ci)}/scripts`).set(t.auth).send({ language: 'python', code });
+    const { events } = await runStreamed({ code });
+    const streamed = events.find((e) => e.type === 'result' && e.data?.[CHART_MIME] !== undefined);
+    expect(streamed?.data?.[CHART_MIME]).toMatchObject({ type: 'line', title: 'Squares' });
+    expect(typeof streamed?.data?.['image/png']).toBe('string');
+    const script = await t.http.post(`${api()}/scripts`).set(t.auth).send({ language: 'python', code });
     expect(script.status, JSON.stringify(script.body)).toBe(200);
     expect(script.body.charts).toHaveLength(1);
     expect(script.body.charts[0]).toMatchObject({ type: 'line', title: 'Squares' });
@@ -383,15 +383,15 @@ describe('the code-interpreter image', () => {
   });
 
   it('returns a DataFrame as HTML and as its data', async () => {
-    const result = await run({ code: 'import pandas as pd\npd.DataFrame({"a": [1, 2], "b": ["x", "y"]})' }, ci);
+    const result = await run({ code: 'import pandas as pd\npd.DataFrame({"a": [1, 2], "b": ["x", "y"]})' });
     const main = result.results.find((r) => r.main)!;
     expect(String(main.data['text/html'])).toContain('<table');
     expect(main.data[DATAFRAME_MIME]).toEqual({ a: [1, 2], b: ['x', 'y'] });
   });
 
   it('runs javascript and bash contexts', async () => {
-    const js = await createContext({ language: 'javascript' }, ci);
-    expect((await run({ code: 'console.log("from js")', contextId: js.id }, ci)).stdout).toBe('from js\n');
-    expect((await run({ code: 'echo from-bash', language: 'bash' }, ci)).stdout).toBe('from-bash\n');
+    const js = await createContext({ language: 'javascript' });
+    expect((await run({ code: 'console.log("from js")', contextId: js.id })).stdout).toBe('from js\n');
+    expect((await run({ code: 'echo from-bash', language: 'bash' })).stdout).toBe('from-bash\n');
   });
 });

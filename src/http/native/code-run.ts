@@ -54,14 +54,6 @@ export async function* allEvents(start: { first: IteratorResult<CodeEvent>; even
   yield* start.events;
 }
 
-/**
- * A cell counts as activity for the sandbox's idle policy for as long as it runs (a long cell
- * makes no other call that would); returns the function that stops counting.
- */
-export function keepActiveWhileRunning(services: Services, sandboxId: string): () => void {
-  return services.toolbox.keepActive(sandboxId);
-}
-
 /** The spec's CodeRunResult: a cell's events collected into one answer. */
 export interface CodeRunResult {
   status: 'ok' | 'error' | 'interrupted' | 'lost';

@@ -12,7 +12,7 @@ import type { Services } from '../../services.js';
 import { isUpgradeClaimed } from '../../../http-kit/upgrade-claims.js';
 import { WebSocketServer } from 'ws';
 import { renderBuild, renderBuildLogLine } from './render.js';
-import { allEvents, closeCodeOfEnd, closeCodeOfStatus, failureFrame, keepActiveWhileRunning, startCodeRun, type RunCodeBody } from './code-run.js';
+import { allEvents, closeCodeOfEnd, closeCodeOfStatus, failureFrame, startCodeRun, type RunCodeBody } from './code-run.js';
 import { createNativeBackend, describeValidationErrors, loadNativeSpec } from './router.js';
 import { canSeeSandbox, requireScope } from '../../../core/services/auth.js';
 import type { OpenAPIBackend } from 'openapi-backend';
@@ -195,7 +195,6 @@ async function serveCodeRunSocket(services: Services, principal: Principal, sand
     client.once('message', (data, isBinary) => {
       clearTimeout(waiting);
       void (async () => {
-        const stopActivity = keepActiveWhileRunning(services, sandboxId);
         try {
           if (isBinary) throw new NestboxError('validation_failed', 'body: the run request is a text frame of JSON', { field: 'body' });
           let parsed: unknown;
@@ -214,8 +213,6 @@ async function serveCodeRunSocket(services: Services, principal: Principal, sand
           if (client.readyState === client.OPEN) client.close(endCode);
         } catch (err) {
           refuse(err);
-        } finally {
-          stopActivity();
         }
       })();
     });

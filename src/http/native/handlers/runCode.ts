@@ -2,7 +2,7 @@ import type { Response } from 'express';
 import type { NativeContext, NativeHandler } from '../context.js';
 import { principalOf, sandboxIdOf } from '../context.js';
 import { countStream, jsonBody, untilClientGone } from '../guest-io.js';
-import { allEvents, CodeRunCollector, failureFrame, keepActiveWhileRunning, startCodeRun, type CodeStreamFrame, type RunCodeBody } from '../code-run.js';
+import { allEvents, CodeRunCollector, failureFrame, startCodeRun, type CodeStreamFrame, type RunCodeBody } from '../code-run.js';
 import { requestLogger } from '../../request-id.js';
 
 /**
@@ -16,20 +16,13 @@ export const runCode: NativeHandler = async (ctx) => {
   const form = ctx.req.accepts(['application/json', 'text/event-stream', 'application/x-ndjson']);
   countStream(ctx);
   const { signal } = untilClientGone(ctx);
-  const stopActivity = keepActiveWhileRunning(ctx.services, sandboxId);
-  try {
-    const started = await startCodeRun(ctx.services, principal, sandboxId, jsonBody<RunCodeBody>(ctx), signal!);
-    if (form === 'text/event-stream' || form === 'application/x-ndjson') {
-      await streamRun(ctx, form, allEvents(started));
-      return;
-    }
-    const collected = new CodeRunCollector();
-    for await (const e of allEvents(started)) collected.add(e);
-    if (signal!.aborted) return void ctx.res.destroy();
-    ctx.res.status(200).json(collected.done());
-  } finally {
-    stopActivity();
-  }
+  // (core keeps the sandbox active while the cell runs.)
+  const started = await startCodeRun(ctx.services, principal, sandboxId, jsonBody<RunCodeBody>(ctx), signal!);
+  if (form === 'text/event-stream' || form === 'application/x-ndjson') return streamRun(ctx, form, allEvents(started));
+  const collected = new CodeRunCollector();
+  for await (const e of allEvents(started)) collected.add(e);
+  if (signal!.aborted) return void ctx.res.destroy();
+  ctx.res.status(200).json(collected.done());
 };
 
 async function streamRun(ctx: NativeContext, form: 'text/event-stream' | 'application/x-ndjson', events: AsyncGenerator<CodeStreamFrame>): Promise<void> {
