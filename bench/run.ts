@@ -1,7 +1,7 @@
 // `npm run bench`: latency and throughput of the native API (and image pulls) on this machine, each figure
 // beside a baseline measured in the same run. Prints medians (and p95 where asked).
 // Options: --creates N (default 10), --execs N (default 50), --mib N (default 50), --postgres URL,
-// --code-runs N (default 30) and --code-image NAME (default `default`) for the code interpreter,
+// --code-runs N (default 30) and --code-image NAME (default `code-interpreter`) for the code interpreter,
 // --only code-interpreter to run just that part.
 import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
@@ -25,7 +25,7 @@ const { values } = parseArgs({
     'images-dir': { type: 'string', default: '/var/tmp/nestbox-test-images' },
     reflink: { type: 'boolean', default: true },
     'code-runs': { type: 'string', default: '30' },
-    'code-image': { type: 'string', default: 'default' },
+    'code-image': { type: 'string', default: 'code-interpreter' },
     only: { type: 'string' },
   },
 });
