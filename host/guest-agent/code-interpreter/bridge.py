@@ -59,6 +59,11 @@ START_TIMEOUT_SECONDS = 60
 SILENT_TIMEOUT_SECONDS = 30
 # How long the execute_reply may lag behind the idle status that ended a cell's output.
 REPLY_TIMEOUT_SECONDS = 10
+# Kernels that publish some of a cell's output after its idle status (Deno: console output,
+# seen 160 ms late on a busy machine): the cell ends once they have said nothing more for this
+# long after it, or at LATE_OUTPUT_MAX_SECONDS.
+LATE_OUTPUT_QUIET_SECONDS = {"javascript": 0.4, "typescript": 0.4}
+LATE_OUTPUT_MAX_SECONDS = 5
 
 
 def log(text):
@@ -217,6 +222,7 @@ class Bridge:
         self.execution_count = 0
         self.km = None
         self.kc = None
+        self.late_output_seconds = LATE_OUTPUT_QUIET_SECONDS.get(language, 0)
 
     # -- output --
 
@@ -432,21 +438,21 @@ class Bridge:
                 continue
             if message["parent_header"].get("msg_id") != msg_id:
                 continue
-            kind, content = message["msg_type"], message["content"]
-            if kind == "execute_input":
-                start(content.get("execution_count"))
-            elif kind == "stream":
-                start()
-                self.emit(cell_id, {"type": "stderr" if content.get("name") == "stderr" else "stdout", "text": content.get("text", "")})
-            elif kind in ("execute_result", "display_data", "update_display_data"):
-                start()
-                self.emit(cell_id, {"type": "result", "main": kind == "execute_result", "data": content.get("data", {})})
-            elif kind == "error":
-                start()
-                traceback = content.get("traceback") or []
-                self.emit(cell_id, {"type": "error", "name": content.get("ename", ""), "value": content.get("evalue", ""), "traceback": "\n".join(traceback)})
-            elif kind == "status" and content.get("execution_state") == "idle":
+            if self.relay(cell_id, message, start):
                 break
+        if self.late_output_seconds > 0:
+            # Output the kernel published after it said idle (Deno forwards a cell's console
+            # output asynchronously): relayed until the kernel has been quiet for a moment.
+            quiet_until = time.monotonic() + self.late_output_seconds
+            give_up = time.monotonic() + LATE_OUTPUT_MAX_SECONDS
+            while time.monotonic() < min(quiet_until, give_up):
+                try:
+                    message = self.kc.get_iopub_msg(timeout=max(0.01, quiet_until - time.monotonic()))
+                except queue.Empty:
+                    break
+                if message["parent_header"].get("msg_id") == msg_id:
+                    self.relay(cell_id, message, start)
+                    quiet_until = time.monotonic() + self.late_output_seconds
         start()
         reply = self.reply_to(msg_id) or {}
         count = reply.get("execution_count")
@@ -463,6 +469,25 @@ class Bridge:
             status = "error"
         self.emit(cell_id, {"type": "end", "status": status, "executionCount": self.execution_count})
         return status
+
+    def relay(self, cell_id, message, start):
+        """Passes one of the cell's IOPub messages on as its event; True for the idle status."""
+        kind, content = message["msg_type"], message["content"]
+        if kind == "execute_input":
+            start(content.get("execution_count"))
+        elif kind == "stream":
+            start()
+            self.emit(cell_id, {"type": "stderr" if content.get("name") == "stderr" else "stdout", "text": content.get("text", "")})
+        elif kind in ("execute_result", "display_data", "update_display_data"):
+            start()
+            self.emit(cell_id, {"type": "result", "main": kind == "execute_result", "data": content.get("data", {})})
+        elif kind == "error":
+            start()
+            traceback = content.get("traceback") or []
+            self.emit(cell_id, {"type": "error", "name": content.get("ename", ""), "value": content.get("evalue", ""), "traceback": "\n".join(traceback)})
+        elif kind == "status" and content.get("execution_state") == "idle":
+            return True
+        return False
 
     def serve(self, idle_timeout):
         threading.Thread(target=self.read_stdin, daemon=True).start()
