@@ -81,6 +81,13 @@ describe('code interpreter in the guest agent', () => {
       expect(info).toMatchObject({ status: 'running', tag: 'kernel-test', cmd: 'python3' });
     });
 
+    it('runs IPython magics and !shell lines', async () => {
+      const events = await run(kernel, '%env MAGIC_VAR=from-magic\n!echo "shell says $MAGIC_VAR"\nlisted = !ls /\n"bin" in listed or "usr" in listed');
+      // IPython runs ! lines on a terminal of its own: their lines end in \r\n.
+      expect(stdout(events)).toMatch(/^env: MAGIC_VAR=from-magic\nshell says from-magic\r?\n$/);
+      expect(results(events).at(-1)?.data['text/plain']).toBe('True');
+    });
+
     it('streams stdout while the cell runs, one event per write', async () => {
       const seen: { event: CodeEvent; at: number }[] = [];
       for await (const event of await guest.runCell(kernel, { code: 'import time, sys\nfor i in range(3):\n    print(f"line {i}", flush=True)\n    time.sleep(0.4)\nprint("err", file=sys.stderr)' })) {
