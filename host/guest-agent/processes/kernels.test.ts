@@ -196,6 +196,12 @@ describe('code interpreter in the guest agent', () => {
       expect(blank.data).not.toHaveProperty(CHART_MIME);
     });
 
+    it('passes a result larger than a process stream\'s usual retention (4 MiB) whole', async () => {
+      const events = await run(kernel, 'from IPython.display import display, HTML\ndisplay(HTML("x" * 6_000_000))\nprint("after")');
+      expect((results(events)[0].data['text/html'] as string).length).toBe(6_000_000);
+      expect(stdout(events)).toBe('after\n');
+    });
+
     it('gives a DataFrame as HTML and as its data', async () => {
       const events = await run(kernel, 'import pandas as pd\npd.DataFrame({"name": ["a", "b"], "n": [1, 2], "when": pd.to_datetime(["2024-01-02", "2024-03-04"])})');
       const [frame] = results(events);
