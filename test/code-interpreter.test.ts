@@ -5,6 +5,7 @@
 // with the host's /usr/bin/python3 and Debian's IPython kernel (scripts/install-system-deps.sh);
 // the toolbox reaches it as the sandbox `sbx-local`. The second part runs the same service in
 // a real sandbox of the code-interpreter image, with its other languages.
+import { readFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CHART_MIME, DATAFRAME_MIME, type CodeEvent } from '../core/code-interpreter/types.js';
@@ -30,6 +31,15 @@ const text = (events: CodeEvent[], type: 'stdout' | 'stderr' = 'stdout') =>
     .map((e) => (e as { text: string }).text)
     .join('');
 const mainResult = (events: CodeEvent[]) => (events.find((e) => e.type === 'result' && e.main) as { data: Record<string, unknown> } | undefined)?.data['text/plain'];
+
+/** Alive and not a zombie (an orphan on the host may wait a while for its new parent to reap it). */
+function isAlive(pid: number): boolean {
+  try {
+    return !/^\S+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, 'utf8'));
+  } catch {
+    return false;
+  }
+}
 
 async function refusal(call: () => Promise<unknown>): Promise<NestboxError> {
   try {
@@ -98,7 +108,11 @@ describe('code interpreter service over an in-process guest agent', () => {
     expect(text(after)).toBe('one\n');
     expect(after.find((e) => e.type === 'error')).toMatchObject({ name: 'NameError' });
 
+    // Deleting a context ends what its kernel started too.
+    const child = Number(mainResult(await collect(await service.run(principal, SANDBOX, { contextId: two.id, code: 'import subprocess\nsubprocess.Popen(["sleep", "300"]).pid' }))));
+    expect(isAlive(child)).toBe(true);
     await service.deleteContext(principal, SANDBOX, two.id);
+    expect(isAlive(child)).toBe(false);
     expect((await service.listContexts(principal, SANDBOX)).map((c) => c.id)).not.toContain(two.id);
     expect((await refusal(() => service.run(principal, SANDBOX, { contextId: two.id, code: '1' }))).code).toBe('not_found');
     expect((await refusal(() => service.restartContext(principal, SANDBOX, two.id))).code).toBe('not_found');

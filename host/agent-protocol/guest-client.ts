@@ -286,10 +286,10 @@ export class HttpGuestClient implements Guest.GuestClient {
         for await (const event of stream.events()) {
           if (event.type === 'keepalive') {
             // The bridge ends an interrupted cell within its grace (10 s) or exits; one that
-            // says nothing long after is stuck: told to stop (it exits, so the context's next
-            // cell starts a fresh kernel), and the cell is lost.
+            // says nothing long after is stuck: told to stop (SIGHUP: it exits as if on its
+            // own, so the context's next cell starts a fresh kernel), and the cell is lost.
             if (interruptedAt !== undefined && Date.now() - interruptedAt > STUCK_INTERRUPT_MS) {
-              await client.signalProcess(processId, 'SIGTERM').catch(() => undefined);
+              await client.signalProcess(processId, 'SIGHUP').catch(() => undefined);
               ended = true;
               yield { type: 'end', status: 'lost' };
               return;

@@ -230,14 +230,33 @@ describe('code interpreter in the guest agent', () => {
     expect(ended.exitCode).toBe(1);
   });
 
-  it('kills the kernel with its bridge (DELETE)', async () => {
+  it('kills the kernel with its bridge (DELETE), even when the kernel started a process of its own', async () => {
     const kernel = await pythonKernel('deleted');
     const { pid } = await guest.getProcess(kernel);
     const children = descendantsOf(pid).map((p) => p.pid);
     expect(children.length).toBeGreaterThan(0);
-    await guest.killProcess(kernel);
-    expect((await agent.waitForEnd(kernel)).status).toBe('killed');
-    await waitUntil(() => children.every((child) => !isAlive(child)) || undefined, 10_000, 'the kernel to die with its bridge');
+    // A process the kernel started outlives a SIGKILL of the bridge's group (it is in the
+    // kernel's session; core stops kernels with SIGTERM first for that), but does not keep the
+    // bridge from being seen to end.
+    const started = await run(kernel, 'import subprocess\nsubprocess.Popen(["sleep", "300"]).pid');
+    const grandchild = Number(results(started)[0].data['text/plain']);
+    try {
+      await guest.killProcess(kernel);
+      expect((await agent.waitForEnd(kernel)).status).toBe('killed');
+      await waitUntil(() => children.every((child) => !isAlive(child)) || undefined, 10_000, 'the kernel to die with its bridge');
+    } finally {
+      process.kill(grandchild, 'SIGKILL');
+    }
+  });
+
+  it('on SIGTERM shuts the kernel down with what it started, then dies of the signal', async () => {
+    const kernel = await pythonKernel('terminated');
+    const started = await run(kernel, 'import subprocess\nchild = subprocess.Popen(["sleep", "300"])\nchild.pid');
+    const child = Number(results(started)[0].data['text/plain']);
+    expect(isAlive(child)).toBe(true);
+    await guest.signalProcess(kernel, 'SIGTERM');
+    expect(await agent.waitForEnd(kernel, 20_000)).toMatchObject({ status: 'killed', signal: 'SIGTERM' });
+    expect(isAlive(child)).toBe(false);
   });
 
   it('shuts an idle kernel down after idleTimeoutSeconds', async () => {
