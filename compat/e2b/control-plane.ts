@@ -335,6 +335,7 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
   async function templateFilter(principal: Principal, template: unknown): Promise<{ sourceSnapshotId?: string | null; imageId?: string | null }> {
     if (template === undefined || template === '') return {};
     if (typeof template !== 'string') throw errors.validation('template', 'must be a template id');
+    if (CODE_INTERPRETER_TEMPLATES.has(template)) return { imageId: CODE_INTERPRETER_IMAGE };
     if (DEFAULT_TEMPLATES.has(template)) return { sourceSnapshotId: null, imageId: null };
     const image = await findTemplateImage(deps, principal, template, 'template').catch(() => undefined);
     if (image) return image.id === 'default' ? { sourceSnapshotId: null, imageId: null } : { imageId: image.id };
