@@ -143,6 +143,17 @@ describe('e2b code interpreter: python results', () => {
     expect(execution.logs.stdout.join('')).toBe('user\n/home/user\n');
   });
 
+  it('reports a kernel that died during a cell, and starts a fresh one for the next', async () => {
+    const ctx = await sbx.createCodeContext();
+    await sbx.runCode('before = 1', { context: ctx });
+    const died = await sbx.runCode('import os\nos._exit(1)', { context: ctx });
+    expect(died.error?.name).toBe('UnexpectedEndOfExecution');
+    const next = await sbx.runCode('before', { context: ctx });
+    expect(next.error?.name).toBe('NameError');
+    expect((await sbx.runCode('1 + 1', { context: ctx })).text).toBe('2');
+    await sbx.removeCodeContext(ctx);
+  });
+
   it('interrupts a runaway cell at its timeout and keeps the context', async () => {
     await sbx.runCode('survivor = "still here"');
     await expect(sbx.runCode('while True:\n    pass', { timeoutMs: 3_000 })).rejects.toBeInstanceOf(TimeoutError);
