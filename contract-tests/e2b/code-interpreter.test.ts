@@ -266,10 +266,14 @@ describe('e2b code interpreter: languages', () => {
   });
 
   it('runs R', async () => {
+    // IRkernel shows a value as display data (not an execute_result): results[0], as upstream's
+    // own R tests read it, with its HTML, Markdown and LaTeX forms.
     const execution = await sbx.runCode('x <- c(1, 2, 3)\nsum(x)', { language: 'r' });
     expect(execution.error).toBeUndefined();
-    expect(execution.text?.trim()).toBe('[1] 6');
-    expect((await sbx.runCode('Sys.getenv("R_RUN")', { language: 'r', envs: { R_RUN: 'set' } })).text?.trim()).toBe('[1] "set"');
+    expect(execution.results[0].text?.trim()).toBe('[1] 6');
+    expect(execution.results[0].html).toBe('6');
+    expect((await sbx.runCode('Sys.getenv("R_RUN")', { language: 'r', envs: { R_RUN: 'set' } })).results[0].text?.trim()).toBe('[1] "set"');
+    expect((await sbx.runCode('stop("bad r")', { language: 'r' })).error?.value).toContain('bad r');
   });
 });
 

@@ -2,12 +2,12 @@
 // /execute streams one cell's events as E2B's NDJSON lines (results.ts); /contexts lists,
 // creates, restarts and removes contexts (contexts.ts).
 import type { Request, Response } from 'express';
-import { NestboxError, publicError } from '../../../core/errors.js';
+import { NestboxError, publicError, toNestboxError } from '../../../core/errors.js';
 import { clientHasGone } from '../../../http-kit/request-checks.js';
 import type { E2bDeps } from '../deps.js';
 import { isSandboxUnavailable, unavailableMessage } from '../errors.js';
 import type { SandboxTarget } from '../target.js';
-import { CODE_LANGUAGES } from '../../../core/code-interpreter/types.js';
+import { CODE_LANGUAGES, type CodeEvent } from '../../../core/code-interpreter/types.js';
 import { asContextNotFound, codeAccount, createContext, defaultContextLanguage, listContexts, normalizeLanguage, removeContext, restartContext } from './contexts.js';
 import { linesOf, type ExecuteLine } from './results.js';
 import type { ErrorLog } from '../../../core/logger.js';
@@ -62,6 +62,17 @@ function runTarget(contextId: string | undefined, language: string | undefined):
   return { language: normalizeLanguage(language) };
 }
 
+/**
+ * The sandbox stopped answering during the run (killed, timed out, its host gone). Upstream's
+ * connection then just drops, and the SDK asks envd whether the sandbox still runs, reporting
+ * "the sandbox was killed while the request was in progress" when it does not: the same here,
+ * by closing the connection instead of answering (a sandbox already gone when the request came
+ * is a 502 before this, from the router).
+ */
+function sandboxWentAway(err: unknown): boolean {
+  return isSandboxUnavailable(toNestboxError(err));
+}
+
 export async function execute(deps: E2bDeps, target: SandboxTarget, req: Request, res: Response): Promise<void> {
   const { principal, sandboxId } = target;
   // The answer streams for as long as the code runs: counted against the stream caps (429 beyond).
@@ -81,23 +92,30 @@ export async function execute(deps: E2bDeps, target: SandboxTarget, req: Request
   res.on('close', () => abort.abort());
   const wanted = runTarget(contextId, language);
   const started = deps.core.codeInterpreter.run(principal, sandboxId, { code, ...wanted, ...(envs ? { envs } : {}), user: account.name, cwd: account.home }, { signal: abort.signal });
-  const events = await (contextId ? asContextNotFound(contextId, started) : started);
+  let events: AsyncGenerator<CodeEvent>;
+  try {
+    // Resolves once the cell is the context's to run (after the cells queued before it), so an
+    // unknown context is a 404 and a bad language a 400 before any line.
+    events = await (contextId ? asContextNotFound(contextId, started) : started);
+  } catch (err) {
+    if (sandboxWentAway(err)) return void res.destroy();
+    throw err;
+  }
 
-  // Headers now, as upstream: a cell queued behind another of its context waits inside the body
-  // (the SDK's timeoutMs), not before the headers (its requestTimeoutMs).
   res.status(200).setHeader('content-type', 'application/x-ndjson');
   res.flushHeaders();
   const write = (lines: ExecuteLine[]) => {
     for (const line of lines) res.write(JSON.stringify(line) + '\n');
   };
   try {
+    // Read to the generator's own end (it ends after `end`): what core does after a cell's end
+    // (waiting for a lost kernel to be gone) must not be cut short by returning early.
     for await (const event of events) {
       if (abort.signal.aborted) break;
       write(linesOf(event));
-      if (event.type === 'end') break;
     }
   } catch (err) {
-    if (abort.signal.aborted || clientHasGone(res)) return void res.destroy();
+    if (abort.signal.aborted || clientHasGone(res) || sandboxWentAway(err)) return void res.destroy();
     // The answer has begun: a failure can only be told as a line of it.
     const e = publicError(err, deps.log, 'e2b code interpreter');
     write([{ type: 'error', name: 'UnexpectedEndOfExecution', value: e.message, traceback: '' }, { type: 'end_of_execution' }]);
