@@ -59,6 +59,10 @@ START_TIMEOUT_SECONDS = 60
 SILENT_TIMEOUT_SECONDS = 30
 # How long the execute_reply may lag behind the idle status that ended a cell's output.
 REPLY_TIMEOUT_SECONDS = 10
+# Kernels whose cell output may trail their idle status (Deno's: its execute_result is sent on
+# its own path), and how long such a cell's messages must have stopped before it ends.
+TRAILING_OUTPUT_LANGUAGES = ("javascript", "typescript")
+TRAILING_OUTPUT_QUIET_SECONDS = 0.3
 
 
 def log(text):
@@ -408,6 +412,25 @@ class Bridge:
                 self.execution_count += 1
             self.emit(cell_id, {"type": "start", "executionCount": self.execution_count})
 
+        def handle(message):
+            """Emits one of the cell's iopub messages; True for the idle status that ends it."""
+            kind, content = message["msg_type"], message["content"]
+            if kind == "execute_input":
+                start(content.get("execution_count"))
+            elif kind == "stream":
+                start()
+                self.emit(cell_id, {"type": "stderr" if content.get("name") == "stderr" else "stdout", "text": content.get("text", "")})
+            elif kind in ("execute_result", "display_data", "update_display_data"):
+                start()
+                self.emit(cell_id, {"type": "result", "main": kind == "execute_result", "data": content.get("data", {})})
+            elif kind == "error":
+                start()
+                traceback = content.get("traceback") or []
+                self.emit(cell_id, {"type": "error", "name": content.get("ename", ""), "value": content.get("evalue", ""), "traceback": "\n".join(traceback)})
+            elif kind == "status" and content.get("execution_state") == "idle":
+                return True
+            return False
+
         while True:
             if self.interrupt_pending and interrupted_at is None:
                 interrupted_at = time.monotonic()
@@ -432,23 +455,22 @@ class Bridge:
                 continue
             if message["parent_header"].get("msg_id") != msg_id:
                 continue
-            kind, content = message["msg_type"], message["content"]
-            if kind == "execute_input":
-                start(content.get("execution_count"))
-            elif kind == "stream":
-                start()
-                self.emit(cell_id, {"type": "stderr" if content.get("name") == "stderr" else "stdout", "text": content.get("text", "")})
-            elif kind in ("execute_result", "display_data", "update_display_data"):
-                start()
-                self.emit(cell_id, {"type": "result", "main": kind == "execute_result", "data": content.get("data", {})})
-            elif kind == "error":
-                start()
-                traceback = content.get("traceback") or []
-                self.emit(cell_id, {"type": "error", "name": content.get("ename", ""), "value": content.get("evalue", ""), "traceback": "\n".join(traceback)})
-            elif kind == "status" and content.get("execution_state") == "idle":
+            if handle(message):
                 break
         start()
         reply = self.reply_to(msg_id) or {}
+        if self.language in TRAILING_OUTPUT_LANGUAGES:
+            # Deno's kernel can publish a cell's execute_result (and late output) after its idle
+            # status: read on until the cell's messages have stopped for a moment.
+            quiet_since = time.monotonic()
+            while time.monotonic() - quiet_since < TRAILING_OUTPUT_QUIET_SECONDS:
+                try:
+                    message = self.kc.get_iopub_msg(timeout=0.02)
+                except queue.Empty:
+                    continue
+                if message["parent_header"].get("msg_id") == msg_id:
+                    handle(message)
+                    quiet_since = time.monotonic()
         count = reply.get("execution_count")
         if isinstance(count, int):
             self.execution_count = count
