@@ -13,7 +13,7 @@ import { e2bEgressPolicy, e2bNetworkInfo } from './network.js';
 import { scopeGate } from '../scope-gate.js';
 import { canSeeSandbox } from '../../core/services/auth.js';
 import { rejectNulInJsonBody } from '../../http-kit/request-checks.js';
-import { DEFAULT_TEMPLATES } from './template-spec.js';
+import { CODE_INTERPRETER_IMAGE, CODE_INTERPRETER_TEMPLATES, DEFAULT_TEMPLATES } from './template-spec.js';
 import { findTemplateImage, registerTemplateRoutes, templateUploadMiddleware } from './templates.js';
 
 /** E2B's default sandbox lifetime when a create names none (e2b.md (b) create body: "server default 300"). */
@@ -141,6 +141,7 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
    * named snapshot (Sandbox.createSnapshot's templates).
    */
   async function templateSource(principal: Principal, templateID: unknown): Promise<{ snapshot?: string; image?: string }> {
+    if (typeof templateID === 'string' && CODE_INTERPRETER_TEMPLATES.has(templateID)) return { image: CODE_INTERPRETER_IMAGE };
     if (templateID === undefined || templateID === null || (typeof templateID === 'string' && DEFAULT_TEMPLATES.has(templateID))) return {};
     if (typeof templateID !== 'string' || templateID === '') throw errors.validation('templateID', 'must be a template id');
     if (templateID === 'mcp-gateway') throw notSupported('the MCP gateway template');
@@ -334,6 +335,7 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
   async function templateFilter(principal: Principal, template: unknown): Promise<{ sourceSnapshotId?: string | null; imageId?: string | null }> {
     if (template === undefined || template === '') return {};
     if (typeof template !== 'string') throw errors.validation('template', 'must be a template id');
+    if (CODE_INTERPRETER_TEMPLATES.has(template)) return { imageId: CODE_INTERPRETER_IMAGE };
     if (DEFAULT_TEMPLATES.has(template)) return { sourceSnapshotId: null, imageId: null };
     const image = await findTemplateImage(deps, principal, template, 'template').catch(() => undefined);
     if (image) return image.id === 'default' ? { sourceSnapshotId: null, imageId: null } : { imageId: image.id };

@@ -16,8 +16,15 @@ import { notSupported } from './errors.js';
 
 /** E2B's base image (`fromBaseImage()`, and the SDK's default): Nestbox's built-in image has its `user` account. */
 export const E2B_BASE_IMAGE = 'e2bdev/base';
-/** Template names that mean the built-in image (as for sandbox create). */
+/** Template names that mean one of Nestbox's built-in images (as for sandbox create). */
 export const DEFAULT_TEMPLATES = new Set(['base', 'code-interpreter-v1', 'code-interpreter', 'default']);
+/**
+ * E2B's code-interpreter templates (`code-interpreter-v1` is the code-interpreter SDK's default):
+ * the built-in `code-interpreter` image (Jupyter kernels for python, javascript/typescript, bash
+ * and r, and the data stack), as upstream's template is its base image plus those.
+ */
+export const CODE_INTERPRETER_TEMPLATES = new Set(['code-interpreter-v1', 'code-interpreter']);
+export const CODE_INTERPRETER_IMAGE = 'code-interpreter';
 /** E2B's default user and workdir of a template (e2b-wave2.md §1.3 fromDockerfile, §1.8). */
 export const E2B_USER = 'user';
 export const E2B_WORKDIR = '/home/user';

@@ -22,7 +22,7 @@ import type { EgressPolicy, Principal } from '../../core/types.js';
 import { parseEgressEntry } from '../../core/egress.js';
 import type { E2bDeps } from './deps.js';
 import { notSupported, renderControlPlaneError } from './errors.js';
-import { baseOf, DEFAULT_TEMPLATES, E2B_BASE_IMAGE, e2bStepOf, FILES_HASH, filesObjectKey, isNestboxError, templateBuildRequest, type TemplateBase } from './template-spec.js';
+import { baseOf, CODE_INTERPRETER_IMAGE, CODE_INTERPRETER_TEMPLATES, DEFAULT_TEMPLATES, E2B_BASE_IMAGE, e2bStepOf, FILES_HASH, filesObjectKey, isNestboxError, templateBuildRequest, type TemplateBase } from './template-spec.js';
 
 /** E2B's tag when a name has none. */
 export const E2B_DEFAULT_TAG = 'default';
@@ -254,7 +254,12 @@ export function registerTemplateRoutes(router: Router, deps: E2bDeps, route: Rou
     const { fromImage, fromTemplate } = baseOf(b);
     let base: TemplateBase;
     if (fromTemplate !== undefined) {
-      if (DEFAULT_TEMPLATES.has(fromTemplate)) base = { kind: 'builtin' };
+      if (CODE_INTERPRETER_TEMPLATES.has(fromTemplate)) {
+        // Upstream's code-interpreter template as a base: the built-in code-interpreter image.
+        const image = await core.images.find(principal.organizationId, CODE_INTERPRETER_IMAGE, 'fromTemplate');
+        if (!image) throw new NestboxError('not_found', `template ${fromTemplate} not found (this server has no code-interpreter image)`);
+        base = { kind: 'image', reference: image.id, user: image.config.user };
+      } else if (DEFAULT_TEMPLATES.has(fromTemplate)) base = { kind: 'builtin' };
       else {
         const image = await findTemplateImage(deps, principal, fromTemplate, 'fromTemplate');
         if (!image) throw new NestboxError('not_found', `template ${fromTemplate.slice(0, 200)} not found (fromTemplate names a template built here, or "base")`);

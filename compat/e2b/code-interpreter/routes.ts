@@ -1,12 +1,15 @@
-// The code-interpreter HTTP API (port 49999 traffic, e2b.md (e)): /execute streams the
-// kernel's NDJSON for one cell; /contexts manages kernels (kernels.ts).
+// The code-interpreter HTTP API (port 49999 traffic, e2b.md (e)) over core's code interpreter:
+// /execute streams one cell's events as E2B's NDJSON lines (results.ts); /contexts lists,
+// creates, restarts and removes contexts (contexts.ts).
 import type { Request, Response } from 'express';
-import { NestboxError, publicError } from '../../../core/errors.js';
+import { NestboxError, publicError, toNestboxError } from '../../../core/errors.js';
 import { clientHasGone } from '../../../http-kit/request-checks.js';
 import type { E2bDeps } from '../deps.js';
 import { isSandboxUnavailable, unavailableMessage } from '../errors.js';
 import type { SandboxTarget } from '../target.js';
-import { createContext, kernelFor, listContexts, removeContext, restartContext } from './kernels.js';
+import { CODE_LANGUAGES, type CodeEvent } from '../../../core/code-interpreter/types.js';
+import { asContextNotFound, codeAccount, createContext, defaultContextLanguage, listContexts, normalizeLanguage, removeContext, restartContext } from './contexts.js';
+import { linesOf, type ExecuteLine } from './results.js';
 import type { ErrorLog } from '../../../core/logger.js';
 
 /**
@@ -37,47 +40,89 @@ function optionalString(value: unknown, field: string): string | undefined {
   return value;
 }
 
+function envVarsOf(value: unknown): Record<string, string> | undefined {
+  if (value === undefined || value === null) return undefined;
+  if (typeof value !== 'object' || Array.isArray(value) || Object.values(value).some((v) => typeof v !== 'string')) {
+    throw new NestboxError('validation_failed', 'env_vars: must be an object of strings', { field: 'env_vars' });
+  }
+  return value as Record<string, string>;
+}
+
+/**
+ * What a run addresses in core's terms: a context by id, or the default context of a language.
+ * The default contexts E2B lists before they started (contexts.ts) are addressed by language, so
+ * their first run starts them.
+ */
+function runTarget(contextId: string | undefined, language: string | undefined): { contextId?: string; language?: string } {
+  if (contextId !== undefined) {
+    const defaultLanguage = defaultContextLanguage(contextId);
+    if (defaultLanguage && (CODE_LANGUAGES as readonly string[]).includes(defaultLanguage)) return { language: defaultLanguage };
+    return { contextId };
+  }
+  return { language: normalizeLanguage(language) };
+}
+
+/**
+ * The sandbox stopped answering during the run (killed, timed out, its host gone). Upstream's
+ * connection then just drops, and the SDK asks envd whether the sandbox still runs, reporting
+ * "the sandbox was killed while the request was in progress" when it does not: the same here,
+ * by closing the connection instead of answering (a sandbox already gone when the request came
+ * is a 502 before this, from the router).
+ */
+function sandboxWentAway(err: unknown): boolean {
+  return isSandboxUnavailable(toNestboxError(err));
+}
+
 export async function execute(deps: E2bDeps, target: SandboxTarget, req: Request, res: Response): Promise<void> {
-  const { toolbox } = deps.core;
   const { principal, sandboxId } = target;
   // The answer streams for as long as the code runs: counted against the stream caps (429 beyond).
-  deps.streams.acquireUntilClosed({ keyId: target.principal.keyId, sandboxId: target.sandboxId }, res);
+  deps.streams.acquireUntilClosed({ keyId: principal.keyId, sandboxId }, res);
   const body = (req.body ?? {}) as ExecuteBody;
   const code = optionalString(body.code, 'code');
   if (code === undefined) throw new NestboxError('validation_failed', 'code: required', { field: 'code' });
-  const contextId = optionalString(body.context_id, 'context_id');
-  const language = optionalString(body.language, 'language');
+  const contextId = optionalString(body.context_id, 'context_id') || undefined;
+  const language = optionalString(body.language, 'language') || undefined;
   if (contextId && language) throw new NestboxError('validation_failed', 'context_id: give a context or a language, not both', { field: 'context_id' });
-  const envVars = body.env_vars ?? undefined;
-  if (envVars !== undefined && (typeof envVars !== 'object' || envVars === null || Object.values(envVars).some((v) => typeof v !== 'string'))) {
-    throw new NestboxError('validation_failed', 'env_vars: must be an object of strings', { field: 'env_vars' });
-  }
+  const envs = envVarsOf(body.env_vars);
+  const account = await codeAccount(deps, target);
 
-  const kernel = await kernelFor(deps, target, contextId, language);
-  // A client that gives up (the SDK's timeoutMs) interrupts the cell (runCell): the context's
-  // kernel keeps its state for the next call.
+  // A client that gives up (the SDK's timeoutMs closes the request) interrupts the cell; the
+  // context keeps its state for the next run (core's run, aborted).
   const abort = new AbortController();
   res.on('close', () => abort.abort());
-  const messages = await toolbox.runCell(principal, sandboxId, kernel.process.processId, { code, ...(envVars ? { env: envVars as Record<string, string> } : {}) }, { signal: abort.signal });
-
-  // The kernel speaks E2B's /execute shapes already (kernel.py): each message is one NDJSON line.
-  res.status(200).setHeader('content-type', 'application/x-ndjson');
-  res.flushHeaders();
+  const wanted = runTarget(contextId, language);
+  const started = deps.core.codeInterpreter.run(principal, sandboxId, { code, ...wanted, ...(envs ? { envs } : {}), user: account.name, cwd: account.home }, { signal: abort.signal });
+  let events: AsyncGenerator<CodeEvent>;
   try {
-    for await (const message of messages) {
-      res.write(JSON.stringify(message) + '\n');
-      if (message.type === 'end') {
-        res.end();
-        return;
-      }
-    }
+    // Resolves once the cell is the context's to run (after the cells queued before it), so an
+    // unknown context is a 404 and a bad language a 400 before any line.
+    events = await (contextId ? asContextNotFound(contextId, started) : started);
   } catch (err) {
-    if (abort.signal.aborted) return;
+    if (sandboxWentAway(err)) return void res.destroy();
     throw err;
   }
-  // The kernel died mid-cell (os._exit, out of memory): upstream reports it this way.
-  res.write(JSON.stringify({ type: 'error', name: 'UnexpectedEndOfExecution', value: 'the code context\'s kernel exited during the execution; its state is lost', traceback: '' }) + '\n');
-  res.write(JSON.stringify({ type: 'end_of_execution' }) + '\n');
+
+  res.status(200).setHeader('content-type', 'application/x-ndjson');
+  res.flushHeaders();
+  const write = (lines: ExecuteLine[]) => {
+    for (const line of lines) res.write(JSON.stringify(line) + '\n');
+  };
+  try {
+    // Read to the generator's own end (it ends after `end`): what core does after a cell's end
+    // (waiting for a lost kernel to be gone) must not be cut short by returning early.
+    for await (const event of events) {
+      if (abort.signal.aborted) break;
+      write(linesOf(event));
+    }
+  } catch (err) {
+    if (abort.signal.aborted || clientHasGone(res) || sandboxWentAway(err)) return void res.destroy();
+    // The answer has begun: a failure can only be told as a line of it.
+    const e = publicError(err, deps.log, 'e2b code interpreter');
+    write([{ type: 'error', name: 'UnexpectedEndOfExecution', value: e.message, traceback: '' }, { type: 'end_of_execution' }]);
+  } finally {
+    await events.return(undefined).catch(() => undefined);
+  }
+  if (abort.signal.aborted) return void res.destroy();
   res.end();
 }
 

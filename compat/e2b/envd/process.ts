@@ -20,8 +20,8 @@ import { dropConnection } from './connect-adapter.js';
 import type { SandboxTarget } from '../target.js';
 import { e2bAccount } from '../routing.js';
 import { templateDefaults } from '../template-defaults.js';
-import { KERNEL_TAG_PREFIX } from '../code-interpreter/kernels.js';
 import type { ErrorLog } from '../../../core/logger.js';
+import { CODE_CONTEXT_TAG_PREFIX } from '../../../core/services/code-interpreter.js';
 
 /** Longest process lifetime passed to the guest (the native API's `timeoutMs` maximum, 24 h). */
 const MAX_PROCESS_TIMEOUT_MS = 86_400_000;
@@ -31,7 +31,7 @@ export type ResolveTarget = (ctx: HandlerContext) => Promise<SandboxTarget>;
 
 /** Processes Nestbox starts for itself (sessions, code-interpreter kernels) are not E2B's. */
 function isHidden(p: GuestProcessInfo): boolean {
-  return p.tag !== null && (p.tag.startsWith('session:') || p.tag.startsWith(KERNEL_TAG_PREFIX));
+  return p.tag !== null && (p.tag.startsWith('session:') || p.tag.startsWith(CODE_CONTEXT_TAG_PREFIX));
 }
 
 async function findProcess(deps: E2bDeps, target: SandboxTarget, selector: ProcessSelector | undefined, signal?: AbortSignal): Promise<GuestProcessInfo> {
