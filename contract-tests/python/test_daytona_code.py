@@ -15,10 +15,11 @@ from daytona import (
     CreateSandboxFromSnapshotParams,
     Daytona,
     DaytonaConnectionError,
-    DaytonaError,
     DaytonaTimeoutError,
     LineChart,
 )
+from daytona_toolbox_api_client import DaemonErrorCode
+from daytona_toolbox_api_client.exceptions import ApiException, BadRequestException
 
 PNG_BASE64_PREFIX = "iVBORw0KGgo"
 
@@ -88,11 +89,15 @@ def test_code_run_argv_env_exit_code_and_timeout(sb):
     assert r.result == "['a', 'b'] set\n"
     assert r.artifacts.charts == []
     assert sb.process.code_run("raise SystemExit(3)").exit_code == 3
-    with pytest.raises(DaytonaTimeoutError):
+    # `code_run` (0.226.1) wraps no error of its own: the daemon's 408 and 400 reach the caller
+    # as the generated toolbox client's exceptions, with the status and Daytona's error body.
+    with pytest.raises(ApiException) as timed_out:
         sb.process.code_run("import time; time.sleep(60)", timeout=1)
-    with pytest.raises(DaytonaError) as bad_env:
+    assert timed_out.value.status == 408
+    assert timed_out.value.data.code == DaemonErrorCode.CodeProcessExecutionTimeout
+    with pytest.raises(BadRequestException) as bad_env:
         sb.process.code_run("print(1)", params=CodeRunParams(env={"BAD-KEY": "x"}))
-    assert bad_env.value.status_code == 400
+    assert '"BAD-KEY" is not a valid environment variable name' in bad_env.value.data.message
 
 
 def test_code_run_typescript(daytona):
