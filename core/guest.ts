@@ -5,6 +5,7 @@
 // implementation checks at compile time that its zod schemas produce exactly these shapes
 // (host/agent-protocol/guest-client.ts), so the two cannot drift apart silently.
 import type { Readable } from 'node:stream';
+import type { CodeEvent, CodeLanguage, RunScriptResult } from './code-interpreter/types.js';
 
 export type FileType = 'file' | 'dir' | 'symlink' | 'other';
 
@@ -238,13 +239,18 @@ export interface StartProcessInput {
   pty?: TerminalSize;
 }
 
-/** A code kernel: the guest agent's own interpreter program for `language`, stdin open. */
+/**
+ * A code kernel: the guest agent's kernel bridge driving a Jupyter kernel for `language`, as a
+ * process with stdin open (host/agent-protocol/processes.ts, KERNELS).
+ */
 export interface StartKernelInput {
-  language: 'python';
+  language: CodeLanguage;
   tag?: string;
   cwd?: string;
   env?: Record<string, string>;
   user?: string;
+  /** The bridge shuts its kernel down and exits after this long without a cell (default 3600; 0 = never). */
+  idleTimeoutSeconds?: number;
 }
 
 /** One cell of code for a kernel, with environment variables for that cell only. */
@@ -253,14 +259,21 @@ export interface CellInput {
   env?: Record<string, string>;
 }
 
-/**
- * A kernel's message about the cell it runs (host/guest-agent/code-interpreter/kernel.py:
- * number_of_executions, stdout/stderr, result, error, end_of_execution), or `keepalive` while
- * it runs.
- */
-export interface KernelMessage {
-  type: string;
-  [field: string]: unknown;
+/** The languages this sandbox's image has kernels for, and why each other one is missing. */
+export interface KernelLanguages {
+  languages: CodeLanguage[];
+  missing: Record<string, string>;
+}
+
+/** A one-shot program (POST /scripts): RunScriptInput with the guest's `env`. */
+export interface ScriptInput {
+  language: 'python' | 'javascript' | 'typescript';
+  code: string;
+  argv?: string[];
+  env?: Record<string, string>;
+  cwd?: string;
+  user?: string;
+  timeoutMs?: number;
 }
 
 export type ProcessStatus = 'running' | 'exited' | 'killed';
@@ -472,13 +485,18 @@ export interface GuestClient {
   exec(input: ExecInput, o?: CallOptions): Promise<ExecResult>;
 
   startProcess(input: StartProcessInput, o?: CallOptions): Promise<ProcessInfo>;
+  /** Answers once the kernel is ready; a language the image has no kernel for is validation_failed (`language`). */
   startKernel(input: StartKernelInput, o?: CallOptions): Promise<ProcessInfo>;
+  kernelLanguages(o?: CallOptions): Promise<KernelLanguages>;
   /**
-   * Runs one cell in a kernel: its messages as they come, ending after `end_of_execution`, or
-   * without it when the kernel exited mid-cell. Aborting `o.signal` before the end interrupts
-   * the cell (SIGINT: the kernel keeps its state) and ends the stream.
+   * Runs one cell in a kernel: its events as they come (keepalives included), ending after
+   * `end`. A kernel that exits mid-cell ends it with status `lost`. Aborting `o.signal` (or
+   * leaving the generator early) interrupts the cell: the stream goes on to its `end`
+   * (`interrupted`, or `lost` when the kernel would not stop), and the kernel keeps its state.
    */
-  runCell(kernelProcessId: string, input: CellInput, o?: CallOptions): Promise<AsyncGenerator<KernelMessage>>;
+  runCell(kernelProcessId: string, input: CellInput, o?: CallOptions): Promise<AsyncGenerator<CodeEvent>>;
+  /** A program run once to its end: exit code, merged output without chart lines, charts. */
+  runScript(input: ScriptInput, o?: CallOptions): Promise<RunScriptResult>;
   listProcesses(input: { all?: boolean }, o?: CallOptions): Promise<ProcessList>;
   getProcess(processId: string, o?: CallOptions): Promise<ProcessInfo>;
   processOutput(processId: string, input: OutputInput, o?: CallOptions): Promise<ProcessOutput>;

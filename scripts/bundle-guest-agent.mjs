@@ -6,7 +6,7 @@
 // Also builds the PTY helper next to the bundle (dist/nestbox-pty); needs cc and libc6-dev.
 import { build } from 'esbuild';
 import { execFileSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { builtinModules } from 'node:module';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -15,6 +15,12 @@ import { parseArgs } from 'node:util';
 const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const { values } = parseArgs({ options: { outfile: { type: 'string' } } });
 const outfile = resolve(values.outfile ?? resolve(repoRoot, 'dist/guest-agent.mjs'));
+
+/** Every .py file of host/guest-agent/code-interpreter/, by name. */
+function codeInterpreterFiles() {
+  const dir = resolve(repoRoot, 'host/guest-agent/code-interpreter');
+  return Object.fromEntries(readdirSync(dir).filter((name) => name.endsWith('.py')).map((name) => [name, readFileSync(resolve(dir, name), 'utf8')]));
+}
 
 await build({
   entryPoints: [resolve(repoRoot, 'host/guest-agent/main.ts')],
@@ -29,12 +35,12 @@ await build({
   // ws tries optional native add-ons (bufferutil, utf-8-validate) with a runtime require; inside
   // a sandbox that lookup walks up to /node_modules, which the sandbox itself can write, so a
   // planted package would run inside the agent. Folded to constants, the lookups are dead code.
-  // The code kernel's program (POST /kernels) travels inside the bundle, as a string constant
-  // (host/guest-agent/code-interpreter/kernel-program.ts).
+  // The code interpreter's Python programs (the kernel bridge, its display hooks, the script
+  // runner) travel inside the bundle as string constants (code-interpreter/kernel-program.ts).
   define: {
     'process.env.WS_NO_BUFFER_UTIL': '"1"',
     'process.env.WS_NO_UTF_8_VALIDATE': '"1"',
-    NESTBOX_PYTHON_KERNEL: JSON.stringify(readFileSync(resolve(repoRoot, 'host/guest-agent/code-interpreter/kernel.py'), 'utf8')),
+    NESTBOX_CODE_INTERPRETER_FILES: JSON.stringify(codeInterpreterFiles()),
   },
   // An ESM bundle has no `require`; give one to any CommonJS code that esbuild inlines so a
   // dependency calling require('node:…') keeps working.

@@ -25,7 +25,9 @@ with_postgres=false
 # file (apache2-utils). The Python contract tests' virtualenv is built from Debian's python3 with
 # python3-venv (scripts/install-python-sdks.sh, at the end).
 # The Cloud Hypervisor simulator's image guests resolve socat's libraries (tests only).
-[[ "${1:-}" == "--with-postgres" ]] && with_postgres=true && packages+=(postgresql docker-registry busybox-static apache2-utils python3 python3-venv socat)
+# The guest agent's code-interpreter tests run its kernel bridge on the host's own python3
+# against Debian's IPython kernel, jupyter_client, matplotlib and pandas (tests only).
+[[ "${1:-}" == "--with-postgres" ]] && with_postgres=true && packages+=(postgresql docker-registry busybox-static apache2-utils python3 python3-venv socat python3-ipykernel python3-jupyter-client python3-matplotlib python3-pandas)
 
 missing=()
 for p in "${packages[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p"); done

@@ -146,6 +146,10 @@ const ConfigSchema = z.object({
   // and snapshots share blocks instead of copying them; "off" = plain copies (a fork writes a
   // full copy of its source's disk; a warning says so at start).
   NESTBOX_REFLINK_STORE: z.enum(['auto', 'off']).default('auto'),
+  // Host agent (local driver): the built-in `code-interpreter` image (host/images/code-interpreter-image.ts).
+  // background = built after the default image when the agent starts, while it already serves;
+  // on-demand = built by the first sandbox that asks for it (that create waits for the build).
+  NESTBOX_CODE_INTERPRETER_IMAGE: z.enum(['background', 'on-demand']).default('background'),
   NESTBOX_REFLINK_STORE_GIB: positiveInt.default(64),
   // Host agent: what runs sandboxes. "cloud-hypervisor" = microVMs; needs /dev/kvm, a pinned
   // cloud-hypervisor binary and the VM image (`nestbox image build --vm`).
@@ -205,6 +209,7 @@ export interface Config {
     subnet: string;
     reflinkStore: 'auto' | 'off';
     reflinkStoreGiB: number;
+    codeInterpreterImage: 'background' | 'on-demand';
     driver: 'local' | 'cloud-hypervisor';
     chBinary: string;
     chMemoryRestore: 'auto' | 'Copy' | 'OnDemand';
@@ -327,6 +332,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       exitWithParent: e.NESTBOX_EXIT_WITH_PARENT === 'true',
       subnet: e.NESTBOX_SANDBOX_SUBNET,
       reflinkStore: e.NESTBOX_REFLINK_STORE,
+      codeInterpreterImage: e.NESTBOX_CODE_INTERPRETER_IMAGE,
       reflinkStoreGiB: e.NESTBOX_REFLINK_STORE_GIB,
       driver: e.NESTBOX_DRIVER,
       chBinary: e.NESTBOX_CH_BIN,

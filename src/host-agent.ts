@@ -7,6 +7,7 @@ import { HostAgentServer } from '../host/agent/server.js';
 import { LocalDriver } from '../host/drivers/local/driver.js';
 import type { Driver } from '../host/drivers/types.js';
 import { ensureBaseImage } from '../host/images/base-image.js';
+import { ensureCodeInterpreterImage } from '../host/images/code-interpreter-image.js';
 import { HEARTBEAT_PATH, type Heartbeat } from '../host/protocol/schemas.js';
 import { GUEST_AGENT_BUNDLE } from './paths.js';
 import type { Logger } from '../core/logger.js';
@@ -30,6 +31,14 @@ export async function startHostAgent(config: Config, logger?: Logger): Promise<R
   // Build (or reuse) the base image before registering, so the first create is not the one
   // that waits for debootstrap.
   if (ha.driver === 'local') await ensureBaseImage({ imagesDir: config.imagesDir, name: 'default', onProgress: (line) => log.info(`image: ${line}`) });
+  // The code-interpreter image is derived from it and takes minutes (apt): built in the
+  // background, so the agent serves `default` sandboxes meanwhile; a create that asks for it
+  // before it is ready waits for this same build (the build lock), it never starts a second one.
+  if (ha.driver === 'local' && ha.codeInterpreterImage === 'background') {
+    void ensureCodeInterpreterImage({ imagesDir: config.imagesDir, onProgress: (line) => log.info(`image: ${line}`), onOutput: (line) => log.debug(`image: ${line}`) }).catch((err: unknown) =>
+      log.error({ err: err instanceof Error ? err.message : String(err) }, 'image: the code-interpreter image could not be built; sandboxes asking for it will try again'),
+    );
+  }
 
   const driver: Driver =
     ha.driver === 'cloud-hypervisor'

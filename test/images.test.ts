@@ -197,7 +197,7 @@ describe('build logs over a WebSocket, and organisations', () => {
     expect((await t.http.get(`/api/v1/builds/${b.id}/logs`).set(other)).status).toBe(404);
     expect((await t.http.post(`/api/v1/builds/${b.id}/cancel`).set(other)).status).toBe(404);
     const listed = (await t.http.get('/api/v1/images').set(other)).body.items as { name: string }[];
-    expect(listed.map((i) => i.name)).toEqual(['default']);
+    expect(listed.map((i) => i.name)).toEqual(['default', 'code-interpreter']);
     expect((await t.http.post('/api/v1/sandboxes').set(other).send({ image: 'it-private' })).status).toBe(400);
     // A context is per organisation too.
     const body = Buffer.from('not really a tar');

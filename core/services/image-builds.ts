@@ -37,7 +37,7 @@ import { BuildSpecError, type BuildSpec, type BuildStage, type BuildStep, type C
 import { DEFAULT_SHELL, emptyImageConfig, FINISHED_BUILD_STATES, type BuildError, type BuildHistoryEntry, type BuildLogLine, type BuildOptions, type BuildState, type Image, type ImageBuild, type ImageConfig } from '../images/types.js';
 import { requireScope } from './auth.js';
 import type { HostService } from './hosts.js';
-import { BUILTIN_IMAGE, DEFAULT_TAG, IMAGE_NAME, IMAGE_TAG, type ImageService } from './images.js';
+import { BUILTIN_IMAGES, DEFAULT_TAG, IMAGE_NAME, IMAGE_TAG, type ImageService } from './images.js';
 import { envRecord, runStartCommand } from './image-start.js';
 import type { SandboxService } from './sandboxes.js';
 
@@ -195,7 +195,7 @@ export class ImageBuildService {
   async create(principal: Principal, input: CreateBuildInput): Promise<ImageBuild> {
     requireScope(principal, 'images:write');
     if (principal.sandboxIds !== null) throw errors.forbidden('this API key is limited to given sandboxes and cannot build images');
-    if (typeof input.name !== 'string' || !IMAGE_NAME.test(input.name) || input.name === BUILTIN_IMAGE) throw errors.validation('name', 'must be 1-128 letters, digits, ".", "_", "-" or "/", starting with a letter or digit, and not "default"');
+    if (typeof input.name !== 'string' || !IMAGE_NAME.test(input.name) || (BUILTIN_IMAGES as readonly string[]).includes(input.name)) throw errors.validation('name', `must be 1-128 letters, digits, ".", "_", "-" or "/", starting with a letter or digit, and not a built-in image's name (${BUILTIN_IMAGES.join(', ')})`);
     const tags = input.tags?.length ? [...new Set(input.tags)] : [DEFAULT_TAG];
     for (const [i, tag] of tags.entries()) if (typeof tag !== 'string' || !IMAGE_TAG.test(tag)) throw errors.validation(`tags[${i}]`, 'a tag is 1-128 letters, digits, ".", "_" or "-"');
     if (tags.length > 32) throw errors.validation('tags', 'at most 32 tags');
@@ -564,7 +564,7 @@ export class ImageBuildService {
       if (own.hostId) await this.useHost(ctx, own.hostId);
       else await this.useHost(ctx);
       ctx.log(`FROM ${reference}: Nestbox image ${own.id}`);
-      return fresh({ base: own.base, snapshotId: own.snapshotId, config: structuredClone(own.config), key: hash('image', own.id), from: own.id === BUILTIN_IMAGE ? BUILTIN_IMAGE : `${own.name}@${own.id}`, baseSize: own.sizeBytes === null ? null : own.sizeBytes - (await this.images.layersOf(own)).reduce((n, l) => n + (l.sizeBytes ?? 0), 0) });
+      return fresh({ base: own.base, snapshotId: own.snapshotId, config: structuredClone(own.config), key: hash('image', own.id), from: own.source.kind === 'builtin' ? own.id : `${own.name}@${own.id}`, baseSize: own.sizeBytes === null ? null : own.sizeBytes - (await this.images.layersOf(own)).reduce((n, l) => n + (l.sizeBytes ?? 0), 0) });
     }
     await this.useHost(ctx);
     ctx.log(`FROM ${reference}: pulling`);

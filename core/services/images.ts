@@ -18,6 +18,16 @@ export const DEFAULT_TAG = 'latest';
 const DEBIAN_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 /** The built-in image's name: every organisation has it, on every host. */
 export const BUILTIN_IMAGE = 'default';
+/** The built-in image with Jupyter kernels and the data stack (host/images/code-interpreter-image.ts): on every host too. */
+export const CODE_INTERPRETER_IMAGE = 'code-interpreter';
+/** Every built-in image, in the order lists show them: not rows, not deletable, not taggable. */
+export const BUILTIN_IMAGES = [BUILTIN_IMAGE, CODE_INTERPRETER_IMAGE] as const;
+export type BuiltinImageName = (typeof BUILTIN_IMAGES)[number];
+
+/** The built-in image `reference` names (`name` or `name:latest`), if it names one. */
+export function builtinImageNamed(reference: string): BuiltinImageName | undefined {
+  return BUILTIN_IMAGES.find((name) => reference === name || reference === `${name}:${DEFAULT_TAG}`);
+}
 
 export interface ImageReference {
   name: string;
@@ -39,7 +49,8 @@ export function parseImageName(reference: string, field = 'image', defaultTag = 
  * Images: named, tagged, digest-addressed trees sandboxes start from (issue 14). A ready image
  * never changes; a build or pull of `name:tag` moves the tag to a new image. An image nothing
  * points at (no tag, no sandbox) is removed by `collectGarbage`, with the build layers only it
- * needed. The built-in `default` image is not a row: every organisation sees it.
+ * needed. The built-in images (`default`, `code-interpreter`) are not rows: every organisation
+ * sees them, on every host.
  */
 export class ImageService {
   constructor(
@@ -48,15 +59,16 @@ export class ImageService {
     private readonly logger: Logger,
   ) {}
 
-  builtin(organizationId: string): Image {
+  builtin(organizationId: string, name: BuiltinImageName = BUILTIN_IMAGE): Image {
     return {
-      id: BUILTIN_IMAGE,
+      id: name,
       organizationId,
-      name: BUILTIN_IMAGE,
+      name,
       tags: [DEFAULT_TAG],
       state: 'ready',
       hostId: null,
-      base: BUILTIN_IMAGE,
+      // The host builds it from its name (host/images): the same name on every host.
+      base: name,
       snapshotId: null,
       // Debian's PATH, as the image's own processes get it, so `ENV PATH=$PATH:/x` in a build
       // FROM default extends it instead of replacing it.
@@ -68,9 +80,10 @@ export class ImageService {
     };
   }
 
-  /** The organisation's image by `name[:tag]`, image id, or `default`; undefined when there is none. */
+  /** The organisation's image by `name[:tag]`, image id, or a built-in image's name; undefined when there is none. */
   async find(organizationId: string, reference: string, field = 'image'): Promise<Image | undefined> {
-    if (reference === BUILTIN_IMAGE || reference === `${BUILTIN_IMAGE}:${DEFAULT_TAG}`) return this.builtin(organizationId);
+    const builtin = builtinImageNamed(reference);
+    if (builtin) return this.builtin(organizationId, builtin);
     if (/^img[a-z0-9]{17}$/.test(reference)) return imageRepository(this.db).findById(organizationId, reference);
     const { name, tag } = parseImageName(reference, field);
     return imageRepository(this.db).findByTag(organizationId, name, tag);
@@ -90,8 +103,9 @@ export class ImageService {
     if (input.name !== undefined && !IMAGE_NAME.test(input.name)) throw errors.validation('name', 'is not an image name');
     const before = input.cursor ? decodeCursor(input.cursor) : undefined;
     const rows = await imageRepository(this.db).list(principal.organizationId, { name: input.name, includeUntagged: input.includeUntagged, limit: limit + 1, before });
-    // The built-in image heads the first page of an unfiltered list.
-    const withBuiltin = !before && (input.name === undefined || input.name === BUILTIN_IMAGE) ? [this.builtin(principal.organizationId), ...rows] : rows;
+    // The built-in images head the first page of an unfiltered list.
+    const builtins = before ? [] : BUILTIN_IMAGES.filter((name) => input.name === undefined || input.name === name).map((name) => this.builtin(principal.organizationId, name));
+    const withBuiltin = [...builtins, ...rows];
     const page = withBuiltin.slice(0, limit);
     const last = page[page.length - 1];
     return { items: page, nextCursor: withBuiltin.length > limit && last ? encodeCursor(last) : null };
@@ -108,7 +122,7 @@ export class ImageService {
   async addTags(principal: Principal, target: string, name: string, tags: string[]): Promise<Image> {
     requireScope(principal, 'images:write');
     const image = await this.get(principal, target);
-    if (image.id === BUILTIN_IMAGE) throw errors.validation('target', 'the built-in image cannot be tagged');
+    if (image.source.kind === 'builtin') throw errors.validation('target', 'a built-in image cannot be tagged');
     if (!IMAGE_NAME.test(name)) throw errors.validation('name', 'is not an image name');
     for (const [i, tag] of tags.entries()) if (!IMAGE_TAG.test(tag)) throw errors.validation(`tags[${i}]`, 'a tag is 1-128 letters, digits, ".", "_" or "-"');
     await this.db.transaction(async (tx) => {
@@ -124,7 +138,7 @@ export class ImageService {
    */
   async delete(principal: Principal, reference: string): Promise<void> {
     requireScope(principal, 'images:write');
-    if (reference === BUILTIN_IMAGE || reference.startsWith(`${BUILTIN_IMAGE}:`)) throw new NestboxError('conflict', 'the built-in image cannot be deleted');
+    if (BUILTIN_IMAGES.some((name) => reference === name || reference.startsWith(`${name}:`))) throw new NestboxError('conflict', `the built-in image ${reference.slice(0, 200)} cannot be deleted`);
     const image = await this.get(principal, reference);
     const byId = image.id === reference;
     const { name, tag } = byId ? { name: image.name, tag: '' } : parseImageName(reference);

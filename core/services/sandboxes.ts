@@ -373,6 +373,8 @@ export class SandboxService {
     const image = this.images ? await this.images.find(organizationId, reference, 'image') : undefined;
     if (!image) throw errors.validation('image', `unknown image "${reference.slice(0, 200)}" (build or pull it first, see POST /api/v1/builds; available: ${this.limits.defaultImage} and this organisation's images)`);
     if (image.id === this.limits.defaultImage) return base;
+    // Another built-in image (`code-interpreter`): on every host under its own name, not a row.
+    if (image.source.kind === 'builtin') return { ...base, image: image.id };
     const start = this.images!.startPoint(image);
     const snapshot = start.snapshotId ? await snapshotRepository(this.db).findById(start.snapshotId) : undefined;
     if (start.snapshotId && (!snapshot || snapshot.state !== 'ready' || snapshot.deletedAt)) throw errors.invalidState('image', reference, 'unavailable', ['ready'], 'create a sandbox from');

@@ -9,6 +9,7 @@
 // are cancelled through the call's AbortSignal (a front door passes its "client gone" signal).
 import type { Readable } from 'node:stream';
 import type * as Guest from '../guest.js';
+import type { CodeEvent, RunScriptResult } from '../code-interpreter/types.js';
 import type { Principal, Scope } from '../types.js';
 import { requireScope } from './auth.js';
 import type { SandboxService } from './sandboxes.js';
@@ -32,6 +33,8 @@ export const TOOLBOX_OPERATIONS = {
   openTerminal: { scope: 'sandboxes:exec', verb: 'open a terminal in' },
   startKernel: { scope: 'sandboxes:exec', verb: 'run code in' },
   runCell: { scope: 'sandboxes:exec', verb: 'run code in' },
+  kernelLanguages: { scope: 'sandboxes:read', verb: 'list the code languages of' },
+  runScript: { scope: 'sandboxes:exec', verb: 'run code in' },
   listProcesses: { scope: 'sandboxes:read', verb: 'list processes of' },
   getProcess: { scope: 'sandboxes:read', verb: 'inspect processes of' },
   processOutput: { scope: 'sandboxes:read', verb: 'read process output of' },
@@ -161,21 +164,32 @@ export class Toolbox {
   }
 
   /**
-   * A code kernel (the guest agent's own interpreter, state kept from cell to cell), as a
-   * process: the process methods list, follow, feed (one JSON cell per line), interrupt
-   * (SIGINT) and kill it. Its protocol is described in host/agent-protocol/processes.ts.
+   * A code kernel (the guest agent's kernel bridge driving a Jupyter kernel, state kept from
+   * cell to cell), as a process: the process methods list, follow, interrupt (SIGINT) and kill
+   * it. Answers once the kernel is ready; a language the image has no kernel for is a
+   * validation_failed naming `language`. Core's CodeInterpreterService is its user.
    */
   async startKernel(p: Principal, sandboxId: string, input: Guest.StartKernelInput, o?: O): Promise<Guest.ProcessInfo> {
     return (await this.guest(p, sandboxId, 'startKernel')).startKernel(input, o);
   }
 
   /**
-   * One cell of code in a kernel (startKernel): the kernel's messages as they come, ending
-   * after `end_of_execution`, or without it when the kernel exited mid-cell (its state is
-   * lost). Aborting `o.signal` interrupts the cell; the kernel keeps its state.
+   * One cell of code in a kernel (startKernel): its CodeEvents as they come, ending after
+   * `end` (`lost` when the kernel exited mid-cell). Aborting `o.signal` interrupts the cell
+   * and the stream goes on to its `end`; the kernel keeps its state.
    */
-  async runCell(p: Principal, sandboxId: string, kernelProcessId: string, input: Guest.CellInput, o?: O): Promise<AsyncGenerator<Guest.KernelMessage>> {
+  async runCell(p: Principal, sandboxId: string, kernelProcessId: string, input: Guest.CellInput, o?: O): Promise<AsyncGenerator<CodeEvent>> {
     return (await this.guest(p, sandboxId, 'runCell')).runCell(kernelProcessId, input, o);
+  }
+
+  /** The languages the sandbox's image has Jupyter kernels for (and why the others are missing). */
+  async kernelLanguages(p: Principal, sandboxId: string, o?: O): Promise<Guest.KernelLanguages> {
+    return (await this.guest(p, sandboxId, 'kernelLanguages')).kernelLanguages(o);
+  }
+
+  /** A program run once in a new process (python, javascript, typescript): exit code, merged output, charts. */
+  async runScript(p: Principal, sandboxId: string, input: Guest.ScriptInput, o?: O): Promise<RunScriptResult> {
+    return (await this.guest(p, sandboxId, 'runScript')).runScript(input, o);
   }
 
   async listProcesses(p: Principal, sandboxId: string, input: { all?: boolean } = {}, o?: O): Promise<Guest.ProcessList> {

@@ -10,6 +10,7 @@ import type { Readable } from 'node:stream';
 import type { z } from 'zod';
 import { errors, NestboxError } from '../../core/errors.js';
 import type * as Guest from '../../core/guest.js';
+import type { Chart, CodeEvent, CodeLanguage, RunScriptInput, RunScriptResult } from '../../core/code-interpreter/types.js';
 import type { AgentRequest } from '../../core/host-client.js';
 import { errorFromResponse } from '../protocol/error-response.js';
 import { serverSentEvents } from '../protocol/sse.js';
@@ -50,7 +51,11 @@ export type SchemasMatchCore = [
   Check<Same<z.infer<typeof Files.CreateWatcherRequest>, Guest.WatchInput>>,
   Check<Same<z.infer<typeof Processes.StartProcessRequest>, Guest.StartProcessInput>>,
   Check<Same<z.infer<typeof Processes.StartKernelRequest>, Guest.StartKernelInput>>,
+  Check<Same<z.infer<typeof Processes.KernelLanguage>, CodeLanguage>>,
+  Check<Same<z.infer<typeof Processes.RunScriptRequest>, Guest.ScriptInput>>,
+  Check<Same<z.infer<typeof Processes.RunScriptRequest>['language'], RunScriptInput['language']>>,
   Check<Same<z.infer<typeof Processes.ProcessInfo>, Guest.ProcessInfo>>,
+  Check<Same<z.infer<typeof Processes.KernelLanguagesResponse>['missing'], Guest.KernelLanguages['missing']>>,
   Check<Same<z.infer<typeof Processes.ProcessList>, Guest.ProcessList>>,
   Check<Same<z.infer<typeof Processes.OutputResponse>, Guest.ProcessOutput>>,
   Check<Same<z.infer<typeof Processes.ProcessEvent>, Guest.ProcessEvent>>,
@@ -73,6 +78,51 @@ export type SchemasMatchCore = [
 ];
 
 type Query = Record<string, string | number | boolean | undefined>;
+
+/** After an interrupt, how long a bridge may stay silent before its cell is given up as lost. */
+const STUCK_INTERRUPT_MS = 30_000;
+const CELL_EVENT_TYPES = new Set(['start', 'stdout', 'stderr', 'result', 'error', 'end']);
+
+/** One line of a kernel bridge's stdout as an event of `cell`, or undefined (another cell's, or not ours). */
+function cellEvent(line: string, cell: string): CodeEvent | undefined {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(line);
+  } catch {
+    return undefined;
+  }
+  const checked = Processes.KernelEventLine.safeParse(parsed);
+  // Events of other cells (an interrupted one still finishing) are not this caller's.
+  if (!checked.success || checked.data.cell !== cell || !CELL_EVENT_TYPES.has(checked.data.type)) return undefined;
+  const { cell: _cell, ...event } = parsed as { cell: string };
+  return event as unknown as CodeEvent;
+}
+
+/**
+ * A script's output without the python runner's chart lines (`\n<marker> {json}\n`, each put
+ * on a line of its own by the runner, which adds the newline before it), and their charts.
+ */
+function splitChartLines(raw: string, marker: string): { output: string; charts: RunScriptResult['charts'] } {
+  const charts: RunScriptResult['charts'] = [];
+  if (!marker) return { output: raw, charts };
+  const opening = `\n${marker} `;
+  let output = '';
+  let from = 0;
+  for (let at = raw.indexOf(opening, from); at !== -1; at = raw.indexOf(opening, from)) {
+    output += raw.slice(from, at);
+    const lineEnd = raw.indexOf('\n', at + opening.length);
+    const json = raw.slice(at + opening.length, lineEnd === -1 ? raw.length : lineEnd);
+    from = lineEnd === -1 ? raw.length : lineEnd + 1;
+    try {
+      const { chart, png } = JSON.parse(json) as { chart: Chart | null; png: string | null };
+      const base: Chart = chart ?? { type: 'unknown', title: null, elements: [] };
+      charts.push(png ? { ...base, png } : base);
+    } catch {
+      // A cut line (the output bound): its chart is lost, the text around it kept.
+    }
+  }
+  return { output: output + raw.slice(from), charts };
+}
 
 function withQuery(route: string, params: Query = {}): string {
   const query = new URLSearchParams();
@@ -203,26 +253,46 @@ export class HttpGuestClient implements Guest.GuestClient {
     return (await this.json(Processes.ProcessInfo, { method: 'POST', path: '/kernels', json: input, signal: o.signal })).body;
   }
 
-  async runCell(processId: string, input: Guest.CellInput, o: Guest.CallOptions = {}): Promise<AsyncGenerator<Guest.KernelMessage>> {
-    let finished = false;
-    // A caller that gives up interrupts the cell: KeyboardInterrupt in the kernel, whose state
-    // survives for the next cell.
-    o.signal?.addEventListener('abort', () => {
-      if (!finished) void this.signalProcess(processId, 'SIGINT').catch(() => undefined);
-    }, { once: true });
-    // Note where the kernel's output is now, hand it the cell, then follow the output from that
+  async kernelLanguages(o: Guest.CallOptions = {}): Promise<Guest.KernelLanguages> {
+    return (await this.json(Processes.KernelLanguagesResponse, { method: 'GET', path: '/kernels/languages', signal: o.signal })).body as Guest.KernelLanguages;
+  }
+
+  async runCell(processId: string, input: Guest.CellInput, o: Guest.CallOptions = {}): Promise<AsyncGenerator<CodeEvent>> {
+    // Note where the bridge's output is now, hand it the cell, then follow the output from that
     // offset: the guest replays from any offset, so nothing is missed. (The stream is opened
     // after the cell is written because its headers only come with its first event.)
     const now = await this.getProcess(processId);
     const cell = randomBytes(8).toString('hex');
     await this.writeStdin(processId, Buffer.from(`${JSON.stringify({ id: cell, code: input.code, ...(input.env ? { env_vars: input.env } : {}) })}\n`));
-    const stream = await this.processEvents(processId, { stdoutOffset: now.stdout.bytes, stderrOffset: now.stderr.bytes }, o);
-    return (async function* () {
+    // The stream is ours to end: an abort interrupts the cell and reads on to its `end`.
+    const reading = new AbortController();
+    const stream = await this.processEvents(processId, { stdoutOffset: now.stdout.bytes, stderrOffset: now.stderr.bytes }, { signal: reading.signal });
+    let ended = false;
+    let interruptedAt: number | undefined;
+    const interrupt = () => {
+      if (ended || interruptedAt !== undefined) return;
+      interruptedAt = Date.now();
+      // Addressed to this cell, so it can never stop the next one.
+      void this.writeStdin(processId, Buffer.from(`${JSON.stringify({ interrupt: cell })}\n`)).catch(() => undefined);
+    };
+    if (o.signal?.aborted) interrupt();
+    else o.signal?.addEventListener('abort', interrupt, { once: true });
+    const client = this;
+    return (async function* (): AsyncGenerator<CodeEvent> {
       const decoder = new TextDecoder();
       let buffer = '';
       try {
         for await (const event of stream.events()) {
           if (event.type === 'keepalive') {
+            // The bridge ends an interrupted cell within its grace (10 s) or exits; one that
+            // says nothing long after is stuck: told to stop (it exits, so the context's next
+            // cell starts a fresh kernel), and the cell is lost.
+            if (interruptedAt !== undefined && Date.now() - interruptedAt > STUCK_INTERRUPT_MS) {
+              await client.signalProcess(processId, 'SIGTERM').catch(() => undefined);
+              ended = true;
+              yield { type: 'end', status: 'lost' };
+              return;
+            }
             yield { type: 'keepalive' };
             continue;
           }
@@ -233,26 +303,30 @@ export class HttpGuestClient implements Guest.GuestClient {
           while ((at = buffer.indexOf('\n')) !== -1) {
             const line = buffer.slice(0, at);
             buffer = buffer.slice(at + 1);
-            let parsed: unknown;
-            try {
-              parsed = JSON.parse(line);
-            } catch {
-              continue;
-            }
-            // Messages of other cells (an interrupted one still finishing) are not this caller's.
-            if (!Processes.KernelMessage.safeParse(parsed).success || (parsed as { cell: string }).cell !== cell) continue;
-            const { cell: _cell, ...message } = parsed as Guest.KernelMessage & { cell: string };
-            if (message.type === 'end_of_execution') finished = true;
-            yield message;
-            if (finished) return;
+            const codeEvent = cellEvent(line, cell);
+            if (!codeEvent) continue;
+            if (codeEvent.type === 'end') ended = true;
+            yield codeEvent;
+            if (ended) return;
           }
         }
-        // The kernel exited mid-cell: nothing is left to interrupt.
-        finished = true;
+        // The bridge exited before the cell's end: the kernel, and the cell, are lost.
+        ended = true;
+        yield { type: 'end', status: 'lost' };
       } finally {
+        o.signal?.removeEventListener('abort', interrupt);
+        // A consumer that stopped reading early gave the cell up.
+        if (!ended) interrupt();
+        reading.abort();
         stream.body.destroy();
       }
     })();
+  }
+
+  async runScript(input: Guest.ScriptInput, o: Guest.CallOptions = {}): Promise<RunScriptResult> {
+    const answer = (await this.json(Processes.RunScriptResponse, { method: 'POST', path: '/scripts', json: input, signal: o.signal })).body;
+    const { output, charts } = splitChartLines(answer.output, answer.chartMarker);
+    return { exitCode: answer.exitCode, output, charts, timedOut: answer.timedOut };
   }
 
   async listProcesses(input: { all?: boolean }, o: Guest.CallOptions = {}): Promise<Guest.ProcessList> {

@@ -76,19 +76,43 @@
 //          terminals get WebSocket pings every keepaliveIntervalMs (no message to filter out).
 //          Input after the terminal ended, or after /stdin/close, is dropped silently.
 //
-// KERNELS
+// KERNELS (the code interpreter's Jupyter kernels; core/code-interpreter/types.ts has the values)
 //
-//   POST   /kernels  StartKernelRequest → 201 ProcessInfo: a code kernel, the agent's own
-//          interpreter program for the language (code-interpreter/kernel.py for python), run
-//          as a process with stdin open (as POST /processes otherwise: tag, cwd, env; PYTHON-
-//          UNBUFFERED=1 and MPLBACKEND=Agg by default). It keeps its state from one cell to the
-//          next; its protocol is kernel.py's: one JSON cell per line on stdin, NDJSON messages
-//          (each naming its cell) on stdout; SIGINT interrupts the running cell. The process
-//          routes above list, follow, feed, signal and kill it.
-//   A cell: write `{"id":"<cell id>","code":"…","env_vars":{…}}` and a newline to its stdin;
-//   its messages are the stdout lines `{"cell":"<cell id>","type":…,…}` (KernelMessage) from
-//   the offsets it had before the write, up to `{"type":"end_of_execution"}`. A kernel that
-//   exits before that lost the cell and its state. (The typed client's runCell does all this.)
+//   POST   /kernels  StartKernelRequest → 201 ProcessInfo once the kernel is ready. The process
+//          is the kernel bridge (code-interpreter/bridge.py, shipped inside the agent): `python3
+//          -u -c <bridge> --language L --idle-timeout S`, stdin open, otherwise as POST /processes
+//          (tag, cwd, env, user). It starts a real Jupyter kernel for the language with
+//          jupyter_client (kernelspec python3 for python, deno for javascript and typescript,
+//          bash, ir for r) in its cwd with its env. Before anything starts, a language this
+//          image has no kernel for (or no python3/jupyter_client at all) is a 400 naming
+//          `language`; a kernel that then fails to start is a 500 with its reason. With no cell
+//          for idleTimeoutSeconds (default 3600; 0 = never) the bridge shuts the kernel down
+//          and exits 0. The kernel dies with the bridge (DELETE kills both).
+//   GET    /kernels/languages → KernelLanguagesResponse: the languages this image has kernels
+//          for, and why each other one is missing.
+//   A cell: write `{"id":"<cell id>","code":"…","env_vars":{…}}` and a newline to the bridge's
+//   stdin; cells run one after another. Its events are the stdout lines
+//   `{"cell":"<cell id>","type":…}` (KernelEventLine), each a CodeEvent of
+//   core/code-interpreter/types.ts: start{executionCount}, stdout|stderr{text} (one per Jupyter
+//   stream message), result{main, data: the MIME bundle}, error{name,value,traceback}, then
+//   end{status ok|error|interrupted|lost, executionCount?}. env_vars are set before the cell and
+//   restored after it, by silent executions in the kernel's language. `{"interrupt":"<cell id>"}`
+//   on stdin interrupts that cell (a queued one ends `interrupted` without running); SIGINT to
+//   the bridge (or its process group) interrupts the running cell once. A cell the kernel does
+//   not stop within 10 s of its interrupt, or a kernel that dies, ends `lost` and the bridge
+//   exits (1). Lines with "cell": null are about the bridge (ready, fatal). Read them from the
+//   stdout offset the process had before the write. (The typed client's runCell does all this.)
+//
+// SCRIPTS (one-shot programs: Daytona's codeRun)
+//
+//   POST   /scripts  RunScriptRequest → 200 RunScriptResponse when the program has ended. The
+//          code goes in on the program's stdin: python through the agent's runner
+//          (code-interpreter/script_runner.py: __main__, argv as sys.argv[1:], matplotlib Agg,
+//          plt.show() reports each new figure on a `<chartMarker> {json}` line), javascript and
+//          typescript with the image's `node -` (Node's own type stripping; argv as
+//          process.argv.slice(2)). stdout and stderr are one pipe, so `output` is in write order.
+//          timeoutMs kills the process group (timedOut true, exitCode null). A program that is not
+//          installed exits 127 with the shell's message in `output`.
 //
 // SESSIONS: a named, persistent non-interactive `bash -l` (stdin from the agent, not a
 // terminal; `/bin/sh -l` in an image without bash, a 400 on create without a shell) that runs commands one after another, so `cd`, `export`, shell variables and
@@ -149,19 +173,53 @@ export const StartProcessRequest = z
   .strict();
 export type StartProcessRequest = z.infer<typeof StartProcessRequest>;
 
-export const KERNEL_LANGUAGES = ['python'] as const;
+/** The languages a kernel can speak (core's CODE_LANGUAGES, checked by guest-client.ts). */
+export const KERNEL_LANGUAGES = ['python', 'javascript', 'typescript', 'bash', 'r'] as const;
+export const KernelLanguage = z.enum(KERNEL_LANGUAGES);
+/** Seven days: longer idle kernels are a leak, not a use. */
+export const MAX_KERNEL_IDLE_SECONDS = 7 * 24 * 3600;
 export const StartKernelRequest = z
   .object({
-    language: z.enum(KERNEL_LANGUAGES),
+    language: KernelLanguage,
     tag: z.string().optional(),
     cwd: z.string().optional(),
     env: z.record(z.string(), z.string()).optional(),
     user: z.string().min(1).optional(),
+    idleTimeoutSeconds: z.number().int().min(0).max(MAX_KERNEL_IDLE_SECONDS).optional(),
   })
   .strict();
 
-/** One line of a kernel's stdout: a message about one cell, in kernel.py's shapes. */
-export const KernelMessage = z.looseObject({ type: z.string(), cell: z.string() });
+export const KernelLanguagesResponse = z.object({
+  languages: z.array(KernelLanguage),
+  /** Why each other language has no kernel here, by language. */
+  missing: z.record(z.string(), z.string()),
+});
+
+/** One line of a kernel bridge's stdout: an event of one cell (or, with cell null, of the bridge). */
+export const KernelEventLine = z.looseObject({ type: z.string(), cell: z.string().nullable() });
+
+export const SCRIPT_LANGUAGES = ['python', 'javascript', 'typescript'] as const;
+export const RunScriptRequest = z
+  .object({
+    language: z.enum(SCRIPT_LANGUAGES),
+    code: z.string(),
+    argv: z.array(z.string()).optional(),
+    env: z.record(z.string(), z.string()).optional(),
+    cwd: z.string().optional(),
+    user: z.string().min(1).optional(),
+    timeoutMs: z.number().int().min(0).max(MAX_TIMEOUT_MS).optional(),
+  })
+  .strict();
+
+export const RunScriptResponse = z.object({
+  exitCode: z.number().int().nullable(),
+  signal: z.string().nullable(),
+  timedOut: z.boolean(),
+  /** stdout and stderr as one UTF-8 text, marker lines included. */
+  output: z.string(),
+  /** The prefix of the runner's chart lines in `output` (python only). */
+  chartMarker: z.string(),
+});
 
 export const ProcessStatus = z.enum(['running', 'exited', 'killed']);
 export type ProcessStatus = z.infer<typeof ProcessStatus>;

@@ -356,13 +356,13 @@ async function lockIsStale(lockPath: string): Promise<boolean> {
 
 // ---- filesystem helpers ---------------------------------------------------------------------
 
-async function removeStaleBuildDirs(imageDir: string): Promise<void> {
+export async function removeStaleBuildDirs(imageDir: string): Promise<void> {
   for (const entry of await readdir(imageDir)) {
     if (entry.startsWith('.build-')) await removeTree(join(imageDir, entry));
   }
 }
 
-function diskUsageBytes(path: string): number {
+export function diskUsageBytes(path: string): number {
   try {
     const out = execFileSync('du', ['-sb', '--one-file-system', path], { encoding: 'utf8' });
     return Number(out.split('\t')[0]) || 0;

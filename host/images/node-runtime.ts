@@ -23,7 +23,7 @@ import { join } from 'node:path';
 import { removeTree } from '../util/fs.js';
 import { runWithProgress } from './run-with-progress.js';
 
-interface PinnedPackage {
+export interface PinnedPackage {
   name: string;
   version: string;
   /** The registry's `dist.integrity` (ssri: `sha512-<base64>`). */
@@ -87,8 +87,8 @@ export async function installNodeRuntime(rootfs: string, progress: (line: string
   const downloads = join(staging, 'downloads');
   await mkdir(downloads, { recursive: true, mode: 0o755 });
   try {
-    const nodeTarball = await download(NODE_PACKAGE, downloads, progress, npm);
-    const npmTarball = await download(NPM_PACKAGE, downloads, progress, npm);
+    const nodeTarball = await downloadPinnedPackage(NODE_PACKAGE, downloads, progress, npm);
+    const npmTarball = await downloadPinnedPackage(NPM_PACKAGE, downloads, progress, npm);
     const local = join(rootfs, 'usr', 'local');
     for (const dir of ['bin', 'lib/node_modules', 'include', 'share/doc', 'share/man/man1', 'etc']) await mkdir(join(local, dir), { recursive: true, mode: 0o755 });
     for (const path of NODE_RUNTIME_PATHS) await rm(join(rootfs, path), { recursive: true, force: true });
@@ -115,11 +115,12 @@ export async function installNodeRuntime(rootfs: string, progress: (line: string
 }
 
 /** `npm pack` of a pinned package (into npm's cache too, so a rebuild does not download again), checked against the pin. */
-async function download(pkg: PinnedPackage, dir: string, progress: (line: string) => void, npm: string): Promise<string> {
+export async function downloadPinnedPackage(pkg: PinnedPackage, dir: string, progress: (line: string) => void, npm: string): Promise<string> {
   const spec = `${pkg.name}@${pkg.version}`;
   progress(`downloading ${spec} from the npm registry`);
   await runWithProgress(npm, ['pack', spec, '--pack-destination', dir, '--no-update-notifier', '--loglevel=warn'], progress, { what: `npm pack ${spec}`, timeoutMs: NPM_PACK_TIMEOUT_MS });
-  const tarball = join(dir, `${pkg.name}-${pkg.version}.tgz`);
+  // npm names a scoped package's tarball `<scope>-<name>-<version>.tgz`.
+  const tarball = join(dir, `${pkg.name.replace(/^@/, '').replace('/', '-')}-${pkg.version}.tgz`);
   const actual = `sha512-${await sha512Base64(tarball)}`;
   if (actual !== pkg.integrity) throw new Error(`${spec}: the downloaded tarball's integrity ${actual} is not the pinned ${pkg.integrity}`);
   return tarball;

@@ -66,7 +66,7 @@ export async function execute(deps: E2bDeps, target: SandboxTarget, req: Request
   try {
     for await (const message of messages) {
       res.write(JSON.stringify(message) + '\n');
-      if (message.type === 'end_of_execution') {
+      if (message.type === 'end') {
         res.end();
         return;
       }

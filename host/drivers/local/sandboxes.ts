@@ -25,6 +25,7 @@ import type { HostLoader } from './runtime-binaries.js';
 import { assertSafeHostPath } from '../../util/fs.js';
 import { assertValidEnv } from './spawn.js';
 import { ensureBaseImage } from '../../images/base-image.js';
+import { CODE_INTERPRETER_IMAGE, ensureCodeInterpreterImage } from '../../images/code-interpreter-image.js';
 import { IMAGE_ID } from '../../images/oci/store.js';
 import { imageEnvironment } from '../../images/oci/image-environment.js';
 
@@ -160,7 +161,7 @@ export abstract class LocalSandboxes extends DriverBase<SandboxRecord> {
   protected validateSpec(spec: SandboxSpec): void {
     assertSandboxId(spec.id);
     const invalid = (message: string) => new DriverError('validation_failed', message);
-    if (spec.image !== 'default' && !IMAGE_ID.test(spec.image)) throw invalid(`unknown image "${spec.image}" (the local driver knows "default" and pulled OCI images by id, sha256:<64 hex>)`);
+    if (spec.image !== 'default' && spec.image !== CODE_INTERPRETER_IMAGE && !IMAGE_ID.test(spec.image)) throw invalid(`unknown image "${spec.image}" (the local driver knows "default", "${CODE_INTERPRETER_IMAGE}" and pulled OCI images by id, sha256:<64 hex>)`);
     if (!(spec.cpu > 0) || spec.cpu > 1024) throw invalid(`cpu must be a positive number of vCPUs, got ${spec.cpu}`);
     if (!Number.isInteger(spec.memoryMiB) || spec.memoryMiB < 64) throw invalid(`memoryMiB must be an integer of at least 64, got ${spec.memoryMiB}`);
     if (spec.snapshot !== undefined) assertSnapshotId(spec.snapshot);
@@ -181,14 +182,19 @@ export abstract class LocalSandboxes extends DriverBase<SandboxRecord> {
   }
 
   /**
-   * The bottom layer of a sandbox and what its image says processes start with: the base image,
-   * or a pulled OCI image (host/images/oci) whose Env is the agent's environment and whose
+   * The bottom layer of a sandbox and what its image says processes start with: a built-in image
+   * (`default`, `code-interpreter`), or a pulled OCI image (host/images/oci) whose Env is the agent's environment and whose
    * WorkingDir is its home (the default cwd, and HOME unless the image sets one).
    */
   protected async imageOf(spec: Pick<SandboxSpec, 'image'>, onProgress?: (line: string) => void): Promise<SandboxImage> {
     if (spec.image === 'default') {
       const base = await ensureBaseImage({ imagesDir: this.options.imagesDir, onProgress });
       return { rootfs: base.rootfs, env: {} };
+    }
+    if (spec.image === CODE_INTERPRETER_IMAGE) {
+      // Built from the default image on first use when the host agent has not built it yet.
+      const image = await ensureCodeInterpreterImage({ imagesDir: this.options.imagesDir, onProgress });
+      return { rootfs: image.rootfs, env: {} };
     }
     const image = await this.imageStore().get(spec.image);
     if (!image) throw new DriverError('not_found', `image ${spec.image} is not in this host's image store (pull it first)`);

@@ -10,6 +10,7 @@ import {
   ResizeRequest,
   SessionCommandRequest,
   SignalRequest,
+  RunScriptRequest,
   StartKernelRequest,
   StartProcessRequest,
   type ProcessList,
@@ -25,7 +26,7 @@ import { commandView, SessionManager, type SessionSettings } from './sessions.js
 import { prepareStart, startPipeProcess, startPtyProcess } from './spawn.js';
 import { eventsWebSocketSink, ptyWebSocketSink, pumpOutput, serverSentEventsSink } from './streams.js';
 import { discardableBody } from '../../agent-protocol/request-body.js';
-import { pythonKernelProgram } from '../code-interpreter/kernel-program.js';
+import { CodeInterpreterGuest } from '../code-interpreter/kernels.js';
 
 const MiB = 1024 * 1024;
 
@@ -117,6 +118,7 @@ export class ProcessService {
   private readonly settings: SessionSettings;
   private readonly keepaliveIntervalMs: number;
   private readonly routes: PatternRoute[];
+  private readonly codeInterpreter: CodeInterpreterGuest;
 
   constructor(
     private readonly context: ProcessServiceContext,
@@ -136,13 +138,14 @@ export class ProcessService {
     this.keepaliveIntervalMs = options.keepaliveIntervalMs ?? 15_000;
     this.registry = new ProcessRegistry(options.maxFinishedProcesses ?? 50);
     this.sessions = new SessionManager(this.registry, this.settings);
+    this.codeInterpreter = new CodeInterpreterGuest(this.settings, this.registry);
     this.routes = this.buildRoutes();
   }
 
   /** The handler for a process/session route, or undefined when the path is not ours. */
   route(method: string | undefined, pathname: string): RouteHandler | undefined {
     const segments = splitPath(pathname);
-    if (!segments || (segments[0] !== 'processes' && segments[0] !== 'sessions' && segments[0] !== 'kernels')) return undefined;
+    if (!segments || (segments[0] !== 'processes' && segments[0] !== 'sessions' && segments[0] !== 'kernels' && segments[0] !== 'scripts')) return undefined;
     for (const route of this.routes) {
       const params = matchSegments(route.segments, segments);
       if (!params) continue;
@@ -199,22 +202,23 @@ export class ProcessService {
       }),
       route('/kernels', {
         POST: async ({ req, res }) => {
-          const request = await json(req, StartKernelRequest);
-          const prepared = await prepareStart(
-            {
-              argv: ['python3', '-u', '-c', pythonKernelProgram()],
-              stdin: true,
-              tag: request.tag,
-              cwd: request.cwd,
-              user: request.user,
-              // Figures render to PNG without a display; cell output is never held back.
-              env: { MPLBACKEND: 'Agg', PYTHONUNBUFFERED: '1', ...request.env },
-            },
-            this.settings,
-          );
-          const process = await startPipeProcess(this.registry.nextId(), prepared, this.settings);
-          this.registry.add(process);
+          const process = await this.codeInterpreter.startKernel(await json(req, StartKernelRequest));
           sendJson(res, 201, process.info());
+        },
+      }),
+      route('/kernels/languages', {
+        GET: async ({ res }) => sendJson(res, 200, await this.codeInterpreter.languages()),
+      }),
+      route('/scripts', {
+        POST: async ({ req, res }) => {
+          const request = await json(req, RunScriptRequest);
+          // A caller that went away takes its program with it.
+          const gone = new AbortController();
+          res.once('close', () => {
+            if (!res.writableEnded) gone.abort();
+          });
+          const result = await this.codeInterpreter.runScript(request, gone.signal);
+          if (!gone.signal.aborted) sendJson(res, 200, result);
         },
       }),
       route('/processes/:id', {
