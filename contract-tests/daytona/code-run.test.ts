@@ -3,7 +3,7 @@
 // daemon's 408 past the timeout and 400 for a bad env key; charts of plt.show() in
 // artifacts.charts in Daytona's shape, from a sandbox of the built-in `code-interpreter` image
 // (the `default` image has no data stack). SDK 0.129 runs codeRun through `/process/execute`
-// with its own wrapper, which parses the chart markers on the client: checked too.
+// with its own client-side wrapper: checked on the same image.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DaytonaError, DaytonaTimeoutError, type Sandbox } from '@daytonaio/sdk';
 import { Daytona as LegacyDaytona } from 'daytona-sdk-legacy';
@@ -151,12 +151,16 @@ describe('codeRun charts (code-interpreter image)', () => {
     expect((pie.elements as { label: string }[]).map((e) => e.label)).toEqual(['one', 'three']);
   });
 
-  it('SDK 0.129 (its own wrapper over /process/execute) gets the chart too', async () => {
+  // SDK 0.129 runs codeRun through `/process/execute` with its own client-side wrapper; that
+  // wrapper's chart extraction calls `Axis.get_converter()` (matplotlib 3.10+), which Debian's
+  // matplotlib 3.6 in the image lacks, so plt.show() under 0.129 fails in the SDK's own code
+  // (COVERAGE.md). The rest of the data stack serves it.
+  it('SDK 0.129 (its own wrapper over /process/execute) runs code using the image\'s data stack', async () => {
     const legacy = new LegacyDaytona({ apiUrl: env.apiUrl, apiKey: env.server.apiKey, target: 'local' });
     const old = await legacy.get(charts.id);
-    const r = await old.process.codeRun(['import matplotlib.pyplot as plt', 'plt.plot([1, 2], [2, 1])', 'plt.title("Old")', 'plt.show()', 'print("legacy")'].join('\n'));
-    expect(r.exitCode).toBe(0);
-    expect(r.result).toMatch(/legacy/);
-    expect(r.artifacts?.charts?.[0]).toMatchObject({ type: 'line', title: 'Old' });
+    const r = await old.process.codeRun(['import sys, numpy, pandas', 'frame = pandas.DataFrame({"n": numpy.arange(4)})', 'print("legacy", int(frame.n.sum()), sys.argv[1:])'].join('\n'), { argv: ['a'] });
+    expect(r.exitCode, r.result).toBe(0);
+    expect(r.result).toBe("legacy 6 ['a']\n");
+    expect(r.artifacts?.charts ?? []).toEqual([]);
   });
 });
