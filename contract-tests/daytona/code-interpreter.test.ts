@@ -2,7 +2,9 @@
 // runCode over the `/process/interpreter/execute` socket with its streaming callbacks, state kept
 // in a context, contexts created, listed and deleted, a timeout that interrupts the cell while its
 // context survives, and the daemon's close codes for bad requests (checked with a plain
-// WebSocket where the SDK refuses before sending). SDK 0.129 uses the same socket.
+// WebSocket where the SDK refuses before sending). SDK 0.129 uses the same socket. Kernels need
+// the built-in `code-interpreter` image (IPython, jupyter_client); a sandbox of the `default`
+// image is told so.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
 import { DaytonaConnectionError, DaytonaError, DaytonaInvalidArgumentError, DaytonaNotFoundError, DaytonaTimeoutError, type Sandbox } from '@daytonaio/sdk';
@@ -11,14 +13,17 @@ import { rawFetch, startDaytonaEnv, type DaytonaTestEnv } from './helpers.js';
 
 let env: DaytonaTestEnv;
 let sb: Sandbox;
+let plain: Sandbox;
 
 beforeAll(async () => {
   env = await startDaytonaEnv();
-  sb = await env.daytona.create({ language: 'python', networkBlockAll: true, labels: { suite: 'code-interpreter' } });
+  sb = await env.daytona.create({ snapshot: 'code-interpreter', language: 'python', networkBlockAll: true, labels: { suite: 'code-interpreter' } });
+  plain = await env.daytona.create({ language: 'python', networkBlockAll: true, labels: { suite: 'code-interpreter-default-image' } });
 });
 
 afterAll(async () => {
   await sb?.delete().catch(() => undefined);
+  await plain?.delete().catch(() => undefined);
   await env?.server.close();
 });
 
@@ -182,5 +187,20 @@ describe('codeInterpreter contexts', () => {
     expect(r.stdout).toBe('42\n');
     const err = await old.codeInterpreter.runCode('raise ValueError("legacy")');
     expect(err.error).toMatchObject({ name: 'ValueError', value: 'legacy' });
+  });
+});
+
+describe('codeInterpreter in a sandbox of the default image', () => {
+  it('says the image has no kernel and which one has, on the socket and on contexts', async () => {
+    const run = await plain.codeInterpreter.runCode('print(1)').catch((e: unknown) => e);
+    expect(run).toBeInstanceOf(DaytonaConnectionError);
+    expect((run as Error).message).toMatch(/no Jupyter kernel for python.*\(close code 1008\)$/);
+    const created = await plain.codeInterpreter.createContext().catch((e: unknown) => e);
+    expect(created).toBeInstanceOf(DaytonaError);
+    expect((created as DaytonaError).statusCode).toBe(400);
+    expect((created as Error).message).toMatch(/no Jupyter kernel for python.*code-interpreter image/);
+    expect(await plain.codeInterpreter.listContexts()).toEqual([]);
+    // codeRun needs no kernel: it runs there.
+    expect((await plain.process.codeRun('print(6 * 7)')).result).toBe('42\n');
   });
 });
