@@ -1,9 +1,10 @@
 """The real `daytona` Python SDK (sync `Daytona`, and `AsyncDaytona` for the interpreter) against
-Nestbox's code interpreter: `process.code_run` with matplotlib charts in `artifacts.charts` (from a
-sandbox of the built-in `code-interpreter` image), argv, env, exit codes and timeouts, typescript;
-`code_interpreter.run_code` with its callbacks, contexts, state, a timeout the context survives,
-and the server's refusal of empty code. The Python client validates charts strictly (pydantic),
-so a chart that parses here has Daytona's types."""
+Nestbox's code interpreter: `process.code_run` with matplotlib charts in `artifacts.charts`, argv, env, exit
+codes and timeouts, typescript; `code_interpreter.run_code` with its callbacks, contexts, state, a
+timeout the context survives, and the server's refusal of empty code. Charts and kernels need a
+sandbox of the built-in `code-interpreter` image (`ci_sb`); plain code_run runs in the default
+one. The Python client validates charts strictly (pydantic), so a chart that parses here has
+Daytona's types."""
 
 import pytest
 import pytest_asyncio
@@ -36,8 +37,9 @@ def sb(daytona):
     daytona.delete(sandbox)
 
 
+# Kernels (code_interpreter) and matplotlib (charts) need the built-in `code-interpreter` image.
 @pytest.fixture(scope="module")
-def charts_sb(daytona):
+def ci_sb(daytona):
     sandbox = daytona.create(CreateSandboxFromSnapshotParams(snapshot="code-interpreter", language="python", network_block_all=True))
     yield sandbox
     daytona.delete(sandbox)
@@ -46,8 +48,8 @@ def charts_sb(daytona):
 # --- process.code_run ---
 
 
-def test_code_run_line_and_bar_charts(charts_sb):
-    r = charts_sb.process.code_run(
+def test_code_run_line_and_bar_charts(ci_sb):
+    r = ci_sb.process.code_run(
         "\n".join(
             [
                 "import matplotlib.pyplot as plt",
@@ -113,9 +115,9 @@ def test_code_run_typescript(daytona):
 # --- code_interpreter ---
 
 
-def test_run_code_streams_to_callbacks_and_reports_errors(sb):
+def test_run_code_streams_to_callbacks_and_reports_errors(ci_sb):
     out, err, errors = [], [], []
-    r = sb.code_interpreter.run_code(
+    r = ci_sb.code_interpreter.run_code(
         'import sys\nprint("out")\nprint("err", file=sys.stderr)\nraise ValueError("bad")',
         on_stdout=lambda m: out.append(m.output),
         on_stderr=lambda m: err.append(m.output),
@@ -129,29 +131,29 @@ def test_run_code_streams_to_callbacks_and_reports_errors(sb):
     assert errors == [r.error]
 
 
-def test_contexts_keep_state_apart_and_survive_a_timeout(sb):
-    a = sb.code_interpreter.create_context(cwd="/tmp")
-    b = sb.code_interpreter.create_context()
+def test_contexts_keep_state_apart_and_survive_a_timeout(ci_sb):
+    a = ci_sb.code_interpreter.create_context(cwd="/tmp")
+    b = ci_sb.code_interpreter.create_context()
     try:
         assert a.cwd == "/tmp" and a.language == "python" and a.active
-        assert {c.id for c in sb.code_interpreter.list_contexts()} == {a.id, b.id}
-        sb.code_interpreter.run_code('x = "in a"', context=a)
-        assert sb.code_interpreter.run_code("print(x)", context=a).stdout == "in a\n"
-        assert sb.code_interpreter.run_code('print("x" in globals())', context=b).stdout == "False\n"
+        assert {c.id for c in ci_sb.code_interpreter.list_contexts()} == {a.id, b.id}
+        ci_sb.code_interpreter.run_code('x = "in a"', context=a)
+        assert ci_sb.code_interpreter.run_code("print(x)", context=a).stdout == "in a\n"
+        assert ci_sb.code_interpreter.run_code('print("x" in globals())', context=b).stdout == "False\n"
         with pytest.raises(DaytonaTimeoutError):
-            sb.code_interpreter.run_code("import time\nwhile True:\n    time.sleep(0.1)", context=a, timeout=1)
-        assert sb.code_interpreter.run_code("print(x)", context=a).stdout == "in a\n"
-        env = sb.code_interpreter.run_code('import os\nprint(os.environ["RUN_VAR"])', context=b, envs={"RUN_VAR": "v"})
+            ci_sb.code_interpreter.run_code("import time\nwhile True:\n    time.sleep(0.1)", context=a, timeout=1)
+        assert ci_sb.code_interpreter.run_code("print(x)", context=a).stdout == "in a\n"
+        env = ci_sb.code_interpreter.run_code('import os\nprint(os.environ["RUN_VAR"])', context=b, envs={"RUN_VAR": "v"})
         assert env.stdout == "v\n"
     finally:
-        sb.code_interpreter.delete_context(a)
-        sb.code_interpreter.delete_context(b)
-    assert sb.code_interpreter.list_contexts() == []
+        ci_sb.code_interpreter.delete_context(a)
+        ci_sb.code_interpreter.delete_context(b)
+    assert ci_sb.code_interpreter.list_contexts() == []
 
 
-def test_run_code_refuses_empty_code(sb):
+def test_run_code_refuses_empty_code(ci_sb):
     with pytest.raises(DaytonaConnectionError, match=r"code is required \(close code 1008\)"):
-        sb.code_interpreter.run_code("")
+        ci_sb.code_interpreter.run_code("")
 
 
 # --- the async client ---
@@ -164,8 +166,8 @@ async def async_daytona():
 
 
 @pytest.mark.asyncio
-async def test_async_run_code_and_code_run(async_daytona, sb):
-    asb = await async_daytona.get(sb.id)
+async def test_async_run_code_and_code_run(async_daytona, ci_sb):
+    asb = await async_daytona.get(ci_sb.id)
     seen = []
     r = await asb.code_interpreter.run_code("n = 6 * 7\nprint(n)", on_stdout=lambda m: seen.append(m.output))
     assert r.stdout == "42\n" and seen == ["42\n"]
