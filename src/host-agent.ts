@@ -138,6 +138,13 @@ async function createCloudHypervisorDriver(config: Config, log: Logger): Promise
   const { ChDriver } = await import('../host/drivers/cloud-hypervisor/driver.js');
   const { ensureVmImage } = await import('../host/images/vm-image.js');
   await ensureVmImage({ imagesDir: config.imagesDir, guestAgentBundle: GUEST_AGENT_BUNDLE(), onProgress: (line) => log.info(`image: ${line}`) });
+  // The code-interpreter disk, in the background like the local driver's image (the driver
+  // only reads it: a create before it is ready gets a 409). On this driver it is built at start
+  // whatever NESTBOX_CODE_INTERPRETER_IMAGE says: a driver that boots prebuilt disks cannot build one per create.
+  const { ensureVmCodeInterpreterImage } = await import('../host/images/vm-code-interpreter-image.js');
+  void ensureVmCodeInterpreterImage({ imagesDir: config.imagesDir, guestAgentBundle: GUEST_AGENT_BUNDLE(), onProgress: (line) => log.info(`image: ${line}`) }).catch((err: unknown) =>
+    log.error({ err: err instanceof Error ? err.message : String(err) }, 'image: the code-interpreter VM image could not be built; restart the host agent to try again'),
+  );
   return new ChDriver({
     dataDir: config.dataDir,
     imagesDir: config.imagesDir,

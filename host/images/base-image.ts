@@ -14,6 +14,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { removeTree, writeFileAtomic } from '../util/fs.js';
 import { processStartTime } from '../util/process.js';
+import { aptInstall } from './chroot.js';
 import { runWithProgress } from './run-with-progress.js';
 import { installLanguageServers, LANGUAGE_SERVER_PACKAGES, LANGUAGE_SERVERS_IMAGE_KEY } from './language-servers.js';
 import { installNodeRuntime, NODE_RUNTIME_IMAGE_KEY, NODE_RUNTIME_PACKAGES } from './node-runtime.js';
@@ -49,6 +50,14 @@ export const DEFAULT_IMAGE_PACKAGES = [
 ] as const;
 
 /**
+ * Installed with apt in a chroot after debootstrap, not through its --include: debootstrap's
+ * second stage cannot configure python3-zmq (a dependency of IPython's kernel), apt can. They
+ * are the code interpreter's Python kernel (core/code-interpreter): IPython's kernel and
+ * jupyter_client, which starts and speaks to kernels.
+ */
+export const DEFAULT_IMAGE_APT_PACKAGES = ['python3-ipykernel', 'python3-jupyter-client'] as const;
+
+/**
  * The accounts every default image has besides root: E2B's `user` and Daytona's `daytona`, each
  * with its own group, a home made from /etc/skel, bash, no password and passwordless sudo (as
  * the vendors' images). Both vendors give their user uid 1000; a system has one uid 1000, so
@@ -63,7 +72,7 @@ export const SANDBOX_ACCOUNTS = [
  * Bump whenever a setup step below changes what it writes: a cached image whose manifest has
  * another setup version (or another package list) is rebuilt.
  */
-export const IMAGE_SETUP_VERSION = 3;
+export const IMAGE_SETUP_VERSION = 4;
 
 export interface ImageManifest {
   name: string;
@@ -71,6 +80,8 @@ export interface ImageManifest {
   mirror: string;
   variant: string;
   packages: string[];
+  /** DEFAULT_IMAGE_APT_PACKAGES of the build (installed after debootstrap). */
+  aptPackages?: string[];
   /** IMAGE_SETUP_VERSION of the build (absent in images built before it existed). */
   setupVersion?: number;
   /** LANGUAGE_SERVERS_IMAGE_KEY of the build: the npm-installed language servers. */
@@ -96,6 +107,8 @@ export interface EnsureBaseImageOptions {
   npmBinary?: string;
   /** Installs Node.js and npm into the tree (tests substitute a fake: the real one needs root and the registry). */
   installNodeRuntime?: (rootfs: string, progress: (line: string) => void) => Promise<void>;
+  /** Installs DEFAULT_IMAGE_APT_PACKAGES into the tree (tests substitute a fake: the real one needs root and the mirror). */
+  installAptPackages?: (rootfs: string, packages: readonly string[], progress: (line: string) => void) => Promise<void>;
 }
 
 export interface BaseImage {
@@ -134,7 +147,8 @@ export function isCurrent(manifest: ImageManifest): boolean {
     manifest.setupVersion === IMAGE_SETUP_VERSION &&
     manifest.languageServers === LANGUAGE_SERVERS_IMAGE_KEY &&
     manifest.nodeRuntime === NODE_RUNTIME_IMAGE_KEY &&
-    JSON.stringify(manifest.packages) === JSON.stringify(DEFAULT_IMAGE_PACKAGES)
+    JSON.stringify(manifest.packages) === JSON.stringify(DEFAULT_IMAGE_PACKAGES) &&
+    JSON.stringify(manifest.aptPackages) === JSON.stringify(DEFAULT_IMAGE_APT_PACKAGES)
   );
 }
 
@@ -163,6 +177,8 @@ async function buildImage(imageDir: string, name: string, options: EnsureBaseIma
   try {
     progress(`building image ${name}: debootstrap ${suite} (minbase) from ${mirror}`);
     await runDebootstrap(options.debootstrapBinary ?? 'debootstrap', ['--variant=minbase', `--include=${packages.join(',')}`, suite, target, mirror], progress);
+    progress(`building image ${name}: apt-get install ${DEFAULT_IMAGE_APT_PACKAGES.join(' ')}`);
+    await (options.installAptPackages ?? aptInstall)(target, DEFAULT_IMAGE_APT_PACKAGES, progress);
     await installLanguageServers(target, progress, options.npmBinary);
     await (options.installNodeRuntime ?? ((rootfs, onLine) => installNodeRuntime(rootfs, onLine, options.npmBinary)))(target, progress);
     await setUpTree(target);
@@ -175,6 +191,7 @@ async function buildImage(imageDir: string, name: string, options: EnsureBaseIma
       mirror,
       variant: 'minbase',
       packages,
+      aptPackages: [...DEFAULT_IMAGE_APT_PACKAGES],
       setupVersion: IMAGE_SETUP_VERSION,
       languageServers: LANGUAGE_SERVERS_IMAGE_KEY,
       nodeRuntime: NODE_RUNTIME_IMAGE_KEY,

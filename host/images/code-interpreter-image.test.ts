@@ -161,6 +161,24 @@ describe('the built-in images in the native API', () => {
     expect(JSON.stringify(named.body)).toContain('name');
   });
 
+  it('is a build’s FROM: the built image keeps the kernels and adds its layer', async () => {
+    const started = await t.http.post('/api/v1/builds').set(t.auth).send({ name: 'it-from-ci', dockerfile: 'FROM code-interpreter\nRUN python3 -c "import numpy; print(numpy.__version__)" > /numpy-version\n', egress: { mode: 'deny-all' } });
+    expect(started.status, JSON.stringify(started.body)).toBe(202);
+    const principal = await t.server.services.auth.authenticate(t.apiKey);
+    const finished = await t.server.services.builds.waitFor(principal, started.body.id);
+    expect(finished.state, JSON.stringify(finished)).toBe('succeeded');
+    const image = (await t.http.get('/api/v1/images/it-from-ci').set(t.auth)).body;
+    expect(image.base).toBe('code-interpreter');
+    const sandbox = await t.http.post('/api/v1/sandboxes').set(t.auth).send({ image: 'it-from-ci', timeoutSeconds: 0, egress: { mode: 'deny-all' } });
+    expect(sandbox.status, JSON.stringify(sandbox.body)).toBe(201);
+    try {
+      const res = await t.http.post(`/api/v1/sandboxes/${sandbox.body.id}/commands`).set(t.auth).send({ cmd: 'cat /numpy-version && jupyter kernelspec list 2>/dev/null | grep -c -E "^ +(python3|deno|bash|ir) "' });
+      expect(res.body, JSON.stringify(res.body)).toMatchObject({ exitCode: 0, stdout: expect.stringMatching(/^1\.\d+\.\d+\n4\n$/) });
+    } finally {
+      await t.http.delete(`/api/v1/sandboxes/${sandbox.body.id}`).set(t.auth);
+    }
+  }, 600_000);
+
   it('reports the sandbox as started from code-interpreter', async () => {
     const got = await t.http.get(`/api/v1/sandboxes/${id}`).set(t.auth);
     expect(got.status).toBe(200);

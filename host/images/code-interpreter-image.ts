@@ -17,13 +17,13 @@
 // (written last: the image is complete when it exists), .lock, .build-<pid>-<n>. Being keyed by
 // content, two versions (two branches, an upgrade) sit side by side and never rebuild each other;
 // a version built from a default tree that has since been replaced is removed once no mount uses it.
-import { execFile } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { createReadStream } from 'node:fs';
 import { chmod, copyFile, mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { removeTree, writeFileAtomic } from '../util/fs.js';
 import { acquireBuildLock, diskUsageBytes, ensureBaseImage, readCompleteImage, removeStaleBuildDirs, type ImageManifest } from './base-image.js';
+import { aptInstall, captureInTree, runInTree, withHostResolver } from './chroot.js';
 import { downloadPinnedPackage, type PinnedPackage } from './node-runtime.js';
 import { runWithProgress } from './run-with-progress.js';
 
@@ -132,10 +132,8 @@ export interface EnsureCodeInterpreterImageOptions {
 type BaseIdentity = Pick<ImageManifest, 'suite' | 'mirror' | 'variant' | 'packages' | 'setupVersion' | 'languageServers' | 'nodeRuntime' | 'builtAt'>;
 
 const DEFAULT_LOCK_WAIT_MS = 30 * 60_000;
-const APT_TIMEOUT_MS = 30 * 60_000;
 const STEP_TIMEOUT_MS = 10 * 60_000;
-/** The environment of every command run in the tree: nothing of the builder's leaks in. */
-const CHROOT_ENV = { PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin', HOME: '/root', LANG: 'C.UTF-8', DEBIAN_FRONTEND: 'noninteractive' };
+const WHAT = 'code-interpreter image';
 
 /** The part of the default image's manifest that determines its tree (its build time included: each build is another tree). */
 function baseIdentity(manifest: ImageManifest): BaseIdentity {
@@ -145,15 +143,7 @@ function baseIdentity(manifest: ImageManifest): BaseIdentity {
 
 /** The content key of the image built from `base`: changes with anything that changes the tree. */
 export function codeInterpreterKey(base: ImageManifest): string {
-  const inputs = {
-    base: baseIdentity(base),
-    packages: CODE_INTERPRETER_PACKAGES,
-    bashKernel: BASH_KERNEL,
-    deno: DENO_PACKAGE,
-    kernelspecs: KERNELSPECS,
-    setupVersion: CODE_INTERPRETER_SETUP_VERSION,
-  };
-  return createHash('sha256').update(JSON.stringify(inputs)).digest('hex').slice(0, 16);
+  return createHash('sha256').update(JSON.stringify({ base: baseIdentity(base), ...CODE_INTERPRETER_INPUTS })).digest('hex').slice(0, 16);
 }
 
 /** `<imagesDir>/code-interpreter-<key>` */
@@ -199,12 +189,7 @@ async function build(imageDir: string, key: string, baseRootfs: string, baseMani
   try {
     progress(`building image ${CODE_INTERPRETER_IMAGE} (${key}) from the default image`);
     await runWithProgress('cp', ['-a', '--reflink=auto', baseRootfs, target], output, { what: 'copying the default image', timeoutMs: STEP_TIMEOUT_MS });
-    await installPackages(target, progress, output);
-    await installBashKernel(target, progress, output);
-    await installDeno(target, progress, output, options.npmBinary);
-    await writeKernelspecs(target);
-    await checkTree(target, progress);
-    await cleanTree(target);
+    await installCodeInterpreter(target, progress, output, options.npmBinary);
     const rootfs = join(imageDir, 'rootfs');
     // A rootfs without a manifest is a build that died after its rename: nothing uses it.
     await removeTree(rootfs);
@@ -231,23 +216,31 @@ async function build(imageDir: string, key: string, baseRootfs: string, baseMani
 
 // ---- steps -----------------------------------------------------------------------------------
 
-/** apt-get in the tree, with the host's resolver for the duration and no service started. */
+/**
+ * Everything this image adds to a default tree, checked: the Debian packages, bash_kernel, Deno,
+ * the kernelspecs. The Cloud Hypervisor driver's VM image runs it on its own tree too (vm-image.ts).
+ */
+export async function installCodeInterpreter(rootfs: string, progress: (line: string) => void, output: (line: string) => void = () => {}, npm?: string): Promise<void> {
+  await installPackages(rootfs, progress, output);
+  await installBashKernel(rootfs, progress, output);
+  await installDeno(rootfs, progress, output, npm);
+  await writeKernelspecs(rootfs);
+  await checkTree(rootfs, progress);
+  await cleanTree(rootfs);
+}
+
+/** What installCodeInterpreter puts into a tree, for keys of images built with it. */
+export const CODE_INTERPRETER_INPUTS = {
+  packages: CODE_INTERPRETER_PACKAGES,
+  bashKernel: BASH_KERNEL,
+  deno: DENO_PACKAGE,
+  kernelspecs: KERNELSPECS,
+  setupVersion: CODE_INTERPRETER_SETUP_VERSION,
+} as const;
+
 async function installPackages(rootfs: string, progress: (line: string) => void, output: (line: string) => void): Promise<void> {
-  // The default tree's resolv.conf is empty (each sandbox gets its own); the build needs the host's.
-  await writeFile(join(rootfs, 'etc', 'resolv.conf'), await readFile('/etc/resolv.conf'));
-  // Debian's convention for chroots: maintainer scripts must not start daemons here.
-  const policy = join(rootfs, 'usr', 'sbin', 'policy-rc.d');
-  await writeFile(policy, '#!/bin/sh\nexit 101\n', { mode: 0o755 });
-  try {
-    const apt = ['apt-get', '-o', 'Dpkg::Use-Pty=0', '-o', 'Acquire::Retries=3'];
-    progress(`apt-get install ${CODE_INTERPRETER_PACKAGES.join(' ')}`);
-    await runInTree(rootfs, [...apt, '-q', 'update'], output, APT_TIMEOUT_MS);
-    await runInTree(rootfs, [...apt, '-q', 'install', '-y', '--no-install-recommends', ...CODE_INTERPRETER_PACKAGES], output, APT_TIMEOUT_MS);
-    await runInTree(rootfs, ['apt-get', 'clean'], output, STEP_TIMEOUT_MS);
-  } finally {
-    await rm(policy, { force: true });
-    await writeFile(join(rootfs, 'etc', 'resolv.conf'), '');
-  }
+  progress(`apt-get install ${CODE_INTERPRETER_PACKAGES.join(' ')}`);
+  await aptInstall(rootfs, CODE_INTERPRETER_PACKAGES, output);
 }
 
 /**
@@ -259,26 +252,20 @@ async function installBashKernel(rootfs: string, progress: (line: string) => voi
   const stagingInTree = `/var/tmp/nestbox-bash-kernel-${process.pid}`;
   const staging = join(rootfs, stagingInTree);
   await mkdir(staging, { recursive: true, mode: 0o700 });
-  await writeFile(join(rootfs, 'etc', 'resolv.conf'), await readFile('/etc/resolv.conf'));
   try {
     await writeFile(join(staging, 'requirements.txt'), `${BASH_KERNEL.requirement} --hash=sha256:${BASH_KERNEL.sha256}\n`);
     const hostCa = await hostCaBundle();
     if (hostCa) await copyFile(hostCa, join(staging, 'ca.crt'));
     const pip = ['python3', '-m', 'pip', '--no-cache-dir', '--disable-pip-version-check', '--no-input'];
     progress(`downloading ${BASH_KERNEL.requirement} from PyPI`);
-    await runInTree(
-      rootfs,
-      [...pip, 'download', '--no-deps', '--require-hashes', ...(hostCa ? ['--cert', `${stagingInTree}/ca.crt`] : []), '-d', stagingInTree, '-r', `${stagingInTree}/requirements.txt`],
-      output,
-      STEP_TIMEOUT_MS,
-    );
+    const download = [...pip, 'download', '--no-deps', '--require-hashes', ...(hostCa ? ['--cert', `${stagingInTree}/ca.crt`] : []), '-d', stagingInTree, '-r', `${stagingInTree}/requirements.txt`];
+    await withHostResolver(rootfs, () => runInTree(rootfs, download, output));
     const wheel = join(staging, BASH_KERNEL.wheel);
     const actual = await sha256Hex(wheel);
     if (actual !== BASH_KERNEL.sha256) throw new Error(`${BASH_KERNEL.wheel}: sha256 ${actual} is not the pinned ${BASH_KERNEL.sha256}`);
-    await runInTree(rootfs, [...pip, 'install', '--no-index', '--no-deps', '--root-user-action=ignore', `${stagingInTree}/${BASH_KERNEL.wheel}`], output, STEP_TIMEOUT_MS);
+    await runInTree(rootfs, [...pip, 'install', '--no-index', '--no-deps', '--root-user-action=ignore', `${stagingInTree}/${BASH_KERNEL.wheel}`], output);
   } finally {
     await removeTree(staging);
-    await writeFile(join(rootfs, 'etc', 'resolv.conf'), '');
   }
 }
 
@@ -317,13 +304,13 @@ async function writeKernelspecs(rootfs: string): Promise<void> {
 /** The image never ships a kernel that cannot start its interpreter, or a missing library. */
 async function checkTree(rootfs: string, progress: (line: string) => void): Promise<void> {
   progress('checking the kernels and libraries in the image');
-  const listed = JSON.parse(await captureInTree(rootfs, ['jupyter', 'kernelspec', 'list', '--json'])) as { kernelspecs: Record<string, unknown> };
+  const listed = JSON.parse(await captureInTree(rootfs, ['jupyter', 'kernelspec', 'list', '--json'], WHAT)) as { kernelspecs: Record<string, unknown> };
   const missing = CODE_INTERPRETER_KERNELS.filter((k) => !(k in listed.kernelspecs));
   if (missing.length) throw new Error(`code-interpreter image: kernelspecs ${missing.join(', ')} are missing (jupyter kernelspec list has ${Object.keys(listed.kernelspecs).join(', ')})`);
-  await captureInTree(rootfs, ['python3', '-c', 'import ipykernel, jupyter_client, numpy, pandas, matplotlib, scipy, sklearn, seaborn, plotly, openpyxl, PIL, requests, bash_kernel']);
-  const deno = await captureInTree(rootfs, ['/usr/local/bin/deno', '--version'], { DENO_NO_UPDATE_CHECK: '1', DENO_DIR: '/nonexistent' });
+  await captureInTree(rootfs, ['python3', '-c', 'import ipykernel, jupyter_client, numpy, pandas, matplotlib, scipy, sklearn, seaborn, plotly, openpyxl, PIL, requests, bash_kernel'], WHAT);
+  const deno = await captureInTree(rootfs, ['/usr/local/bin/deno', '--version'], WHAT, { DENO_NO_UPDATE_CHECK: '1', DENO_DIR: '/nonexistent' });
   if (!deno.startsWith(`deno ${DENO_PACKAGE.version} `)) throw new Error(`code-interpreter image: deno --version printed ${JSON.stringify(deno)}`);
-  await captureInTree(rootfs, ['R', '--quiet', '--no-save', '-e', 'library(IRkernel)']);
+  await captureInTree(rootfs, ['R', '--quiet', '--no-save', '-e', 'library(IRkernel)'], WHAT);
 }
 
 /** What only the build needed: temporary files, and what the checks left in root's home (the default image's has none of it). */
@@ -369,31 +356,6 @@ async function mountedAnywhere(path: string): Promise<boolean> {
     if (table.includes(path)) return true;
   }
   return false;
-}
-
-// ---- running in the tree ----------------------------------------------------------------------
-
-/**
- * `argv` chrooted into `rootfs` with /proc, /sys and /dev mounted as debootstrap does, in a
- * mount namespace of its own: the mounts vanish with it, even when the build is killed, so a
- * stale build directory never holds the host's /dev (which removing it would then empty).
- */
-function chrootArgv(rootfs: string, argv: string[], env: Record<string, string>): string[] {
-  const script = 'set -e; r=$1; shift; mount -t proc proc "$r/proc"; mount -t sysfs sysfs "$r/sys"; mount --rbind /dev "$r/dev"; exec chroot "$r" env -i "$@"';
-  return ['--mount', '--propagation', 'private', '--', 'sh', '-c', script, 'sh', rootfs, ...Object.entries(env).map(([k, v]) => `${k}=${v}`), ...argv];
-}
-
-function runInTree(rootfs: string, argv: string[], progress: (line: string) => void, timeoutMs: number): Promise<void> {
-  return runWithProgress('unshare', chrootArgv(rootfs, argv, CHROOT_ENV), progress, { what: argv.slice(0, 3).join(' '), timeoutMs });
-}
-
-function captureInTree(rootfs: string, argv: string[], extraEnv: Record<string, string> = {}): Promise<string> {
-  return new Promise((resolve, reject) => {
-    execFile('unshare', chrootArgv(rootfs, argv, { ...CHROOT_ENV, ...extraEnv }), { timeout: STEP_TIMEOUT_MS, maxBuffer: 16 * 1024 * 1024 }, (error, stdout, stderr) => {
-      if (error) reject(new Error(`code-interpreter image: ${argv.join(' ')} failed in the image: ${stderr.trim().slice(-2000) || error.message}`));
-      else resolve(stdout.trim());
-    });
-  });
 }
 
 function sha256Hex(path: string): Promise<string> {

@@ -55,6 +55,9 @@ describe('the default image', () => {
     expect(await run('g++ --version', user)).toMatch(/^g\+\+ \(Debian/);
     expect(await run('make --version', user)).toMatch(/^GNU Make \d/);
     expect(await run('sudo -n true && echo sudo-ok', user)).toBe('sudo-ok\n');
+    // The code interpreter's Python kernel: IPython's kernel, jupyter_client, and its kernelspec.
+    expect(await run('python3 -c "import ipykernel, jupyter_client, IPython; print(\'ok\')"', user)).toBe('ok\n');
+    expect(await run('test -f /usr/share/jupyter/kernels/python3/kernel.json && echo spec-ok', user)).toBe('spec-ok\n');
   });
 
   it('compiles and runs C', async () => {

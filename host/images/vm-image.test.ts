@@ -59,7 +59,7 @@ describe('ensureVmImage', () => {
     // A small stand-in for the node binary keeps the 64 MiB test image roomy.
     const node = join(dir, 'node');
     writeFileSync(node, '#!/bin/sh\n', { mode: 0o755 });
-    const options = { imagesDir, guestAgentBundle: agent, nodeBinary: node, debootstrapBinary: fake, npmBinary: npm, installNodeRuntime: fakeNodeRuntime, diskSizeMiB: 64, onProgress: (line: string) => lines.push(line) };
+    const options = { imagesDir, guestAgentBundle: agent, nodeBinary: node, debootstrapBinary: fake, npmBinary: npm, installNodeRuntime: fakeNodeRuntime, installAptPackages: async () => {}, diskSizeMiB: 64, onProgress: (line: string) => lines.push(line) };
 
     const image = await ensureVmImage(options);
     const imageDir = join(imagesDir, VM_IMAGE_NAME);

@@ -13,7 +13,8 @@ import { execFile } from 'node:child_process';
 import { chmod, copyFile, mkdir, readdir, readFile, rename, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { acquireBuildLock, createSandboxAccounts, DEFAULT_IMAGE_PACKAGES, IMAGE_SETUP_VERSION, letPipInstall, runDebootstrap } from './base-image.js';
+import { acquireBuildLock, createSandboxAccounts, DEFAULT_IMAGE_APT_PACKAGES, DEFAULT_IMAGE_PACKAGES, IMAGE_SETUP_VERSION, letPipInstall, runDebootstrap } from './base-image.js';
+import { aptInstall } from './chroot.js';
 import { removeTree, writeFileAtomic } from '../util/fs.js';
 import { installLanguageServers, LANGUAGE_SERVERS_IMAGE_KEY } from './language-servers.js';
 import { installNodeRuntime, NODE_RUNTIME_IMAGE_KEY } from './node-runtime.js';
@@ -74,6 +75,8 @@ export interface EnsureVmImageOptions {
   npmBinary?: string;
   /** Installs Node.js and npm into the tree (tests substitute a fake: the real one needs root and the registry). */
   installNodeRuntime?: (rootfs: string, progress: (line: string) => void) => Promise<void>;
+  /** Installs DEFAULT_IMAGE_APT_PACKAGES after debootstrap, as in the local base image (tests substitute a fake). */
+  installAptPackages?: (rootfs: string, packages: readonly string[], progress: (line: string) => void) => Promise<void>;
   onProgress?: (line: string) => void;
   lockWaitMs?: number;
 }
@@ -120,7 +123,7 @@ export async function ensureVmImage(options: EnsureVmImageOptions): Promise<VmIm
 async function ensureTree(imageDir: string, suite: string, mirror: string, options: EnsureVmImageOptions, progress: (line: string) => void): Promise<{ dir: string; seconds: number }> {
   const dir = join(imageDir, 'tree');
   const packages = [...VM_IMAGE_PACKAGES];
-  const key = JSON.stringify({ suite, mirror, packages, setupVersion: IMAGE_SETUP_VERSION, languageServers: LANGUAGE_SERVERS_IMAGE_KEY, nodeRuntime: NODE_RUNTIME_IMAGE_KEY });
+  const key = JSON.stringify({ suite, mirror, packages, aptPackages: DEFAULT_IMAGE_APT_PACKAGES, setupVersion: IMAGE_SETUP_VERSION, languageServers: LANGUAGE_SERVERS_IMAGE_KEY, nodeRuntime: NODE_RUNTIME_IMAGE_KEY });
   const marker = join(imageDir, 'tree.json');
   const existing = await readFile(marker, 'utf8').then((text) => JSON.parse(text) as { key: string; seconds: number }).catch(() => undefined);
   if (existing?.key === key && existsSync(join(dir, 'usr'))) {
@@ -134,6 +137,8 @@ async function ensureTree(imageDir: string, suite: string, mirror: string, optio
   // /proc mounted, so initramfs-tools builds the initrd (MODULES=most has virtio_blk/net/pci).
   progress(`vm image: debootstrap ${suite} (minbase + ${packages.length} packages incl. linux-image-cloud-amd64) from ${mirror}`);
   await runDebootstrap(options.debootstrapBinary ?? 'debootstrap', ['--variant=minbase', `--include=${packages.join(',')}`, suite, temp, mirror], progress);
+  // IPython's kernel and jupyter_client, as in the local base image (apt: debootstrap cannot configure them).
+  await (options.installAptPackages ?? aptInstall)(temp, DEFAULT_IMAGE_APT_PACKAGES, progress);
   await addNpmTrees(temp, options, progress);
   // The same accounts and pip configuration as the local base image.
   await createSandboxAccounts(temp);

@@ -32,6 +32,7 @@ import { writeChRecord, type ChRecord } from './records.js';
 import { ChRecovery } from './recovery.js';
 import { isOciImage, lastChainElement } from './sandboxes.js';
 import { removeOciVmDisk } from '../../images/vm-image-oci.js';
+import { CODE_INTERPRETER_IMAGE } from '../../images/code-interpreter-image.js';
 
 export type { ChDriverOptions } from './sandboxes.js';
 
@@ -121,6 +122,8 @@ export class ChDriver extends ChRecovery implements Driver {
         const disk = await this.ociImageDisk(spec.image, image, onProgress);
         source = disk.rootfs;
         minimumBytes = disk.manifest.sizeMiB * 2 ** 20;
+      } else if (spec.image === CODE_INTERPRETER_IMAGE) {
+        source = (await this.requireCodeInterpreterImage(image)).rootfs;
       } else {
         source = image.rootfs;
       }

@@ -10,6 +10,8 @@ import { join } from 'node:path';
 import type { Logger } from '../../../core/logger.js';
 import { AgentClient } from '../../agent-protocol/client.js';
 import { readCompleteVmImage, VM_IMAGE_NAME, type VmImage } from '../../images/vm-image.js';
+import { CODE_INTERPRETER_IMAGE } from '../../images/code-interpreter-image.js';
+import { readCompleteVmCodeInterpreterImage, type VmCodeInterpreterImage } from '../../images/vm-code-interpreter-image.js';
 import { IMAGE_ID } from '../../images/oci/store.js';
 import { ensureOciVmDisk, guestRuntimeFromVmImage, OCI_VM_BUSYBOX, OCI_VM_INIT, OCI_VM_RESYNC, OciImageMissingError, OciImageUnbootableError, type GuestRuntimeFiles, type OciVmDisk } from '../../images/vm-image-oci.js';
 import { SlotAllocator } from '../../network/slots.js';
@@ -193,6 +195,17 @@ export abstract class ChSandboxes extends DriverBase<ChRecord> {
   }
 
   /**
+   * The `code-interpreter` disk for today's VM image (vm-code-interpreter-image.ts), booted with
+   * the VM image's kernel. The host agent builds it in the background after the VM image; a
+   * create that comes before it is ready is refused (409) rather than waiting minutes.
+   */
+  protected async requireCodeInterpreterImage(vmImage: VmImage): Promise<VmCodeInterpreterImage> {
+    const image = await readCompleteVmCodeInterpreterImage(this.options.imagesDir, vmImage, this.options.vmImage ?? VM_IMAGE_NAME);
+    if (!image) throw new DriverError('invalid_state', `the ${CODE_INTERPRETER_IMAGE} VM image is not built on this host yet (the host agent builds it in the background after it starts); try again in a few minutes`);
+    return image;
+  }
+
+  /**
    * The bootable disk of an OCI image (host/images/vm-image-oci.ts), built once per digest and
    * runtime and cached under the images dir. A missing image is `not_found`; a root filesystem
    * a VM cannot boot is `validation_failed`, both naming the image.
@@ -239,7 +252,7 @@ export abstract class ChSandboxes extends DriverBase<ChRecord> {
   protected validateSpec(spec: SandboxSpec): void {
     assertSandboxId(spec.id);
     const invalid = (message: string) => new DriverError('validation_failed', message);
-    if (spec.image !== 'default' && !IMAGE_ID.test(spec.image)) throw invalid(`unknown image "${spec.image}" (the cloud-hypervisor driver knows "default" and pulled OCI images by id, sha256:<64 hex>)`);
+    if (spec.image !== 'default' && spec.image !== CODE_INTERPRETER_IMAGE && !IMAGE_ID.test(spec.image)) throw invalid(`unknown image "${spec.image}" (the cloud-hypervisor driver knows "default", "${CODE_INTERPRETER_IMAGE}" and pulled OCI images by id, sha256:<64 hex>)`);
     if (spec.diskGiB !== undefined && (!Number.isInteger(spec.diskGiB) || spec.diskGiB < 1 || spec.diskGiB > MAX_DISK_GIB)) throw invalid(`diskGiB must be an integer from 1 to ${MAX_DISK_GIB}, got ${spec.diskGiB}`);
     if (!(spec.cpu > 0) || spec.cpu > 256) throw invalid(`cpu must be between 0 and 256 vCPUs, got ${spec.cpu}`);
     if (!Number.isInteger(spec.memoryMiB) || spec.memoryMiB < 128) throw invalid(`memoryMiB must be an integer of at least 128, got ${spec.memoryMiB}`);
