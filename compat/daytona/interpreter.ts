@@ -190,6 +190,10 @@ export async function serveInterpreterSocket(core: Core, principal: Principal, s
     return closeOnError(err, request, close, log);
   }
   try {
+    // The cell's outcome; acted on once the events are over. The stream is read to its own end
+    // (never left at `end`): after a lost kernel it waits for the old one to be gone, so this
+    // context's next cell starts a fresh kernel instead of finding the dying one.
+    let outcome: 'ok' | 'error' | 'interrupted' | 'lost' | undefined;
     for await (const event of events) {
       if (clientGone) break;
       if (client.bufferedAmount > MAX_BUFFERED_BYTES) {
@@ -206,26 +210,31 @@ export async function serveInterpreterSocket(core: Core, principal: Principal, s
           client.send(frame('error', { name: event.name, value: event.value, traceback: stripVTControlCharacters(event.traceback) }));
           break;
         case 'end':
-          if (event.status === 'interrupted') {
-            if (timeoutMs !== undefined) return close(CLOSE.timeout);
-            client.send(frame('control', { text: 'interrupted' }));
-            return close(CLOSE.normal);
-          }
-          if (event.status === 'lost') {
-            // The kernel died (os._exit, out of memory): the daemon closes with 1001 when its
-            // worker ends. Said as an error first, so the TypeScript SDK (which resolves on 1001) reports it.
-            client.send(frame('error', { name: 'WorkerProcessError', value: 'the interpreter process ended during the run; the context state is lost and its next run starts a new interpreter' }));
-            return close(CLOSE.goingAway, 'worker process ended');
-          }
-          client.send(frame('control', { text: 'completed' }));
-          return close(CLOSE.normal);
+          outcome = event.status;
+          break;
         default:
           // start, keepalive, and results (see above): nothing the SDKs read.
           break;
       }
     }
-    // The events ended without an `end` (the client left, or the stream was cut).
-    close(CLOSE.goingAway, 'the run ended without an outcome');
+    if (clientGone) return;
+    switch (outcome) {
+      case undefined:
+        // The events ended without an `end` (the stream was cut).
+        return close(CLOSE.goingAway, 'the run ended without an outcome');
+      case 'interrupted':
+        if (timeoutMs !== undefined) return close(CLOSE.timeout);
+        client.send(frame('control', { text: 'interrupted' }));
+        return close(CLOSE.normal);
+      case 'lost':
+        // The kernel died (os._exit, out of memory): the daemon closes with 1001 when its
+        // worker ends. Said as an error first, so the TypeScript SDK (which resolves on 1001) reports it.
+        client.send(frame('error', { name: 'WorkerProcessError', value: 'the interpreter process ended during the run; the context state is lost and its next run starts a new interpreter' }));
+        return close(CLOSE.goingAway, 'worker process ended');
+      default:
+        client.send(frame('control', { text: 'completed' }));
+        return close(CLOSE.normal);
+    }
   } catch (err) {
     if (!clientGone) closeOnError(err, request, close, log);
   } finally {

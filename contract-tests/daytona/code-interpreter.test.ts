@@ -2,9 +2,9 @@
 // runCode over the `/process/interpreter/execute` socket with its streaming callbacks, state kept
 // in a context, contexts created, listed and deleted, a timeout that interrupts the cell while its
 // context survives, and the daemon's close codes for bad requests (checked with a plain
-// WebSocket where the SDK refuses before sending). SDK 0.129 uses the same socket. Kernels need
-// the built-in `code-interpreter` image (IPython, jupyter_client); a sandbox of the `default`
-// image is told so.
+// WebSocket where the SDK refuses before sending). SDK 0.129 uses the same socket. The sandbox is
+// of the built-in `code-interpreter` image (Daytona's default snapshot has a data stack); the
+// `default` image has a python kernel without it.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
 import { DaytonaConnectionError, DaytonaError, DaytonaInvalidArgumentError, DaytonaNotFoundError, DaytonaTimeoutError, type Sandbox } from '@daytonaio/sdk';
@@ -17,8 +17,8 @@ let plain: Sandbox;
 
 beforeAll(async () => {
   env = await startDaytonaEnv();
-  sb = await env.daytona.create({ snapshot: 'code-interpreter', language: 'python', networkBlockAll: true, labels: { suite: 'code-interpreter' } });
-  plain = await env.daytona.create({ language: 'python', networkBlockAll: true, labels: { suite: 'code-interpreter-default-image' } });
+  sb = await env.daytona.create({ snapshot: 'code-interpreter', language: 'python', networkBlockAll: true, labels: { suite: 'code-interpreter' } }, { timeout: 0 });
+  plain = await env.daytona.create({ language: 'python', networkBlockAll: true, labels: { suite: 'code-interpreter-default-image' } }, { timeout: 0 });
 });
 
 afterAll(async () => {
@@ -159,6 +159,21 @@ describe('codeInterpreter contexts', () => {
     }
   });
 
+  it('reports a kernel that died during the cell; the context\'s next cell starts a fresh one', async () => {
+    const ctx = await sb.codeInterpreter.createContext();
+    try {
+      await sb.codeInterpreter.runCode('before = 1', { context: ctx });
+      // The TypeScript SDK resolves on close 1001: the error frame is what tells the caller.
+      const died = await sb.codeInterpreter.runCode('import os\nos._exit(3)', { context: ctx });
+      expect(died.error).toMatchObject({ name: 'WorkerProcessError' });
+      const fresh = await sb.codeInterpreter.runCode('print("before" in globals())', { context: ctx });
+      expect(fresh.stdout).toBe('False\n');
+      expect((await sb.codeInterpreter.listContexts()).map((c) => c.id)).toContain(ctx.id);
+    } finally {
+      await sb.codeInterpreter.deleteContext(ctx);
+    }
+  });
+
   it('runs one context\'s cells in order, one at a time', async () => {
     const ctx = await sb.codeInterpreter.createContext();
     try {
@@ -191,16 +206,15 @@ describe('codeInterpreter contexts', () => {
 });
 
 describe('codeInterpreter in a sandbox of the default image', () => {
-  it('says the image has no kernel and which one has, on the socket and on contexts', async () => {
-    const run = await plain.codeInterpreter.runCode('print(1)').catch((e: unknown) => e);
-    expect(run).toBeInstanceOf(DaytonaConnectionError);
-    expect((run as Error).message).toMatch(/no Jupyter kernel for python.*\(close code 1008\)$/);
-    const created = await plain.codeInterpreter.createContext().catch((e: unknown) => e);
-    expect(created).toBeInstanceOf(DaytonaError);
-    expect((created as DaytonaError).statusCode).toBe(400);
-    expect((created as Error).message).toMatch(/no Jupyter kernel for python.*code-interpreter image/);
-    expect(await plain.codeInterpreter.listContexts()).toEqual([]);
-    // codeRun needs no kernel: it runs there.
-    expect((await plain.process.codeRun('print(6 * 7)')).result).toBe('42\n');
+  it('runs python in a kernel there, without the data stack of the code-interpreter image', async () => {
+    const ctx = await plain.codeInterpreter.createContext();
+    try {
+      await plain.codeInterpreter.runCode('base = 40', { context: ctx });
+      expect((await plain.codeInterpreter.runCode('print(base + 2)', { context: ctx })).stdout).toBe('42\n');
+      const numpy = await plain.codeInterpreter.runCode('import numpy', { context: ctx });
+      expect(numpy.error).toMatchObject({ name: 'ModuleNotFoundError', value: "No module named 'numpy'" });
+    } finally {
+      await plain.codeInterpreter.deleteContext(ctx);
+    }
   });
 });

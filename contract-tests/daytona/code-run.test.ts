@@ -18,8 +18,8 @@ let charts: Sandbox;
 
 beforeAll(async () => {
   env = await startDaytonaEnv();
-  py = await env.daytona.create({ language: 'python', networkBlockAll: true, labels: { suite: 'code-run' } });
-  charts = await env.daytona.create({ snapshot: 'code-interpreter', language: 'python', networkBlockAll: true, labels: { suite: 'code-run-charts' } });
+  py = await env.daytona.create({ language: 'python', networkBlockAll: true, labels: { suite: 'code-run' } }, { timeout: 0 });
+  charts = await env.daytona.create({ snapshot: 'code-interpreter', language: 'python', networkBlockAll: true, labels: { suite: 'code-run-charts' } }, { timeout: 0 });
 });
 
 afterAll(async () => {
@@ -62,7 +62,7 @@ describe('codeRun (python) on the default image', () => {
 
 describe('codeRun (typescript, javascript)', () => {
   it('runs typescript with argv and env', async () => {
-    const ts = await env.daytona.create({ language: 'typescript', networkBlockAll: true });
+    const ts = await env.daytona.create({ language: 'typescript', networkBlockAll: true }, { timeout: 0 });
     try {
       const r = await ts.process.codeRun('const n: number = 6 * 7;\nconsole.log(n, process.argv.slice(2).join(","), process.env.TS_VAR);\nconsole.error("oops");', { argv: ['x', 'y'], env: { TS_VAR: 'ts' } });
       expect(r.exitCode).toBe(0);
@@ -74,7 +74,7 @@ describe('codeRun (typescript, javascript)', () => {
   });
 
   it('runs javascript', async () => {
-    const js = await env.daytona.create({ language: 'javascript', networkBlockAll: true });
+    const js = await env.daytona.create({ language: 'javascript', networkBlockAll: true }, { timeout: 0 });
     try {
       const r = await js.process.codeRun('console.log([1, 2, 3].map((x) => x * 2).join(" "))');
       expect(r).toMatchObject({ exitCode: 0, result: '2 4 6\n' });

@@ -21,20 +21,20 @@ afterAll(async () => {
 describe('the default snapshot of a create without one', () => {
   it('is the configured snapshot; an explicit snapshot still wins; a missing one is a 400 naming it', async () => {
     // Not made yet: the create says which snapshot it looked for rather than starting elsewhere.
-    const missing = await env.daytona.create({ networkBlockAll: true }).catch((e: unknown) => e);
+    const missing = await env.daytona.create({ networkBlockAll: true }, { timeout: 0 }).catch((e: unknown) => e);
     expect(missing).toBeInstanceOf(DaytonaError);
     expect((missing as DaytonaError).statusCode).toBe(400);
     expect((missing as Error).message).toContain(`"${DEFAULT_SNAPSHOT}"`);
 
-    const source = await env.daytona.create({ snapshot: 'default', networkBlockAll: true });
+    const source = await env.daytona.create({ snapshot: 'default', networkBlockAll: true }, { timeout: 0 });
     try {
       await source.process.executeCommand('echo from-operator-default > /home/daytona/marker.txt');
       await source.createSnapshot(DEFAULT_SNAPSHOT);
     } finally {
       await source.delete();
     }
-    const implicit = await env.daytona.create({ language: 'python', networkBlockAll: true });
-    const explicit = await env.daytona.create({ snapshot: 'default', networkBlockAll: true });
+    const implicit = await env.daytona.create({ language: 'python', networkBlockAll: true }, { timeout: 0 });
+    const explicit = await env.daytona.create({ snapshot: 'default', networkBlockAll: true }, { timeout: 0 });
     try {
       expect((await implicit.process.executeCommand('cat /home/daytona/marker.txt')).result.trim()).toBe('from-operator-default');
       expect((await explicit.process.executeCommand('test -e /home/daytona/marker.txt; echo $?')).result.trim()).toBe('1');

@@ -32,7 +32,7 @@ def daytona():
 
 @pytest.fixture(scope="module")
 def sb(daytona):
-    sandbox = daytona.create(CreateSandboxFromSnapshotParams(language="python", network_block_all=True))
+    sandbox = daytona.create(CreateSandboxFromSnapshotParams(language="python", network_block_all=True), timeout=0)
     yield sandbox
     daytona.delete(sandbox)
 
@@ -40,7 +40,7 @@ def sb(daytona):
 # Kernels (code_interpreter) and matplotlib (charts) need the built-in `code-interpreter` image.
 @pytest.fixture(scope="module")
 def ci_sb(daytona):
-    sandbox = daytona.create(CreateSandboxFromSnapshotParams(snapshot="code-interpreter", language="python", network_block_all=True))
+    sandbox = daytona.create(CreateSandboxFromSnapshotParams(snapshot="code-interpreter", language="python", network_block_all=True), timeout=0)
     yield sandbox
     daytona.delete(sandbox)
 
@@ -103,7 +103,7 @@ def test_code_run_argv_env_exit_code_and_timeout(sb):
 
 
 def test_code_run_typescript(daytona):
-    ts = daytona.create(CreateSandboxFromSnapshotParams(language="typescript", network_block_all=True))
+    ts = daytona.create(CreateSandboxFromSnapshotParams(language="typescript", network_block_all=True), timeout=0)
     try:
         r = ts.process.code_run('const n: number = 6 * 7;\nconsole.log(n, process.argv.slice(2).join(","));', params=CodeRunParams(argv=["x"]))
         assert r.exit_code == 0
