@@ -101,10 +101,12 @@ describe('codeInterpreter.runCode', () => {
   it('sends the daemon frames: every key on each, control completed, then close 1000', async () => {
     const r = await rawExecute(JSON.stringify({ code: 'print("hi")' }));
     expect(r.code).toBe(1000);
-    expect(r.frames).toEqual([
-      { type: 'stdout', text: 'hi\n', name: '', value: '', traceback: '' },
-      { type: 'control', text: 'completed', name: '', value: '', traceback: '' },
-    ]);
+    // The kernel may report print's two writes ("hi", "\n") as one stream message or two.
+    const output = r.frames.slice(0, -1);
+    expect(output.length).toBeGreaterThan(0);
+    for (const f of output) expect(f).toEqual({ type: 'stdout', text: f.text, name: '', value: '', traceback: '' });
+    expect(output.map((f) => f.text).join('')).toBe('hi\n');
+    expect(r.frames.at(-1)).toEqual({ type: 'control', text: 'completed', name: '', value: '', traceback: '' });
   });
 });
 
