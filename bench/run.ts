@@ -1,6 +1,8 @@
 // `npm run bench`: latency and throughput of the native API (and image pulls) on this machine, each figure
 // beside a baseline measured in the same run. Prints medians (and p95 where asked).
-// Options: --creates N (default 10), --execs N (default 50), --mib N (default 50), --postgres URL.
+// Options: --creates N (default 10), --execs N (default 50), --mib N (default 50), --postgres URL,
+// --code-runs N (default 30) and --code-image NAME (default `code-interpreter`) for the code interpreter,
+// --only code-interpreter to run just that part.
 import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { createReadStream, createWriteStream, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -12,6 +14,7 @@ import { createLogger } from '../src/logger.js';
 import { startServer } from '../src/server.js';
 import { generateApiKey } from '../core/services/auth.js';
 import { unmountReflinkStore } from '../host/storage/disk-store.js';
+import { benchCodeInterpreter } from './code-interpreter.js';
 
 const { values } = parseArgs({
   options: {
@@ -21,8 +24,12 @@ const { values } = parseArgs({
     postgres: { type: 'string' },
     'images-dir': { type: 'string', default: '/var/tmp/nestbox-test-images' },
     reflink: { type: 'boolean', default: true },
+    'code-runs': { type: 'string', default: '30' },
+    'code-image': { type: 'string', default: 'code-interpreter' },
+    only: { type: 'string' },
   },
 });
+if (values.only !== undefined && values.only !== 'code-interpreter') throw new Error(`--only: the only part that runs alone is code-interpreter, not ${values.only}`);
 const CREATES = Number(values.creates);
 const EXECS = Number(values.execs);
 const MIB = Number(values.mib);
@@ -123,6 +130,8 @@ async function main(): Promise<void> {
       await new Promise((r) => setTimeout(r, 200));
     }
     console.log(`Nestbox benchmark — ${new Date().toISOString()} — database: ${config.database.kind}, driver: local`);
+    const codeInterpreter = () => benchCodeInterpreter({ base, key, runs: Number(values['code-runs']), image: values['code-image']!, track: (sid) => created.push(sid) });
+    if (values.only === 'code-interpreter') return await codeInterpreter();
 
     // 1. create → running
     const createTimes: number[] = [];
@@ -498,6 +507,8 @@ async function main(): Promise<void> {
       await sbx.kill();
       created.splice(created.indexOf(sbx.sandboxId), 1);
     }
+    // 11. The code interpreter (bench/code-interpreter.ts).
+    await codeInterpreter();
     await benchImagePull(dataDir);
   } finally {
     for (const id of created) await call(base, key, 'DELETE', `/sandboxes/${id}`).catch(() => undefined);

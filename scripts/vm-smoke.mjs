@@ -9,7 +9,10 @@
 // runtime from the VM image's tree, and booted with the VM image's kernel and `init=/.nestbox/init`
 // — the init script, busybox, modules and socat bridge that the simulator cannot run.
 //
-// Usage: node scripts/vm-smoke.mjs [--images-dir DIR] [--boot-timeout-s N] [--oci]
+// --code-interpreter boots the `code-interpreter` disk (host/images/vm-code-interpreter-image.ts,
+// built on the VM image's tree) and checks its kernels and libraries in the real guest.
+//
+// Usage: node scripts/vm-smoke.mjs [--images-dir DIR] [--boot-timeout-s N] [--oci | --code-interpreter]
 import { execFileSync, spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -24,6 +27,7 @@ const { values } = parseArgs({
     'images-dir': { type: 'string', default: '/var/tmp/nestbox-vm-images' },
     'boot-timeout-s': { type: 'string', default: '300' },
     oci: { type: 'boolean', default: false },
+    'code-interpreter': { type: 'boolean', default: false },
   },
 });
 const { AgentClient } = await import(join(repo, 'dist/host/agent-protocol/client.js'));
@@ -83,6 +87,11 @@ try {
       await registry.stop();
     }
   }
+  if (values['code-interpreter']) {
+    const { ensureVmCodeInterpreterImage } = await import(join(repo, 'dist/host/images/vm-code-interpreter-image.js'));
+    const disk = await ensureVmCodeInterpreterImage({ imagesDir: values['images-dir'], guestAgentBundle: join(repo, 'dist/guest-agent.mjs'), ptyHelperBinary: join(repo, 'dist/nestbox-pty'), onProgress: (line) => console.log(`vm smoke: ${line}`) });
+    rootfs = disk.rootfs;
+  }
   for (const file of [kernel, initrd, rootfs]) if (!existsSync(file)) fail(`missing ${file}`);
   console.log(`vm smoke: image ready after ${since()}; booting under QEMU (TCG)`);
 
@@ -128,14 +137,14 @@ try {
   // One virtio-serial port carries one connection at a time, and the guest's bridge restarts
   // whenever the agent closes its side; so every step gets its own connection, a time limit
   // and a few retries.
-  async function step(name, run) {
+  async function step(name, run, limitMs = 20_000) {
     let lastError;
     for (let attempt = 1; attempt <= 5; attempt++) {
       const stepClient = new AgentClient(agentSocket);
       try {
         return await Promise.race([
           run(stepClient),
-          new Promise((_, reject) => setTimeout(() => reject(new Error(`${name} took longer than 20 s`)), 20_000)),
+          new Promise((_, reject) => setTimeout(() => reject(new Error(`${name} took longer than ${limitMs / 1000} s`)), limitMs)),
         ]);
       } catch (error) {
         lastError = error;
@@ -170,6 +179,26 @@ try {
     console.log(`vm smoke: 256 KiB file round trip byte-identical; total ${since()}`);
     cleanup();
     console.log('vm smoke: OK (OCI image)');
+    process.exit(0);
+  }
+
+  if (values['code-interpreter']) {
+    // Python starts slowly under software emulation: these steps get minutes, not seconds.
+    // A short limit: the first exec after boot sometimes gets no answer at all (seen under a loaded
+    // emulator, whatever the command), and a retry on a fresh connection answers at once.
+    const warm = await step('python', (c) => c.exec({ cmd: 's=$(date +%s); python3 -c "print(1)" && echo "$(( $(date +%s) - s ))"', timeoutMs: 30_000 }), 40_000);
+    if (warm.exitCode !== 0) fail(`python3 in the VM: ${JSON.stringify(warm)}`);
+    console.log(`vm smoke: python3 starts in ${warm.stdout.trim().split('\n').pop()} s under emulation (${since()})`);
+    // The kernelspec directories `jupyter kernelspec list` reads (the CLI itself imports much of
+    // jupyter_client: minutes under a loaded emulator; the local image's test runs it and the kernels).
+    const specs = await step('kernelspecs', (c) => c.exec({ cmd: 'for k in /usr/share/jupyter/kernels/*/kernel.json /usr/local/share/jupyter/kernels/*/kernel.json; do basename "$(dirname "$k")"; done' }));
+    const names = specs.stdout.trim().split('\n').sort();
+    if (names.join(',') !== 'bash,deno,ir,python3') fail(`kernelspecs in the VM: ${JSON.stringify(specs)}`);
+    const tools = await step('interpreters', (c) => c.exec({ cmd: 'deno --version | head -1; R --version | head -1; python3 -c "import numpy, pandas; print(numpy.__version__)"', timeoutMs: 240_000 }), 250_000);
+    if (tools.exitCode !== 0 || !/^deno \d/.test(tools.stdout)) fail(`interpreters in the VM: ${JSON.stringify(tools)}`);
+    console.log(`vm smoke: code-interpreter booted: kernels ${names.join(', ')}; ${tools.stdout.trim().split('\n').join('; ')}; total ${since()}`);
+    cleanup();
+    console.log('vm smoke: OK (code-interpreter)');
     process.exit(0);
   }
 

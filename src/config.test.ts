@@ -69,6 +69,12 @@ describe('config', () => {
     expect(() => loadConfig({ NESTBOX_ORG_MAX_SANDBOXES: '0' })).toThrow(/NESTBOX_ORG_MAX_SANDBOXES/);
   });
 
+  it('builds the code-interpreter image in the background by default, or on demand', () => {
+    expect(loadConfig({}).hostAgent.codeInterpreterImage).toBe('background');
+    expect(loadConfig({ NESTBOX_CODE_INTERPRETER_IMAGE: 'on-demand' }).hostAgent.codeInterpreterImage).toBe('on-demand');
+    expect(() => loadConfig({ NESTBOX_CODE_INTERPRETER_IMAGE: 'never' })).toThrow(/NESTBOX_CODE_INTERPRETER_IMAGE/);
+  });
+
   it('bounds minted credentials and signed URLs, and keeps a URL from outliving its credential', () => {
     expect(loadConfig({}).tokens).toEqual({ sandboxTokenTtlSeconds: 86_400, signedUrlMaxSeconds: 43_200 });
     expect(() => loadConfig({ NESTBOX_SIGNED_URL_MAX_SECONDS: '86400' })).toThrow(/NESTBOX_SIGNED_URL_MAX_SECONDS: must be less than NESTBOX_SANDBOX_TOKEN_TTL_SECONDS/);

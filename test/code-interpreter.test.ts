@@ -3,17 +3,19 @@
 //
 // The guest agent runs in this process on the host (the way host/guest-agent tests run it),
 // with the host's /usr/bin/python3 and Debian's IPython kernel (scripts/install-system-deps.sh);
-// the toolbox reaches it as the sandbox `sbx-local`. (The same service against real sandboxes
-// of the code-interpreter image, with its other languages, is in the second part below.)
+// the toolbox reaches it as the sandbox `sbx-local`. The second part runs the same service in
+// a real sandbox of the code-interpreter image, with its other languages.
+import { readFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { CodeEvent } from '../core/code-interpreter/types.js';
+import { CHART_MIME, DATAFRAME_MIME, type CodeEvent } from '../core/code-interpreter/types.js';
 import { NestboxError } from '../core/errors.js';
 import { CodeInterpreterService } from '../core/services/code-interpreter.js';
 import { Toolbox } from '../core/services/toolbox.js';
 import { SCOPES, type Principal } from '../core/types.js';
 import { HttpGuestClient } from '../host/agent-protocol/guest-client.js';
 import { startProcessTestAgent, type ProcessTestAgent } from '../host/guest-agent/processes/test-support.js';
+import { startTestServer, type TestServer } from './harness.js';
 
 const SANDBOX = 'sbx-local';
 const principal: Principal = { organizationId: 'org-test', keyId: 'key-test', scopes: new Set(SCOPES), sandboxIds: null };
@@ -29,6 +31,15 @@ const text = (events: CodeEvent[], type: 'stdout' | 'stderr' = 'stdout') =>
     .map((e) => (e as { text: string }).text)
     .join('');
 const mainResult = (events: CodeEvent[]) => (events.find((e) => e.type === 'result' && e.main) as { data: Record<string, unknown> } | undefined)?.data['text/plain'];
+
+/** Alive and not a zombie (an orphan on the host may wait a while for its new parent to reap it). */
+function isAlive(pid: number): boolean {
+  try {
+    return !/^\S+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, 'utf8'));
+  } catch {
+    return false;
+  }
+}
 
 async function refusal(call: () => Promise<unknown>): Promise<NestboxError> {
   try {
@@ -97,7 +108,11 @@ describe('code interpreter service over an in-process guest agent', () => {
     expect(text(after)).toBe('one\n');
     expect(after.find((e) => e.type === 'error')).toMatchObject({ name: 'NameError' });
 
+    // Deleting a context ends what its kernel started too.
+    const child = Number(mainResult(await collect(await service.run(principal, SANDBOX, { contextId: two.id, code: 'import subprocess\nsubprocess.Popen(["sleep", "300"]).pid' }))));
+    expect(isAlive(child)).toBe(true);
     await service.deleteContext(principal, SANDBOX, two.id);
+    expect(isAlive(child)).toBe(false);
     expect((await service.listContexts(principal, SANDBOX)).map((c) => c.id)).not.toContain(two.id);
     expect((await refusal(() => service.run(principal, SANDBOX, { contextId: two.id, code: '1' }))).code).toBe('not_found');
     expect((await refusal(() => service.restartContext(principal, SANDBOX, two.id))).code).toBe('not_found');
@@ -144,5 +159,88 @@ describe('code interpreter service over an in-process guest agent', () => {
     abort.abort();
     expect((await slow).at(-1)).toMatchObject({ type: 'end', status: 'interrupted' });
     expect(mainResult(await queued)).toBe("'next'");
+  });
+});
+
+// The same service against a real sandbox of the built-in `code-interpreter` image (built by
+// the suite's global setup), with no way out (deny-all egress): every language's kernel.
+describe('code interpreter service in a code-interpreter sandbox', () => {
+  let t: TestServer;
+  let id: string;
+  let p: Principal;
+  let service: CodeInterpreterService;
+
+  beforeAll(async () => {
+    t = await startTestServer();
+    const created = await t.http.post('/api/v1/sandboxes').set(t.auth).send({ image: 'code-interpreter', timeoutSeconds: 0, memoryMiB: 2048, egress: { mode: 'deny-all' } });
+    expect(created.status, JSON.stringify(created.body)).toBe(201);
+    id = created.body.id;
+    p = await t.server.services.auth.authenticate(t.apiKey);
+    service = t.server.services.codeInterpreter;
+  }, 300_000);
+  afterAll(async () => {
+    await t?.close();
+  });
+
+  const run = async (input: Parameters<CodeInterpreterService['run']>[2]) => collect(await service.run(p, id, input));
+
+  it('has a kernel for every language', async () => {
+    expect((await service.languages(p, id)).sort()).toEqual(['bash', 'javascript', 'python', 'r', 'typescript']);
+  });
+
+  it('runs python with the data stack: a chart and a DataFrame; default contexts are listed', async () => {
+    const chart = await run({ code: 'import matplotlib.pyplot as plt\nplt.plot([1, 2], [3, 4])\nplt.title("In a sandbox")\nplt.show()' });
+    const figure = chart.find((e) => e.type === 'result') as { data: Record<string, any> };
+    expect(figure.data[CHART_MIME]).toMatchObject({ type: 'line', title: 'In a sandbox', elements: [{ points: [[1, 3], [2, 4]] }] });
+    expect(typeof figure.data['image/png']).toBe('string');
+    const frame = await run({ code: 'import pandas as pd\npd.DataFrame({"a": [1, 2]})' });
+    expect((frame.find((e) => e.type === 'result') as { data: Record<string, any> }).data[DATAFRAME_MIME]).toEqual({ a: [1, 2] });
+    expect((await service.listContexts(p, id)).map((c) => c.id)).toContain('default-python');
+  });
+
+  it('runs JavaScript and TypeScript contexts, with state, errors and envs', async () => {
+    const js = await service.createContext(p, id, { language: 'javascript' });
+    expect(text(await run({ contextId: js.id, code: 'let n = 40;\nconsole.log("js", n + 2)' }))).toBe('js 42\n');
+    expect(mainResult(await run({ contextId: js.id, code: 'n + 1' }))).toBe('41');
+    const failed = await run({ contextId: js.id, code: 'throw new Error("boom")' });
+    expect(failed.find((e) => e.type === 'error')).toMatchObject({ value: expect.stringContaining('boom') });
+    expect(text(await run({ contextId: js.id, code: 'console.log(Deno.env.get("JS_VAR"))', envs: { JS_VAR: 'set' } }))).toBe('set\n');
+    expect(text(await run({ contextId: js.id, code: 'console.log(Deno.env.get("JS_VAR"))' }))).toBe('undefined\n');
+    const ts = await run({ language: 'typescript', code: 'const t: number = 2;\nconsole.log(t * 21)' });
+    expect(text(ts)).toBe('42\n');
+  });
+
+  it('runs a bash context with state and envs for one run', async () => {
+    const bash = await service.createContext(p, id, { language: 'bash' });
+    await run({ contextId: bash.id, code: 'KEPT=yes' });
+    expect(text(await run({ contextId: bash.id, code: 'echo "$KEPT $ONE_RUN"', envs: { ONE_RUN: 'now' } }))).toBe('yes now\n');
+    expect(text(await run({ contextId: bash.id, code: 'echo "${ONE_RUN:-unset}"' }))).toBe('unset\n');
+  });
+
+  it('runs an R context', async () => {
+    expect(text(await run({ language: 'r', code: 'x <- 40\ncat(x + 2, "\\n")' }))).toBe('42 \n');
+    expect(text(await run({ language: 'r', code: 'cat(Sys.getenv("R_VAR"), "\\n")', envs: { R_VAR: 'r-set' } }))).toBe('r-set \n');
+    expect(text(await run({ language: 'r', code: 'cat(Sys.getenv("R_VAR", unset = "none"), "\\n")' }))).toBe('none \n');
+  });
+
+  it('interrupts a runaway python cell at its timeout; restart and delete', async () => {
+    const context = await service.createContext(p, id, { language: 'python' });
+    await run({ contextId: context.id, code: 'kept = 1' });
+    const timedOut = await run({ contextId: context.id, code: 'while True: pass', timeoutMs: 1500 });
+    expect(timedOut.at(-1)).toMatchObject({ type: 'end', status: 'interrupted' });
+    expect(mainResult(await run({ contextId: context.id, code: 'kept' }))).toBe('1');
+    await service.restartContext(p, id, context.id);
+    expect((await run({ contextId: context.id, code: 'kept' })).find((e) => e.type === 'error')).toMatchObject({ name: 'NameError' });
+    await service.deleteContext(p, id, context.id);
+    expect((await service.listContexts(p, id)).map((c) => c.id)).not.toContain(context.id);
+  });
+
+  it('runs scripts: python with a chart, javascript and typescript with Node', async () => {
+    const python = await service.runScript(p, id, { language: 'python', code: 'import sys, matplotlib.pyplot as plt\nprint(sys.argv[1:])\nplt.bar(["a"], [1])\nplt.show()', argv: ['x'] });
+    expect(python).toMatchObject({ exitCode: 0, output: "['x']\n", timedOut: false, charts: [{ type: 'bar' }] });
+    const js = await service.runScript(p, id, { language: 'javascript', code: 'console.log(process.argv.slice(2))', argv: ['a'] });
+    expect(js).toMatchObject({ exitCode: 0, output: "[ 'a' ]\n" });
+    const ts = await service.runScript(p, id, { language: 'typescript', code: 'const n: number = 3;\nconsole.log(n)\nprocess.exit(5)' });
+    expect(ts).toMatchObject({ exitCode: 5, output: '3\n' });
   });
 });

@@ -45,6 +45,8 @@ export const CODE_CONTEXT_TAG_PREFIX = 'nestbox-code:';
 const SCRIPT_LANGUAGES = ['python', 'javascript', 'typescript'] as const;
 /** How long delete/restart (and a lost cell) wait for the old kernel's process to be gone. */
 const KERNEL_EXIT_WAIT_MS = 15_000;
+/** How long a kernel bridge gets to shut its kernel down on SIGTERM before it is killed. */
+const KERNEL_STOP_GRACE_MS = 5_000;
 
 interface Kernel {
   context: CodeContext;
@@ -175,9 +177,19 @@ export class CodeInterpreterService implements CodeInterpreterPort {
     try {
       await previous;
       if (o.signal?.aborted) throw new NestboxError('invalid_state', 'the run was cancelled before its cell started');
+      const cell = { code: input.code, ...(input.envs && Object.keys(input.envs).length > 0 ? { env: input.envs } : {}) };
       kernel = await this.kernelFor(p, sandboxId, contextId, language, input);
       o.signal?.addEventListener('abort', onAbort, { once: true });
-      events = await this.toolbox.runCell(p, sandboxId, kernel.process.processId, { code: input.code, ...(input.envs && Object.keys(input.envs).length > 0 ? { env: input.envs } : {}) }, { signal: abort.signal });
+      try {
+        events = await this.toolbox.runCell(p, sandboxId, kernel.process.processId, cell, { signal: abort.signal });
+      } catch (error) {
+        // The kernel ended between the look-up and the cell (its idle timeout, a crash): the
+        // context's kernel is started again, once, as for any kernel that exited on its own.
+        if (!(error instanceof NestboxError && (error.code === 'invalid_state' || error.code === 'not_found'))) throw error;
+        await this.waitGone(p, sandboxId, [kernel.process.processId]);
+        kernel = await this.kernelFor(p, sandboxId, contextId, language, input);
+        events = await this.toolbox.runCell(p, sandboxId, kernel.process.processId, cell, { signal: abort.signal });
+      }
       if (input.timeoutMs) {
         timer = setTimeout(onAbort, input.timeoutMs);
         timer.unref?.();
@@ -283,21 +295,34 @@ export class CodeInterpreterService implements CodeInterpreterPort {
     return starting;
   }
 
-  /** Kills kernels and waits until none of them is listed as running (bounded). */
+  /**
+   * Stops kernels and waits until none of them is listed as running (bounded). SIGTERM first:
+   * the bridge then takes down its kernel's whole process group (a multiprocessing pool, a
+   * `!cmd &`), which a SIGKILL of the bridge's own group would leave behind, and dies of the
+   * signal (recorded as killed: the context is gone). What is still running after the grace is
+   * killed.
+   */
   private async stop(p: Principal, sandboxId: string, kernels: Kernel[]): Promise<void> {
-    for (const k of kernels) await this.toolbox.killProcess(p, sandboxId, k.process.processId).catch((error: unknown) => {
+    const gone = (error: unknown) => {
       if (!(error instanceof NestboxError && (error.code === 'not_found' || error.code === 'invalid_state'))) throw error;
-    });
-    await this.waitGone(p, sandboxId, kernels.map((k) => k.process.processId));
+    };
+    const ids = kernels.map((k) => k.process.processId);
+    for (const id of ids) await this.toolbox.signalProcess(p, sandboxId, id, 'SIGTERM').catch(gone);
+    const left = await this.waitGone(p, sandboxId, ids, KERNEL_STOP_GRACE_MS);
+    for (const id of left) await this.toolbox.killProcess(p, sandboxId, id).catch(gone);
+    await this.waitGone(p, sandboxId, left, KERNEL_EXIT_WAIT_MS);
   }
 
-  private async waitGone(p: Principal, sandboxId: string, processIds: string[]): Promise<void> {
-    const ids = new Set(processIds);
-    const deadline = Date.now() + KERNEL_EXIT_WAIT_MS;
-    while (ids.size > 0 && Date.now() < deadline) {
-      const { processes } = await this.toolbox.listProcesses(p, sandboxId);
-      if (!processes.some((process) => ids.has(process.processId))) return;
+  /** Until none of the processes is running, or the time is up: those still running. */
+  private async waitGone(p: Principal, sandboxId: string, processIds: string[], waitMs = KERNEL_EXIT_WAIT_MS): Promise<string[]> {
+    const deadline = Date.now() + waitMs;
+    let left = processIds;
+    while (left.length > 0) {
+      const running = new Set((await this.toolbox.listProcesses(p, sandboxId)).processes.map((process) => process.processId));
+      left = left.filter((id) => running.has(id));
+      if (left.length === 0 || Date.now() >= deadline) break;
       await new Promise((resolve) => setTimeout(resolve, 50));
     }
+    return left;
   }
 }

@@ -279,16 +279,17 @@ export class HttpGuestClient implements Guest.GuestClient {
     else o.signal?.addEventListener('abort', interrupt, { once: true });
     const client = this;
     return (async function* (): AsyncGenerator<CodeEvent> {
-      const decoder = new TextDecoder();
+      let decoder = new TextDecoder();
       let buffer = '';
+      let expected = now.stdout.bytes;
       try {
         for await (const event of stream.events()) {
           if (event.type === 'keepalive') {
             // The bridge ends an interrupted cell within its grace (10 s) or exits; one that
-            // says nothing long after is stuck: told to stop (it exits, so the context's next
-            // cell starts a fresh kernel), and the cell is lost.
+            // says nothing long after is stuck: told to stop (SIGHUP: it exits as if on its
+            // own, so the context's next cell starts a fresh kernel), and the cell is lost.
             if (interruptedAt !== undefined && Date.now() - interruptedAt > STUCK_INTERRUPT_MS) {
-              await client.signalProcess(processId, 'SIGTERM').catch(() => undefined);
+              await client.signalProcess(processId, 'SIGHUP').catch(() => undefined);
               ended = true;
               yield { type: 'end', status: 'lost' };
               return;
@@ -298,7 +299,16 @@ export class HttpGuestClient implements Guest.GuestClient {
           }
           if (event.type === 'exit') break;
           if (event.type !== 'stdout') continue;
-          buffer += decoder.decode(Buffer.from(event.data, 'base64'), { stream: true });
+          const bytes = Buffer.from(event.data, 'base64');
+          if (event.offset > expected) {
+            // Output the guest no longer kept (a reader far behind a huge result): the line
+            // under way is cut, so it goes; the cell says what it lost.
+            buffer = '';
+            decoder = new TextDecoder();
+            yield { type: 'stderr', text: `[nestbox: ${event.offset - expected} bytes of this kernel's output were dropped before they could be read]\n` };
+          }
+          expected = event.offset + bytes.length;
+          buffer += decoder.decode(bytes, { stream: true });
           let at: number;
           while ((at = buffer.indexOf('\n')) !== -1) {
             const line = buffer.slice(0, at);

@@ -87,7 +87,10 @@
 //          image has no kernel for (or no python3/jupyter_client at all) is a 400 naming
 //          `language`; a kernel that then fails to start is a 500 with its reason. With no cell
 //          for idleTimeoutSeconds (default 3600; 0 = never) the bridge shuts the kernel down
-//          and exits 0. The kernel dies with the bridge (DELETE kills both).
+//          and exits 0. The kernel dies with the bridge (DELETE kills both); SIGTERM makes the
+//          bridge shut its kernel's whole process group down and then die of the SIGTERM
+//          (status killed); SIGHUP the same, exiting 129 (exited). A bridge's output
+//          is retained up to 16 MiB per stream (a result is one stdout line, PNGs included).
 //   GET    /kernels/languages → KernelLanguagesResponse: the languages this image has kernels
 //          for, and why each other one is missing.
 //   A cell: write `{"id":"<cell id>","code":"…","env_vars":{…}}` and a newline to the bridge's

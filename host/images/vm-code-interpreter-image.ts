@@ -52,11 +52,17 @@ async function keyFor(vmImageDir: string): Promise<string | undefined> {
   return createHash('sha256').update(JSON.stringify({ vmTree: tree.key, ...CODE_INTERPRETER_INPUTS })).digest('hex').slice(0, 16);
 }
 
+/** Where the image on today's tree of the VM image `vmImageName` lives (undefined while that tree is not built). */
+export async function vmCodeInterpreterImageDir(imagesDir: string, vmImageName = VM_IMAGE_NAME): Promise<{ dir: string; key: string } | undefined> {
+  const key = await keyFor(join(imagesDir, vmImageName));
+  return key ? { dir: join(imagesDir, `${VM_CODE_INTERPRETER_IMAGE}-${key}`), key } : undefined;
+}
+
 /** The complete image for the VM image `vmImage` (its tree and guest files), if it is built. */
 export async function readCompleteVmCodeInterpreterImage(imagesDir: string, vmImage: VmImage, vmImageName = VM_IMAGE_NAME): Promise<VmCodeInterpreterImage | undefined> {
-  const key = await keyFor(join(imagesDir, vmImageName));
-  if (!key) return undefined;
-  const dir = join(imagesDir, `${VM_CODE_INTERPRETER_IMAGE}-${key}`);
+  const where = await vmCodeInterpreterImageDir(imagesDir, vmImageName);
+  if (!where) return undefined;
+  const { dir, key } = where;
   try {
     const manifest = JSON.parse(await readFile(join(dir, 'manifest.json'), 'utf8')) as VmCodeInterpreterManifest;
     if (manifest.key !== key || manifest.guestFilesSha256 !== vmImage.manifest.guestFilesSha256) return undefined;
@@ -75,9 +81,9 @@ export async function ensureVmCodeInterpreterImage(options: EnsureVmCodeInterpre
   const cached = await readCompleteVmCodeInterpreterImage(options.imagesDir, vmImage, vmImageName);
   if (cached) return cached;
   const vmImageDir = join(options.imagesDir, vmImageName);
-  const key = await keyFor(vmImageDir);
-  if (!key) throw new Error(`vm image ${vmImageName}: no tree.json after its build`);
-  const dir = join(options.imagesDir, `${VM_CODE_INTERPRETER_IMAGE}-${key}`);
+  const where = await vmCodeInterpreterImageDir(options.imagesDir, vmImageName);
+  if (!where) throw new Error(`vm image ${vmImageName}: no tree.json after its build`);
+  const { dir, key } = where;
   await mkdir(dir, { recursive: true });
   const release = await acquireBuildLock(join(dir, '.lock'), options.lockWaitMs ?? 30 * 60_000);
   try {

@@ -64,7 +64,13 @@ const NATIVE_GUARDED = new Set([
   'createBuild', 'pullImage', 'cancelBuild', 'deleteImage', 'tagImage', 'uploadBuildContext',
   // A terminal's default shell lives until killed; the WebSocket part fuzzes one made on purpose.
   'createTerminal',
+  // Each starts a Jupyter kernel (tens of MiB that live until deleted or reaped): hundreds of
+  // them would exhaust the fuzzed sandbox's memory. Runs still reach the default context.
+  'createCodeContext', 'restartCodeContext',
 ]);
+/** Code-interpreter runs: cells and scripts that end at once (the kernel is a real one). */
+const CODE_RUNS = new Set(['runCode', 'runCodeScript']);
+const safeCode = fc.constantFrom('1+1', 'print("fuzz")', 'x = 1', '1/0', 'import sys; sys.stderr.write("e\\n")', '', '"\u00e9"', 'console.log(1)', 'echo fuzz');
 /** Write operations: every path-like field stays under /tmp/fuzz. */
 const PATH_FIELDS = new Set(['path', 'from', 'to', 'source', 'destination', 'paths', 'files', 'cwd']);
 
@@ -113,6 +119,10 @@ function nativeOperation(op: NativeOperation, t: FuzzTargets, resolve: (ref: str
     if (exec && name === 'argv') return fc.tuple(fc.constantFrom('/bin/echo', '/bin/true', 'printf', '/nonexistent', ''), fc.array(fuzzText, { maxLength: 3 })).map(([a, rest]) => [a, ...rest]);
     if (exec && name === 'shell') return fc.constantFrom('/bin/true', '/nonexistent/sh', 'relative', 'a\0b', '');
     if (exec && name === 'timeoutMs') return fc.integer({ min: 1, max: 3000 });
+    if (exec && name === 'code') return valid ? safeCode : fc.oneof(safeCode, fuzzText);
+    // Node prints a JavaScript stack trace for a program that fails to parse, which the judge
+    // would take for a leak of ours: scripts are fuzzed in python (and refused languages).
+    if (op.operationId === 'runCodeScript' && name === 'language') return valid ? fc.constant('python') : fc.constantFrom('python', 'cobol', '');
     if (writes && PATH_FIELDS.has(name)) return name === 'paths' || name === 'files' ? fc.array(writePath, { maxLength: 3 }) : writePath;
     if (name === 'path' || name === 'paths') return name === 'paths' ? fc.array(boundedReadPath, { maxLength: 3 }) : op.operationId === 'statFile' ? readPath : boundedReadPath;
     return undefined;
@@ -143,7 +153,7 @@ function nativeOperation(op: NativeOperation, t: FuzzTargets, resolve: (ref: str
   const body: fc.Arbitrary<FuzzBody> = valid
     ? op.bodyType === 'multipart/form-data' ? multipart('file')
       : op.bodyType && op.bodyType !== 'application/json' ? fc.uint8Array({ maxLength: 256 }).map((b) => ({ contentType: op.bodyType, data: Buffer.from(b) }))
-      : op.bodySchema ? fromSchema(op.bodySchema, ctx).map((v) => ({ contentType: 'application/json', data: Buffer.from(JSON.stringify(op.operationId === 'runCommand' ? oneOfCmdArgv(v) : v)) }))
+      : op.bodySchema ? fromSchema(op.bodySchema, ctx).map((v) => ({ contentType: 'application/json', data: Buffer.from(JSON.stringify(op.operationId === 'runCommand' ? oneOfCmdArgv(v) : CODE_RUNS.has(op.operationId) ? boundedCodeRun(v) : v)) }))
       : fc.constant({})
     : op.bodyType && op.bodyType !== 'application/json'
     ? fc.oneof(fc.uint8Array({ maxLength: 256 }).map((b) => ({ contentType: op.bodyType, data: Buffer.from(b) })), bodyFrom(fromSchema(undefined, ctx)))
@@ -164,6 +174,14 @@ function oneOfCmdArgv(v: unknown): unknown {
   const o = { ...(v as Record<string, unknown>) };
   if (o.cmd !== undefined && o.argv !== undefined) delete o.argv;
   if (o.cmd === undefined && o.argv === undefined) o.cmd = 'true';
+  return o;
+}
+
+/** A well-formed code run always has a timeout (the cell or script is cut within 3 s) and at most one of contextId and language. */
+function boundedCodeRun(v: unknown): unknown {
+  const o = { ...(v as Record<string, unknown>) };
+  if (o.timeoutMs === undefined) o.timeoutMs = 2000;
+  if (o.contextId !== undefined && o.language !== undefined) delete o.contextId;
   return o;
 }
 

@@ -15,6 +15,7 @@ import { newAgentKey } from '../../agent-protocol/auth.js';
 import { AgentClient } from '../../agent-protocol/client.js';
 import { processStartTime } from '../../util/process.js';
 import { VM_IMAGE_NAME } from '../../images/vm-image.js';
+import { vmCodeInterpreterImageDir } from '../../images/vm-code-interpreter-image.js';
 import { installSimulator } from '../../sim/ch/launcher.js';
 import { SLOTS_DIR } from '../../network/slots.js';
 import { ChDriver } from './driver.js';
@@ -144,6 +145,28 @@ describe.skipIf(!isRoot)('cloud-hypervisor driver (against the simulator unless 
     for (const sandbox of (await driver?.list()) ?? []) await driver.destroy(sandbox.id).catch(() => {});
     await driver?.close();
     rmSync(root, { recursive: true, force: true });
+  });
+
+  it.skipIf(!SIMULATED)('boots code-interpreter from its own disk, and refuses it (409) while that disk is not built', async () => {
+    const spec = { id: 'chci', image: 'code-interpreter', cpu: 1, memoryMiB: 256, env: {} };
+    await expect(driver.create(spec)).rejects.toMatchObject({ code: 'invalid_state', message: expect.stringContaining('not built on this host yet') });
+    expect(await driver.get('chci')).toBeUndefined();
+    // A stand-in for what ensureVmCodeInterpreterImage leaves: a disk of a size no other image has.
+    writeFileSync(join(imagesDir, VM_IMAGE_NAME, 'tree.json'), JSON.stringify({ key: 'fake-vm-tree', seconds: 0 }));
+    const where = (await vmCodeInterpreterImageDir(imagesDir))!;
+    mkdirSync(where.dir, { recursive: true });
+    execFileSync('truncate', ['-s', '48M', join(where.dir, 'rootfs.img')]);
+    writeFileSync(join(where.dir, 'manifest.json'), JSON.stringify({ name: 'vm-code-interpreter', key: where.key }));
+    try {
+      const created = await driver.create(spec);
+      expect(created.status).toBe('running');
+      expect(statSync(join(driver.inspect('chci')!.diskDir, 'rootfs.img')).size).toBe(48 * 2 ** 20);
+      await withClient('chci', async (client) => expect(await exec(client, 'echo up')).toBe('up'));
+    } finally {
+      await driver.destroy('chci').catch(() => {});
+      rmSync(where.dir, { recursive: true, force: true });
+      rmSync(join(imagesDir, VM_IMAGE_NAME, 'tree.json'), { force: true });
+    }
   });
 
   it('probes its capabilities instead of assuming them', () => {

@@ -26,7 +26,8 @@
 # does not stop within the interrupt grace after an interrupt is killed: the cell ends `lost`.
 # A kernel that dies during a cell ends it `lost` and the bridge exits (its context's next cell
 # starts a new kernel). With no cell for the idle timeout, the kernel is shut down and the bridge
-# exits 0. A run's env_vars are set before the cell and restored after it, by silent executions
+# exits 0. SIGTERM shuts the kernel and its process group down, then the bridge dies of the
+# SIGTERM (a deliberate stop); SIGHUP does the same but exits 129 (as if on its own). A run's env_vars are set before the cell and restored after it, by silent executions
 # in the kernel's own language (they do not count as executions).
 #
 # `--probe` prints {"languages": [...], "missing": {language: reason}} for this machine instead.
@@ -36,6 +37,7 @@ import os
 import queue
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -59,6 +61,11 @@ START_TIMEOUT_SECONDS = 60
 SILENT_TIMEOUT_SECONDS = 30
 # How long the execute_reply may lag behind the idle status that ended a cell's output.
 REPLY_TIMEOUT_SECONDS = 10
+# Kernels that publish some of a cell's output after its idle status (Deno: console output,
+# seen 160 ms late on a busy machine): the cell ends once they have said nothing more for this
+# long after it, or at LATE_OUTPUT_MAX_SECONDS.
+LATE_OUTPUT_QUIET_SECONDS = {"javascript": 0.4, "typescript": 0.4}
+LATE_OUTPUT_MAX_SECONDS = 5
 
 
 def log(text):
@@ -217,6 +224,8 @@ class Bridge:
         self.execution_count = 0
         self.km = None
         self.kc = None
+        self.late_output_seconds = LATE_OUTPUT_QUIET_SECONDS.get(language, 0)
+        self.kernel_log = None
 
     # -- output --
 
@@ -268,8 +277,12 @@ class Bridge:
             # ipykernel's debugger support warns about frozen modules on every start.
             env.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
         self.km = KernelManager(kernel_name=name)
-        # The kernel's own stdout goes to our stderr: only the protocol may write to our stdout.
-        self.km.start_kernel(cwd=os.getcwd(), env=env, stdout=sys.stderr.fileno(), preexec_fn=die_with_parent)
+        # The kernel's own stdout and stderr (its start-up messages; cell output travels on
+        # IOPub) go to a log file, quoted on our stderr when the kernel dies: not to our pipes,
+        # which the kernel and everything it starts would otherwise hold open after we are gone
+        # (the guest agent counts a process as running until its pipes close).
+        self.kernel_log = open(os.path.join(os.environ["JUPYTER_RUNTIME_DIR"], "kernel.log"), "w+b")
+        self.km.start_kernel(cwd=os.getcwd(), env=env, stdin=subprocess.DEVNULL, stdout=self.kernel_log, stderr=self.kernel_log, preexec_fn=die_with_parent)
         self.kc = self.km.client()
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=START_TIMEOUT_SECONDS)
@@ -302,6 +315,20 @@ class Bridge:
                 self.kc.get_shell_msg(timeout=0.05)
             except queue.Empty:
                 return
+
+    def quote_kernel_log(self):
+        """The end of what the kernel itself printed, on our stderr (the sandbox's diagnostics)."""
+        if self.kernel_log is None:
+            return
+        try:
+            self.kernel_log.flush()
+            size = os.fstat(self.kernel_log.fileno()).st_size
+            self.kernel_log.seek(max(0, size - 4096))
+            text = self.kernel_log.read().decode("utf-8", "replace").strip()
+            if text:
+                log(f"the kernel's own output:\n{text}")
+        except OSError:
+            pass
 
     def check_alive(self):
         if not self.km.is_alive():
@@ -432,21 +459,21 @@ class Bridge:
                 continue
             if message["parent_header"].get("msg_id") != msg_id:
                 continue
-            kind, content = message["msg_type"], message["content"]
-            if kind == "execute_input":
-                start(content.get("execution_count"))
-            elif kind == "stream":
-                start()
-                self.emit(cell_id, {"type": "stderr" if content.get("name") == "stderr" else "stdout", "text": content.get("text", "")})
-            elif kind in ("execute_result", "display_data", "update_display_data"):
-                start()
-                self.emit(cell_id, {"type": "result", "main": kind == "execute_result", "data": content.get("data", {})})
-            elif kind == "error":
-                start()
-                traceback = content.get("traceback") or []
-                self.emit(cell_id, {"type": "error", "name": content.get("ename", ""), "value": content.get("evalue", ""), "traceback": "\n".join(traceback)})
-            elif kind == "status" and content.get("execution_state") == "idle":
+            if self.relay(cell_id, message, start):
                 break
+        if self.late_output_seconds > 0:
+            # Output the kernel published after it said idle (Deno forwards a cell's console
+            # output asynchronously): relayed until the kernel has been quiet for a moment.
+            quiet_until = time.monotonic() + self.late_output_seconds
+            give_up = time.monotonic() + LATE_OUTPUT_MAX_SECONDS
+            while time.monotonic() < min(quiet_until, give_up):
+                try:
+                    message = self.kc.get_iopub_msg(timeout=max(0.01, quiet_until - time.monotonic()))
+                except queue.Empty:
+                    break
+                if message["parent_header"].get("msg_id") == msg_id:
+                    self.relay(cell_id, message, start)
+                    quiet_until = time.monotonic() + self.late_output_seconds
         start()
         reply = self.reply_to(msg_id) or {}
         count = reply.get("execution_count")
@@ -464,6 +491,25 @@ class Bridge:
         self.emit(cell_id, {"type": "end", "status": status, "executionCount": self.execution_count})
         return status
 
+    def relay(self, cell_id, message, start):
+        """Passes one of the cell's IOPub messages on as its event; True for the idle status."""
+        kind, content = message["msg_type"], message["content"]
+        if kind == "execute_input":
+            start(content.get("execution_count"))
+        elif kind == "stream":
+            start()
+            self.emit(cell_id, {"type": "stderr" if content.get("name") == "stderr" else "stdout", "text": content.get("text", "")})
+        elif kind in ("execute_result", "display_data", "update_display_data"):
+            start()
+            self.emit(cell_id, {"type": "result", "main": kind == "execute_result", "data": content.get("data", {})})
+        elif kind == "error":
+            start()
+            traceback = content.get("traceback") or []
+            self.emit(cell_id, {"type": "error", "name": content.get("ename", ""), "value": content.get("evalue", ""), "traceback": "\n".join(traceback)})
+        elif kind == "status" and content.get("execution_state") == "idle":
+            return True
+        return False
+
     def serve(self, idle_timeout):
         threading.Thread(target=self.read_stdin, daemon=True).start()
         while True:
@@ -478,6 +524,7 @@ class Bridge:
                 self.run_cell(cell)
             except KernelLost:
                 log("the kernel died; its context's next cell starts a new one")
+                self.quote_kernel_log()
                 return 1
 
 
@@ -503,7 +550,13 @@ def main():
     bridge = Bridge(args.language, protocol, args.interrupt_grace)
     signal.signal(signal.SIGINT, lambda *_: bridge.request_interrupt())
 
+    terminated_by = []
+
     def terminate(signum, _frame):
+        # Once: a second signal must not cut the kernel's shutdown short.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        terminated_by.append(signum)
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, terminate)
@@ -514,6 +567,7 @@ def main():
         except Exception as error:
             message = str(error) or type(error).__name__
             log(f"the kernel did not start: {message}")
+            bridge.quote_kernel_log()
             bridge.emit(None, {"type": "fatal", "message": message})
             return 2
         bridge.emit(None, {"type": "ready", "language": args.language})
@@ -521,6 +575,12 @@ def main():
     finally:
         bridge.shutdown()
         shutil.rmtree(runtime_dir, ignore_errors=True)
+        if terminated_by and terminated_by[0] == signal.SIGTERM:
+            # Stopped on request (core deleting the context): the bridge dies of the signal once
+            # its kernel and everything the kernel started are gone, so the guest agent records
+            # it as killed (the context is gone) rather than as a kernel that exited on its own.
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
 
 
 if __name__ == "__main__":

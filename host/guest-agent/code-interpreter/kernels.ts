@@ -23,6 +23,8 @@ export const DEFAULT_KERNEL_IDLE_SECONDS = 3600;
 const PROBE_TIMEOUT_MS = 60_000;
 /** How long a kernel may take to start and answer (R and Deno are slower than IPython). */
 const KERNEL_READY_TIMEOUT_MS = 120_000;
+/** A kernel bridge's stdout kept for its readers (per stream; beyond it the oldest bytes go). */
+const MAX_KERNEL_OUTPUT_BYTES = 16 * 1024 * 1024;
 /** A script's merged output is kept up to this; beyond it the oldest bytes are dropped. */
 const MAX_SCRIPT_OUTPUT_BYTES = 64 * 1024 * 1024;
 const ALL_LANGUAGES = ['python', 'javascript', 'typescript', 'bash', 'r'] as const;
@@ -125,7 +127,9 @@ export class CodeInterpreterGuest {
       },
       this.settings,
     );
-    const process = await startPipeProcess(this.registry.nextId(), prepared, this.settings);
+    // A result is one line of the bridge's stdout (a PNG, a DataFrame's HTML): the output kept
+    // for a reader that is behind must hold several of them whole.
+    const process = await startPipeProcess(this.registry.nextId(), prepared, { ...this.settings, maxRetainedBytesPerStream: Math.max(this.settings.maxRetainedBytesPerStream, MAX_KERNEL_OUTPUT_BYTES) });
     this.registry.add(process);
     await this.ready(process, language);
     return process;

@@ -81,6 +81,13 @@ describe('code interpreter in the guest agent', () => {
       expect(info).toMatchObject({ status: 'running', tag: 'kernel-test', cmd: 'python3' });
     });
 
+    it('runs IPython magics and !shell lines', async () => {
+      const events = await run(kernel, '%env MAGIC_VAR=from-magic\n!echo "shell says $MAGIC_VAR"\nlisted = !ls /\n"bin" in listed or "usr" in listed');
+      // IPython runs ! lines on a terminal of its own: their lines end in \r\n.
+      expect(stdout(events)).toMatch(/^env: MAGIC_VAR=from-magic\nshell says from-magic\r?\n$/);
+      expect(results(events).at(-1)?.data['text/plain']).toBe('True');
+    });
+
     it('streams stdout while the cell runs, one event per write', async () => {
       const seen: { event: CodeEvent; at: number }[] = [];
       for await (const event of await guest.runCell(kernel, { code: 'import time, sys\nfor i in range(3):\n    print(f"line {i}", flush=True)\n    time.sleep(0.4)\nprint("err", file=sys.stderr)' })) {
@@ -189,6 +196,12 @@ describe('code interpreter in the guest agent', () => {
       expect(blank.data).not.toHaveProperty(CHART_MIME);
     });
 
+    it('passes a result larger than a process stream\'s usual retention (4 MiB) whole', async () => {
+      const events = await run(kernel, 'from IPython.display import display, HTML\ndisplay(HTML("x" * 6_000_000))\nprint("after")');
+      expect((results(events)[0].data['text/html'] as string).length).toBe(6_000_000);
+      expect(stdout(events)).toBe('after\n');
+    });
+
     it('gives a DataFrame as HTML and as its data', async () => {
       const events = await run(kernel, 'import pandas as pd\npd.DataFrame({"name": ["a", "b"], "n": [1, 2], "when": pd.to_datetime(["2024-01-02", "2024-03-04"])})');
       const [frame] = results(events);
@@ -217,14 +230,33 @@ describe('code interpreter in the guest agent', () => {
     expect(ended.exitCode).toBe(1);
   });
 
-  it('kills the kernel with its bridge (DELETE)', async () => {
+  it('kills the kernel with its bridge (DELETE), even when the kernel started a process of its own', async () => {
     const kernel = await pythonKernel('deleted');
     const { pid } = await guest.getProcess(kernel);
     const children = descendantsOf(pid).map((p) => p.pid);
     expect(children.length).toBeGreaterThan(0);
-    await guest.killProcess(kernel);
-    expect((await agent.waitForEnd(kernel)).status).toBe('killed');
-    await waitUntil(() => children.every((child) => !isAlive(child)) || undefined, 10_000, 'the kernel to die with its bridge');
+    // A process the kernel started outlives a SIGKILL of the bridge's group (it is in the
+    // kernel's session; core stops kernels with SIGTERM first for that), but does not keep the
+    // bridge from being seen to end.
+    const started = await run(kernel, 'import subprocess\nsubprocess.Popen(["sleep", "300"]).pid');
+    const grandchild = Number(results(started)[0].data['text/plain']);
+    try {
+      await guest.killProcess(kernel);
+      expect((await agent.waitForEnd(kernel)).status).toBe('killed');
+      await waitUntil(() => children.every((child) => !isAlive(child)) || undefined, 10_000, 'the kernel to die with its bridge');
+    } finally {
+      process.kill(grandchild, 'SIGKILL');
+    }
+  });
+
+  it('on SIGTERM shuts the kernel down with what it started, then dies of the signal', async () => {
+    const kernel = await pythonKernel('terminated');
+    const started = await run(kernel, 'import subprocess\nchild = subprocess.Popen(["sleep", "300"])\nchild.pid');
+    const child = Number(results(started)[0].data['text/plain']);
+    expect(isAlive(child)).toBe(true);
+    await guest.signalProcess(kernel, 'SIGTERM');
+    expect(await agent.waitForEnd(kernel, 20_000)).toMatchObject({ status: 'killed', signal: 'SIGTERM' });
+    expect(isAlive(child)).toBe(false);
   });
 
   it('shuts an idle kernel down after idleTimeoutSeconds', async () => {

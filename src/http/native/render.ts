@@ -1,6 +1,7 @@
 import type { ApiKeyRecord, Sandbox, Snapshot } from '../../../core/types.js';
 import type { PublishedPort } from '../../../core/services/ports.js';
 import type { BuildLogLine, Image, ImageBuild } from '../../../core/images/types.js';
+import type { CodeContext } from '../../../core/code-interpreter/types.js';
 
 const iso = (d: Date | null): string | null => (d ? d.toISOString() : null);
 
@@ -123,4 +124,9 @@ export function renderBuild(b: ImageBuild) {
 
 export function renderBuildLogLine(l: BuildLogLine) {
   return { offset: l.offset, at: l.at.toISOString(), stream: l.stream, text: l.text, ...(l.step !== undefined ? { step: l.step } : {}) };
+}
+
+/** A code context (core/code-interpreter/types.ts), field by field so the wire shape stays the spec's. */
+export function renderCodeContext(c: CodeContext) {
+  return { id: c.id, language: c.language, cwd: c.cwd, user: c.user, isDefault: c.isDefault, createdAt: c.createdAt };
 }

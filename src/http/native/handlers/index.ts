@@ -72,6 +72,15 @@ import { uploadFile } from './uploadFile.js';
 import { uploadFiles } from './uploadFiles.js';
 import { watchFiles } from './watchFiles.js';
 import { writeCommandStdin } from './writeCommandStdin.js';
+import { listCodeLanguages } from './listCodeLanguages.js';
+import { createCodeContext } from './createCodeContext.js';
+import { listCodeContexts } from './listCodeContexts.js';
+import { getCodeContext } from './getCodeContext.js';
+import { deleteCodeContext } from './deleteCodeContext.js';
+import { restartCodeContext } from './restartCodeContext.js';
+import { runCode } from './runCode.js';
+import { runCodeWebSocket } from './runCodeWebSocket.js';
+import { runCodeScript } from './runCodeScript.js';
 
 export const nativeHandlers: Record<string, NativeHandler> = {
   listImages,
@@ -146,4 +155,13 @@ export const nativeHandlers: Record<string, NativeHandler> = {
   uploadFiles,
   watchFiles,
   writeCommandStdin,
+  listCodeLanguages,
+  createCodeContext,
+  listCodeContexts,
+  getCodeContext,
+  deleteCodeContext,
+  restartCodeContext,
+  runCode,
+  runCodeWebSocket,
+  runCodeScript,
 };

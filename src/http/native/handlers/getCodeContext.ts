@@ -1,0 +1,8 @@
+import type { NativeHandler } from '../context.js';
+import { principalOf, sandboxIdOf } from '../context.js';
+import { param } from '../guest-io.js';
+import { renderCodeContext } from '../render.js';
+
+export const getCodeContext: NativeHandler = async (ctx) => {
+  ctx.res.status(200).json(renderCodeContext(await ctx.services.codeInterpreter.getContext(principalOf(ctx), sandboxIdOf(ctx), param(ctx, 'contextId'))));
+};
