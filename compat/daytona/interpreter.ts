@@ -29,14 +29,23 @@ export function renderContext(c: CodeContext): Record<string, unknown> {
 }
 
 /** The context routes (HTTP, under the toolbox): create, list (the default left out), delete. */
-export function createInterpreterRoutes(core: Core, tb: ToolboxHandler, defaultsOf: (c: ToolboxCall) => Promise<InterpreterDefaults>): Router {
+export function createInterpreterRoutes(core: Core & Pick<CompatPort, 'toolbox'>, tb: ToolboxHandler, defaultsOf: (c: ToolboxCall) => Promise<InterpreterDefaults>): Router {
   const router = express.Router({ mergeParams: true });
   const { codeInterpreter } = core;
+  /**
+   * A cwd the account cannot enter (`/root` for daytona) would start a kernel that dies at
+   * once, which core can only report as its own failure: it is the client's, a 400 naming cwd.
+   */
+  const checkCwd = async (c: ToolboxCall, cwd: string, user: string) => {
+    const r = await core.toolbox.exec(c.principal, c.sandboxId, { argv: ['/bin/sh', '-c', 'cd -- "$1"', 'sh', cwd], user, timeoutMs: 30_000 });
+    if (r.exitCode !== 0) throw errors.validation('cwd', `${JSON.stringify(cwd)} is not a directory ${user} can enter`);
+  };
   router.post('/context', tb(async (c) => {
     const b = (c.req.body && typeof c.req.body === 'object' ? c.req.body : {}) as Record<string, unknown>;
     if (b.cwd !== undefined && b.cwd !== null && typeof b.cwd !== 'string') throw errors.validation('cwd', 'must be a string');
     if (b.language !== undefined && b.language !== null && typeof b.language !== 'string') throw errors.validation('language', 'must be a string');
     const defaults = await defaultsOf(c);
+    if (typeof b.cwd === 'string' && b.cwd !== '') await checkCwd(c, b.cwd, defaults.user);
     // The SDK never sends a language (the daemon has python only); core's other kernels are
     // accepted too, and core names a language this sandbox's image has no kernel for.
     const created = await codeInterpreter.createContext(c.principal, c.sandboxId, {

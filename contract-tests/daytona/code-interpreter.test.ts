@@ -140,6 +140,16 @@ describe('codeInterpreter contexts', () => {
     expect((gone as Error).message).toBe(`context not found: ${a.id} (close code 1008)`);
   });
 
+  it('refuses a context in a directory that does not exist or daytona cannot enter with 400 naming cwd', async () => {
+    for (const cwd of ['/no/such/dir', '/etc/hostname', '/root']) {
+      const err = await sb.codeInterpreter.createContext(cwd).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(DaytonaError);
+      expect((err as DaytonaError).statusCode).toBe(400);
+      expect((err as Error).message).toMatch(/^cwd: /);
+    }
+    expect(await sb.codeInterpreter.listContexts()).toEqual([]);
+  });
+
   it('refuses to delete the default context (400) and answers an unknown one with 404', async () => {
     const def = await rawFetch(env, `/daytona/toolbox/${sb.id}/process/interpreter/context/default`, { method: 'DELETE' });
     expect(def.status).toBe(400);
