@@ -96,6 +96,9 @@ const ConfigSchema = z.object({
   // The region this server's hosts are in: what Daytona's `target` must name (unset or this one;
   // any other is refused until several hosts carry region labels).
   NESTBOX_REGION: z.string().regex(/^[a-z0-9][a-z0-9-]{0,62}$/, 'must be lowercase letters, digits and dashes').default('local'),
+  // The snapshot a Daytona create without one starts from (Daytona's default snapshot has the
+  // Python data stack; `code-interpreter` is Nestbox's image with it). Unset: the `default` image.
+  NESTBOX_DAYTONA_DEFAULT_SNAPSHOT: z.string().min(1).max(256).regex(/^[^\s]+$/, 'must be a snapshot name without spaces').optional(),
   // Scheme of the host-form URLs (TLS usually ends in front of the server).
   NESTBOX_PUBLIC_SCHEME: z.enum(['http', 'https']).default('https'),
   // Base of the path-form URLs the API hands out; default: the URL the server listens on.
@@ -242,6 +245,8 @@ export interface Config {
   ports: { publicDomain?: string; publicScheme: 'http' | 'https'; publicUrl?: string };
   /** The region name of this server's hosts (Daytona's `target`). */
   region: string;
+  /** What a Daytona create without `snapshot` starts from; undefined = the `default` image. */
+  daytonaDefaultSnapshot?: string;
   backgroundIntervalMs: number;
   logLevel: 'debug' | 'info' | 'warn' | 'error';
 }
@@ -368,6 +373,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     tokens: { sandboxTokenTtlSeconds: e.NESTBOX_SANDBOX_TOKEN_TTL_SECONDS, signedUrlMaxSeconds: e.NESTBOX_SIGNED_URL_MAX_SECONDS },
     ports: { publicDomain: e.NESTBOX_PUBLIC_DOMAIN, publicScheme: e.NESTBOX_PUBLIC_SCHEME, publicUrl: e.NESTBOX_PUBLIC_URL?.replace(/\/+$/, '') },
     region: e.NESTBOX_REGION,
+    daytonaDefaultSnapshot: e.NESTBOX_DAYTONA_DEFAULT_SNAPSHOT,
     backgroundIntervalMs: e.NESTBOX_BACKGROUND_INTERVAL_MS,
     logLevel: e.NESTBOX_LOG_LEVEL,
   };

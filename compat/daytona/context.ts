@@ -76,6 +76,8 @@ export interface DaytonaOptions {
   maxTimeoutSeconds: number;
   /** The region of this server's hosts (NESTBOX_REGION): the one `target` accepted and reported. */
   region: string;
+  /** The snapshot a create without `snapshot` starts from (NESTBOX_DAYTONA_DEFAULT_SNAPSHOT); undefined: the `default` image. */
+  defaultSnapshot?: string;
   /** Caps on long-lived streams: each toolbox WebSocket holds a slot while it is open. */
   streams: StreamSlots;
   /** Build-context storage: push-access credentials and the S3 endpoint (object-storage.ts). */

@@ -267,7 +267,7 @@ function listInput(req: Request): ListSandboxesInput {
   return input;
 }
 
-export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 'snapshots' | 'sandboxTokens' | 'ports' | 'images' | 'builds'>, options: Pick<DaytonaOptions, 'log' | 'maxTimeoutSeconds' | 'region' | 'objectStorage'>): Router {
+export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 'snapshots' | 'sandboxTokens' | 'ports' | 'images' | 'builds'>, options: Pick<DaytonaOptions, 'log' | 'maxTimeoutSeconds' | 'region' | 'objectStorage' | 'defaultSnapshot'>): Router {
   const router = express.Router();
   const { sandboxes, snapshots } = core;
   const pending = new PendingBuildSandboxes(core, options.log);
@@ -331,7 +331,10 @@ export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 's
       res.status(200).json(renderPendingSandbox(record, toolboxProxyUrl(req)));
       return;
     }
-    if (body.snapshot !== undefined) Object.assign(input, await snapshotSource(principal, body.snapshot, body));
+    // Daytona's default snapshot carries a data stack; the operator may name one that does
+    // (NESTBOX_DAYTONA_DEFAULT_SNAPSHOT), else a create without one gets the `default` image.
+    const snapshot = body.snapshot ?? options.defaultSnapshot;
+    if (snapshot !== undefined) Object.assign(input, await snapshotSource(principal, snapshot, body));
     const created = await sandboxes.create(principal, input);
     res.status(200).json(await dto(req, created));
   }));

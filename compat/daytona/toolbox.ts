@@ -18,6 +18,9 @@ import { createLspRoutes } from './lsp.js';
 import { createPty, findPty, ptyInfo, ptyProcesses } from './pty.js';
 import { daytonaAccount } from './sandbox-dto.js';
 import { toolboxSandboxId } from './builds.js';
+import { codeRunRequest, codeRunResponse } from './code-run.js';
+import { createInterpreterRoutes } from './interpreter.js';
+import { createWorkdirs } from './workdirs.js';
 import { giveTo, inHome, ownerOf } from '../sandbox-accounts.js';
 
 /** Exit code of a process that a signal ended, the way shells report it (128 + signal number). */
@@ -60,7 +63,7 @@ const SESSION_LOG_MAX_BYTES = 64 * 1024 * 1024;
 /** Longest timeout a toolbox command may ask for, as the native API's `timeoutMs` maximum. */
 const MAX_COMMAND_TIMEOUT_SECONDS = 86_400;
 
-export function createToolboxRouter(core: Pick<CompatPort, 'toolbox' | 'sandboxes' | 'images'>, options: Pick<DaytonaOptions, 'log' | 'maxUploadBytes'>): Router {
+export function createToolboxRouter(core: Pick<CompatPort, 'toolbox' | 'sandboxes' | 'images' | 'codeInterpreter'>, options: Pick<DaytonaOptions, 'log' | 'maxUploadBytes'>): Router {
   const router = express.Router({ mergeParams: true });
   const { sandboxes, toolbox } = core;
   const tb = (fn: (c: ToolboxCall) => Promise<void>) =>
@@ -74,18 +77,13 @@ export function createToolboxRouter(core: Pick<CompatPort, 'toolbox' | 'sandboxe
   const accountOf = (c: ToolboxCall) => daytonaAccount(toolbox, c.principal, c.sandboxId);
   /** A path query parameter, relative ones in the user's home (the daemon's working directory). */
   const pathIn = async (c: ToolboxCall, name = 'path') => inHome(requireQuery(c.req, name), (await accountOf(c)).home);
-  /**
-   * The WORKDIR of the sandbox's image (Image.workdir, a Dockerfile's WORKDIR): Daytona's daemon
-   * runs in it, so commands without a cwd start there. Cached per sandbox: its image never changes.
-   */
-  const workdirs = new Map<string, string | null>();
-  const imageWorkdir = async (c: ToolboxCall): Promise<string | undefined> => {
-    if (!workdirs.has(c.sandboxId)) {
-      const image = await core.images.ofSandbox(await sandboxes.get(c.principal, c.sandboxId));
-      if (workdirs.size >= 10_000) workdirs.clear();
-      workdirs.set(c.sandboxId, image?.config.workdir || null);
-    }
-    return workdirs.get(c.sandboxId) ?? undefined;
+  /** The WORKDIR of the sandbox's image (workdirs.ts): commands without a cwd start there. */
+  const workdirs = createWorkdirs(core);
+  const imageWorkdir = (c: ToolboxCall): Promise<string | undefined> => workdirs.of(c.principal, c.sandboxId);
+  /** Code runs and interpreter contexts: as the account, in the image's WORKDIR or its home. */
+  const interpreterDefaults = async (c: ToolboxCall) => {
+    const account = await accountOf(c);
+    return { user: account.name, cwd: (await imageWorkdir(c)) ?? account.home };
   };
   const execIn = async (c: ToolboxCall, input: ExecInput): Promise<ExecResult> => toolbox.exec(c.principal, c.sandboxId, { ...input, cwd: input.cwd ?? (await imageWorkdir(c)), user: (await accountOf(c)).name }, untilGone(c));
   const sessionOf = (c: ToolboxCall) => String(c.req.params.sessionId);
@@ -124,18 +122,15 @@ export function createToolboxRouter(core: Pick<CompatPort, 'toolbox' | 'sandboxe
     c.res.json({ exitCode: exitCodeOf(r), result: r.stdout });
   }));
 
+  // daytona-wave2 §4.1: python, typescript and javascript through core's one-shot runner, stdout
+  // and stderr merged, charts of python's plt.show() in artifacts.charts; 408 past the timeout.
   router.post('/process/code-run', tb(async (c) => {
     const b = body(c.req);
-    const code = str(b.code, 'code', true)!;
-    const language = str(b.language, 'language') ?? 'python';
-    const argv = Array.isArray(b.argv) ? b.argv.map(String) : [];
-    if (language !== 'python') {
-      throw notSupported(`codeRun for ${language}`, 'only python runs in the base image (no Node.js for user code inside sandboxes); create the sandbox with language "python" or run node yourself');
-    }
-    // `sh -c 'exec python3 -c "$0" "$@"' code args…`: the code travels as an argument, never through a shell.
-    const r = await execIn(c, { argv: ['/bin/sh', '-c', 'exec 2>&1; exec python3 -c "$0" "$@"', code, ...argv], env: envOf(b.envs, 'envs'), timeoutMs: timeoutOf(b.timeout) });
+    const request = codeRunRequest(b);
+    const timeoutMs = timeoutOf(b.timeout);
+    const r = await core.codeInterpreter.runScript(c.principal, c.sandboxId, { ...request, ...(await interpreterDefaults(c)), timeoutMs: timeoutMs || undefined }, untilGone(c));
     if (r.timedOut) throw executionTimeout('code execution', b.timeout);
-    c.res.json({ exitCode: exitCodeOf(r), result: r.stdout, artifacts: { stdout: r.stdout, charts: [] } });
+    c.res.json(codeRunResponse(r));
   }));
 
   // Sessions: a Daytona session is a guest-agent session; its command ids are process ids.
@@ -253,11 +248,8 @@ export function createToolboxRouter(core: Pick<CompatPort, 'toolbox' | 'sandboxe
     c.res.status(200).json({ message: 'PTY session deleted' });
   }));
 
-  const interpreterContexts = tb(async () => {
-    throw notSupported('code interpreter contexts', 'use process.codeRun or sessions for stateful work');
-  });
-  router.all('/process/interpreter/context', interpreterContexts);
-  router.all('/process/interpreter/context/:contextId', interpreterContexts);
+  // Interpreter contexts (daytona-wave2 §4.2); the execute socket is in websockets.ts.
+  router.use('/process/interpreter', createInterpreterRoutes(core, tb, interpreterDefaults));
 
   // --- files (daytona.md (c) "File system", (d)) --------------------------------------------
 

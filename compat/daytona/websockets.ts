@@ -21,6 +21,9 @@ import { DAYTONA_PREFIX, STDERR_MARKER, STDOUT_MARKER, type DaytonaOptions } fro
 import { daemonCall, daemonError, daytonaErrorBody, daytonaStatus, PROCESS_CODES, withDaemonCode } from './errors.js';
 import { createPty, findPty } from './pty.js';
 import { toolboxSandboxId } from './builds.js';
+import { serveInterpreterSocket } from './interpreter.js';
+import { daytonaAccount } from './sandbox-dto.js';
+import { createWorkdirs } from './workdirs.js';
 
 export const PTY_EXIT_CONTROL_SUBPROTOCOL = 'X-Daytona-Pty-Exit-Control';
 const PTY_ENVS_SUBPROTOCOL_PREFIX = 'X-Daytona-Pty-Envs~';
@@ -37,26 +40,6 @@ function refuse(socket: Duplex, err: unknown, path: string, log: DaytonaOptions[
   const text = JSON.stringify(daytonaErrorBody(e, 'toolbox', path, 'GET'));
   const status = daytonaStatus(e, 'toolbox');
   socket.end(`HTTP/1.1 ${status} ${STATUS_CODES[status] ?? 'Error'}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(text)}\r\nconnection: close\r\n\r\n${text}`);
-}
-
-/**
- * Close code of a socket whose feature Nestbox does not have (4000–4999 are the application's;
- * 4501 echoes HTTP 501). The SDK's socket clients drop an HTTP refusal's body and report only
- * "Unexpected server response", but quote a close reason in their error: so an unsupported
- * socket is accepted and closed at once with the feature named in the reason.
- */
-export const NOT_SUPPORTED_CLOSE_CODE = 4501;
-
-/** A close reason is at most 123 bytes (RFC 6455 5.5): the message is cut to fit. */
-function closeReason(text: string): string {
-  let out = text;
-  while (Buffer.byteLength(out) > 123) out = out.slice(0, -1);
-  return out;
-}
-
-async function refuseAsClose(req: http.IncomingMessage, socket: Duplex, head: Buffer, message: string): Promise<void> {
-  const client = await accept(req, socket, head, false);
-  client.close(NOT_SUPPORTED_CLOSE_CODE, closeReason(message));
 }
 
 /**
@@ -196,9 +179,10 @@ export interface DaytonaWebSockets {
   close(): Promise<void>;
 }
 
-export function attachDaytonaWebSockets(server: http.Server, core: Pick<CompatPort, 'auth' | 'toolbox' | 'sandboxEvents' | 'sandboxes'>, options: Pick<DaytonaOptions, 'streams' | 'log' | 'region'>): DaytonaWebSockets {
+export function attachDaytonaWebSockets(server: http.Server, core: Pick<CompatPort, 'auth' | 'toolbox' | 'sandboxEvents' | 'sandboxes' | 'images' | 'codeInterpreter'>, options: Pick<DaytonaOptions, 'streams' | 'log' | 'region'>): DaytonaWebSockets {
   const { toolbox } = core;
   const events = createDaytonaEventStream(core, options);
+  const workdirs = createWorkdirs(core);
   server.on('upgrade', (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
     // Hosted-port traffic (any path) was claimed before us (src/server.ts orders the listeners).
     if (isUpgradeClaimed(req)) return;
@@ -245,8 +229,14 @@ export function attachDaytonaWebSockets(server: http.Server, core: Pick<CompatPo
       return attachPty(toolbox, principal, sandboxId, pty.processId, req, socket, head);
     }
     if (path === '/process/interpreter/execute') {
-      // Named in the SDK's own error: DaytonaConnectionError("<reason> (close code 4501)").
-      return refuseAsClose(req, socket, head, 'codeInterpreter.runCode is not supported by this Nestbox server; use process.codeRun');
+      // daytona-wave2 §4.3 (interpreter.ts). Refusals before the upgrade (scope, account) are HTTP errors.
+      requireScope(principal, TOOLBOX_OPERATIONS.runCell.scope);
+      const account = await daytonaAccount(toolbox, principal, sandboxId);
+      const defaults = { user: account.name, cwd: (await workdirs.of(principal, sandboxId)) ?? account.home };
+      const client = await accept(req, socket, head, false);
+      // An open run counts as activity for the idle policy.
+      client.once('close', toolbox.keepActive(sandboxId));
+      return serveInterpreterSocket(core, principal, sandboxId, defaults, client, options.log);
     }
     throw new NestboxError('not_found', `no WebSocket route ${path}`);
   }

@@ -1,6 +1,6 @@
 // Toolbox through the real @daytonaio/sdk 0.218 (daytona.md (c), (d), (e)).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { DaytonaError, DaytonaFileNotFoundError, DaytonaNotFoundError, DaytonaTimeoutError, type Sandbox } from '@daytonaio/sdk';
+import { DaytonaFileNotFoundError, DaytonaNotFoundError, DaytonaTimeoutError, type Sandbox } from '@daytonaio/sdk';
 import { rawFetch, startDaytonaEnv, type DaytonaTestEnv } from './helpers.js';
 
 describe('Daytona toolbox with @daytonaio/sdk', () => {
@@ -28,18 +28,13 @@ describe('Daytona toolbox with @daytonaio/sdk', () => {
       await expect(sb.process.executeCommand('sleep 5', undefined, undefined, 1)).rejects.toBeInstanceOf(DaytonaTimeoutError);
     });
 
-    it('runs python code, with argv, and refuses javascript with not_supported', async () => {
+    // typescript, javascript, charts and timeouts: code-run.test.ts.
+    it('runs python code, with argv', async () => {
       const r = await sb.process.codeRun('import sys\nprint("py", sum([1, 2, 3]), sys.argv[1:])', { argv: ['a', 'b'] });
       expect(r.exitCode).toBe(0);
       expect(r.result).toBe("py 6 ['a', 'b']\n");
       const err = await sb.process.codeRun('raise SystemExit(4)');
       expect(err.exitCode).toBe(4);
-      const js = await env.daytona.create({ language: 'javascript' });
-      const refused = await js.process.codeRun('console.log(1)').catch((e: unknown) => e);
-      expect(refused).toBeInstanceOf(DaytonaError);
-      expect((refused as DaytonaError).statusCode).toBe(501);
-      expect((refused as Error).message).toMatch(/codeRun for javascript is not supported/);
-      await js.delete();
     });
 
     it('runs session commands: sync output, state carried over, async with logs, follow, input', async () => {
@@ -192,10 +187,9 @@ describe('Daytona toolbox with @daytonaio/sdk', () => {
       expect(m.diskTotal).toBeGreaterThan(0);
     });
 
-    // LSP: lsp.test.ts.
-    it('answers computer use and the interpreter with not_supported', async () => {
+    // LSP: lsp.test.ts; the code interpreter: code-interpreter.test.ts.
+    it('answers computer use with not_supported', async () => {
       await expect(sb.computerUse.start()).rejects.toThrow(/computer use is not supported/);
-      await expect(sb.codeInterpreter.listContexts()).rejects.toThrow(/not supported/);
     });
 
     it('accepts the legacy {apiUrl}/toolbox/{id}/toolbox/... route', async () => {

@@ -50,6 +50,7 @@ export function daytonaOptionsOf(services: Services): DaytonaOptions {
     maxUploadBytes,
     maxTimeoutSeconds,
     region: services.config.region,
+    defaultSnapshot: services.config.daytonaDefaultSnapshot,
     streams: services.streams,
     objectStorage: { store: services.objects, credentialKey, publicUrl: services.config.ports.publicUrl },
     log: services.logger.child({ component: 'daytona' }),
