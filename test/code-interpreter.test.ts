@@ -198,6 +198,23 @@ describe('code interpreter service in a code-interpreter sandbox', () => {
     expect((await service.listContexts(p, id)).map((c) => c.id)).toContain('default-python');
   });
 
+  it('refuses a cwd the context\'s account cannot enter as a 400 naming cwd', async () => {
+    const refused = await refusal(() => service.createContext(p, id, { language: 'python', user: 'user', cwd: '/root' }));
+    expect(refused.code).toBe('validation_failed');
+    expect(refused.message, JSON.stringify(refused.details)).toMatch(/^cwd: /);
+  });
+
+  it('makes each print one write, so its text and newline reach the client together', async () => {
+    // The built-in print() writes its arguments, separators and end apart, and ipykernel flushes
+    // its stream on a timer: a flush between two of them split one print into two stdout events.
+    // The display hooks' print composes the text first; counted here at the stream's write().
+    const events = await run({
+      code: 'import sys\nwrites = []\nwrite = sys.stdout.write\nsys.stdout.write = lambda t: (writes.append(t), write(t))[1]\nprint("a", "b", 3)\nprint("c", end="!\\n")\nsys.stdout.write = write\nwrites',
+    });
+    expect(mainResult(events)).toBe("['a b 3\\n', 'c!\\n']");
+    expect(text(events)).toBe('a b 3\nc!\n');
+  });
+
   it('runs JavaScript and TypeScript contexts, with state, errors and envs', async () => {
     const js = await service.createContext(p, id, { language: 'javascript' });
     expect(text(await run({ contextId: js.id, code: 'let n = 40;\nconsole.log("js", n + 2)' }))).toBe('js 42\n');

@@ -204,12 +204,12 @@ export class CodeInterpreterService implements CodeInterpreterPort {
     return (async function* () {
       try {
         for await (const event of events) {
+          // The bridge exits after a lost cell: the next cell must not find it still running.
+          // Waited for before the `end` goes out, since a consumer may stop reading at `end`
+          // (a return() at that yield would skip anything after it).
+          if (event.type === 'end' && event.status === 'lost') await service.waitGone(p, sandboxId, [kernel.process.processId]).catch(() => undefined);
           yield event;
-          if (event.type === 'end') {
-            // The bridge exits after a lost cell: the next cell must not find it still running.
-            if (event.status === 'lost') await service.waitGone(p, sandboxId, [kernel.process.processId]).catch(() => undefined);
-            return;
-          }
+          if (event.type === 'end') return;
         }
       } finally {
         clearTimeout(timer);

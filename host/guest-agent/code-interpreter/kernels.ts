@@ -108,7 +108,8 @@ export class CodeInterpreterGuest {
     const { language } = request;
     const known = this.found.get(request.user ?? '');
     if (!known?.has(language)) {
-      const probe = await this.languages({ user: request.user, cwd: request.cwd, env: request.env });
+      // Which kernels exist does not depend on the cwd (checked on its own: enterable()).
+      const probe = await this.languages({ user: request.user, env: request.env });
       if (!probe.languages.includes(language)) {
         const reason = probe.missing[language];
         throw validationFailed('language', `this image has no Jupyter kernel for ${language}${reason ? ` (${reason})` : ''}; create the sandbox from the code-interpreter image`);
@@ -131,8 +132,26 @@ export class CodeInterpreterGuest {
     // for a reader that is behind must hold several of them whole.
     const process = await startPipeProcess(this.registry.nextId(), prepared, { ...this.settings, maxRetainedBytesPerStream: Math.max(this.settings.maxRetainedBytesPerStream, MAX_KERNEL_OUTPUT_BYTES) });
     this.registry.add(process);
-    await this.ready(process, language);
+    try {
+      await this.ready(process, language);
+    } catch (error) {
+      // A cwd the account cannot enter is the caller's mistake (a 400 naming it), not a kernel
+      // that failed: asked only when the start failed, so a good start costs nothing more.
+      if (request.cwd !== undefined && !(await this.enterable(request.cwd, request.user))) {
+        throw validationFailed('cwd', `${request.cwd}: the ${request.user ?? 'agent'} account cannot enter this directory`);
+      }
+      throw error;
+    }
     return process;
+  }
+
+  /** Can `user` change into `dir`? (`cd` as that account, from its home.) */
+  private async enterable(dir: string, user: string | undefined): Promise<boolean> {
+    const prepared = await prepareStart({ argv: ['/bin/sh', '-c', 'cd -- "$1"', 'sh', dir], user, timeoutMs: PROBE_TIMEOUT_MS }, this.settings);
+    this.probes += 1;
+    const check = await startPipeProcess(`kernel-cwd-${this.probes}`, prepared, this.settings);
+    await check.ended;
+    return check.exitCode === 0;
   }
 
   /** Until the bridge says its kernel is ready; its fatal line (or its stderr) otherwise. */

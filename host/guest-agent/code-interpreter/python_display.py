@@ -14,9 +14,12 @@
 # sets MPLBACKEND to it): plt.show() and a figure left open at the end of a cell become
 # display_data with image/png. Any failure while extracting gives no entry, never an error the
 # user sees (an exception in a formatter would print a traceback into the cell).
+import builtins
 import datetime
+import io
 import math
 import re
+import sys
 
 CHART_MIME = "application/vnd.nestbox.chart+json"
 DATAFRAME_MIME = "application/vnd.nestbox.dataframe+json"
@@ -409,7 +412,31 @@ def _json_formatter(mime, parent, type_module, type_name, function):
     return NestboxJsonFormatter(parent=parent)
 
 
+def _print_in_one_write():
+    """print() as a single write. The built-in writes its arguments and `end` separately, and
+    ipykernel's stream flushes on a timer, so one print could reach the client as two stream
+    messages (the text, then its newline). The text is composed first, then written at once."""
+    original = builtins.print
+    if getattr(original, "_nestbox_single_write", False):
+        return
+
+    def print(*args, sep=" ", end="\n", file=None, flush=False):
+        target = sys.stdout if file is None else file
+        if target is None:
+            return
+        text = io.StringIO()
+        original(*args, sep=sep, end=end, file=text)
+        target.write(text.getvalue())
+        if flush:
+            target.flush()
+
+    print.__doc__ = original.__doc__
+    print._nestbox_single_write = True
+    builtins.print = print
+
+
 def install(shell):
+    _print_in_one_write()
     formatters = shell.display_formatter.formatters
     formatters[CHART_MIME] = _json_formatter(CHART_MIME, shell.display_formatter, "matplotlib.figure", "Figure", figure_chart)
     formatters[DATAFRAME_MIME] = _json_formatter(DATAFRAME_MIME, shell.display_formatter, "pandas.core.frame", "DataFrame", _dataframe_data)
