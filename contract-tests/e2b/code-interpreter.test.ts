@@ -138,9 +138,9 @@ describe('e2b code interpreter: python results', () => {
     expect(after.text).toBe('None');
   });
 
-  it('runs as E2B\'s user in /home/user', async () => {
+  it('runs as root in /home/user, as upstream\'s kernels (its Jupyter server runs with sudo)', async () => {
     const execution = await sbx.runCode('import os, getpass\nprint(getpass.getuser())\nprint(os.getcwd())');
-    expect(execution.logs.stdout.join('')).toBe('user\n/home/user\n');
+    expect(execution.logs.stdout.join('')).toBe('root\n/home/user\n');
   });
 
   it('reports a kernel that died during a cell, and starts a fresh one for the next', async () => {
@@ -261,7 +261,7 @@ describe('e2b code interpreter: languages', () => {
     await sbx.runCode('KEPT=bash-state', { context: ctx });
     const execution = await sbx.runCode('echo "$KEPT $(whoami) $PWD"\necho "per run: $PER_RUN"', { context: ctx, envs: { PER_RUN: 'yes' } });
     expect(execution.error).toBeUndefined();
-    expect(execution.logs.stdout.join('')).toBe('bash-state user /home/user\nper run: yes\n');
+    expect(execution.logs.stdout.join('')).toBe('bash-state root /home/user\nper run: yes\n');
     expect((await sbx.runCode('echo "${PER_RUN:-unset}"', { context: ctx })).logs.stdout.join('')).toBe('unset\n');
   });
 

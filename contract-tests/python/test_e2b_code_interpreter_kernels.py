@@ -146,7 +146,7 @@ def test_javascript_typescript_bash_and_r(sbx):
     assert sbx.run_code("base + 2", language="javascript").text == "42"
     assert sbx.run_code("const t: number = 3; t * 2", language="typescript").text == "6"
     bash = sbx.run_code('echo "$(whoami) $BASH_RUN"', language="bash", envs={"BASH_RUN": "on"})
-    assert bash.logs.stdout == ["user on\n"]
+    assert bash.logs.stdout == ["root on\n"]
     # IRkernel shows a value as display data, not as the main result.
     assert sbx.run_code("1 + 2", language="r").results[0].text.strip() == "[1] 3"
 

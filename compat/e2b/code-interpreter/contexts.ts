@@ -7,7 +7,7 @@
 // start, and core starts each at its first run (a run by language, or by one of these ids).
 import { NestboxError } from '../../../core/errors.js';
 import type { CodeContext, CodeLanguage } from '../../../core/code-interpreter/types.js';
-import { sandboxAccounts, type SandboxAccount } from '../../sandbox-accounts.js';
+import { ROOT_ACCOUNT, sandboxAccounts, type SandboxAccount } from '../../sandbox-accounts.js';
 import type { E2bDeps } from '../deps.js';
 import { E2B_DEFAULT_USER } from '../routing.js';
 import type { SandboxTarget } from '../target.js';
@@ -47,11 +47,14 @@ export function defaultContextLanguage(id: string): string | undefined {
 export const e2bView = (c: CodeContext): E2bContext => ({ id: c.id, language: c.language, cwd: c.cwd });
 
 /**
- * The account E2B's code runs as: E2B's `user` (root in an image without it), as upstream's
- * Jupyter server runs as `user`; a template's setUser does not change it (upstream neither).
+ * The account E2B's code runs as: root, in the home of E2B's `user` (/root in an image without
+ * it). Upstream's template starts its Jupyter server with sudo, so its kernels are root while
+ * their cwd is /home/user: code may write anywhere, `!apt-get` works, a context may start in
+ * /root. A template's setUser does not change it (upstream neither).
  */
 export async function codeAccount(deps: E2bDeps, target: SandboxTarget): Promise<SandboxAccount> {
-  return sandboxAccounts(deps.core.toolbox).resolve(target.principal, target.sandboxId, undefined, E2B_DEFAULT_USER);
+  const user = await sandboxAccounts(deps.core.toolbox).resolve(target.principal, target.sandboxId, undefined, E2B_DEFAULT_USER);
+  return { ...ROOT_ACCOUNT, home: user.home };
 }
 
 export function contextNotFound(id: string): NestboxError {

@@ -18,6 +18,7 @@ import builtins
 import datetime
 import io
 import math
+import os
 import re
 import sys
 
@@ -435,8 +436,40 @@ def _print_in_one_write():
     builtins.print = print
 
 
+def _display_pil_images():
+    """A PIL image's show() displays it in the cell (there is no screen to open a viewer on), and
+    so does save() to a path, as upstream's kernels do: its PNG becomes a result. Only when Pillow is
+    installed (the code-interpreter image); it is imported here, once per kernel."""
+    try:
+        from PIL import Image
+        from IPython.display import display
+    except ImportError:
+        return
+    if getattr(Image.Image.show, "_nestbox_display", False):
+        return
+    original_save = Image.Image.save
+
+    def show(self, title=None, **options):
+        display(self)
+
+    def save(self, fp, format=None, **params):
+        result = original_save(self, fp, format, **params)
+        # Only a save to a path is the user's: libraries write images into file objects (every
+        # matplotlib figure is rendered through Pillow into a buffer), which must not show up.
+        if isinstance(fp, (str, os.PathLike)):
+            display(self)
+        return result
+
+    show._nestbox_display = True
+    show.__doc__ = Image.Image.show.__doc__
+    save.__doc__ = original_save.__doc__
+    Image.Image.show = show
+    Image.Image.save = save
+
+
 def install(shell):
     _print_in_one_write()
+    _display_pil_images()
     formatters = shell.display_formatter.formatters
     formatters[CHART_MIME] = _json_formatter(CHART_MIME, shell.display_formatter, "matplotlib.figure", "Figure", figure_chart)
     formatters[DATAFRAME_MIME] = _json_formatter(DATAFRAME_MIME, shell.display_formatter, "pandas.core.frame", "DataFrame", _dataframe_data)
