@@ -3,40 +3,12 @@
 // the image lists is started through jupyter_client and runs code, as root and as E2B's and
 // Daytona's users; the data stack imports and renders; the native API lists it and refuses to
 // delete or tag it.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestServer, type TestServer } from '../../test/harness.js';
+import { describe, expect, it } from 'vitest';
+import { imageSandbox } from './image-sandbox-testing.js';
 import { CODE_INTERPRETER_KERNELS, DENO_PACKAGE } from './code-interpreter-image.js';
 
-let t: TestServer;
-let id: string;
-
-beforeAll(async () => {
-  t = await startTestServer();
-  const created = await t.http.post('/api/v1/sandboxes').set(t.auth).send({ image: 'code-interpreter', timeoutSeconds: 0, memoryMiB: 2048, egress: { mode: 'deny-all' } });
-  expect(created.status, JSON.stringify(created.body)).toBe(201);
-  id = created.body.id;
-});
-afterAll(async () => {
-  await t?.close();
-});
-
-interface Result {
-  exitCode: number;
-  stdout: string;
-  stderr: string;
-}
-
-/** Runs `cmd` (bash -lc) as `user` (root when absent) and expects it to succeed. */
-async function run(cmd: string, user?: string): Promise<string> {
-  const res = await t.http
-    .post(`/api/v1/sandboxes/${id}/commands`)
-    .set(t.auth)
-    .send({ cmd, timeoutMs: 300_000, ...(user ? { user } : {}) });
-  expect(res.status, JSON.stringify(res.body)).toBe(200);
-  const result = res.body as Result;
-  expect(result.exitCode, `${user ?? 'root'}: ${cmd}\n${result.stdout}\n${result.stderr}`).toBe(0);
-  return result.stdout;
-}
+const box = imageSandbox({ image: 'code-interpreter', timeoutSeconds: 0, memoryMiB: 2048, egress: { mode: 'deny-all' } });
+const run = box.run;
 
 /** Writes `text` to `path` in the sandbox (through a command: the test needs no other API). */
 async function write(path: string, text: string): Promise<void> {
@@ -115,7 +87,7 @@ describe('the code-interpreter image', () => {
     ].join('\n');
     await write('/opt/nbx-test/plot.py', plot);
     // No font warnings either: matplotlib's default font is in the image.
-    const res = await t.http.post(`/api/v1/sandboxes/${id}/commands`).set(t.auth).send({ cmd: 'cd ~ && python3 /opt/nbx-test/plot.py', user: 'user', timeoutMs: 300_000 });
+    const res = await box.t.http.post(`/api/v1/sandboxes/${box.id}/commands`).set(box.t.auth).send({ cmd: 'cd ~ && python3 /opt/nbx-test/plot.py', user: 'user', timeoutMs: 300_000 });
     expect(res.body, JSON.stringify(res.body)).toMatchObject({ exitCode: 0, stdout: 'PNG True True\n' });
     expect(res.body.stderr).not.toMatch(/findfont|Font family/);
     expect(await run('head -c 8 /tmp/nbx-plot.png | od -An -tx1 | tr -d " \\n"', 'user')).toBe('89504e470d0a1a0a');
@@ -135,52 +107,52 @@ describe('the code-interpreter image', () => {
 
 describe('the built-in images in the native API', () => {
   it('lists both built-in images, finds code-interpreter by name and name:latest, and refuses to delete or tag it', async () => {
-    const listed = (await t.http.get('/api/v1/images').set(t.auth)).body.items as { id: string; name: string; tags: string[] }[];
+    const listed = (await box.t.http.get('/api/v1/images').set(box.t.auth)).body.items as { id: string; name: string; tags: string[] }[];
     expect(listed.slice(0, 2).map((i) => [i.id, i.name, i.tags])).toEqual([
       ['default', 'default', ['latest']],
       ['code-interpreter', 'code-interpreter', ['latest']],
     ]);
-    expect(((await t.http.get('/api/v1/images').query({ name: 'code-interpreter' }).set(t.auth)).body.items as { id: string }[]).map((i) => i.id)).toEqual(['code-interpreter']);
+    expect(((await box.t.http.get('/api/v1/images').query({ name: 'code-interpreter' }).set(box.t.auth)).body.items as { id: string }[]).map((i) => i.id)).toEqual(['code-interpreter']);
     for (const reference of ['code-interpreter', 'code-interpreter:latest']) {
-      const got = await t.http.get(`/api/v1/images/${reference}`).set(t.auth);
+      const got = await box.t.http.get(`/api/v1/images/${reference}`).set(box.t.auth);
       expect(got.status, reference).toBe(200);
       expect(got.body).toMatchObject({ id: 'code-interpreter', name: 'code-interpreter', base: 'code-interpreter' });
     }
     for (const reference of ['code-interpreter', 'code-interpreter:latest', 'default']) {
-      const deleted = await t.http.delete(`/api/v1/images/${reference}`).set(t.auth);
+      const deleted = await box.t.http.delete(`/api/v1/images/${reference}`).set(box.t.auth);
       expect(deleted.status, reference).toBe(409);
       expect(JSON.stringify(deleted.body)).toContain('cannot be deleted');
     }
-    expect((await t.http.get('/api/v1/images/code-interpreter').set(t.auth)).status).toBe(200);
-    const tagged = await t.http.post('/api/v1/images/code-interpreter/tags').set(t.auth).send({ name: 'mine', tags: ['v1'] });
+    expect((await box.t.http.get('/api/v1/images/code-interpreter').set(box.t.auth)).status).toBe(200);
+    const tagged = await box.t.http.post('/api/v1/images/code-interpreter/tags').set(box.t.auth).send({ name: 'mine', tags: ['v1'] });
     expect(tagged.status).toBe(400);
     expect(JSON.stringify(tagged.body)).toContain('built-in image cannot be tagged');
     // A build may not take a built-in image's name.
-    const named = await t.http.post('/api/v1/builds').set(t.auth).send({ name: 'code-interpreter', steps: [{ run: 'true' }] });
+    const named = await box.t.http.post('/api/v1/builds').set(box.t.auth).send({ name: 'code-interpreter', steps: [{ run: 'true' }] });
     expect(named.status).toBe(400);
     expect(JSON.stringify(named.body)).toContain('name');
   });
 
   it('is a build’s FROM: the built image keeps the kernels and adds its layer', async () => {
-    const started = await t.http.post('/api/v1/builds').set(t.auth).send({ name: 'it-from-ci', dockerfile: 'FROM code-interpreter\nRUN python3 -c "import numpy; print(numpy.__version__)" > /numpy-version\n', egress: { mode: 'deny-all' } });
+    const started = await box.t.http.post('/api/v1/builds').set(box.t.auth).send({ name: 'it-from-ci', dockerfile: 'FROM code-interpreter\nRUN python3 -c "import numpy; print(numpy.__version__)" > /numpy-version\n', egress: { mode: 'deny-all' } });
     expect(started.status, JSON.stringify(started.body)).toBe(202);
-    const principal = await t.server.services.auth.authenticate(t.apiKey);
-    const finished = await t.server.services.builds.waitFor(principal, started.body.id);
+    const principal = await box.t.server.services.auth.authenticate(box.t.apiKey);
+    const finished = await box.t.server.services.builds.waitFor(principal, started.body.id);
     expect(finished.state, JSON.stringify(finished)).toBe('succeeded');
-    const image = (await t.http.get('/api/v1/images/it-from-ci').set(t.auth)).body;
+    const image = (await box.t.http.get('/api/v1/images/it-from-ci').set(box.t.auth)).body;
     expect(image.base).toBe('code-interpreter');
-    const sandbox = await t.http.post('/api/v1/sandboxes').set(t.auth).send({ image: 'it-from-ci', timeoutSeconds: 0, egress: { mode: 'deny-all' } });
+    const sandbox = await box.t.http.post('/api/v1/sandboxes').set(box.t.auth).send({ image: 'it-from-ci', timeoutSeconds: 0, egress: { mode: 'deny-all' } });
     expect(sandbox.status, JSON.stringify(sandbox.body)).toBe(201);
     try {
-      const res = await t.http.post(`/api/v1/sandboxes/${sandbox.body.id}/commands`).set(t.auth).send({ cmd: 'cat /numpy-version && jupyter kernelspec list 2>/dev/null | grep -c -E "^ +(python3|deno|bash|ir) "' });
+      const res = await box.t.http.post(`/api/v1/sandboxes/${sandbox.body.id}/commands`).set(box.t.auth).send({ cmd: 'cat /numpy-version && jupyter kernelspec list 2>/dev/null | grep -c -E "^ +(python3|deno|bash|ir) "' });
       expect(res.body, JSON.stringify(res.body)).toMatchObject({ exitCode: 0, stdout: expect.stringMatching(/^1\.\d+\.\d+\n4\n$/) });
     } finally {
-      await t.http.delete(`/api/v1/sandboxes/${sandbox.body.id}`).set(t.auth);
+      await box.t.http.delete(`/api/v1/sandboxes/${sandbox.body.id}`).set(box.t.auth);
     }
   }, 600_000);
 
   it('reports the sandbox as started from code-interpreter', async () => {
-    const got = await t.http.get(`/api/v1/sandboxes/${id}`).set(t.auth);
+    const got = await box.t.http.get(`/api/v1/sandboxes/${box.id}`).set(box.t.auth);
     expect(got.status).toBe(200);
     expect(got.body.image).toBe('code-interpreter');
   });

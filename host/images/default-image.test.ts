@@ -2,40 +2,12 @@
 // python3 with pip and venv, Node.js LTS with npm and npx, git, curl, a C toolchain, for root and
 // for the vendors' users. A real sandbox from the real image (built by the suite's global setup),
 // with no way out (deny-all egress): every install below is from files made in the sandbox.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestServer, type TestServer } from '../../test/harness.js';
+import { describe, expect, it } from 'vitest';
+import { imageSandbox } from './image-sandbox-testing.js';
 import { NODE_VERSION, NPM_VERSION } from './node-runtime.js';
 
-let t: TestServer;
-let id: string;
-
-beforeAll(async () => {
-  t = await startTestServer();
-  const created = await t.http.post('/api/v1/sandboxes').set(t.auth).send({ timeoutSeconds: 0, memoryMiB: 1024, egress: { mode: 'deny-all' } });
-  expect(created.status, JSON.stringify(created.body)).toBe(201);
-  id = created.body.id;
-});
-afterAll(async () => {
-  await t?.close();
-});
-
-interface Result {
-  exitCode: number;
-  stdout: string;
-  stderr: string;
-}
-
-/** Runs `cmd` (bash -lc) as `user` (root when absent) and expects it to succeed. */
-async function run(cmd: string, user?: string): Promise<string> {
-  const res = await t.http
-    .post(`/api/v1/sandboxes/${id}/commands`)
-    .set(t.auth)
-    .send({ cmd, timeoutMs: 300_000, ...(user ? { user } : {}) });
-  expect(res.status, JSON.stringify(res.body)).toBe(200);
-  const result = res.body as Result;
-  expect(result.exitCode, `${user ?? 'root'}: ${cmd}\n${result.stdout}\n${result.stderr}`).toBe(0);
-  return result.stdout;
-}
+const box = imageSandbox({ timeoutSeconds: 0, memoryMiB: 1024, egress: { mode: 'deny-all' } });
+const run = box.run;
 
 const USERS = [undefined, 'user', 'daytona'] as const;
 
