@@ -6,12 +6,7 @@
 // - a cell that displays a ~1 MiB PNG (IPython.display.Image), answered as one JSON, beside
 //   downloading the same file through the files API.
 // Counts are bounded by the caller (--code-runs); no thresholds.
-import http from 'node:http';
-
-interface Call {
-  status: number;
-  body: string;
-}
+import { call, ms, quantile, timed, type Call } from './measure.js';
 
 export interface CodeBenchOptions {
   /** `…/api/v1` of the server. */
@@ -25,30 +20,6 @@ export interface CodeBenchOptions {
   track: (sandboxId: string) => void;
 }
 
-const quantile = (xs: number[], q: number) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.floor(q * s.length))]!;
-};
-const ms = (n: number) => `${n.toFixed(1)} ms`;
-
-function call(base: string, key: string, method: string, path: string, body?: unknown): Promise<Call> {
-  return new Promise((resolve, reject) => {
-    const payload = body === undefined ? undefined : JSON.stringify(body);
-    const req = http.request(new URL(base + path), { method, headers: { authorization: `Bearer ${key}`, ...(payload ? { 'content-type': 'application/json' } : {}) } }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') }));
-    });
-    req.on('error', reject);
-    req.end(payload);
-  });
-}
-
-async function timed<T>(fn: () => Promise<T>): Promise<[number, T]> {
-  const start = performance.now();
-  const value = await fn();
-  return [performance.now() - start, value];
-}
 
 function expectStatus(res: Call, status: number, what: string): void {
   if (res.status !== status) throw new Error(`${what} answered ${res.status}: ${res.body.slice(0, 500)}`);

@@ -15,6 +15,7 @@ import { startServer } from '../src/server.js';
 import { generateApiKey } from '../core/services/auth.js';
 import { unmountReflinkStore } from '../host/storage/disk-store.js';
 import { benchCodeInterpreter } from './code-interpreter.js';
+import { call, ms, quantile, timed } from './measure.js';
 
 const { values } = parseArgs({
   options: {
@@ -34,39 +35,7 @@ const CREATES = Number(values.creates);
 const EXECS = Number(values.execs);
 const MIB = Number(values.mib);
 
-const quantile = (xs: number[], q: number) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.floor(q * s.length))];
-};
-const ms = (n: number) => `${n.toFixed(1)} ms`;
 const mibps = (bytes: number, millis: number) => `${(bytes / 1024 / 1024 / (millis / 1000)).toFixed(0)} MiB/s`;
-
-interface Call {
-  status: number;
-  body: string;
-}
-
-function call(base: string, key: string, method: string, path: string, body?: unknown): Promise<Call> {
-  return new Promise((resolve, reject) => {
-    const payload = body === undefined ? undefined : JSON.stringify(body);
-    const req = http.request(new URL(base + path), {
-      method,
-      headers: { authorization: `Bearer ${key}`, ...(payload ? { 'content-type': 'application/json' } : {}) },
-    }, (res) => {
-      let text = '';
-      res.on('data', (c) => (text += c));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body: text }));
-    });
-    req.on('error', reject);
-    req.end(payload);
-  });
-}
-
-async function timed<T>(fn: () => Promise<T>): Promise<[number, T]> {
-  const start = performance.now();
-  const value = await fn();
-  return [performance.now() - start, value];
-}
 
 async function upload(url: string, headers: Record<string, string>, file: string): Promise<void> {
   await new Promise<void>((resolve, reject) => {
