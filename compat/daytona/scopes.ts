@@ -75,8 +75,10 @@ export const DAYTONA_TOOLBOX_SCOPES: ScopeTable = [
   ['GET /process/pty/:ptyId', 'sandboxes:exec'],
   ['POST /process/pty/:ptyId/resize', 'sandboxes:exec'],
   ['DELETE /process/pty/:ptyId', 'sandboxes:exec'],
-  ['ALL /process/interpreter/context', 'authenticated'],
-  ['ALL /process/interpreter/context/:contextId', 'authenticated'],
+  // Contexts are kernels that run code, so even listing them needs exec (as native's code contexts).
+  ['POST /process/interpreter/context', 'sandboxes:exec'],
+  ['GET /process/interpreter/context', 'sandboxes:exec'],
+  ['DELETE /process/interpreter/context/:contextId', 'sandboxes:exec'],
   ['GET /files', 'files:read'],
   ['GET /files/info', 'files:read'],
   ['POST /files/folder', 'files:write'],
