@@ -19,7 +19,13 @@ import {
 } from './state-machine.js';
 import type { Sandbox } from './types.js';
 import type { SandboxState } from './state-machine.js';
-import { SandboxStateEvents } from './sandbox-events.js';
+import { SandboxStateEvents, type OperationNotice } from './sandbox-events.js';
+
+/** Operations this instance initiated and has not ended yet, for the endings' durations. Bounded: an operation whose ending never came (its process died, or a takeover elsewhere ended it) is forgotten after an hour or past the cap. */
+const IN_FLIGHT_MAX = 10_000;
+const IN_FLIGHT_TTL_MS = 3_600_000;
+
+const ENDING_PHASE = { succeeded: 'succeeded', failed: 'failed', rolledBack: 'rolled_back' } as const satisfies Record<OutcomeKind, OperationNotice['phase']>;
 
 /** The one computation of `expiresAt`: when a sandbox's timeout, counted from `from`, ends (null: never). */
 export function timeoutDeadline(timeoutSeconds: number, from: Date): Date | null {
@@ -88,6 +94,35 @@ export class Lifecycle {
     private readonly events: SandboxStateEvents = new SandboxStateEvents(),
   ) {}
 
+  private readonly inFlight = new Map<string, { at: number; initiator: OperationNotice['initiator'] }>();
+
+  /** Reports `op` initiated on `sandbox` (once `db` commits) and remembers when, for its ending. */
+  private initiated(db: DbOrTx, op: OperationName, operationId: string, sandbox: Sandbox, initiator: OperationNotice['initiator']): void {
+    const now = Date.now();
+    if (this.inFlight.size >= IN_FLIGHT_MAX) {
+      for (const [id, entry] of this.inFlight) if (now - entry.at > IN_FLIGHT_TTL_MS || this.inFlight.size >= IN_FLIGHT_MAX) this.inFlight.delete(id);
+    }
+    this.inFlight.set(operationId, { at: now, initiator });
+    this.events.notifyOperationAfterCommit(db, { phase: 'initiated', operation: op, operationId, sandbox, initiator });
+  }
+
+  /** Reports the ending of the operation run under `operationId`: `written` is the row the outcome wrote, undefined when it lost the race. */
+  private ended(phase: OperationNotice['phase'], op: OperationName, operationId: string, before: Sandbox, written: Sandbox | undefined, facts: OutcomeFacts): void {
+    const started = this.inFlight.get(operationId);
+    this.inFlight.delete(operationId);
+    const reason = facts.errorMessage ?? facts.stopReason ?? facts.pauseReason;
+    this.events.notifyOperation({
+      phase,
+      operation: op,
+      operationId,
+      sandbox: written ?? before,
+      initiator: started?.initiator ?? 'request',
+      ...(started ? { durationMs: Date.now() - started.at } : {}),
+      written: written !== undefined,
+      ...(reason ? { reason } : {}),
+    });
+  }
+
   /** The operation columns of a row this instance starts `op` on. */
   private owned(op: Operation): { operation: OperationName; operationId: string; operationOwner: string; operationStartedAt: Date } {
     return { operation: op.name, operationId: newOperationId(), operationOwner: this.instanceId, operationStartedAt: new Date() };
@@ -97,6 +132,7 @@ export class Lifecycle {
   async insert(tx: DbOrTx, op: typeof OPERATIONS.create | typeof OPERATIONS.fork, operationId: string, row: Omit<NewSandbox, 'operation' | 'operationId' | 'operationOwner'>): Promise<Sandbox> {
     const created = await sandboxRepository(tx).insertCreating({ ...row, operation: op.name, operationId, operationOwner: this.instanceId });
     await this.events.publishAfterCommit(tx, { kind: 'created', sandbox: created, oldState: null, newState: created.state });
+    this.initiated(tx, op.name, operationId, created, 'request');
     return created;
   }
 
@@ -113,6 +149,7 @@ export class Lifecycle {
       throw errors.invalidState('sandbox', sandbox.id, current, op.from, op.name);
     }
     await announce(this.events, db, began, sandbox.state);
+    this.initiated(db, op.name, owned.operationId, began, 'request');
     return { sandbox: began, operationId: owned.operationId };
   }
 
@@ -127,7 +164,10 @@ export class Lifecycle {
    */
   async claim(op: Operation, from: SandboxState, run: (patch: () => SandboxPatch) => Promise<Sandbox[]>): Promise<Sandbox[]> {
     const claimed = await run(this.claimPatch(op));
-    for (const sandbox of claimed) await announce(this.events, this.db, sandbox, from);
+    for (const sandbox of claimed) {
+      await announce(this.events, this.db, sandbox, from);
+      if (sandbox.operationId) this.initiated(this.db, op.name, sandbox.operationId, sandbox, 'sweeper');
+    }
     return claimed;
   }
 
@@ -138,7 +178,13 @@ export class Lifecycle {
   finish(sandbox: Sandbox, op: Operation, kind: OutcomeKind, operationId: string, facts: OutcomeFacts = {}): Promise<Sandbox | undefined> {
     const outcome = op[kind];
     if (!outcome) throw errors.internal(`state table: ${op.name} has no ${kind} outcome`);
-    return sandboxRepository(this.db).transition(sandbox.id, [op.via], outcomePatch(outcome, sandbox, facts, new Date()), operationId).then((written) => announce(this.events, this.db, written, op.via));
+    return sandboxRepository(this.db)
+      .transition(sandbox.id, [op.via], outcomePatch(outcome, sandbox, facts, new Date()), operationId)
+      .then((written) => announce(this.events, this.db, written, op.via))
+      .then((written) => {
+        this.ended(ENDING_PHASE[kind], op.name, operationId, sandbox, written, facts);
+        return written;
+      });
   }
 
   /**
@@ -151,6 +197,7 @@ export class Lifecycle {
     if (!operation) return undefined;
     const operationId = newOperationId();
     const sandbox = await sandboxRepository(this.db).transition(orphan.id, [orphan.state], { operationId, operationOwner: this.instanceId }, orphan.operationId ?? undefined);
+    if (sandbox) this.initiated(this.db, operation.name, operationId, sandbox, 'takeover');
     return sandbox ? { sandbox, operation, operationId } : undefined;
   }
 
@@ -168,6 +215,12 @@ export class Lifecycle {
       else if (field === 'pauseReason') facts.pauseReason = sandbox.pauseReason ?? 'user';
       else throw errors.internal(`state table: a takeover cannot know ${field}`);
     }
-    return sandboxRepository(this.db).transition(sandbox.id, [op.via], outcomePatch(outcome, sandbox, facts, new Date()), operationId).then((written) => announce(this.events, this.db, written, op.via));
+    return sandboxRepository(this.db)
+      .transition(sandbox.id, [op.via], outcomePatch(outcome, sandbox, facts, new Date()), operationId)
+      .then((written) => announce(this.events, this.db, written, op.via))
+      .then((written) => {
+        this.ended('taken_over', op.name, operationId, sandbox, written, facts);
+        return written;
+      });
   }
 }

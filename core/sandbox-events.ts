@@ -9,7 +9,7 @@
 // while that connection is down costs latency only: the clients this serves (the Daytona SDK)
 // poll beside the stream.
 import type { DbOrTx } from './store/db.js';
-import type { SandboxState } from './state-machine.js';
+import type { OperationName, SandboxState } from './state-machine.js';
 import type { Sandbox } from './types.js';
 import type { Logger } from './logger.js';
 import { silentLogger } from './logger.js';
@@ -26,11 +26,37 @@ export interface SandboxStateChange {
 
 export type SandboxStateListener = (change: SandboxStateChange) => void;
 
+/**
+ * One step of a lifecycle operation as this instance's engine ran it: `initiated` when the row
+ * entered the operation's transitional state (a request's begin, a sweeper's claim, a takeover's
+ * adoption), then one ending (the outcome it wrote). Observability hangs off these (the
+ * lifecycle log lines, metrics, traces); they are in-process only and never relayed: every
+ * instance reports the operations it ran itself.
+ */
+export interface OperationNotice {
+  phase: 'initiated' | 'succeeded' | 'failed' | 'rolled_back' | 'taken_over';
+  operation: OperationName;
+  operationId: string;
+  /** The row as written; for an ending whose write lost (the row had moved on), the row as the caller last saw it. */
+  sandbox: Sandbox;
+  /** Who started it: an API call (`request`), a background sweeper (`sweeper`), or the reconciler adopting an orphan (`takeover`). */
+  initiator: 'request' | 'sweeper' | 'takeover';
+  /** Endings: milliseconds since this instance saw the operation initiated (absent when it did not). */
+  durationMs?: number;
+  /** Endings: false when the row was no longer the operation's, so nothing was written. */
+  written?: boolean;
+  /** Endings: the reason recorded (error message, stop or pause reason), when there is one. */
+  reason?: string;
+}
+
+export type OperationListener = (notice: OperationNotice) => void;
+
 /** Carries a change to the other control-plane instances, in `db`'s transaction when it is one. */
 export type SandboxStateRelay = (db: DbOrTx, change: SandboxStateChange) => Promise<void>;
 
 export class SandboxStateEvents {
   private readonly listeners = new Set<SandboxStateListener>();
+  private readonly operationListeners = new Set<OperationListener>();
   /** Set by a cross-instance fan-out (sandbox-events-postgres.ts); none with one instance. */
   relay?: SandboxStateRelay;
 
@@ -42,6 +68,32 @@ export class SandboxStateEvents {
     return () => {
       this.listeners.delete(listener);
     };
+  }
+
+  /** Calls `listener` with every operation step this instance's engine runs (OperationNotice). */
+  onOperation(listener: OperationListener): () => void {
+    this.operationListeners.add(listener);
+    return () => {
+      this.operationListeners.delete(listener);
+    };
+  }
+
+  /** Hands `notice` to every operation listener; one that throws is logged and skipped. */
+  notifyOperation(notice: OperationNotice): void {
+    for (const listener of this.operationListeners) {
+      try {
+        listener(notice);
+      } catch (err) {
+        this.log.error({ err, sandboxId: notice.sandbox.id, operation: notice.operation }, 'an operation listener failed');
+      }
+    }
+  }
+
+  /** `notifyOperation` once what `db` wrote is committed (never when its transaction rolls back). */
+  notifyOperationAfterCommit(db: DbOrTx, notice: OperationNotice): void {
+    if (!this.operationListeners.size) return;
+    if ('executionPromise' in db && db.isTransaction) db.executionPromise.then(() => this.notifyOperation(notice), () => undefined);
+    else this.notifyOperation(notice);
   }
 
   /**

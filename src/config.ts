@@ -164,6 +164,30 @@ const ConfigSchema = z.object({
   // signed preview URLs); "never expires" is refused. Must be below the token lifetime.
   NESTBOX_SIGNED_URL_MAX_SECONDS: positiveInt.default(43_200),
   NESTBOX_BACKGROUND_INTERVAL_MS: positiveInt.default(2000),
+
+  // Observability (README "Observability"). Prometheus metrics: `/metrics` on the control plane
+  // and on every host agent answers only `Authorization: Bearer <token>` with this token; unset =
+  // no /metrics at all (404), since series name hosts and operations an outsider should not see.
+  NESTBOX_METRICS_TOKEN: z.string().min(16, 'must be at least 16 characters').optional(),
+  // Traces: OpenTelemetry spans exported over OTLP/HTTP to this base URL (`<url>/v1/traces`);
+  // unset = no tracing at all (no SDK started). The host agents get the same endpoint.
+  NESTBOX_OTLP_ENDPOINT: z.string().url().optional(),
+  // Fraction of root traces kept (parent-based below the root).
+  NESTBOX_TRACE_SAMPLE_RATIO: z.coerce.number().min(0).max(1).default(1),
+  // Per-sandbox usage (CPU, memory, disk, network): how often each host agent samples its
+  // sandboxes, and how long the samples are kept in the database.
+  NESTBOX_USAGE_SAMPLE_SECONDS: positiveInt.max(3600).default(5),
+  NESTBOX_USAGE_RETENTION_HOURS: positiveInt.max(24 * 366).default(24),
+  // Lifecycle events: how long they are kept (the listing, sandbox logs, webhook replays).
+  NESTBOX_EVENT_RETENTION_DAYS: positiveInt.max(3660).default(30),
+  // Webhooks: how long a delivery is retried (with backoff) before it is given up, how long one
+  // attempt may take, how many webhooks an organisation may have, and whether a webhook may
+  // target loopback, private or link-local addresses (off: the control plane would otherwise be
+  // a way into the networks it sits in).
+  NESTBOX_WEBHOOK_RETRY_SECONDS: positiveInt.max(7 * 86_400).default(86_400),
+  NESTBOX_WEBHOOK_TIMEOUT_MS: positiveInt.max(120_000).default(10_000),
+  NESTBOX_WEBHOOK_MAX_PER_ORG: positiveInt.max(1000).default(25),
+  NESTBOX_WEBHOOK_ALLOW_PRIVATE_TARGETS: z.enum(['true', 'false']).default('false'),
   NESTBOX_LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error']).default('info'),
 })
   // A misspelt NESTBOX_ variable is an error rather than a silently ignored setting.
@@ -249,6 +273,15 @@ export interface Config {
   daytonaDefaultSnapshot?: string;
   backgroundIntervalMs: number;
   logLevel: 'debug' | 'info' | 'warn' | 'error';
+  /** Prometheus `/metrics` (control plane and host agents); no token = not served. */
+  metrics: { token?: string };
+  /** OpenTelemetry traces; no endpoint = off. */
+  tracing: { otlpEndpoint?: string; sampleRatio: number };
+  /** Per-sandbox usage samples. */
+  usage: { sampleSeconds: number; retentionHours: number };
+  /** Lifecycle events. */
+  events: { retentionDays: number };
+  webhooks: { retrySeconds: number; timeoutMs: number; maxPerOrganization: number; allowPrivateTargets: boolean };
 }
 
 export class ConfigError extends Error {}
@@ -376,5 +409,15 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     daytonaDefaultSnapshot: e.NESTBOX_DAYTONA_DEFAULT_SNAPSHOT,
     backgroundIntervalMs: e.NESTBOX_BACKGROUND_INTERVAL_MS,
     logLevel: e.NESTBOX_LOG_LEVEL,
+    metrics: { token: e.NESTBOX_METRICS_TOKEN },
+    tracing: { otlpEndpoint: e.NESTBOX_OTLP_ENDPOINT?.replace(/\/+$/, ''), sampleRatio: e.NESTBOX_TRACE_SAMPLE_RATIO },
+    usage: { sampleSeconds: e.NESTBOX_USAGE_SAMPLE_SECONDS, retentionHours: e.NESTBOX_USAGE_RETENTION_HOURS },
+    events: { retentionDays: e.NESTBOX_EVENT_RETENTION_DAYS },
+    webhooks: {
+      retrySeconds: e.NESTBOX_WEBHOOK_RETRY_SECONDS,
+      timeoutMs: e.NESTBOX_WEBHOOK_TIMEOUT_MS,
+      maxPerOrganization: e.NESTBOX_WEBHOOK_MAX_PER_ORG,
+      allowPrivateTargets: e.NESTBOX_WEBHOOK_ALLOW_PRIVATE_TARGETS === 'true',
+    },
   };
 }

@@ -29,6 +29,7 @@ import { applyServerTimeouts, guardUpgrades } from './http/slow-clients.js';
 import { StreamLimits } from './http/stream-limits.js';
 import type { Logger } from '../core/logger.js';
 import { createLogger } from './logger.js';
+import { logOperations } from '../core/operation-log.js';
 import type { Services } from './services.js';
 import { ImageService } from '../core/services/images.js';
 import { ImageBuildService } from '../core/services/image-builds.js';
@@ -69,6 +70,7 @@ export async function startServer(config: Config, logger: Logger = createLogger(
   // Every state the lifecycle engine commits, for the streams that push them (Daytona's events).
   const sandboxEvents = new SandboxStateEvents(logger.child({ component: 'sandbox-events' }));
   // Several instances may share one PostgreSQL: each hears the others' changes (NOTIFY/LISTEN).
+  logOperations(sandboxEvents, logger.child({ component: 'lifecycle' }));
   const stateFanOut = config.database.kind === 'postgres' ? new PostgresStateFanOut(config.database.url, db, sandboxEvents, instanceId, logger.child({ component: 'sandbox-events' })) : undefined;
   await stateFanOut?.start();
   const hosts = new HostService(
