@@ -2,7 +2,8 @@
 // beside a baseline measured in the same run. Prints medians (and p95 where asked).
 // Options: --creates N (default 10), --execs N (default 50), --mib N (default 50), --postgres URL,
 // --code-runs N (default 30) and --code-image NAME (default `code-interpreter`) for the code interpreter,
-// --only code-interpreter to run just that part.
+// --only code-interpreter or --only observability to run just that part (the latter: the exec round
+// trip with metrics and tracing off vs on, two servers of its own; it also runs after the rest).
 import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { createReadStream, createWriteStream, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -15,6 +16,7 @@ import { startServer } from '../src/server.js';
 import { generateApiKey } from '../core/services/auth.js';
 import { unmountReflinkStore } from '../host/storage/disk-store.js';
 import { benchCodeInterpreter } from './code-interpreter.js';
+import { benchObservability } from './observability.js';
 import { call, ms, quantile, timed } from './measure.js';
 
 const { values } = parseArgs({
@@ -30,7 +32,8 @@ const { values } = parseArgs({
     only: { type: 'string' },
   },
 });
-if (values.only !== undefined && values.only !== 'code-interpreter') throw new Error(`--only: the only part that runs alone is code-interpreter, not ${values.only}`);
+const ALONE = ['code-interpreter', 'observability'];
+if (values.only !== undefined && !ALONE.includes(values.only)) throw new Error(`--only: the parts that run alone are ${ALONE.join(', ')}, not ${values.only}`);
 const CREATES = Number(values.creates);
 const EXECS = Number(values.execs);
 const MIB = Number(values.mib);
@@ -77,6 +80,8 @@ async function loopbackBaseline(file: string, scratch: string): Promise<{ up: nu
 }
 
 async function main(): Promise<void> {
+  const observability = () => benchObservability({ execs: EXECS, imagesDir: values['images-dir']!, postgres: values.postgres });
+  if (values.only === 'observability') return await observability();
   const dataDir = mkdtempSync('/tmp/nbx-bench-');
   const key = generateApiKey();
   const config = loadConfig({
@@ -486,6 +491,8 @@ async function main(): Promise<void> {
     await unmountReflinkStore(`${dataDir}/host`).catch(() => undefined);
     rmSync(dataDir, { recursive: true, force: true });
   }
+  // 12. Observability's cost on the exec round trip (bench/observability.ts): two servers of its own, after this one is gone.
+  await observability();
 }
 
 /**
