@@ -1,0 +1,162 @@
+// Prometheus metrics of a real server and its real local host agent: `/metrics` on both behind
+// NESTBOX_METRICS_TOKEN, and the series moving (by value, not only present) after a sandbox is
+// created, runs a command and is stopped; no label ever carries a sandbox id. A second server
+// without a token has no `/metrics` at all on either process.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestServer, type TestServer } from './harness.js';
+
+const TOKEN = 'metrics-token-for-tests-0123456789';
+
+interface Sample {
+  name: string;
+  labels: Record<string, string>;
+  value: number;
+}
+
+/** The samples of a Prometheus text exposition (format 0.0.4): `name{a="x",b="y"} value`. */
+function parseExposition(text: string): Sample[] {
+  const samples: Sample[] = [];
+  for (const line of text.split('\n')) {
+    if (!line || line.startsWith('#')) continue;
+    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)(?: \d+)?$/.exec(line);
+    if (!m) throw new Error(`not an exposition line: ${line}`);
+    const labels: Record<string, string> = {};
+    for (const l of (m[2] ?? '').matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g)) labels[l[1]] = l[2].replace(/\\n/g, '\n').replace(/\\"/g, '"').replace(/\\\\/g, '\\');
+    samples.push({ name: m[1], labels, value: Number(m[3]) });
+  }
+  return samples;
+}
+
+/** The sum of the samples named `name` whose labels include `match` (0 when there are none). */
+function valueOf(samples: Sample[], name: string, match: Record<string, string> = {}): number {
+  return samples
+    .filter((s) => s.name === name && Object.entries(match).every(([k, v]) => s.labels[k] === v))
+    .reduce((n, s) => n + s.value, 0);
+}
+
+async function scrape(url: string, token: string | null = TOKEN): Promise<{ status: number; contentType: string | null; text: string }> {
+  const res = await fetch(`${url}/metrics`, { headers: token === null ? {} : { authorization: `Bearer ${token}` } });
+  return { status: res.status, contentType: res.headers.get('content-type'), text: await res.text() };
+}
+
+async function hostAgentUrl(t: TestServer): Promise<string> {
+  const row = (await t.server.db('hosts').first('url')) as { url: string };
+  return row.url;
+}
+
+describe('metrics', () => {
+  let t: TestServer;
+  let agentUrl: string;
+
+  beforeAll(async () => {
+    t = await startTestServer({ env: { NESTBOX_METRICS_TOKEN: TOKEN } });
+    agentUrl = await hostAgentUrl(t);
+  }, 180_000);
+  afterAll(async () => {
+    await t?.close();
+  }, 120_000);
+
+  it('answers /metrics on both processes only with the metrics token', async () => {
+    for (const url of [t.url, agentUrl]) {
+      expect((await scrape(url, null)).status).toBe(401);
+      expect((await scrape(url, 'not-the-metrics-token-at-all-xx')).status).toBe(401);
+      // The host secret is no metrics token, nor is an API key.
+      expect((await scrape(url, t.apiKey)).status).toBe(401);
+      const ok = await scrape(url);
+      expect(ok.status).toBe(200);
+      expect(ok.contentType).toMatch(/^text\/plain; version=0\.0\.4/);
+      expect(parseExposition(ok.text).length).toBeGreaterThan(10);
+    }
+  });
+
+  it('moves the lifecycle, request, state and host-agent series after create, exec and stop', async () => {
+    const cp0 = parseExposition((await scrape(t.url)).text);
+    const ha0 = parseExposition((await scrape(agentUrl)).text);
+    const hostId = (await t.server.db('hosts').first('id') as { id: string }).id;
+
+    const created = await t.http.post('/api/v1/sandboxes').set(t.auth).send({ memoryMiB: 256, egress: { mode: 'deny-all' } });
+    expect(created.status).toBe(201);
+    const id = created.body.id as string;
+    const ran = await t.http.post(`/api/v1/sandboxes/${id}/commands`).set(t.auth).send({ cmd: 'echo metrics' });
+    expect(ran.status).toBe(200);
+    expect(ran.body.stdout).toContain('metrics');
+    const running = parseExposition((await scrape(t.url)).text);
+    expect(valueOf(running, 'nestbox_sandboxes', { state: 'running', host: hostId })).toBe(valueOf(cp0, 'nestbox_sandboxes', { state: 'running', host: hostId }) + 1);
+    expect(valueOf(running, 'nestbox_host_allocated', { host: hostId, resource: 'memory_bytes' })).toBeGreaterThanOrEqual(256 * 1024 * 1024);
+    expect(valueOf(running, 'nestbox_host_allocated', { host: hostId, resource: 'sandboxes' })).toBeGreaterThanOrEqual(1);
+    expect(valueOf(running, 'nestbox_host_capacity', { host: hostId, resource: 'cpu' })).toBeGreaterThanOrEqual(1);
+    expect(valueOf(running, 'nestbox_host_capacity', { host: hostId, resource: 'memory_bytes' })).toBeGreaterThan(256 * 1024 * 1024);
+    const stopped = await t.http.post(`/api/v1/sandboxes/${id}/stop`).set(t.auth);
+    expect(stopped.status).toBe(200);
+
+    const cp1 = parseExposition((await scrape(t.url)).text);
+    const delta = (name: string, match: Record<string, string>) => valueOf(cp1, name, match) - valueOf(cp0, name, match);
+    for (const operation of ['create', 'stop']) {
+      expect(delta('nestbox_lifecycle_operations_total', { operation, phase: 'initiated', initiator: 'request' })).toBe(1);
+      expect(delta('nestbox_lifecycle_operations_total', { operation, phase: 'succeeded', initiator: 'request' })).toBe(1);
+      expect(delta('nestbox_lifecycle_operation_duration_seconds_count', { operation, outcome: 'succeeded' })).toBe(1);
+      expect(delta('nestbox_lifecycle_operation_duration_seconds_sum', { operation, outcome: 'succeeded' })).toBeGreaterThan(0);
+    }
+    // Requests are labelled by operationId (a template), never by their path.
+    expect(delta('nestbox_http_request_duration_seconds_count', { api: 'native', method: 'POST', route: 'createSandbox', status: '201' })).toBe(1);
+    expect(delta('nestbox_http_request_duration_seconds_count', { api: 'native', method: 'POST', route: 'runCommand', status: '200' })).toBe(1);
+    expect(delta('nestbox_http_request_duration_seconds_count', { api: 'native', method: 'POST', route: 'stopSandbox', status: '200' })).toBe(1);
+    // The scrapes themselves are requests too.
+    expect(delta('nestbox_http_request_duration_seconds_count', { api: 'internal', method: 'GET', route: '/metrics', status: '200' })).toBeGreaterThanOrEqual(2);
+    // The state gauge: one more stopped sandbox, none more running.
+    expect(delta('nestbox_sandboxes', { state: 'stopped', host: hostId })).toBe(1);
+    expect(delta('nestbox_sandboxes', { state: 'running', host: hostId })).toBe(0);
+    // Background passes ran while this happened.
+    expect(delta('nestbox_background_pass_duration_seconds_count', { pass: 'expire' })).toBeGreaterThan(0);
+    expect(valueOf(cp1, 'nestbox_process_cpu_seconds_total')).toBeGreaterThan(0);
+
+    const ha1 = parseExposition((await scrape(agentUrl)).text);
+    const agentDelta = (name: string, match: Record<string, string>) => valueOf(ha1, name, match) - valueOf(ha0, name, match);
+    expect(agentDelta('nestbox_host_agent_driver_call_duration_seconds_count', { call: 'create', outcome: 'ok' })).toBe(1);
+    expect(agentDelta('nestbox_host_agent_driver_call_duration_seconds_count', { call: 'stop', outcome: 'ok' })).toBe(1);
+    expect(agentDelta('nestbox_host_agent_guest_request_duration_seconds_count', { call: 'exec', status: '200' })).toBe(1);
+    expect(agentDelta('nestbox_host_agent_sandboxes', { status: 'stopped' })).toBe(1);
+    expect(valueOf(ha1, 'nestbox_host_agent_slot_pool', { what: 'size' })).toBeGreaterThan(0);
+    expect(valueOf(ha1, 'nestbox_host_agent_capacity', { resource: 'cpu' })).toBeGreaterThanOrEqual(1);
+    expect(valueOf(ha1, 'nestbox_host_agent_heartbeat_failures_total')).toBe(0);
+
+    // Bounded cardinality: no label value anywhere names the sandbox (nor any path with it).
+    for (const samples of [cp1, ha1]) {
+      for (const s of samples) for (const v of Object.values(s.labels)) expect(v).not.toContain(id);
+    }
+    const deleted = await t.http.delete(`/api/v1/sandboxes/${id}`).set(t.auth);
+    expect(deleted.status).toBe(204);
+  }, 180_000);
+
+  it('labels compat routes by template and unknown paths as unmatched', async () => {
+    const before = parseExposition((await scrape(t.url)).text);
+    const e2b = await t.http.get('/e2b/sandboxes/nosuchsandbox123').set('X-API-Key', t.apiKey);
+    expect(e2b.status).toBe(404);
+    const daytona = await t.http.get('/daytona/api/sandbox/nosuchsandbox123').set(t.auth);
+    expect(daytona.status).toBe(404);
+    const unknown = await t.http.get('/api/v1/no/such/route/nosuchsandbox123').set(t.auth);
+    expect(unknown.status).toBe(404);
+    const after = parseExposition((await scrape(t.url)).text);
+    const delta = (match: Record<string, string>) => valueOf(after, 'nestbox_http_request_duration_seconds_count', match) - valueOf(before, 'nestbox_http_request_duration_seconds_count', match);
+    expect(delta({ api: 'e2b', route: '/e2b/sandboxes/:sandboxID', status: '404' })).toBe(1);
+    expect(delta({ api: 'native', route: 'unmatched', status: '404' })).toBe(1);
+    expect(delta({ api: 'daytona', status: '404' })).toBe(1);
+    for (const s of after) for (const v of Object.values(s.labels)) expect(v).not.toContain('nosuchsandbox123');
+  });
+});
+
+describe('metrics without a token', () => {
+  let t: TestServer;
+  beforeAll(async () => {
+    t = await startTestServer({ database: 'pglite' });
+  }, 180_000);
+  afterAll(async () => {
+    await t?.close();
+  }, 120_000);
+
+  it('serves no /metrics on either process', async () => {
+    expect((await scrape(t.url)).status).toBe(404);
+    expect((await scrape(t.url, null)).status).toBe(404);
+    expect((await scrape(await hostAgentUrl(t))).status).toBe(404);
+  });
+});
