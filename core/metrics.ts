@@ -53,6 +53,8 @@ export interface ScrapeSources {
   db: Db;
   /** Open long-lived streams now, by kind (src/http/stream-limits.ts). */
   streamsOpen?: () => Record<string, number>;
+  /** prom-client's process metrics (CPU, memory, event-loop lag, GC): off when nobody can scrape them. */
+  processMetrics?: boolean;
 }
 
 export type HttpApi = 'native' | 'e2b' | 'daytona' | 'proxy' | 'internal';
@@ -144,7 +146,7 @@ export class ControlPlaneMetrics {
   private readonly httpChildren = new Map<string, HttpChild>();
 
   constructor(sources: ScrapeSources) {
-    collectDefaultMetrics({ register: this.registry, prefix: 'nestbox_' });
+    if (sources.processMetrics !== false) collectDefaultMetrics({ register: this.registry, prefix: 'nestbox_' });
     const { db } = sources;
 
     // Each table is read once per scrape for the gauges built on it.

@@ -64,9 +64,17 @@ export async function startHostAgent(config: Config, logger?: Logger): Promise<R
       });
   await driver.init();
 
-  // Driver calls are timed through a wrapper; the series are served at /metrics with NESTBOX_METRICS_TOKEN.
-  const metrics = new HostAgentMetrics(driver);
-  const server = new HostAgentServer({ hostId: ha.hostId, secret: ha.secret, driver: meterDriver(driver, metrics), logger: log, metrics: { series: metrics, token: config.metrics.token } });
+  // The series are served at /metrics with NESTBOX_METRICS_TOKEN; without one, driver calls
+  // are not timed (no wrapper) and requests not measured.
+  const metricsToken = config.metrics.token;
+  const metrics = new HostAgentMetrics(driver, metricsToken !== undefined);
+  const server = new HostAgentServer({
+    hostId: ha.hostId,
+    secret: ha.secret,
+    driver: metricsToken ? meterDriver(driver, metrics) : driver,
+    logger: log,
+    ...(metricsToken ? { metrics: { series: metrics, token: metricsToken } } : {}),
+  });
   const port = await server.listen(ha.listenPort, ha.listenHost);
   const url = ha.advertisedUrl ?? `http://${ha.listenHost}:${port}`;
   log.info({ url }, `host agent ${ha.hostId} (${driver.name} driver) listening on ${url}`);

@@ -73,7 +73,7 @@ export async function startServer(config: Config, logger: Logger = createLogger(
   // Several instances may share one PostgreSQL: each hears the others' changes (NOTIFY/LISTEN).
   logOperations(sandboxEvents, logger.child({ component: 'lifecycle' }));
   // Prometheus series of this process (its own registry); streams are read once services exist.
-  const metrics = new ControlPlaneMetrics({ db, streamsOpen: () => services.streams.openByKind() });
+  const metrics = new ControlPlaneMetrics({ db, streamsOpen: () => services.streams.openByKind(), processMetrics: config.metrics.token !== undefined });
   metrics.observeOperations(sandboxEvents);
   const stateFanOut = config.database.kind === 'postgres' ? new PostgresStateFanOut(config.database.url, db, sandboxEvents, instanceId, logger.child({ component: 'sandbox-events' })) : undefined;
   await stateFanOut?.start();

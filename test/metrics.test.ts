@@ -3,7 +3,7 @@
 // created, runs a command and is stopped; no label ever carries a sandbox id. A second server
 // without a token has no `/metrics` at all on either process.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestServer, type TestServer } from './harness.js';
+import { startTestServer, waitFor, type TestServer } from './harness.js';
 
 const TOKEN = 'metrics-token-for-tests-0123456789';
 
@@ -86,6 +86,22 @@ describe('metrics', () => {
     expect(valueOf(running, 'nestbox_host_allocated', { host: hostId, resource: 'sandboxes' })).toBeGreaterThanOrEqual(1);
     expect(valueOf(running, 'nestbox_host_capacity', { host: hostId, resource: 'cpu' })).toBeGreaterThanOrEqual(1);
     expect(valueOf(running, 'nestbox_host_capacity', { host: hostId, resource: 'memory_bytes' })).toBeGreaterThan(256 * 1024 * 1024);
+    // An open Server-Sent Events stream is counted while it lasts.
+    const detached = await t.http.post(`/api/v1/sandboxes/${id}/commands`).set(t.auth).send({ detach: true, cmd: 'sleep 60' });
+    expect(detached.status).toBe(202);
+    const watching = new AbortController();
+    // (Not awaited: a quiet stream's headers may wait for its first event or keep-alive.)
+    const stream = fetch(`${t.url}/api/v1/sandboxes/${id}/commands/${detached.body.processId}/stream`, { headers: { ...t.auth, accept: 'text/event-stream' }, signal: watching.signal }).catch(() => undefined);
+    const streaming = await waitFor('the stream to be counted', async () => {
+      const samples = parseExposition((await scrape(t.url)).text);
+      return valueOf(samples, 'nestbox_streams_open', { kind: 'http_stream' }) === 1 ? samples : undefined;
+    }, 10_000);
+    watching.abort();
+    await stream;
+    await waitFor('the stream to close', async () => valueOf(parseExposition((await scrape(t.url)).text), 'nestbox_streams_open', { kind: 'http_stream' }) === 0, 10_000);
+    expect((await t.http.delete(`/api/v1/sandboxes/${id}/commands/${detached.body.processId}`).set(t.auth)).status).toBeLessThan(300);
+    // The local host agent heartbeats every 500 ms (test harness), on a labelled internal route.
+    expect(valueOf(streaming, 'nestbox_http_request_duration_seconds_count', { api: 'internal', method: 'POST', route: '/internal/v1/hosts/heartbeat', status: '204' })).toBeGreaterThan(0);
     const stopped = await t.http.post(`/api/v1/sandboxes/${id}/stop`).set(t.auth);
     expect(stopped.status).toBe(200);
 

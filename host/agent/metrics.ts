@@ -44,8 +44,9 @@ export class HostAgentMetrics {
     registers: [this.registry],
   });
 
-  constructor(driver: Pick<Driver, 'list' | 'capabilities'>) {
-    collectDefaultMetrics({ register: this.registry, prefix: 'nestbox_host_agent_' });
+  /** `processMetrics`: prom-client's process metrics (CPU, memory, event-loop lag, GC), off when nobody can scrape them. */
+  constructor(driver: Pick<Driver, 'list' | 'capabilities'>, processMetrics = true) {
+    if (processMetrics) collectDefaultMetrics({ register: this.registry, prefix: 'nestbox_host_agent_' });
     new Gauge({
       name: 'nestbox_host_agent_sandboxes',
       help: 'Sandboxes this host agent knows, by driver status (running, paused, stopped, …).',

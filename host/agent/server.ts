@@ -41,8 +41,8 @@ export interface HostAgentServerOptions {
   logger: Logger;
   /** How long a pull's answer waits for its first line, and the most time between lines (default 10 s). */
   pullKeepaliveMs?: number;
-  /** This agent's Prometheus series; `GET /metrics` serves them for `Bearer <token>` (no token: 404). */
-  metrics?: { series: HostAgentMetrics; token?: string };
+  /** This agent's Prometheus series, measured and served at `GET /metrics` for `Bearer <token>` (absent: no /metrics, 404). */
+  metrics?: { series: HostAgentMetrics; token: string };
 }
 
 class HttpError extends Error {
@@ -165,7 +165,7 @@ export class HostAgentServer {
 
   private async serveMetrics(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
     const metrics = this.opts.metrics;
-    if (!metrics?.token) throw new HttpError(404, 'not_found', 'no route /metrics');
+    if (!metrics) throw new HttpError(404, 'not_found', 'no route /metrics');
     if (req.method !== 'GET') throw new HttpError(405, 'method_not_allowed', `${req.method} not allowed on /metrics`);
     const header = req.headers.authorization ?? '';
     const given = Buffer.from(header.startsWith('Bearer ') ? header.slice(7) : '');

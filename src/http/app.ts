@@ -65,8 +65,9 @@ export function createApp(services: Services): Express {
   app.disable('x-powered-by');
   // First: every later line about the request can carry its id.
   app.use(assignRequestIds(services.logger));
-  // Every request timed by front door, route template and status (src/http/metrics.ts).
-  app.use(httpMetrics(services.metrics));
+  // Every request timed by front door, route template and status (src/http/metrics.ts); not
+  // measured at all when no one can scrape it (no NESTBOX_METRICS_TOKEN).
+  if (services.config.metrics.token) app.use(httpMetrics(services.metrics));
   // An error rendered here is logged on the request's own logger (with its requestId).
   const errorLog = (req: Request) => requestLogger(req, services.logger);
   // Before every route: a body that stops arriving is cut, whatever reads it.

@@ -70,7 +70,8 @@ function labelsOf(req: Request): { api: HttpApi; route: string } {
   const url = req.originalUrl;
   const api = apiOfPath(url);
   const route = (req as { route?: { path?: unknown } }).route;
-  if (route && typeof route.path === 'string' && (api === 'daytona' || api === 'e2b')) {
+  // (The native API is labelled by operationId above; its router has no express routes.)
+  if (route && typeof route.path === 'string' && api !== 'native') {
     const base = req.baseUrl.replace(DAYTONA_TOOLBOX_BASE, (_m, apiPart: string | undefined) => `/daytona${apiPart ?? ''}/toolbox/:sandboxId`);
     if (KNOWN_BASES.has(base)) return { api, route: base + route.path };
   }
