@@ -16,7 +16,7 @@ const TIMED_CALLS = ['create', 'start', 'stop', 'pause', 'unpause', 'destroy', '
 type TimedCall = (typeof TIMED_CALLS)[number];
 
 /** The guest-agent route families a host agent passes through (the first path segment); others are `other`. */
-const GUEST_CALLS = new Set(['exec', 'processes', 'sessions', 'files', 'kernels', 'scripts', 'lsp', 'health', 'info']);
+const GUEST_CALLS = new Set(['exec', 'processes', 'sessions', 'files', 'kernels', 'scripts', 'lsp', 'env', 'health', 'info']);
 
 export class HostAgentMetrics {
   readonly registry = new Registry();
@@ -32,7 +32,7 @@ export class HostAgentMetrics {
 
   readonly guestRequests = new Histogram({
     name: 'nestbox_host_agent_guest_request_duration_seconds',
-    help: 'Requests passed through to guest agents, until their answer started, by call (the route family: exec, processes, sessions, files, kernels, scripts, lsp, other) and status code (0: no answer).',
+    help: 'Requests passed through to guest agents, until their answer started, by call (the route family: exec, processes, sessions, files, kernels, scripts, lsp, env, health, info, other) and status code (0: no answer).',
     labelNames: ['call', 'status'] as const,
     buckets: GUEST_BUCKETS,
     registers: [this.registry],
