@@ -59,10 +59,6 @@ export interface ScrapeSources {
 
 export type HttpApi = 'native' | 'e2b' | 'daytona' | 'proxy' | 'internal';
 
-interface HttpChild {
-  observe(value: number): void;
-}
-
 export class ControlPlaneMetrics {
   readonly registry = new Registry();
   readonly contentType = this.registry.contentType;
@@ -141,9 +137,6 @@ export class ControlPlaneMetrics {
     labelNames: ['pass'] as const,
     registers: [this.registry],
   });
-
-  /** One child per label set, so a request costs a map lookup and an observe. */
-  private readonly httpChildren = new Map<string, HttpChild>();
 
   constructor(sources: ScrapeSources) {
     if (sources.processMetrics !== false) collectDefaultMetrics({ register: this.registry, prefix: 'nestbox_' });
@@ -268,17 +261,6 @@ export class ControlPlaneMetrics {
     if (notice.phase !== 'initiated' && notice.durationMs !== undefined) {
       this.operationDuration.observe({ operation: notice.operation, outcome: notice.phase }, notice.durationMs / 1000);
     }
-  }
-
-  /** One answered request; the labels must already be bounded (route templates, not paths). */
-  observeHttp(api: HttpApi, method: string, route: string, status: number, seconds: number): void {
-    const key = `${api} ${method} ${status} ${route}`;
-    let child = this.httpChildren.get(key);
-    if (!child) {
-      child = this.httpDuration.labels({ api, method, route, status: String(status) });
-      this.httpChildren.set(key, child);
-    }
-    child.observe(seconds);
   }
 
   /** The exposition text of every series (for `GET /metrics`). */

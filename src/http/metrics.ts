@@ -18,22 +18,43 @@ import type { ControlPlaneMetrics, HttpApi } from '../../core/metrics.js';
 export const UNMATCHED_ROUTE = 'unmatched';
 
 const ROUTE = Symbol('nestbox.metrics.route');
+
+/**
+ * One route's labels, made once (for the process: their number is bounded) and reused by every
+ * request on it; each server's histogram keeps its children by label, method and status, so a
+ * request in the steady state allocates no label object, key string or child, only its `close`
+ * listener.
+ */
+interface RouteLabel {
+  api: HttpApi;
+  route: string;
+}
+
 interface Labelled {
-  [ROUTE]?: { api: HttpApi; route: string };
+  [ROUTE]?: RouteLabel;
+}
+
+const labels = new Map<HttpApi, Map<string, RouteLabel>>();
+
+function labelFor(api: HttpApi, route: string): RouteLabel {
+  let byRoute = labels.get(api);
+  if (!byRoute) labels.set(api, (byRoute = new Map()));
+  let label = byRoute.get(route);
+  if (!label) byRoute.set(route, (label = { api, route }));
+  return label;
 }
 
 /** Called by a front door that knows the request's route template (the native operationId). */
 export function noteRoute(req: Request, api: HttpApi, route: string): void {
-  (req as Labelled)[ROUTE] = { api, route };
+  (req as Labelled)[ROUTE] = labelFor(api, route);
 }
 
 /**
  * A middleware put in front of a front door that answers without express routes (E2B in-sandbox
  * traffic, hosted ports): the request is labelled with it unless a later front door relabels it.
- * The label object is made once, so this costs one property write per request.
  */
 export function tagFrontDoor(api: HttpApi, route: string): RequestHandler {
-  const label = { api, route };
+  const label = labelFor(api, route);
   return (req, _res, next) => {
     (req as Labelled)[ROUTE] = label;
     next();
@@ -64,18 +85,27 @@ function apiOfPath(path: string): HttpApi {
   return 'internal';
 }
 
-function labelsOf(req: Request): { api: HttpApi; route: string } {
+/** Compat route labels by express route object, then by (templated) mount. */
+const compatLabels = new WeakMap<object, Map<string, RouteLabel>>();
+
+function labelOf(req: Request): RouteLabel {
   const noted = (req as Labelled)[ROUTE];
   if (noted) return noted;
-  const url = req.originalUrl;
-  const api = apiOfPath(url);
+  const api = apiOfPath(req.originalUrl);
   const route = (req as { route?: { path?: unknown } }).route;
   // (The native API is labelled by operationId above; its router has no express routes.)
   if (route && typeof route.path === 'string' && api !== 'native') {
+    let byBase = compatLabels.get(route);
+    if (!byBase) compatLabels.set(route, (byBase = new Map()));
+    const cached = byBase.get(req.baseUrl);
+    if (cached) return cached;
     const base = req.baseUrl.replace(DAYTONA_TOOLBOX_BASE, (_m, apiPart: string | undefined) => `/daytona${apiPart ?? ''}/toolbox/:sandboxId`);
-    if (KNOWN_BASES.has(base)) return { api, route: base + route.path };
+    const label = labelFor(api, KNOWN_BASES.has(base) ? base + route.path : UNMATCHED_ROUTE);
+    // Cached by the raw base only when it has no id in it (a toolbox base differs per sandbox).
+    if (base === req.baseUrl) byBase.set(req.baseUrl, label);
+    return label;
   }
-  return { api, route: UNMATCHED_ROUTE };
+  return labelFor(api, UNMATCHED_ROUTE);
 }
 
 /**
@@ -83,13 +113,22 @@ function labelsOf(req: Request): { api: HttpApi; route: string } {
  * `nestbox_http_request_duration_seconds`. Mounted first, so every front door is covered.
  */
 export function httpMetrics(metrics: ControlPlaneMetrics): RequestHandler {
+  const histogram = metrics.httpDuration;
+  const children = new Map<RouteLabel, Map<string, Map<number, { observe(value: number): void }>>>();
   return (req: Request, res: Response, next: NextFunction) => {
     const started = performance.now();
     res.once('close', () => {
-      const { api, route } = labelsOf(req);
+      const label = labelOf(req);
+      const method = METHODS.has(req.method) ? req.method : 'OTHER';
       // A client that left before the answer ended is recorded as status 0.
       const status = res.writableFinished ? res.statusCode : 0;
-      metrics.observeHttp(api, METHODS.has(req.method) ? req.method : 'OTHER', route, status, (performance.now() - started) / 1000);
+      let byMethod = children.get(label);
+      if (!byMethod) children.set(label, (byMethod = new Map()));
+      let byStatus = byMethod.get(method);
+      if (!byStatus) byMethod.set(method, (byStatus = new Map()));
+      let child = byStatus.get(status);
+      if (!child) byStatus.set(status, (child = histogram.labels({ api: label.api, method, route: label.route, status: String(status) })));
+      child.observe((performance.now() - started) / 1000);
     });
     next();
   };
