@@ -3,7 +3,12 @@
 // created, runs a command and is stopped; no label ever carries a sandbox id. A second server
 // without a token has no `/metrics` at all on either process.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestServer, waitFor, type TestServer } from './harness.js';
+import { mkdtempSync } from 'node:fs';
+import { generateApiKey } from '../core/services/auth.js';
+import { loadConfig } from '../src/config.js';
+import { startServer } from '../src/server.js';
+import { silentLogger } from '../core/logger.js';
+import { createTestDatabase, removeDataDir, startTestServer, testEnv, waitFor, type TestServer } from './harness.js';
 
 const TOKEN = 'metrics-token-for-tests-0123456789';
 
@@ -175,4 +180,26 @@ describe('metrics without a token', () => {
     expect((await scrape(t.url, null)).status).toBe(404);
     expect((await scrape(await hostAgentUrl(t))).status).toBe(404);
   });
+});
+
+describe('metrics of placement', () => {
+  it('counts a create that finds no host alive', async () => {
+    // No host agent at all: every create fails its placement.
+    const dataDir = mkdtempSync('/tmp/nbx-it-');
+    const apiKey = generateApiKey();
+    const database = await createTestDatabase();
+    const server = await startServer(loadConfig(testEnv(dataDir, { NESTBOX_DATABASE_URL: database.url, NESTBOX_LOCAL_HOST_AGENT: 'false', NESTBOX_BOOTSTRAP_API_KEY: apiKey, NESTBOX_METRICS_TOKEN: TOKEN })), silentLogger);
+    try {
+      const before = parseExposition((await scrape(server.url)).text);
+      const res = await fetch(`${server.url}/api/v1/sandboxes`, { method: 'POST', headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json' }, body: '{}' });
+      expect(res.status).toBe(503);
+      const after = parseExposition((await scrape(server.url)).text);
+      expect(valueOf(after, 'nestbox_placement_failures_total', { reason: 'no_host_alive' }) - valueOf(before, 'nestbox_placement_failures_total', { reason: 'no_host_alive' })).toBe(1);
+      expect(valueOf(after, 'nestbox_http_request_duration_seconds_count', { api: 'native', route: 'createSandbox', status: '503' })).toBe(1);
+    } finally {
+      await server.close();
+      await database.drop();
+      removeDataDir(dataDir);
+    }
+  }, 60_000);
 });
