@@ -149,6 +149,29 @@ describe('metrics', () => {
     expect(deleted.status).toBe(204);
   }, 180_000);
 
+  it('counts and times image builds and pulls by outcome', async () => {
+    const before = parseExposition((await scrape(t.url)).text);
+    const principal = await t.server.services.auth.authenticate(t.apiKey);
+    const built = await t.http.post('/api/v1/builds').set(t.auth).send({ name: 'metrics-build', steps: [{ run: 'echo built > /built' }], egress: { mode: 'deny-all' } });
+    expect(built.status, JSON.stringify(built.body)).toBe(202);
+    // A registry on a loopback port nothing listens on: the pull fails at once.
+    const pulled = await t.http.post('/api/v1/builds').set(t.auth).send({ name: 'metrics-pull', dockerfile: 'FROM 127.0.0.1:1/nothing/here:1\nRUN true\n', egress: { mode: 'deny-all' } });
+    expect(pulled.status, JSON.stringify(pulled.body)).toBe(202);
+    expect((await t.server.services.builds.waitFor(principal, built.body.id)).state).toBe('succeeded');
+    expect((await t.server.services.builds.waitFor(principal, pulled.body.id)).state).toBe('failed');
+    const after = parseExposition((await scrape(t.url)).text);
+    const delta = (name: string, match: Record<string, string>) => valueOf(after, name, match) - valueOf(before, name, match);
+    expect(delta('nestbox_image_builds_total', { outcome: 'succeeded' })).toBe(1);
+    expect(delta('nestbox_image_builds_total', { outcome: 'failed' })).toBe(1);
+    expect(delta('nestbox_image_build_duration_seconds_count', { outcome: 'succeeded' })).toBe(1);
+    expect(delta('nestbox_image_build_duration_seconds_sum', { outcome: 'succeeded' })).toBeGreaterThan(0);
+    expect(delta('nestbox_image_pulls_total', { outcome: 'failed' })).toBe(1);
+    expect(delta('nestbox_image_pull_duration_seconds_count', { outcome: 'failed' })).toBe(1);
+    expect(valueOf(after, 'nestbox_image_builds_pending', { state: 'queued' })).toBe(0);
+    expect(valueOf(after, 'nestbox_image_builds_pending', { state: 'running' })).toBe(0);
+    for (const s of after) for (const v of Object.values(s.labels)) expect(v).not.toContain(built.body.id);
+  }, 300_000);
+
   it('labels compat routes by template and unknown paths as unmatched', async () => {
     const before = parseExposition((await scrape(t.url)).text);
     const e2b = await t.http.get('/e2b/sandboxes/nosuchsandbox123').set('X-API-Key', t.apiKey);
