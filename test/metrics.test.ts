@@ -85,7 +85,11 @@ describe('metrics', () => {
     const ran = await t.http.post(`/api/v1/sandboxes/${id}/commands`).set(t.auth).send({ cmd: 'echo metrics' });
     expect(ran.status).toBe(200);
     expect(ran.body.stdout).toContain('metrics');
+    // The same sandbox through Daytona's toolbox: its mount carries the id, the label the template.
+    const daytonaExec = await t.http.post(`/daytona/toolbox/${id}/process/execute`).set(t.auth).send({ command: 'echo daytona' });
+    expect(daytonaExec.status, JSON.stringify(daytonaExec.body)).toBe(200);
     const running = parseExposition((await scrape(t.url)).text);
+    expect(valueOf(running, 'nestbox_http_request_duration_seconds_count', { api: 'daytona', method: 'POST', route: '/daytona/toolbox/:sandboxId/process/execute', status: '200' })).toBe(1);
     expect(valueOf(running, 'nestbox_sandboxes', { state: 'running', host: hostId })).toBe(valueOf(cp0, 'nestbox_sandboxes', { state: 'running', host: hostId }) + 1);
     expect(valueOf(running, 'nestbox_host_allocated', { host: hostId, resource: 'memory_bytes' })).toBeGreaterThanOrEqual(256 * 1024 * 1024);
     expect(valueOf(running, 'nestbox_host_allocated', { host: hostId, resource: 'sandboxes' })).toBeGreaterThanOrEqual(1);
@@ -135,7 +139,8 @@ describe('metrics', () => {
     const agentDelta = (name: string, match: Record<string, string>) => valueOf(ha1, name, match) - valueOf(ha0, name, match);
     expect(agentDelta('nestbox_host_agent_driver_call_duration_seconds_count', { call: 'create', outcome: 'ok' })).toBe(1);
     expect(agentDelta('nestbox_host_agent_driver_call_duration_seconds_count', { call: 'stop', outcome: 'ok' })).toBe(1);
-    expect(agentDelta('nestbox_host_agent_guest_request_duration_seconds_count', { call: 'exec', status: '200' })).toBe(1);
+    // The native command and the Daytona one.
+    expect(agentDelta('nestbox_host_agent_guest_request_duration_seconds_count', { call: 'exec', status: '200' })).toBe(2);
     expect(agentDelta('nestbox_host_agent_sandboxes', { status: 'stopped' })).toBe(1);
     expect(valueOf(ha1, 'nestbox_host_agent_slot_pool', { what: 'size' })).toBeGreaterThan(0);
     expect(valueOf(ha1, 'nestbox_host_agent_capacity', { resource: 'cpu' })).toBeGreaterThanOrEqual(1);
