@@ -1,9 +1,11 @@
 // `nestbox host-agent`: owns this machine's sandboxes, serves the control plane, heartbeats.
 import { createHash } from 'node:crypto';
 import { mkdirSync } from 'node:fs';
+import { totalmem } from 'node:os';
 import type { Config } from './config.js';
 import { ConfigError } from './config.js';
 import { HostAgentServer } from '../host/agent/server.js';
+import { HostAgentMetrics, meterDriver } from '../host/agent/metrics.js';
 import { LocalDriver } from '../host/drivers/local/driver.js';
 import type { Driver } from '../host/drivers/types.js';
 import { ensureBaseImage } from '../host/images/base-image.js';
@@ -62,7 +64,17 @@ export async function startHostAgent(config: Config, logger?: Logger): Promise<R
       });
   await driver.init();
 
-  const server = new HostAgentServer({ hostId: ha.hostId, secret: ha.secret, driver, logger: log });
+  // The series are served at /metrics with NESTBOX_METRICS_TOKEN; without one, driver calls
+  // are not timed (no wrapper) and requests not measured.
+  const metricsToken = config.metrics.token;
+  const metrics = new HostAgentMetrics(driver, metricsToken !== undefined);
+  const server = new HostAgentServer({
+    hostId: ha.hostId,
+    secret: ha.secret,
+    driver: metricsToken ? meterDriver(driver, metrics) : driver,
+    logger: log,
+    ...(metricsToken ? { metrics: { series: metrics, token: metricsToken } } : {}),
+  });
   const port = await server.listen(ha.listenPort, ha.listenHost);
   const url = ha.advertisedUrl ?? `http://${ha.listenHost}:${port}`;
   log.info({ url }, `host agent ${ha.hostId} (${driver.name} driver) listening on ${url}`);
@@ -73,7 +85,8 @@ export async function startHostAgent(config: Config, logger?: Logger): Promise<R
       hostId: ha.hostId,
       url,
       driver: driver.name,
-      capabilities: { ...driver.capabilities() },
+      // The machine's memory beside the driver's facts: the control plane's host capacity gauge.
+      capabilities: { ...driver.capabilities(), memoryBytes: totalmem() },
       sandboxes: (await driver.list()).map((s) => ({ id: s.id, status: s.status })),
     };
     const res = await fetch(new URL(HEARTBEAT_PATH, ha.controlPlaneUrl), {
@@ -91,6 +104,7 @@ export async function startHostAgent(config: Config, logger?: Logger): Promise<R
       if (lastFailure) log.info('heartbeat: control plane reachable again');
       lastFailure = '';
     } catch (err) {
+      metrics.heartbeatFailures.inc();
       const message = err instanceof Error ? err.message : String(err);
       if (message !== lastFailure) log.warn(`heartbeat failed: ${message}`);
       lastFailure = message;

@@ -53,6 +53,8 @@ export class LocalHostAgentSupervisor {
       NESTBOX_EGRESS_REFRESH_SECONDS: String(config.hostAgent.egressRefreshSeconds),
       NESTBOX_EXIT_WITH_PARENT: 'true',
       NESTBOX_LOG_LEVEL: config.logLevel,
+      // Its /metrics answers the same token as the server's.
+      ...(config.metrics.token ? { NESTBOX_METRICS_TOKEN: config.metrics.token } : {}),
     };
     const child = spawn(process.execPath, [CLI_ENTRY(), 'host-agent'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
     this.child = child;

@@ -30,6 +30,7 @@ import { StreamLimits } from './http/stream-limits.js';
 import type { Logger } from '../core/logger.js';
 import { createLogger } from './logger.js';
 import { logOperations } from '../core/operation-log.js';
+import { ControlPlaneMetrics } from '../core/metrics.js';
 import type { Services } from './services.js';
 import { ImageService } from '../core/services/images.js';
 import { ImageBuildService } from '../core/services/image-builds.js';
@@ -71,6 +72,9 @@ export async function startServer(config: Config, logger: Logger = createLogger(
   const sandboxEvents = new SandboxStateEvents(logger.child({ component: 'sandbox-events' }));
   // Several instances may share one PostgreSQL: each hears the others' changes (NOTIFY/LISTEN).
   logOperations(sandboxEvents, logger.child({ component: 'lifecycle' }));
+  // Prometheus series of this process (its own registry); streams are read once services exist.
+  const metrics = new ControlPlaneMetrics({ db, streamsOpen: () => services.streams.openByKind(), processMetrics: config.metrics.token !== undefined });
+  metrics.observeOperations(sandboxEvents);
   const stateFanOut = config.database.kind === 'postgres' ? new PostgresStateFanOut(config.database.url, db, sandboxEvents, instanceId, logger.child({ component: 'sandbox-events' })) : undefined;
   await stateFanOut?.start();
   const hosts = new HostService(
@@ -80,6 +84,7 @@ export async function startServer(config: Config, logger: Logger = createLogger(
     logger.child({ component: 'hosts' }),
     sandboxEvents,
   );
+  hosts.onPlacementFailure = (reason) => metrics.placementFailures.inc({ reason });
   const auth = new AuthService(db);
   const sandboxes = new SandboxService(
     db,
@@ -123,6 +128,7 @@ export async function startServer(config: Config, logger: Logger = createLogger(
     maxTimeoutSeconds: config.builds.maxTimeoutSeconds,
     defaultReadyTimeoutSeconds: config.builds.readyTimeoutSeconds,
   });
+  builds.metrics = metrics;
   await builds.failOwnLeftovers();
   const idempotency = new IdempotencyService(db);
   let listeningUrl = `http://${config.host}:${config.port}`;
@@ -160,6 +166,7 @@ export async function startServer(config: Config, logger: Logger = createLogger(
     }, sandboxTokens),
     sandboxTokens,
     sandboxEvents,
+    metrics,
     streams: new StreamLimits({ perKey: config.limits.maxStreamsPerKey, perSandbox: config.limits.maxStreamsPerSandbox }),
     hostSecret,
     nativeSpecText: readFileSync(projectPath('openapi/native.yaml'), 'utf8'),
@@ -190,6 +197,7 @@ export async function startServer(config: Config, logger: Logger = createLogger(
     instanceTimeoutMs: config.database.kind === 'pglite' ? 0 : Math.max(15_000, config.backgroundIntervalMs * 5),
     logger: logger.child({ component: 'background' }),
     events: sandboxEvents,
+    metrics,
     passes: [
       // A build whose control plane died is failed (its sandboxes go with it).
       { name: 'orphaned-builds', everyMs: 10_000, run: () => builds.failOrphans(config.database.kind === 'pglite' ? 0 : Math.max(15_000, config.backgroundIntervalMs * 5)) },

@@ -11,6 +11,7 @@ import type { Knex } from 'knex';
 import type { IdempotencyService } from './idempotency.js';
 import type { HostService } from './hosts.js';
 import type { SandboxService } from './sandboxes.js';
+import type { ControlPlaneMetrics } from '../metrics.js';
 
 export interface BackgroundOptions {
   instanceId: string;
@@ -24,6 +25,8 @@ export interface BackgroundOptions {
   events?: SandboxStateEvents;
   /** More duties, each run at most every `everyMs` (image builds' orphans, garbage collection). */
   passes?: { name: string; everyMs: number; run: () => Promise<unknown> }[];
+  /** Where each step's duration and failures are recorded (nestbox_background_pass_*). */
+  metrics?: Pick<ControlPlaneMetrics, 'passDuration' | 'passFailures'>;
 }
 
 /** Node's timers take at most 2^31-1 ms; a later deadline is re-armed by the periodic pass long before. */
@@ -92,15 +95,15 @@ export class BackgroundJobs {
     if (this.running) return this.running;
     this.running = (async () => {
       try {
-        await controlPlaneInstanceRepository(this.db).heartbeat(this.opts.instanceId, new Date());
-        await this.reconcileOrphans();
-        await this.expireDue();
-        await this.applyIdlePolicy();
-        await this.idempotency.removeExpired();
+        await this.timed('heartbeat', () => controlPlaneInstanceRepository(this.db).heartbeat(this.opts.instanceId, new Date()));
+        await this.timed('reconcile', () => this.reconcileOrphans());
+        await this.timed('expire', () => this.expireDue());
+        await this.timed('idle', () => this.applyIdlePolicy());
+        await this.timed('idempotency', () => this.idempotency.removeExpired());
         for (const pass of this.opts.passes ?? []) {
           if (Date.now() - (this.passRanAt.get(pass.name) ?? 0) < pass.everyMs) continue;
           this.passRanAt.set(pass.name, Date.now());
-          await pass.run().catch((err) => this.opts.logger.warn({ pass: pass.name, err: toNestboxError(err).message }, `background pass ${pass.name} failed`));
+          await this.timed(pass.name, pass.run).catch((err) => this.opts.logger.warn({ pass: pass.name, err: toNestboxError(err).message }, `background pass ${pass.name} failed`));
         }
         // Deadlines set by other replicas (and any this process missed) are found here.
         this.armAt(await sandboxRepository(this.db).nextDeadline());
@@ -111,6 +114,21 @@ export class BackgroundJobs {
       }
     })();
     return this.running;
+  }
+
+  /** Runs one step of the loop, timing it (and counting its failure) in the metrics when there are any. */
+  private async timed<T>(pass: string, step: () => Promise<T>): Promise<T> {
+    const metrics = this.opts.metrics;
+    if (!metrics) return step();
+    const started = performance.now();
+    try {
+      return await step();
+    } catch (err) {
+      metrics.passFailures.inc({ pass });
+      throw err;
+    } finally {
+      metrics.passDuration.observe({ pass }, (performance.now() - started) / 1000);
+    }
   }
 
   /**

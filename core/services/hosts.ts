@@ -9,6 +9,7 @@ import { EVENTS } from '../state-machine.js';
 import type { HostClient, HostClientFactory, HostSandboxRuntime } from '../host-client.js';
 import { silentLogger, type Logger } from '../logger.js';
 import type { HostRecord } from '../types.js';
+import type { PlacementFailureReason } from '../metrics.js';
 
 /**
  * Per-host secrets are derived from one master secret (HMAC of the host id), so the control
@@ -37,6 +38,8 @@ export interface HeartbeatInput {
 export class HostService {
   private readonly clients = new Map<string, { url: string; client: HostClient }>();
   private readonly records = new Map<string, { at: number; host: HostRecord }>();
+  /** Told of every placement that found no host (the metrics' placement failures); set by the composition root. */
+  onPlacementFailure?: (reason: PlacementFailureReason) => void;
 
   constructor(
     private readonly db: Db,
@@ -88,7 +91,10 @@ export class HostService {
   /** Least-loaded live host. */
   async pickHost(): Promise<HostRecord> {
     const alive = await hostRepository(this.db).listAlive(new Date(Date.now() - this.hostTimeoutMs));
-    if (alive.length === 0) throw new NestboxError('host_unavailable', 'no sandbox host is available right now; try again shortly');
+    if (alive.length === 0) {
+      this.onPlacementFailure?.('no_host_alive');
+      throw new NestboxError('host_unavailable', 'no sandbox host is available right now; try again shortly');
+    }
     const load = await sandboxRepository(this.db).countActiveByHost();
     return alive.reduce((best, h) => ((load.get(h.id) ?? 0) < (load.get(best.id) ?? 0) ? h : best));
   }
@@ -97,6 +103,7 @@ export class HostService {
   async aliveHost(hostId: string): Promise<HostRecord> {
     const host = await hostRepository(this.db).findById(hostId);
     if (!host || host.lastHeartbeatAt.getTime() < Date.now() - this.hostTimeoutMs) {
+      this.onPlacementFailure?.('source_host_unavailable');
       throw new NestboxError('host_unavailable', `host ${hostId}, which holds the snapshot, is not available right now`);
     }
     return host;

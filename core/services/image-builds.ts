@@ -17,6 +17,7 @@
 // time (the rest wait as `queued`). A build whose instance died is failed by any replica's
 // background pass; its sandboxes are deleted with it (they are ordinary sandboxes with a
 // timeout, so even a lost cleanup ends). Nothing half-built is ever tagged.
+import type { ControlPlaneMetrics } from '../metrics.js';
 import { createHash } from 'node:crypto';
 import { mkdir } from 'node:fs/promises';
 import { posix } from 'node:path';
@@ -177,6 +178,8 @@ export class ImageBuildService {
   /** Woken when a build of this instance writes logs or ends (followers poll otherwise). */
   private readonly waiters = new Map<string, Set<() => void>>();
   private stopped = false;
+  /** Where builds and pulls are counted and timed; set by the composition root. */
+  metrics?: Pick<ControlPlaneMetrics, 'builds' | 'buildDuration' | 'pulls' | 'pullDuration'>;
 
   constructor(
     private readonly db: Db,
@@ -463,7 +466,12 @@ export class ImageBuildService {
   }
 
   private async finish(build: ImageBuild, state: BuildState, error: BuildError | null, from: BuildState[] = ['queued'], imageId?: string): Promise<void> {
-    await buildRepository(this.db).transition(build.id, from, { state, error, finishedAt: new Date(), ...(imageId ? { imageId } : {}) });
+    const finishedAt = new Date();
+    const written = await buildRepository(this.db).transition(build.id, from, { state, error, finishedAt, ...(imageId ? { imageId } : {}) });
+    if (written && this.metrics) {
+      this.metrics.builds.inc({ outcome: state });
+      if (build.startedAt) this.metrics.buildDuration.observe({ outcome: state }, (finishedAt.getTime() - build.startedAt.getTime()) / 1000);
+    }
     this.notify(build.id);
     this.logger.info({ buildId: build.id, operation: 'build', outcome: state, imageId }, `build ${build.id} of ${build.name} ${state}${error ? `: ${error.message}` : ''}`);
   }
@@ -569,9 +577,16 @@ export class ImageBuildService {
     await this.useHost(ctx);
     ctx.log(`FROM ${reference}: pulling`);
     let pulled: HostImage;
+    const pullStarted = Date.now();
+    const pullEnded = (outcome: 'succeeded' | 'failed' | 'cancelled') => {
+      this.metrics?.pulls.inc({ outcome });
+      this.metrics?.pullDuration.observe({ outcome }, (Date.now() - pullStarted) / 1000);
+    };
     try {
       pulled = await ctx.host.pullImage(reference, { credentials: ctx.credentials, signal: ctx.signal, onProgress: (line) => ctx.log(line) });
+      pullEnded('succeeded');
     } catch (err) {
+      pullEnded(ctx.signal.aborted ? 'cancelled' : 'failed');
       if (ctx.signal.aborted) throw ctx.signal.reason;
       const e = toNestboxError(err);
       throw new StepFailure({ message: `FROM ${reference}: ${e.message}`, step: ctx.stepNo || 0, line: stage.at.line, code: e.code });

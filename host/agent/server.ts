@@ -30,6 +30,7 @@ import { ImageError } from '../images/oci/errors.js';
 import { acceptAndRelay, connectUpstream, refuseUpgrade } from '../protocol/ws-relay.js';
 import { clientGoneSignal } from '../protocol/client-gone.js';
 import { discardableBody } from '../agent-protocol/request-body.js';
+import type { HostAgentMetrics } from './metrics.js';
 import { forwardableHeaders, proxyHttp, proxyUpgrade, writeRawResponse, type ProxyTarget } from '../protocol/http-proxy.js';
 
 export interface HostAgentServerOptions {
@@ -40,6 +41,8 @@ export interface HostAgentServerOptions {
   logger: Logger;
   /** How long a pull's answer waits for its first line, and the most time between lines (default 10 s). */
   pullKeepaliveMs?: number;
+  /** This agent's Prometheus series, measured and served at `GET /metrics` for `Bearer <token>` (absent: no /metrics, 404). */
+  metrics?: { series: HostAgentMetrics; token: string };
 }
 
 class HttpError extends Error {
@@ -160,11 +163,26 @@ export class HostAgentServer {
     return given.length === expected.length && timingSafeEqual(given, expected);
   }
 
+  private async serveMetrics(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    const metrics = this.opts.metrics;
+    if (!metrics) throw new HttpError(404, 'not_found', 'no route /metrics');
+    if (req.method !== 'GET') throw new HttpError(405, 'method_not_allowed', `${req.method} not allowed on /metrics`);
+    const header = req.headers.authorization ?? '';
+    const given = Buffer.from(header.startsWith('Bearer ') ? header.slice(7) : '');
+    const expected = Buffer.from(metrics.token);
+    if (given.length !== expected.length || !timingSafeEqual(given, expected)) throw new HttpError(401, 'unauthorized', 'missing or invalid metrics token');
+    const text = await metrics.series.scrape();
+    res.writeHead(200, { 'content-type': metrics.series.contentType, 'content-length': Buffer.byteLength(text) });
+    res.end(text);
+  }
+
   private withLock<T>(id: string, task: () => Promise<T>): Promise<T> {
     return this.locks.run(id, task);
   }
 
   private async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    // Scraped with the metrics token, not the host secret (a Prometheus server must not hold that).
+    if (req.url === '/metrics' || req.url?.startsWith('/metrics?')) return this.serveMetrics(req, res);
     if (!this.authorized(req)) throw new HttpError(401, 'unauthorized', 'missing or invalid host secret');
     if (PORT_ROUTE.test(req.url ?? '')) return this.proxyToPort(req, res);
     const url = new URL(req.url ?? '/', 'http://host-agent');
@@ -513,12 +531,15 @@ export class HostAgentServer {
     // disconnect: it kills the command or discards the half-written file.
     const signal = clientGoneSignal(req, res);
     let upstream: http.IncomingMessage;
+    const answered = this.opts.metrics?.series.guestRequestTimer(agentPath);
     try {
       // The guest agent may answer before the body is all sent (507 disk full): its request then
       // fails while ours is still arriving, and the rest of ours must be read and dropped, not
       // left unread (request-body.ts), so the early answer reaches the control plane.
       upstream = await agent.request({ method: req.method ?? 'GET', path: agentPath, headers, body: hasBody ? discardableBody(req) : undefined, signal });
+      answered?.(upstream.statusCode ?? 0);
     } catch (error) {
+      answered?.(error instanceof AgentRequestError ? error.status : 0);
       if (error instanceof AgentRequestError && error.code === 'agent_unavailable') this.noteForgedAnswer(agentPath, error.message);
       throw error;
     }

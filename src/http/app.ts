@@ -15,6 +15,7 @@ import { renderControlPlaneError } from '../../compat/e2b/errors.js';
 import { requestTargetProblem } from '../../http-kit/request-checks.js';
 import { assignRequestIds, requestLogger } from './request-id.js';
 import type { Logger } from '../../core/logger.js';
+import { httpMetrics, metricsEndpoint, tagFrontDoor, untagFrontDoor } from './metrics.js';
 
 /** The server settings the E2B layer needs beside core's port (compat/e2b/deps.ts). */
 export function e2bOptionsOf(services: Services): E2bOptions {
@@ -64,6 +65,9 @@ export function createApp(services: Services): Express {
   app.disable('x-powered-by');
   // First: every later line about the request can carry its id.
   app.use(assignRequestIds(services.logger));
+  // Every request timed by front door, route template and status (src/http/metrics.ts); not
+  // measured at all when no one can scrape it (no NESTBOX_METRICS_TOKEN).
+  if (services.config.metrics.token) app.use(httpMetrics(services.metrics));
   // An error rendered here is logged on the request's own logger (with its requestId).
   const errorLog = (req: Request) => requestLogger(req, services.logger);
   // Before every route: a body that stops arriving is cut, whatever reads it.
@@ -72,8 +76,10 @@ export function createApp(services: Services): Express {
   // whatever its path, and path-form URLs must reach the sandbox exactly as sent.
   // E2B in-sandbox traffic (envd, code interpreter) is recognised by its routing headers or by
   // `49983-`/`49999-<id>.<domain>` hosts, so it goes first; other ports fall through.
-  app.use(createE2bSandboxTrafficHandler(services, e2bOptions));
-  app.use(new PortProxy(services).middleware);
+  app.use(tagFrontDoor('e2b', 'sandbox-traffic'), createE2bSandboxTrafficHandler(services, e2bOptions));
+  app.use(tagFrontDoor('proxy', 'hosted-port'), new PortProxy(services).middleware, untagFrontDoor);
+  // Prometheus metrics, behind NESTBOX_METRICS_TOKEN (after the host-form proxy: there, /metrics is the sandbox's).
+  app.get('/metrics', metricsEndpoint(services.metrics, services.config.metrics.token));
   // Collapse duplicate slashes so `//api/v1/...` from sloppy URL joining still routes.
   app.use((req, _res, next) => {
     if (req.url.includes('//')) req.url = req.url.replace(/\/{2,}/g, '/');

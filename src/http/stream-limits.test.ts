@@ -1,5 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { EventEmitter } from 'node:events';
+import { IncomingMessage, ServerResponse } from 'node:http';
+import { Socket } from 'node:net';
 import { NestboxError } from '../../core/errors.js';
 import { StreamLimits } from './stream-limits.js';
 
@@ -46,5 +48,21 @@ describe('StreamLimits', () => {
     done.abort();
     limits.acquireUntilAborted({ keyId: 'k', sandboxId: 'a' }, done.signal);
     expect(limits.open({ keyId: 'k', sandboxId: 'a' })).toEqual({ key: 0, sandbox: 0 });
+  });
+
+  it('counts open streams by kind for the metrics, and forgets them on release', () => {
+    const limits = new StreamLimits({ perKey: 10, perSandbox: 10 });
+    const socket = new EventEmitter();
+    const answer = new ServerResponse(new IncomingMessage(new Socket()));
+    const abort = new AbortController();
+    limits.acquireUntilClosed({ keyId: 'k', sandboxId: 'a' }, socket);
+    limits.acquireUntilClosed({ keyId: 'k', sandboxId: 'a' }, answer);
+    limits.acquireUntilAborted({ keyId: 'k', sandboxId: 'a' }, abort.signal);
+    limits.acquireUntilClosed({ sandboxId: 'a' }, new EventEmitter());
+    expect(limits.openByKind()).toEqual({ websocket: 1, http_stream: 1, connect: 1, hosted_port: 1 });
+    socket.emit('close');
+    answer.emit('close');
+    abort.abort();
+    expect(limits.openByKind()).toEqual({ websocket: 0, http_stream: 0, connect: 0, hosted_port: 1 });
   });
 });

@@ -5,7 +5,11 @@
 // opened it (hosted-port traffic has none: it counts against its sandbox only) and against its
 // sandbox; beyond either cap the stream is refused with rate_limited (429 in each API's own
 // shape, before any upgrade) and accepted again as soon as one closes.
+import { ServerResponse } from 'node:http';
 import { NestboxError } from '../../core/errors.js';
+
+/** What kind of stream holds a slot (for the `nestbox_streams_open` gauge; never part of a limit). */
+export type StreamKind = 'websocket' | 'http_stream' | 'connect' | 'hosted_port';
 
 export interface StreamCaps {
   perKey: number;
@@ -26,11 +30,12 @@ export interface StreamOwner {
 export class StreamLimits {
   private readonly byKey = new Map<string, number>();
   private readonly bySandbox = new Map<string, number>();
+  private readonly byKind: Record<StreamKind, number> = { websocket: 0, http_stream: 0, connect: 0, hosted_port: 0 };
 
   constructor(readonly caps: StreamCaps) {}
 
   /** A slot for one stream, or rate_limited when the key or the sandbox has its cap open already. */
-  acquire(owner: StreamOwner): StreamSlot {
+  acquire(owner: StreamOwner, kind: StreamKind = owner.keyId === undefined ? 'hosted_port' : 'websocket'): StreamSlot {
     const sandboxCount = this.bySandbox.get(owner.sandboxId) ?? 0;
     if (sandboxCount >= this.caps.perSandbox) {
       throw new NestboxError('rate_limited', `streams: sandbox ${owner.sandboxId} already has ${sandboxCount} open streams (the limit); close one and retry`, {
@@ -49,11 +54,13 @@ export class StreamLimits {
     }
     this.bySandbox.set(owner.sandboxId, sandboxCount + 1);
     if (owner.keyId !== undefined) this.byKey.set(owner.keyId, keyCount + 1);
+    this.byKind[kind]++;
     let released = false;
     return {
       release: () => {
         if (released) return;
         released = true;
+        this.byKind[kind]--;
         decrement(this.bySandbox, owner.sandboxId);
         if (owner.keyId !== undefined) decrement(this.byKey, owner.keyId);
       },
@@ -62,7 +69,9 @@ export class StreamLimits {
 
   /** Holds a slot until `emitter` emits 'close' (a socket, a response, a WebSocket). */
   acquireUntilClosed(owner: StreamOwner, emitter: { once(event: 'close', listener: () => void): unknown }): StreamSlot {
-    const slot = this.acquire(owner);
+    // An HTTP answer held open is SSE or a streamed body; anything else here is an upgraded socket.
+    const kind: StreamKind = owner.keyId === undefined ? 'hosted_port' : emitter instanceof ServerResponse ? 'http_stream' : 'websocket';
+    const slot = this.acquire(owner, kind);
     emitter.once('close', () => slot.release());
     return slot;
   }
@@ -72,10 +81,15 @@ export class StreamLimits {
    * handler context's signal when the call ends, however it ends (done, failed, client gone).
    */
   acquireUntilAborted(owner: StreamOwner, signal: AbortSignal): StreamSlot {
-    const slot = this.acquire(owner);
+    const slot = this.acquire(owner, 'connect');
     if (signal.aborted) slot.release();
     else signal.addEventListener('abort', () => slot.release(), { once: true });
     return slot;
+  }
+
+  /** Open streams now by kind (the metrics gauge reads it at scrape time). */
+  openByKind(): Record<StreamKind, number> {
+    return { ...this.byKind };
   }
 
   /** Open streams now (for tests and diagnostics). */

@@ -1,5 +1,6 @@
 // The native API: openapi/native.yaml is the source of truth for routes and validation;
 // openapi-backend routes each request to the handler of its operationId.
+import { noteRoute, UNMATCHED_ROUTE } from '../metrics.js';
 import express, { type Request, type Response, type Router } from 'express';
 import { OpenAPIBackend, type Context, type Document } from 'openapi-backend';
 import { load as loadYaml } from 'js-yaml';
@@ -91,6 +92,7 @@ export function createNativeRouter(services: Services): Router {
   const api = createNativeBackend(loadNativeSpec(services.nativeSpecText));
 
   const wrap = (handler: NativeHandler) => async (c: Context, req: Request, res: Response) => {
+    noteRoute(req, 'native', c.operation.operationId ?? UNMATCHED_ROUTE);
     const principal = await authenticate(c, req);
     await handler({ api: c, req, res, principal, services });
   };
@@ -121,6 +123,7 @@ export function createNativeRouter(services: Services): Router {
   api.register({
     ...handlers,
     validationFail: async (c: Context, req: Request) => {
+      noteRoute(req, 'native', c.operation?.operationId ?? UNMATCHED_ROUTE);
       if (c.operation) await authenticate(c, req);
       throw describeValidationErrors(c.validation.errors as AjvError[]);
     },
