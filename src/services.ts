@@ -16,6 +16,7 @@ import type { ImageService } from '../core/services/images.js';
 import type { ImageBuildService } from '../core/services/image-builds.js';
 import type { ObjectStore } from '../core/object-store.js';
 import type { CodeInterpreterService } from '../core/services/code-interpreter.js';
+import type { UsageService } from '../core/services/usage.js';
 
 /**
  * Everything the native front door may call, built once by the server. It extends CompatPort
@@ -44,6 +45,8 @@ export interface Services extends CompatPort {
   sandboxTokens: SandboxTokenService;
   /** Sandbox state changes as the lifecycle engine commits them (core/sandbox-events.ts). */
   sandboxEvents: SandboxStateEvents;
+  /** Per-sandbox usage samples (core/services/usage.ts). */
+  usage: UsageService;
   /** Caps on concurrent long-lived streams per key and per sandbox. */
   streams: StreamLimits;
   /** Master secret from which host-agent secrets are derived. */
