@@ -2,7 +2,8 @@
 // beside a baseline measured in the same run. Prints medians (and p95 where asked).
 // Options: --creates N (default 10), --execs N (default 50), --mib N (default 50), --postgres URL,
 // --code-runs N (default 30) and --code-image NAME (default `code-interpreter`) for the code interpreter,
-// --only code-interpreter to run just that part.
+// --usage-sandboxes N (default 50) and --usage-rounds N (default 20) for the host agent's usage sampling,
+// --only code-interpreter or --only usage to run just that part.
 import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { createReadStream, createWriteStream, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -15,6 +16,7 @@ import { startServer } from '../src/server.js';
 import { generateApiKey } from '../core/services/auth.js';
 import { unmountReflinkStore } from '../host/storage/disk-store.js';
 import { benchCodeInterpreter } from './code-interpreter.js';
+import { benchUsageSampling } from './usage-sampling.js';
 import { call, ms, quantile, timed } from './measure.js';
 
 const { values } = parseArgs({
@@ -27,10 +29,13 @@ const { values } = parseArgs({
     reflink: { type: 'boolean', default: true },
     'code-runs': { type: 'string', default: '30' },
     'code-image': { type: 'string', default: 'code-interpreter' },
+    'usage-sandboxes': { type: 'string', default: '50' },
+    'usage-rounds': { type: 'string', default: '20' },
     only: { type: 'string' },
   },
 });
-if (values.only !== undefined && values.only !== 'code-interpreter') throw new Error(`--only: the only part that runs alone is code-interpreter, not ${values.only}`);
+if (values.only !== undefined && values.only !== 'code-interpreter' && values.only !== 'usage') throw new Error(`--only: the parts that run alone are code-interpreter and usage, not ${values.only}`);
+const usageSampling = () => benchUsageSampling({ sandboxes: Number(values['usage-sandboxes']), rounds: Number(values['usage-rounds']), imagesDir: values['images-dir']! });
 const CREATES = Number(values.creates);
 const EXECS = Number(values.execs);
 const MIB = Number(values.mib);
@@ -77,6 +82,8 @@ async function loopbackBaseline(file: string, scratch: string): Promise<{ up: nu
 }
 
 async function main(): Promise<void> {
+  // Needs no control plane: its sandboxes run on a driver of this process (usage-sampling.ts).
+  if (values.only === 'usage') return usageSampling();
   const dataDir = mkdtempSync('/tmp/nbx-bench-');
   const key = generateApiKey();
   const config = loadConfig({
@@ -479,6 +486,8 @@ async function main(): Promise<void> {
     // 11. The code interpreter (bench/code-interpreter.ts).
     await codeInterpreter();
     await benchImagePull(dataDir);
+    // 12. The host agent's usage sampling over idle sandboxes (bench/usage-sampling.ts).
+    await usageSampling();
   } finally {
     for (const id of created) await call(base, key, 'DELETE', `/sandboxes/${id}`).catch(() => undefined);
     await server.close();

@@ -368,16 +368,6 @@ export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 's
     res.json(await dto(req, await resolve(principal, req)));
   }));
 
-  // Metrics history (getMetrics): from core's usage samples; default range = since creation (the SDK always sends both).
-  router.get('/sandbox/:sandboxId/telemetry/metrics', api(async (req, res, principal) => {
-    const names = metricNamesOf(req.query.metricNames);
-    const from = metricsInstantOf(req.query.from, 'from');
-    const to = metricsInstantOf(req.query.to, 'to');
-    const sandbox = await resolve(principal, req);
-    const { points } = await core.usage.range(principal, sandbox.id, { start: from ?? sandbox.createdAt, end: to, maxPoints: DAYTONA_METRICS_MAX_POINTS });
-    res.json({ series: metricSeries(points, names) });
-  }));
-
   router.get('/sandbox/:sandboxId/toolbox-proxy-url', api(async (req, res, principal) => {
     await resolve(principal, req);
     res.json({ url: toolboxProxyUrl(req) });
@@ -547,7 +537,15 @@ export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 's
   unsupportedSandboxRoute('post', '/sandbox/:sandboxId/ssh-access', 'SSH access');
   unsupportedSandboxRoute('delete', '/sandbox/:sandboxId/ssh-access', 'SSH access');
   unsupportedSandboxRoute('get', '/sandbox/ssh-access/validate', 'SSH access');
-  unsupportedSandboxRoute('get', '/sandbox/:sandboxId/telemetry/metrics', 'historical metrics (getMetrics)', 'use getMetricsLatest');
+  // Metrics history (getMetrics): from core's usage samples; default range = since creation (the SDK always sends both).
+  router.get('/sandbox/:sandboxId/telemetry/metrics', api(async (req, res, principal) => {
+    const names = metricNamesOf(req.query.metricNames);
+    const from = metricsInstantOf(req.query.from, 'from');
+    const to = metricsInstantOf(req.query.to, 'to');
+    const sandbox = await resolve(principal, req);
+    const { points } = await core.usage.range(principal, sandbox.id, { start: from ?? sandbox.createdAt, end: to, maxPoints: DAYTONA_METRICS_MAX_POINTS });
+    res.json({ series: metricSeries(points, names) });
+  }));
   // daytona-wave2 §1.4: the build log of a sandbox built on demand (its pending record, or the
   // build of the image it was created from). A URL without a query: the SDK appends `?follow=true`.
   const sandboxBuildId = async (principal: Principal, idOrName: string): Promise<string> => {
