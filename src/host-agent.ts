@@ -91,9 +91,13 @@ export async function startHostAgent(config: Config, logger?: Logger): Promise<R
         body: JSON.stringify(body),
         signal: AbortSignal.timeout(10_000),
       });
-      if (!res.ok) throw new Error(`control plane answered ${res.status}: ${await res.text()}`);
+      if (!res.ok) {
+        // A 400 refuses this very body: sending its samples again would be refused again.
+        if (res.status !== 400) sampler.putBack(usage);
+        throw new Error(`control plane answered ${res.status}: ${await res.text()}`);
+      }
     } catch (err) {
-      sampler.putBack(usage);
+      if (err instanceof TypeError || (err instanceof Error && err.name === 'TimeoutError')) sampler.putBack(usage);
       throw err;
     }
   };
