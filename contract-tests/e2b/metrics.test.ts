@@ -81,6 +81,14 @@ describe('e2b sandbox metrics', () => {
     expect(latest.timestampUnix).toBe(Math.floor(Date.parse(latest.timestamp) / 1000));
     expect(latest).toMatchObject({ cpuCount: expect.any(Number), memTotal: 1024 * MiB, memUsed: expect.any(Number), diskTotal: expect.any(Number) });
 
+    // No range: since the sandbox started, oldest first.
+    const startedAt = (await sbx.getInfo()).startedAt.getTime();
+    const all = await sbx.getMetrics();
+    expect(all.length).toBeGreaterThan(3);
+    expect(all[0].timestamp.getTime()).toBeGreaterThanOrEqual(startedAt);
+    const times = all.map((m) => m.timestamp.getTime());
+    expect([...times].sort((a, b) => a - b)).toEqual(times);
+
     const bad = await t.http.get(`/e2b/sandboxes/${sbx.sandboxId}/metrics?start=yesterday`).set('X-API-Key', t.apiKey);
     expect(bad.status).toBe(400);
     expect(bad.body.message).toMatch(/start/);
