@@ -2,8 +2,9 @@
 // beside a baseline measured in the same run. Prints medians (and p95 where asked).
 // Options: --creates N (default 10), --execs N (default 50), --mib N (default 50), --postgres URL,
 // --code-runs N (default 30) and --code-image NAME (default `code-interpreter`) for the code interpreter,
-// --only code-interpreter or --only observability to run just that part (the latter: the exec round
-// trip with metrics and tracing off vs on, two servers of its own; it also runs after the rest).
+// --usage-sandboxes N (default 50) and --usage-rounds N (default 20) for the host agent's usage sampling,
+// --only code-interpreter, --only usage or --only observability to run just that part (the last: the exec
+// round trip with metrics and tracing off vs on, two servers of its own; it also runs after the rest).
 import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { createReadStream, createWriteStream, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -17,6 +18,7 @@ import { generateApiKey } from '../core/services/auth.js';
 import { unmountReflinkStore } from '../host/storage/disk-store.js';
 import { benchCodeInterpreter } from './code-interpreter.js';
 import { benchObservability } from './observability.js';
+import { benchUsageSampling } from './usage-sampling.js';
 import { call, ms, quantile, timed } from './measure.js';
 
 const { values } = parseArgs({
@@ -29,11 +31,14 @@ const { values } = parseArgs({
     reflink: { type: 'boolean', default: true },
     'code-runs': { type: 'string', default: '30' },
     'code-image': { type: 'string', default: 'code-interpreter' },
+    'usage-sandboxes': { type: 'string', default: '50' },
+    'usage-rounds': { type: 'string', default: '20' },
     only: { type: 'string' },
   },
 });
-const ALONE = ['code-interpreter', 'observability'];
+const ALONE = ['code-interpreter', 'usage', 'observability'];
 if (values.only !== undefined && !ALONE.includes(values.only)) throw new Error(`--only: the parts that run alone are ${ALONE.join(', ')}, not ${values.only}`);
+const usageSampling = () => benchUsageSampling({ sandboxes: Number(values['usage-sandboxes']), rounds: Number(values['usage-rounds']), imagesDir: values['images-dir']! });
 const CREATES = Number(values.creates);
 const EXECS = Number(values.execs);
 const MIB = Number(values.mib);
@@ -82,6 +87,8 @@ async function loopbackBaseline(file: string, scratch: string): Promise<{ up: nu
 async function main(): Promise<void> {
   const observability = () => benchObservability({ execs: EXECS, imagesDir: values['images-dir']!, postgres: values.postgres });
   if (values.only === 'observability') return await observability();
+  // Needs no control plane: its sandboxes run on a driver of this process (usage-sampling.ts).
+  if (values.only === 'usage') return usageSampling();
   const dataDir = mkdtempSync('/tmp/nbx-bench-');
   const key = generateApiKey();
   const config = loadConfig({
@@ -484,6 +491,8 @@ async function main(): Promise<void> {
     // 11. The code interpreter (bench/code-interpreter.ts).
     await codeInterpreter();
     await benchImagePull(dataDir);
+    // 12. The host agent's usage sampling over idle sandboxes (bench/usage-sampling.ts).
+    await usageSampling();
   } finally {
     for (const id of created) await call(base, key, 'DELETE', `/sandboxes/${id}`).catch(() => undefined);
     await server.close();

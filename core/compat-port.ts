@@ -21,6 +21,7 @@ import type { ImageBuildService } from './services/image-builds.js';
 import type { ObjectStore } from './object-store.js';
 import type { SandboxStateEvents } from './sandbox-events.js';
 import type { CodeInterpreterPort } from './code-interpreter/types.js';
+import type { UsageService } from './services/usage.js';
 
 /** Every toolbox method (the class has no other public members). */
 export type ToolboxPort = Pick<Toolbox, keyof Toolbox>;
@@ -53,6 +54,9 @@ export type ImagesPort = Pick<ImageService, 'get' | 'find' | 'list' | 'tagsOf' |
 /** Image builds: start (a BuildSpec from core/images), status, logs, wait, cancel. */
 export type BuildsPort = Pick<ImageBuildService, 'create' | 'get' | 'list' | 'logs' | 'follow' | 'waitFor' | 'cancel'>;
 
+/** Per-sandbox usage samples: the latest and time ranges (services/usage.ts). */
+export type UsagePort = Pick<UsageService, 'latest' | 'latestMany' | 'range'>;
+
 export interface CompatPort {
   toolbox: ToolboxPort;
   sandboxes: SandboxesPort;
@@ -68,4 +72,5 @@ export interface CompatPort {
   objects: ObjectStore;
   /** Code contexts (Jupyter kernels) and cells; one-shot code runs (core/services/code-interpreter.ts). */
   codeInterpreter: CodeInterpreterPort;
+  usage: UsagePort;
 }

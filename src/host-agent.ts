@@ -10,7 +10,8 @@ import { LocalDriver } from '../host/drivers/local/driver.js';
 import type { Driver } from '../host/drivers/types.js';
 import { ensureBaseImage } from '../host/images/base-image.js';
 import { ensureCodeInterpreterImage } from '../host/images/code-interpreter-image.js';
-import { HEARTBEAT_PATH, type Heartbeat } from '../host/protocol/schemas.js';
+import { HEARTBEAT_PATH, MAX_HEARTBEAT_USAGE_SAMPLES, type Heartbeat } from '../host/protocol/schemas.js';
+import { UsageSampler } from '../host/agent/usage-sampler.js';
 import { GUEST_AGENT_BUNDLE } from './paths.js';
 import type { Logger } from '../core/logger.js';
 import { createLogger } from './logger.js';
@@ -79,8 +80,14 @@ export async function startHostAgent(config: Config, logger?: Logger): Promise<R
   const url = ha.advertisedUrl ?? `http://${ha.listenHost}:${port}`;
   log.info({ url }, `host agent ${ha.hostId} (${driver.name} driver) listening on ${url}`);
 
+  // Per-sandbox usage rides on the heartbeats: each carries what was sampled since the last one
+  // the control plane answered (a failed beat puts its samples back).
+  const sampler = new UsageSampler(driver, { intervalMs: config.usage.sampleSeconds * 1000, logger: log });
+  sampler.start();
+
   let stopped = false;
   const heartbeat = async () => {
+    const usage = sampler.take(MAX_HEARTBEAT_USAGE_SAMPLES);
     const body: Heartbeat = {
       hostId: ha.hostId,
       url,
@@ -88,14 +95,24 @@ export async function startHostAgent(config: Config, logger?: Logger): Promise<R
       // The machine's memory beside the driver's facts: the control plane's host capacity gauge.
       capabilities: { ...driver.capabilities(), memoryBytes: totalmem() },
       sandboxes: (await driver.list()).map((s) => ({ id: s.id, status: s.status })),
+      ...(usage.length ? { usage } : {}),
     };
-    const res = await fetch(new URL(HEARTBEAT_PATH, ha.controlPlaneUrl), {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', authorization: `Bearer ${ha.secret}` },
-      body: JSON.stringify(body),
-      signal: AbortSignal.timeout(10_000),
-    });
-    if (!res.ok) throw new Error(`control plane answered ${res.status}: ${await res.text()}`);
+    try {
+      const res = await fetch(new URL(HEARTBEAT_PATH, ha.controlPlaneUrl), {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${ha.secret}` },
+        body: JSON.stringify(body),
+        signal: AbortSignal.timeout(10_000),
+      });
+      if (!res.ok) {
+        // A 400 refuses this very body: sending its samples again would be refused again.
+        if (res.status !== 400) sampler.putBack(usage);
+        throw new Error(`control plane answered ${res.status}: ${await res.text()}`);
+      }
+    } catch (err) {
+      if (err instanceof TypeError || (err instanceof Error && err.name === 'TimeoutError')) sampler.putBack(usage);
+      throw err;
+    }
   };
   let lastFailure = '';
   const beat = async () => {
@@ -125,6 +142,7 @@ export async function startHostAgent(config: Config, logger?: Logger): Promise<R
     if (stopped) return;
     stopped = true;
     clearInterval(timer);
+    sampler.stop();
     clearInterval(parentWatch);
     await server.close();
     // Sandboxes keep running: the next host agent adopts them.

@@ -51,6 +51,7 @@ export class LocalHostAgentSupervisor {
       NESTBOX_USERNS_BASE: String(config.hostAgent.userNamespaceBase),
       NESTBOX_USERNS_MAX: String(config.hostAgent.maxUserNamespaces),
       NESTBOX_EGRESS_REFRESH_SECONDS: String(config.hostAgent.egressRefreshSeconds),
+      NESTBOX_USAGE_SAMPLE_SECONDS: String(config.usage.sampleSeconds),
       NESTBOX_EXIT_WITH_PARENT: 'true',
       NESTBOX_LOG_LEVEL: config.logLevel,
       // Its /metrics answers the same token as the server's.

@@ -21,6 +21,7 @@ import { createApp, daytonaOptionsOf } from './http/app.js';
 import { attachNativeWebSockets } from './http/native/websocket.js';
 import { attachPortProxyUpgrades } from './http/port-proxy.js';
 import { PortService } from '../core/services/ports.js';
+import { UsageService } from '../core/services/usage.js';
 import { attachDaytonaWebSockets } from '../compat/daytona/router.js';
 import { LocalHostAgentSupervisor } from './local-host-agent.js';
 import { projectPath } from './paths.js';
@@ -143,6 +144,7 @@ export async function startServer(config: Config, logger: Logger = createLogger(
 
   const sandboxTokens = new SandboxTokenService(db, hostSecret, { ttlSeconds: config.tokens.sandboxTokenTtlSeconds, signedUrlMaxSeconds: config.tokens.signedUrlMaxSeconds });
   const toolbox = new Toolbox(sandboxes);
+  const usage = new UsageService(db, sandboxes, { retentionHours: config.usage.retentionHours, logger: logger.child({ component: 'usage' }) });
   const services: Services = {
     config,
     db,
@@ -167,6 +169,7 @@ export async function startServer(config: Config, logger: Logger = createLogger(
     sandboxTokens,
     sandboxEvents,
     metrics,
+    usage,
     streams: new StreamLimits({ perKey: config.limits.maxStreamsPerKey, perSandbox: config.limits.maxStreamsPerSandbox }),
     hostSecret,
     nativeSpecText: readFileSync(projectPath('openapi/native.yaml'), 'utf8'),
@@ -202,6 +205,8 @@ export async function startServer(config: Config, logger: Logger = createLogger(
       // A build whose control plane died is failed (its sandboxes go with it).
       { name: 'orphaned-builds', everyMs: 10_000, run: () => builds.failOrphans(config.database.kind === 'pglite' ? 0 : Math.max(15_000, config.backgroundIntervalMs * 5)) },
       // Images nothing points at, and cached steps unused for the TTL, with their layers.
+      // Usage samples past NESTBOX_USAGE_RETENTION_HOURS, and beyond each sandbox's cap.
+      { name: 'usage-retention', everyMs: 60_000, run: () => usage.prune() },
       { name: 'image-gc', everyMs: 10 * 60_000, run: async () => {
         await images.collectGarbage();
         await images.expireCache(new Date(Date.now() - config.builds.cacheTtlHours * 3600_000));

@@ -17,6 +17,7 @@ import type { ImageBuildService } from '../core/services/image-builds.js';
 import type { ObjectStore } from '../core/object-store.js';
 import type { CodeInterpreterService } from '../core/services/code-interpreter.js';
 import type { ControlPlaneMetrics } from '../core/metrics.js';
+import type { UsageService } from '../core/services/usage.js';
 
 /**
  * Everything the native front door may call, built once by the server. It extends CompatPort
@@ -47,6 +48,8 @@ export interface Services extends CompatPort {
   sandboxEvents: SandboxStateEvents;
   /** This process's Prometheus registry and series (core/metrics.ts), served at `/metrics`. */
   metrics: ControlPlaneMetrics;
+  /** Per-sandbox usage samples (core/services/usage.ts). */
+  usage: UsageService;
   /** Caps on concurrent long-lived streams per key and per sandbox. */
   streams: StreamLimits;
   /** Master secret from which host-agent secrets are derived. */

@@ -9,6 +9,7 @@ import type { Principal, Sandbox, Snapshot } from '../../core/types.js';
 import type { CompatPort } from '../../core/compat-port.js';
 import { handle, principalOf, toolboxProxyUrl, type DaytonaOptions } from './context.js';
 import { notSupported } from './errors.js';
+import { DAYTONA_METRICS_MAX_POINTS, instantOf as metricsInstantOf, metricNamesOf, metricSeries } from './metrics.js';
 import { CORE_STATES_OF, renderDaytonaSandbox, renderDaytonaSnapshot, SANDBOX_USER } from './sandbox-dto.js';
 import { requireScope } from '../../core/services/auth.js';
 import { isIpv4Entry, parseEgressEntry } from '../../core/egress.js';
@@ -267,7 +268,7 @@ function listInput(req: Request): ListSandboxesInput {
   return input;
 }
 
-export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 'snapshots' | 'sandboxTokens' | 'ports' | 'images' | 'builds'>, options: Pick<DaytonaOptions, 'log' | 'maxTimeoutSeconds' | 'region' | 'objectStorage' | 'defaultSnapshot'>): Router {
+export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 'snapshots' | 'sandboxTokens' | 'ports' | 'images' | 'builds' | 'usage'>, options: Pick<DaytonaOptions, 'log' | 'maxTimeoutSeconds' | 'region' | 'objectStorage' | 'defaultSnapshot'>): Router {
   const router = express.Router();
   const { sandboxes, snapshots } = core;
   const pending = new PendingBuildSandboxes(core, options.log);
@@ -536,7 +537,15 @@ export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 's
   unsupportedSandboxRoute('post', '/sandbox/:sandboxId/ssh-access', 'SSH access');
   unsupportedSandboxRoute('delete', '/sandbox/:sandboxId/ssh-access', 'SSH access');
   unsupportedSandboxRoute('get', '/sandbox/ssh-access/validate', 'SSH access');
-  unsupportedSandboxRoute('get', '/sandbox/:sandboxId/telemetry/metrics', 'historical metrics (getMetrics)', 'use getMetricsLatest');
+  // Metrics history (getMetrics): from core's usage samples; default range = since creation (the SDK always sends both).
+  router.get('/sandbox/:sandboxId/telemetry/metrics', api(async (req, res, principal) => {
+    const names = metricNamesOf(req.query.metricNames);
+    const from = metricsInstantOf(req.query.from, 'from');
+    const to = metricsInstantOf(req.query.to, 'to');
+    const sandbox = await resolve(principal, req);
+    const { points } = await core.usage.range(principal, sandbox.id, { start: from ?? sandbox.createdAt, end: to, maxPoints: DAYTONA_METRICS_MAX_POINTS });
+    res.json({ series: metricSeries(points, names) });
+  }));
   // daytona-wave2 §1.4: the build log of a sandbox built on demand (its pending record, or the
   // build of the image it was created from). A URL without a query: the SDK appends `?follow=true`.
   const sandboxBuildId = async (principal: Principal, idOrName: string): Promise<string> => {

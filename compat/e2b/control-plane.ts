@@ -7,6 +7,7 @@ import { isTransitional, type SandboxState } from '../../core/state-machine.js';
 import type { Principal, Sandbox, Snapshot } from '../../core/types.js';
 import type { E2bDeps } from './deps.js';
 import { notSupported, renderControlPlaneError } from './errors.js';
+import { E2B_METRICS_MAX_POINTS, e2bMetric, sandboxIdsOf, unixSecondsOf } from './metrics.js';
 import { ENVD_VERSION } from './routing.js';
 import { E2B_CONTROL_PLANE_SCOPES } from './scopes.js';
 import { e2bEgressPolicy, e2bNetworkInfo } from './network.js';
@@ -399,8 +400,11 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
   router.post('/v2/sandboxes', route(create));
   router.get('/sandboxes', route(list(false)));
   router.get('/v2/sandboxes', route(list(true)));
-  router.get('/sandboxes/metrics', route(async () => {
-    throw notSupported('sandbox metrics');
+  // Latest sample of each sandbox named (e2b-wave2.md §4.1); ones without a sample (or not the
+  // caller's) are left out of the map.
+  router.get('/sandboxes/metrics', route(async (req, res, principal) => {
+    const latest = await core.usage.latestMany(principal, sandboxIdsOf(req.query.sandbox_ids));
+    res.status(200).json({ sandboxes: Object.fromEntries([...latest].map(([sandboxId, point]) => [sandboxId, e2bMetric(point)])) });
   }));
   router.get('/sandboxes/:sandboxID', route(async (req, res, principal) => {
     const sandbox = await core.sandboxes.get(principal, id(req));
@@ -430,9 +434,12 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
   router.post('/sandboxes/:sandboxID/resume', route(legacyResume));
   router.post('/sandboxes/:sandboxID/connect', route(connect(false)));
   router.post('/v2/sandboxes/:sandboxID/connect', route(connect(true)));
-  router.get('/sandboxes/:sandboxID/metrics', route(async (req, _res, principal) => {
-    await core.sandboxes.get(principal, id(req));
-    throw notSupported('sandbox metrics');
+  // Samples from `start` (default: when the sandbox started) to `end` (default: now), unix seconds.
+  router.get('/sandboxes/:sandboxID/metrics', route(async (req, res, principal) => {
+    const start = unixSecondsOf(req.query.start, 'start');
+    const end = unixSecondsOf(req.query.end, 'end');
+    const { points } = await core.usage.range(principal, id(req), { start, end, maxPoints: E2B_METRICS_MAX_POINTS });
+    res.status(200).json(points.map(e2bMetric));
   }));
   router.get(['/sandboxes/:sandboxID/logs', '/v2/sandboxes/:sandboxID/logs'], route(async (req, _res, principal) => {
     await core.sandboxes.get(principal, id(req));

@@ -42,7 +42,8 @@ const results = new Map<string, CaseResult>();
 let run: { code: number | null; signal: string | null; output: string; timedOut: boolean };
 
 beforeAll(async () => {
-  server = await startTestServer();
+  // Usage samples every 2 s, so metrics tests (test_e2b_metrics.py) see them move within seconds.
+  server = await startTestServer({ env: { NESTBOX_USAGE_SAMPLE_SECONDS: '2' } });
   const reportDir = mkdtempSync(path.join(tmpdir(), 'nbx-pytest-'));
   const report = path.join(reportDir, 'report.jsonl');
   try {

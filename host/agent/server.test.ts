@@ -94,6 +94,9 @@ class StandInDriver implements Driver {
     return [...this.sandboxes.values()];
   }
   async close() {}
+  async usage() {
+    return [];
+  }
 }
 
 let dir: string;

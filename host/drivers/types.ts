@@ -139,6 +139,31 @@ export interface PullImageOptions {
   signal?: AbortSignal;
 }
 
+/**
+ * What one live sandbox uses right now (Driver.usage), as counters: the host agent's sampler
+ * (host/agent/usage-sampler.ts) turns cumulative CPU time into a percentage between two reads.
+ * A field the driver cannot know is absent (never a guess or a 0).
+ */
+export interface SandboxUsageCounters {
+  id: string;
+  status: 'running' | 'paused';
+  /** Cumulative CPU time of everything the sandbox has run, in nanoseconds. */
+  cpuNs?: number;
+  /** vCPUs the sandbox may use (its limit). */
+  cpuLimit: number;
+  /** Memory in use, page cache the kernel can drop left out (as `docker stats`). */
+  memoryUsedBytes?: number;
+  /** Page cache charged to the sandbox. */
+  memoryCacheBytes?: number;
+  memoryLimitBytes?: number;
+  /** Its own disk: used and total bytes as `df` inside it shows them. */
+  diskUsedBytes?: number;
+  diskTotalBytes?: number;
+  /** Bytes the sandbox received and sent, from its slot's host-side interface. */
+  netRxBytes?: number;
+  netTxBytes?: number;
+}
+
 export interface Driver {
   readonly name: 'local' | 'cloud-hypervisor';
   /** Probe the machine, reclaim leftovers of crashed runs, adopt sandboxes that still run. */
@@ -178,6 +203,11 @@ export interface Driver {
   list(): Promise<SandboxRuntime[]>;
   /** Release in-memory resources (timers); sandboxes keep running. */
   close(): Promise<void>;
+  /**
+   * Usage counters of every running or paused sandbox. Cheap (a few small files per sandbox,
+   * no process started, no lock taken): the host agent calls it every few seconds.
+   */
+  usage(): Promise<SandboxUsageCounters[]>;
   /** Change the egress policy of a sandbox, live if it runs (optional: drivers without it answer 501). */
   setEgress?(id: string, egress: EgressPolicySpec): Promise<EgressResult>;
   /**

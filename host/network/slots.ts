@@ -244,6 +244,17 @@ export async function teardownSlot(slot: Slot): Promise<void> {
   await flushSlotConntrack(slot);
 }
 
+/**
+ * Bytes through the slot's veth as the sandbox sees them: what the host end sent is what the
+ * sandbox received, and the other way round. Undefined when the interface is gone.
+ */
+export async function slotTrafficBytes(slot: Pick<Slot, 'hostInterface'>): Promise<{ rxBytes: number; txBytes: number } | undefined> {
+  const dir = `/sys/class/net/${slot.hostInterface}/statistics`;
+  const [hostRx, hostTx] = await Promise.all(['rx_bytes', 'tx_bytes'].map((name) => readFile(join(dir, name), 'utf8').then(Number, () => NaN)));
+  if (!Number.isFinite(hostRx) || !Number.isFinite(hostTx)) return undefined;
+  return { rxBytes: hostTx, txBytes: hostRx };
+}
+
 /** Processes still inside the slot's namespace (a recycled slot must have none). */
 export async function netnsPids(slot: Slot): Promise<number[]> {
   const stdout = await run('ip', ['netns', 'pids', slot.netns]);

@@ -148,6 +148,31 @@ export const HostPullLine = z.union([
 export type HostPullLine = z.infer<typeof HostPullLine>;
 export const PULL_CONTENT_TYPE = 'application/x-ndjson';
 
+const byteCount = z.number().int().nonnegative().optional();
+/**
+ * One usage sample of one sandbox, taken by the host agent's sampler (host/agent/usage-sampler.ts).
+ * A field the driver cannot know is absent. `cpuUsedPct` is the share of the sandbox's own CPU
+ * limit used since the previous sample (0 while paused; absent on the first sample).
+ */
+export const UsageSample = z
+  .object({
+    sandboxId: z.string().regex(/^[a-z0-9]{1,32}$/),
+    at: z.string().datetime(),
+    cpuUsedPct: z.number().min(0).max(100).optional(),
+    cpuCount: z.number().positive(),
+    memUsed: byteCount,
+    memCache: byteCount,
+    memTotal: byteCount,
+    diskUsed: byteCount,
+    diskTotal: byteCount,
+    netRx: byteCount,
+    netTx: byteCount,
+  })
+  .strict();
+export type UsageSample = z.infer<typeof UsageSample>;
+/** Samples one heartbeat carries at most (the host agent keeps older ones for the next beat). */
+export const MAX_HEARTBEAT_USAGE_SAMPLES = 2_000;
+
 export const Heartbeat = z
   .object({
     hostId: z.string().min(1),
@@ -155,6 +180,8 @@ export const Heartbeat = z
     driver: z.string().min(1),
     capabilities: z.record(z.string(), z.unknown()),
     sandboxes: z.array(HostSandboxRuntime),
+    /** Usage samples taken since the last heartbeat that was answered. */
+    usage: z.array(UsageSample).max(MAX_HEARTBEAT_USAGE_SAMPLES).optional(),
   })
   .strict();
 export type Heartbeat = z.infer<typeof Heartbeat>;

@@ -15,7 +15,7 @@
 // or stopped: file views and forks read it), and is mounted again after a reboot.
 import { randomBytes } from 'node:crypto';
 import { existsSync, statfsSync } from 'node:fs';
-import { mkdir, open, rename, rm } from 'node:fs/promises';
+import { mkdir, open, rename, rm, statfs } from 'node:fs/promises';
 import { join } from 'node:path';
 import { isMountPoint } from '../util/mounts.js';
 import { runCommand } from '../util/run.js';
@@ -126,6 +126,12 @@ export function diskUsage(diskDir: string): { sizeBytes: number; usedBytes: numb
     inodes: stats.files,
     usedInodes: stats.files - stats.ffree,
   };
+}
+
+/** `diskUsage` without blocking the event loop (the usage sampler reads it for every sandbox). */
+export async function readDiskUsage(diskDir: string): Promise<{ sizeBytes: number; usedBytes: number }> {
+  const stats = await statfs(diskMountPoint(diskDir));
+  return { sizeBytes: stats.blocks * stats.bsize, usedBytes: (stats.blocks - stats.bfree) * stats.bsize };
 }
 
 /** Inodes for a disk of `sizeBytes` at `perGiB` (never below ext4's useful minimum). */

@@ -107,6 +107,7 @@ export function createApp(services: Services): Express {
       const secret = header.startsWith('Bearer ') ? header.slice(7) : '';
       if (!hostSecretMatches(services.hostSecret, parsed.data.hostId, secret)) throw new NestboxError('unauthorized', 'invalid host secret');
       await services.hosts.heartbeat(parsed.data);
+      if (parsed.data.usage) await services.usage.record(parsed.data.hostId, parsed.data.usage);
       res.status(204).end();
     } catch (err) {
       renderNativeError(res, err, errorLog(req));

@@ -206,8 +206,19 @@ describe.skipIf(!isRoot)('cloud-hypervisor driver (against the simulator unless 
     expect(await exec(viaSocket, 'cat note.txt')).toBe('kept across stop and fork');
     viaSocket.close();
 
+    // usage: what the host can see of the VM (the VMM's CPU time, its memory and disk sizes,
+    // the slot's veth); what only the guest knows is absent, never guessed.
+    const [usage] = (await driver.usage()).filter((u) => u.id === 'cha');
+    expect(usage).toMatchObject({ status: 'running', cpuLimit: 1, memoryLimitBytes: 256 * 2 ** 20 });
+    expect(usage.cpuNs).toBeGreaterThan(0);
+    expect(usage.diskTotalBytes).toBeGreaterThan(0);
+    expect(usage.netTxBytes).toEqual(expect.any(Number));
+    expect(usage).not.toHaveProperty('memoryUsedBytes');
+    expect(usage.diskUsedBytes).toBeUndefined();
+
     // pause: the VM does not answer; unpause: it does again.
     expect((await timed('pause', () => driver.pause('cha'))).status).toBe('paused');
+    expect((await driver.usage()).find((u) => u.id === 'cha')?.status).toBe('paused');
     await withClient('cha', async (client) => {
       await expect(client.health({ timeoutMs: 300 })).rejects.toThrow();
     });

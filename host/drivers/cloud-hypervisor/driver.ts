@@ -11,20 +11,20 @@
 import { randomBytes } from 'node:crypto';
 import { execFile } from 'node:child_process';
 import { constants as fsConstants, existsSync } from 'node:fs';
-import { access, link, mkdir, readFile, writeFile } from 'node:fs/promises';
+import { access, link, mkdir, readFile, stat, writeFile } from 'node:fs/promises';
 import { cpus } from 'node:os';
 import { join } from 'node:path';
 import { readAgentKeyFile, writeAgentKeyFile } from '../../agent-protocol/key-file.js';
 import { sandboxDnsServers } from '../../network/dns.js';
 import { applyNftRuleset, renderNftRuleset } from '../../network/nft.js';
-import { enableIpForwarding, VETH_PREFIX } from '../../network/slots.js';
+import { enableIpForwarding, slotTrafficBytes, VETH_PREFIX } from '../../network/slots.js';
 import { DiskStore } from '../../storage/disk-store.js';
 import { assertSnapshotId, SnapshotStore } from '../../storage/snapshots.js';
 import { removeTree } from '../../util/fs.js';
-import { isProcessAlive } from '../../util/process.js';
+import { isProcessAlive, processCpuNs } from '../../util/process.js';
 import { assertSandboxId } from '../base/driver-base.js';
 import { DriverError } from '../errors.js';
-import type { Driver, DriverCapabilities, FileView, ForkResult, SandboxRuntime, SandboxSpec, SnapshotResult, StartResult } from '../types.js';
+import type { Driver, DriverCapabilities, FileView, ForkResult, SandboxRuntime, SandboxSpec, SandboxUsageCounters, SnapshotResult, StartResult } from '../types.js';
 import type { VmConfig } from './api.js';
 import { patchSnapshotConfig } from './config.js';
 import { transition } from './lifecycle.js';
@@ -386,6 +386,37 @@ export class ChDriver extends ChRecovery implements Driver {
   }
 
   touchFileView(): void {}
+
+  // ---- Driver: usage ----------------------------------------------------------------------------
+
+  /**
+   * What the host can see of each live VM: the VMM process's CPU time (its vCPU threads
+   * included), the memory it was given, the size of its disk image and its slot's veth. What
+   * happens inside the guest (memory in use or cached, the disk's used blocks) is not visible from
+   * here without an agent call, so those fields are left out rather than estimated.
+   */
+  async usage(): Promise<SandboxUsageCounters[]> {
+    const live = [...this.records.values()].filter((record) => record.status === 'running' || record.status === 'paused');
+    return Promise.all(
+      live.map(async (record): Promise<SandboxUsageCounters> => {
+        const [cpuNs, disk, traffic] = await Promise.all([
+          record.pid && record.pidStartTime ? processCpuNs(record.pid, record.pidStartTime) : undefined,
+          stat(this.diskPath(record)).catch(() => undefined),
+          record.slot ? slotTrafficBytes(record.slot) : undefined,
+        ]);
+        return {
+          id: record.id,
+          status: record.status === 'paused' ? 'paused' : 'running',
+          cpuNs,
+          cpuLimit: record.spec.cpu,
+          memoryLimitBytes: record.spec.memoryMiB * 2 ** 20,
+          diskTotalBytes: disk?.size,
+          netRxBytes: traffic?.rxBytes,
+          netTxBytes: traffic?.txBytes,
+        };
+      }),
+    );
+  }
 }
 
 // ---- free functions -------------------------------------------------------------------------------

@@ -23,17 +23,29 @@ export interface CgroupGroup {
 }
 
 const V1_CONTROLLERS = ['memory', 'cpu', 'pids', 'freezer'] as const;
+/**
+ * Where v1 accounts CPU time: usually co-mounted with `cpu` (cpu,cpuacct); on machines where
+ * `cpuacct` is a hierarchy of its own, sandbox groups get a directory there too (appended after
+ * the four above, so their indexes stay put), which is what per-sandbox CPU usage is read from.
+ */
+const V1_CPUACCT = 'cpuacct';
 const CFS_PERIOD_US = 100_000;
 const DRAIN_TIMEOUT_MS = 5_000;
 const FREEZE_TIMEOUT_MS = 2_000;
 
 export class Cgroups {
+  /** The v1 hierarchies a group has a directory in (V1_CONTROLLERS, plus a separate cpuacct). */
+  private readonly v1Controllers: readonly string[];
+
   private constructor(
     readonly version: CgroupVersion,
     private readonly root: string,
     /** Whether v1 memory accounting includes swap (memory.memsw.*), so swap can be capped too. */
     readonly swapLimit: boolean,
-  ) {}
+  ) {
+    const separateCpuacct = version === 1 && !existsSync(join(root, 'cpu', 'cpuacct.usage')) && existsSync(join(root, V1_CPUACCT, 'cpuacct.usage'));
+    this.v1Controllers = separateCpuacct ? [...V1_CONTROLLERS, V1_CPUACCT] : V1_CONTROLLERS;
+  }
 
   /** Finds a usable layout: v1 with our four controllers, or v2 with memory/cpu/pids delegated. */
   static async detect(root = '/sys/fs/cgroup'): Promise<Cgroups> {
@@ -52,7 +64,7 @@ export class Cgroups {
   }
 
   groupFor(relativePath: string): CgroupGroup {
-    const paths = this.version === 1 ? V1_CONTROLLERS.map((controller) => join(this.root, controller, relativePath)) : [join(this.root, relativePath)];
+    const paths = this.version === 1 ? this.v1Controllers.map((controller) => join(this.root, controller, relativePath)) : [join(this.root, relativePath)];
     return { version: this.version, paths };
   }
 
@@ -143,6 +155,52 @@ export class Cgroups {
       }
     }
     return [...all];
+  }
+
+  /**
+   * What the group uses now, from a few files (cheap enough to read every few seconds for every
+   * sandbox). `cpuNs` is cumulative CPU time (callers take deltas); memory `used` leaves out the
+   * inactive page cache, as `docker stats` does; `limit` is the group's own memory limit. A
+   * counter whose file is missing or unreadable is left out, never guessed.
+   */
+  async usage(group: CgroupGroup): Promise<CgroupUsage> {
+    const out: CgroupUsage = {};
+    if (this.version === 1) {
+      const dir = (controller: string): string | undefined => {
+        const index = this.v1Controllers.indexOf(controller);
+        return index < 0 ? undefined : group.paths[index];
+      };
+      const cpuDir = this.v1Controllers.includes(V1_CPUACCT) ? dir(V1_CPUACCT) : dir('cpu');
+      const cpu = cpuDir ? await readNumber(join(cpuDir, 'cpuacct.usage')) : undefined;
+      if (cpu !== undefined) out.cpuNs = cpu;
+      const memoryDir = dir('memory') as string;
+      const [usage, limit, stat] = await Promise.all([
+        readNumber(join(memoryDir, 'memory.usage_in_bytes')),
+        readNumber(join(memoryDir, 'memory.limit_in_bytes')),
+        readKeyed(join(memoryDir, 'memory.stat')),
+      ]);
+      if (usage !== undefined && stat) {
+        out.memoryUsedBytes = Math.max(0, usage - (stat.get('total_inactive_file') ?? 0));
+        out.memoryCacheBytes = stat.get('total_cache') ?? 0;
+      }
+      if (limit !== undefined) out.memoryLimitBytes = limit;
+    } else {
+      const path = group.paths[0];
+      const [cpuStat, current, max, stat] = await Promise.all([
+        readKeyed(join(path, 'cpu.stat')),
+        readNumber(join(path, 'memory.current')),
+        readFile(join(path, 'memory.max'), 'utf8').catch(() => undefined),
+        readKeyed(join(path, 'memory.stat')),
+      ]);
+      const usec = cpuStat?.get('usage_usec');
+      if (usec !== undefined) out.cpuNs = usec * 1000;
+      if (current !== undefined && stat) {
+        out.memoryUsedBytes = Math.max(0, current - (stat.get('inactive_file') ?? 0));
+        out.memoryCacheBytes = stat.get('file') ?? 0;
+      }
+      if (max !== undefined && /^\d+$/.test(max.trim())) out.memoryLimitBytes = Number(max.trim());
+    }
+    return out;
   }
 
   exists(group: CgroupGroup): boolean {
@@ -303,6 +361,33 @@ export class Cgroups {
     }
     return [...names];
   }
+}
+
+/** A group's counters (see Cgroups.usage); absent = not readable here. */
+export interface CgroupUsage {
+  /** Cumulative CPU time of every task the group has had, in nanoseconds. */
+  cpuNs?: number;
+  memoryUsedBytes?: number;
+  memoryCacheBytes?: number;
+  memoryLimitBytes?: number;
+}
+
+async function readNumber(path: string): Promise<number | undefined> {
+  const text = await readFile(path, 'utf8').catch(() => undefined);
+  const value = text === undefined ? NaN : Number(text.trim());
+  return Number.isFinite(value) ? value : undefined;
+}
+
+/** `key value` lines (memory.stat, cpu.stat) as a map; undefined when the file cannot be read. */
+async function readKeyed(path: string): Promise<Map<string, number> | undefined> {
+  const text = await readFile(path, 'utf8').catch(() => undefined);
+  if (text === undefined) return undefined;
+  const values = new Map<string, number>();
+  for (const line of text.split('\n')) {
+    const [key, value] = line.split(' ');
+    if (key && value !== undefined && Number.isFinite(Number(value))) values.set(key, Number(value));
+  }
+  return values;
 }
 
 export interface SandboxCgroups {

@@ -14,13 +14,13 @@ import { dirname, join, resolve } from 'node:path';
 import { sandboxDnsServers } from '../../network/dns.js';
 import { applyNftRuleset, nftAvailable, renderNftRuleset } from '../../network/nft.js';
 import type { SlotPoolStats } from '../../network/slot-pool.js';
-import { enableIpForwarding, VETH_PREFIX } from '../../network/slots.js';
+import { enableIpForwarding, slotTrafficBytes, VETH_PREFIX } from '../../network/slots.js';
 import { DiskStore } from '../../storage/disk-store.js';
-import { diskImagePath, withDiskFrozen } from '../../storage/disk-quota.js';
+import { diskImagePath, readDiskUsage, withDiskFrozen } from '../../storage/disk-quota.js';
 import { assertSnapshotId, SnapshotStore } from '../../storage/snapshots.js';
 import { assertSandboxId, SANDBOX_ID } from '../base/driver-base.js';
 import { DriverError } from '../errors.js';
-import type { Driver, DriverCapabilities, EgressPolicySpec, EgressResult, FileView, ForkResult, SandboxRuntime, SandboxSpec, SnapshotResult, StartResult } from '../types.js';
+import type { Driver, DriverCapabilities, EgressPolicySpec, EgressResult, FileView, ForkResult, SandboxRuntime, SandboxSpec, SandboxUsageCounters, SnapshotResult, StartResult } from '../types.js';
 import { Cgroups } from './cgroups.js';
 import { FileViews } from './file-view.js';
 import { readRecord, writeRecord, type SandboxRecord } from './records.js';
@@ -456,5 +456,38 @@ export class LocalDriver extends LocalRecovery implements Driver {
       const applied = await this.applyEgress(record);
       return { egress, addresses: applied.addresses, denied: applied.denied, unresolved: applied.unresolved, applied: true };
     });
+  }
+
+  // ---- Driver: usage ----------------------------------------------------------------------------
+
+  /**
+   * Counters of every live sandbox: its cgroup (CPU time, memory), its own disk (statfs) and its
+   * slot's veth. No lock: a sandbox torn down meanwhile just lacks the counters it lost.
+   */
+  async usage(): Promise<SandboxUsageCounters[]> {
+    const cgroups = this.requireCgroups();
+    const live = [...this.records.values()].filter((record) => isLive(record));
+    return Promise.all(
+      live.map(async (record): Promise<SandboxUsageCounters> => {
+        const [cgroup, disk, traffic] = await Promise.all([
+          cgroups.usage(this.cgroupGroup(record.id)),
+          record.disk ? readDiskUsage(this.diskDirOf(record)).catch(() => undefined) : undefined,
+          record.slot ? slotTrafficBytes(record.slot) : undefined,
+        ]);
+        return {
+          id: record.id,
+          status: record.status === 'paused' ? 'paused' : 'running',
+          cpuNs: cgroup.cpuNs,
+          cpuLimit: record.spec.cpu,
+          memoryUsedBytes: cgroup.memoryUsedBytes,
+          memoryCacheBytes: cgroup.memoryCacheBytes,
+          memoryLimitBytes: cgroup.memoryLimitBytes ?? record.spec.memoryMiB * 2 ** 20,
+          diskUsedBytes: disk?.usedBytes,
+          diskTotalBytes: disk?.sizeBytes,
+          netRxBytes: traffic?.rxBytes,
+          netTxBytes: traffic?.txBytes,
+        };
+      }),
+    );
   }
 }

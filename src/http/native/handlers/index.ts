@@ -41,6 +41,8 @@ import { getSandbox } from './getSandbox.js';
 import { getSession } from './getSession.js';
 import { getSessionCommand } from './getSessionCommand.js';
 import { getSnapshot } from './getSnapshot.js';
+import { getSandboxUsage } from './getSandboxUsage.js';
+import { getSandboxUsageHistory } from './getSandboxUsageHistory.js';
 import { keepAliveSandbox } from './keepAliveSandbox.js';
 import { killCommand } from './killCommand.js';
 import { listApiKeys } from './listApiKeys.js';
@@ -123,6 +125,8 @@ export const nativeHandlers: Record<string, NativeHandler> = {
   getSession,
   getSessionCommand,
   getSnapshot,
+  getSandboxUsage,
+  getSandboxUsageHistory,
   keepAliveSandbox,
   killCommand,
   listApiKeys,
