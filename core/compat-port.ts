@@ -21,6 +21,8 @@ import type { ImageBuildService } from './services/image-builds.js';
 import type { ObjectStore } from './object-store.js';
 import type { SandboxStateEvents } from './sandbox-events.js';
 import type { CodeInterpreterPort } from './code-interpreter/types.js';
+import type { EventService } from './services/events.js';
+import type { WebhookService } from './services/webhooks.js';
 
 /** Every toolbox method (the class has no other public members). */
 export type ToolboxPort = Pick<Toolbox, keyof Toolbox>;
@@ -53,6 +55,12 @@ export type ImagesPort = Pick<ImageService, 'get' | 'find' | 'list' | 'tagsOf' |
 /** Image builds: start (a BuildSpec from core/images), status, logs, wait, cancel. */
 export type BuildsPort = Pick<ImageBuildService, 'create' | 'get' | 'list' | 'logs' | 'follow' | 'waitFor' | 'cancel'>;
 
+/** Durable lifecycle events: the organisation's feed and a sandbox's log (services/events.ts). */
+export type EventsPort = Pick<EventService, 'list' | 'sandboxLogs'>;
+
+/** Webhooks and their delivery records (services/webhooks.ts). */
+export type WebhooksPort = Pick<WebhookService, 'list' | 'create' | 'get' | 'deliveriesOfMessage' | 'replayDelivery'>;
+
 export interface CompatPort {
   toolbox: ToolboxPort;
   sandboxes: SandboxesPort;
@@ -68,4 +76,6 @@ export interface CompatPort {
   objects: ObjectStore;
   /** Code contexts (Jupyter kernels) and cells; one-shot code runs (core/services/code-interpreter.ts). */
   codeInterpreter: CodeInterpreterPort;
+  events: EventsPort;
+  webhooks: WebhooksPort;
 }

@@ -16,6 +16,8 @@ import type { ImageService } from '../core/services/images.js';
 import type { ImageBuildService } from '../core/services/image-builds.js';
 import type { ObjectStore } from '../core/object-store.js';
 import type { CodeInterpreterService } from '../core/services/code-interpreter.js';
+import type { EventService } from '../core/services/events.js';
+import type { WebhookService } from '../core/services/webhooks.js';
 
 /**
  * Everything the native front door may call, built once by the server. It extends CompatPort
@@ -44,6 +46,9 @@ export interface Services extends CompatPort {
   sandboxTokens: SandboxTokenService;
   /** Sandbox state changes as the lifecycle engine commits them (core/sandbox-events.ts). */
   sandboxEvents: SandboxStateEvents;
+  /** Durable lifecycle events (listing, sandbox logs) and webhooks with their deliveries. */
+  events: EventService;
+  webhooks: WebhookService;
   /** Caps on concurrent long-lived streams per key and per sandbox. */
   streams: StreamLimits;
   /** Master secret from which host-agent secrets are derived. */

@@ -7,6 +7,7 @@ import * as daytona from './20261129160000_daytona.js';
 import * as quotas from './20261201100000_quotas.js';
 import * as sandboxCredentials from './20261201100000_sandbox_credentials.js';
 import * as images from './20261202100000_images.js';
+import * as eventsWebhooks from './20261203110000_events_webhooks.js';
 
 // Migrations are imported modules rather than files knex discovers at run time, so the same
 // list works from TypeScript sources (tests) and compiled JavaScript (the server).
@@ -19,6 +20,7 @@ const MIGRATIONS: Record<string, Knex.Migration> = {
   '20261201100000_quotas': quotas,
   '20261201100000_sandbox_credentials': sandboxCredentials,
   '20261202100000_images': images,
+  '20261203110000_events_webhooks': eventsWebhooks,
 };
 
 export const migrationSource: Knex.MigrationSource<string> = {
