@@ -6,8 +6,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Webhook } from 'standardwebhooks';
 import { startTestServer, waitFor, type TestServer } from './harness.js';
 import { startReceiver, type Received } from './webhook-receiver.js';
-import { checkTarget, isPrivateAddress } from '../core/services/webhooks.js';
-import { newWebhookId } from '../core/services/webhooks.js';
+import knexFactory from 'knex';
+import { checkTarget, isPrivateAddress, newWebhookId, WebhookDispatcher, WebhookService } from '../core/services/webhooks.js';
+import { EVENT_TYPES } from '../core/services/events.js';
+import { Lifecycle } from '../core/lifecycle.js';
+import { SandboxStateEvents } from '../core/sandbox-events.js';
+import { OPERATIONS } from '../core/state-machine.js';
+import { sandboxRepository } from '../core/store/repositories/sandboxes.js';
+import { silentLogger } from '../core/logger.js';
 
 const verify = (secret: string, r: Received) => new Webhook(secret).verify(r.body, r.headers as Record<string, string>) as { id: string; type: string; sandboxId: string };
 
@@ -74,6 +80,45 @@ describe('lifecycle events', () => {
     }
     const backward = await t.http.get(`/api/v1/sandboxes/${id}/logs`).query({ direction: 'backward', limit: 1 }).set(t.auth);
     expect(backward.body.entries.map((e: { fields: { type: string } }) => e.fields.type)).toEqual(['sandbox.deleted']);
+  });
+
+  it('a stop the timeout began ends as sandbox.timed_out, with the reason', async () => {
+    const created = await t.http.post('/api/v1/sandboxes').set(t.auth).send({ timeoutSeconds: 1, egress: { mode: 'deny-all' } });
+    expect(created.status, JSON.stringify(created.body)).toBe(201);
+    const id = created.body.id as string;
+    const events = await waitFor('the timeout events', async () => {
+      const res = await t.http.get('/api/v1/events').query({ sandboxId: id }).set(t.auth);
+      return res.body.items.some((e: { type: string }) => e.type === 'sandbox.timed_out') ? res.body.items : undefined;
+    }, 60_000);
+    expect(events.map((e: { type: string }) => e.type)).toEqual(['sandbox.creating', 'sandbox.created', 'sandbox.stopping', 'sandbox.timed_out']);
+    expect(events[2].data).toMatchObject({ operation: 'stop', initiator: 'sweeper', reason: 'timeout' });
+    expect(events[3].data).toMatchObject({ oldState: 'stopping', newState: 'stopped', reason: 'timeout' });
+    const logs = await t.http.get(`/api/v1/sandboxes/${id}/logs`).query({ level: 'warn' }).set(t.auth);
+    expect(logs.body.entries.map((e: { level: string; fields: { type: string } }) => [e.level, e.fields.type])).toEqual([['warn', 'sandbox.timed_out']]);
+    await t.http.delete(`/api/v1/sandboxes/${id}`).set(t.auth);
+  });
+
+  it('a state write and its event commit together: an event that cannot be written leaves the state as it was', async () => {
+    const created = await t.http.post('/api/v1/sandboxes').set(t.auth).send({ egress: { mode: 'deny-all' } });
+    const id = created.body.id as string;
+    const sandbox = (await sandboxRepository(t.server.db).findById(id))!;
+    const bus = new SandboxStateEvents();
+    bus.recorder = async () => {
+      throw new Error('the event store is down');
+    };
+    await expect(new Lifecycle(t.server.db, 'cp-test', bus).begin(sandbox, OPERATIONS.stop)).rejects.toThrow(/event store is down/);
+    expect((await sandboxRepository(t.server.db).findById(id))!.state).toBe('running');
+    const events = await t.http.get('/api/v1/events').query({ sandboxId: id }).set(t.auth);
+    expect(events.body.items.map((e: { type: string }) => e.type)).toEqual(['sandbox.creating', 'sandbox.created']);
+    await t.http.delete(`/api/v1/sandboxes/${id}`).set(t.auth);
+  });
+
+  it('the retention pass removes events older than the retention, and nothing newer', async () => {
+    const [{ seq }] = (await t.server.db('sandbox_events').orderBy('seq').limit(1).select('seq')) as { seq: string }[];
+    await t.server.db('sandbox_events').where({ seq }).update({ created_at: new Date(Date.now() - 31 * 86_400_000) });
+    const total = Number(((await t.server.db('sandbox_events').count('seq as n')) as { n: string }[])[0]!.n);
+    expect(await t.server.services.events.removeExpired()).toBe(1);
+    expect(Number(((await t.server.db('sandbox_events').count('seq as n')) as { n: string }[])[0]!.n)).toBe(total - 1);
   });
 
   it('refuses a cursor it did not give and an unknown type, naming the field', async () => {
@@ -176,7 +221,46 @@ describe('webhooks', () => {
     }
   });
 
-  it('refuses bad input naming the field, and caps webhooks per organisation', async () => {
+  it('two dispatchers on one database send each attempt once (SKIP LOCKED + lease)', async () => {
+    const receiver = await startReceiver();
+    // A second replica's dispatcher: its own pool on the same database.
+    const db2 = knexFactory({ client: 'pg', connection: t.databaseUrl!, pool: { min: 0, max: 4 } });
+    const opts = { retrySeconds: 30, timeoutMs: 5000, maxPerOrganization: 25, allowPrivateTargets: true, pollMs: 20 };
+    const other = new WebhookDispatcher(db2, new WebhookService(db2, t.server.services.hostSecret, opts, EVENT_TYPES), opts, silentLogger);
+    try {
+      const created = await t.http.post('/api/v1/webhooks').set(t.auth).send({ url: receiver.url, eventTypes: ['sandbox.deleted'] });
+      other.start();
+      const pings: string[] = [];
+      for (let i = 0; i < 15; i++) pings.push((await t.http.post(`/api/v1/webhooks/${created.body.id}/ping`).set(t.auth)).body.messageId);
+      await waitFor('every ping delivered', async () => pings.every((id) => receiver.received.some((r) => r.headers['webhook-id'] === id)), 60_000);
+      await new Promise((r) => setTimeout(r, 300));
+      // Once each, and in the order queued.
+      expect(receiver.received.map((r) => r.headers['webhook-id'])).toEqual(pings);
+      await t.http.delete(`/api/v1/webhooks/${created.body.id}`).set(t.auth);
+    } finally {
+      await other.stop();
+      await db2.destroy();
+      await receiver.close();
+    }
+  });
+
+  it('caps webhooks per organisation', async () => {
+    const ids: string[] = [];
+    try {
+      for (let i = 0; i < 25; i++) {
+        const res = await t.http.post('/api/v1/webhooks').set(otherOrg).send({ url: 'http://127.0.0.1:9/x', enabled: false });
+        expect(res.status, JSON.stringify(res.body)).toBe(201);
+        ids.push(res.body.id);
+      }
+      const over = await t.http.post('/api/v1/webhooks').set(otherOrg).send({ url: 'http://127.0.0.1:9/x' });
+      expect(over.status).toBe(429);
+      expect(over.body.error.code).toBe('limit_reached');
+    } finally {
+      for (const id of ids) await t.http.delete(`/api/v1/webhooks/${id}`).set(otherOrg);
+    }
+  });
+
+  it('refuses bad input naming the field', async () => {
     const bad = await t.http.post('/api/v1/webhooks').set(t.auth).send({ url: 'ftp://example.invalid/x' });
     expect(bad.status).toBe(400);
     expect(bad.body.error.message).toMatch(/^url\b/);
