@@ -181,11 +181,12 @@ export class EventService {
     private readonly opts: { retentionDays: number; maxListLimit?: number },
   ) {}
 
-  /** Makes every state the engine writes an event, in the writing transaction. */
-  attach(bus: SandboxStateEvents, onRecorded?: () => void): void {
+  /** Makes every state the engine writes an event, in the writing transaction; `onQueued` runs once an event that owes deliveries commits. */
+  attach(bus: SandboxStateEvents, onQueued?: () => void): void {
     bus.recorder = async (db, change) => {
-      await this.record(db, change);
-      if (onRecorded) {
+      const { deliveries } = await this.record(db, change);
+      if (onQueued && deliveries > 0) {
+        const onRecorded = onQueued;
         if ('executionPromise' in db && db.isTransaction) db.executionPromise.then(onRecorded, () => undefined);
         else onRecorded();
       }
@@ -193,7 +194,7 @@ export class EventService {
   }
 
   /** Inserts the event of `change` (and its webhook deliveries) in `db`, which should be the state write's transaction. */
-  async record(db: DbOrTx, change: SandboxStateChange): Promise<SandboxEventRecord> {
+  async record(db: DbOrTx, change: SandboxStateChange): Promise<{ event: SandboxEventRecord; deliveries: number }> {
     const { sandbox, cause } = change;
     let beganFor: string | undefined;
     const operationId = cause?.step === 'begin' ? (sandbox.operationId ?? undefined) : cause?.operationId;
@@ -217,8 +218,7 @@ export class EventService {
       .insert({ id: newEventId(), organization_id: sandbox.organizationId, sandbox_id: sandbox.id, type, old_state: change.oldState, new_state: change.newState, operation: cause?.operation ?? null, reason: reason ?? null, details: JSON.stringify(details) })
       .returning('*')) as EventRow[];
     const event = fromRow(row!);
-    await insertDeliveriesFor(db, event);
-    return event;
+    return { event, deliveries: await insertDeliveriesFor(db, event) };
   }
 
   /** The organisation's events, oldest first, after `cursor`. `nextCursor` continues (also to tail the feed); `hasMore` says a full page came back. */
@@ -274,7 +274,7 @@ export class EventService {
     return out;
   }
 
-  /** One bounded retention pass: events older than the retention (and their deliveries, by cascade), a batch at a time. */
+  /** One bounded retention pass: events older than the retention (and their deliveries, by cascade) and pings as old, a batch at a time. */
   async removeExpired(now = new Date(), batch = 5000): Promise<number> {
     const cutoff = new Date(now.getTime() - this.opts.retentionDays * 86_400_000);
     let removed = 0;
@@ -283,6 +283,8 @@ export class EventService {
       removed += n;
       if (n < batch) break;
     }
+    // Pings belong to no event: their deliveries age out on their own.
+    await this.db('webhook_deliveries').whereIn('seq', this.db('webhook_deliveries').select('seq').whereNull('event_id').where('created_at', '<', cutoff).limit(batch)).delete();
     return removed;
   }
 }

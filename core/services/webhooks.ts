@@ -144,16 +144,17 @@ export function webhookPayload(e: DeliverableEvent): Record<string, unknown> {
  * One delivery per enabled webhook of the event's organisation subscribed to its type (an empty
  * list: every type), in `db`: the event's own transaction.
  */
-export async function insertDeliveriesFor(db: DbOrTx, event: DeliverableEvent): Promise<void> {
+export async function insertDeliveriesFor(db: DbOrTx, event: DeliverableEvent): Promise<number> {
   const hooks = (await db('webhooks')
     .where({ organization_id: event.organizationId, enabled: true })
     .where((q) => q.whereRaw('cardinality(event_types) = 0').orWhereRaw('? = ANY(event_types)', [event.type]))
     .select('id')) as { id: string }[];
-  if (!hooks.length) return;
+  if (!hooks.length) return 0;
   const payload = JSON.stringify(webhookPayload(event));
   await db('webhook_deliveries').insert(
     hooks.map((h) => ({ id: newDeliveryId(), webhook_id: h.id, organization_id: event.organizationId, message_id: event.id, event_id: event.id, event_type: event.type, payload, status: 'pending' })),
   );
+  return hooks.length;
 }
 
 // ---- SSRF policy ----------------------------------------------------------------------------
