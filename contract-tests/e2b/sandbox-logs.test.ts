@@ -51,4 +51,19 @@ describe('e2b sandbox logs', () => {
     expect(missing.response.status).toBe(404);
     await sbx.kill();
   });
+
+  it('a sandbox killed at its timeout logs timed_out (a warning), still readable after it is gone', async () => {
+    const sbx = await Sandbox.create({ ...t.opts, timeoutMs: 1000 });
+    const deadline = Date.now() + 60_000;
+    let types: string[] = [];
+    while (Date.now() < deadline) {
+      const res = await api.GET('/v2/sandboxes/{sandboxID}/logs', { params: { path: { sandboxID: sbx.sandboxId } } });
+      types = (res.data?.logs ?? []).map((e) => e.fields.type!);
+      if (types.includes('sandbox.timed_out')) break;
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    expect(types).toEqual(['sandbox.creating', 'sandbox.created', 'sandbox.deleting', 'sandbox.timed_out']);
+    const warn = await api.GET('/v2/sandboxes/{sandboxID}/logs', { params: { path: { sandboxID: sbx.sandboxId }, query: { level: 'warn' } } });
+    expect(warn.data!.logs.map((e) => [e.level, e.fields.reason])).toEqual([['warn', 'timeout']]);
+  });
 });
