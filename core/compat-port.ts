@@ -22,6 +22,8 @@ import type { ObjectStore } from './object-store.js';
 import type { SandboxStateEvents } from './sandbox-events.js';
 import type { CodeInterpreterPort } from './code-interpreter/types.js';
 import type { UsageService } from './services/usage.js';
+import type { EventService } from './services/events.js';
+import type { WebhookService } from './services/webhooks.js';
 
 /** Every toolbox method (the class has no other public members). */
 export type ToolboxPort = Pick<Toolbox, keyof Toolbox>;
@@ -56,6 +58,11 @@ export type BuildsPort = Pick<ImageBuildService, 'create' | 'get' | 'list' | 'lo
 
 /** Per-sandbox usage samples: the latest and time ranges (services/usage.ts). */
 export type UsagePort = Pick<UsageService, 'latest' | 'latestMany' | 'range'>;
+/** Durable lifecycle events: the organisation's feed and a sandbox's log (services/events.ts). */
+export type EventsPort = Pick<EventService, 'list' | 'sandboxLogs'>;
+
+/** Webhooks and their delivery records (services/webhooks.ts). */
+export type WebhooksPort = Pick<WebhookService, 'list' | 'create' | 'get' | 'deliveriesOfMessage' | 'replayDelivery'>;
 
 export interface CompatPort {
   toolbox: ToolboxPort;
@@ -73,4 +80,6 @@ export interface CompatPort {
   /** Code contexts (Jupyter kernels) and cells; one-shot code runs (core/services/code-interpreter.ts). */
   codeInterpreter: CodeInterpreterPort;
   usage: UsagePort;
+  events: EventsPort;
+  webhooks: WebhooksPort;
 }

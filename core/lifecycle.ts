@@ -19,7 +19,7 @@ import {
 } from './state-machine.js';
 import type { Sandbox } from './types.js';
 import type { SandboxState } from './state-machine.js';
-import { SandboxStateEvents, type OperationNotice } from './sandbox-events.js';
+import { SandboxStateEvents, type OperationNotice, type StateChangeCause } from './sandbox-events.js';
 
 /** Operations this instance initiated and has not ended yet, for the endings' durations. Bounded: an operation whose ending never came (its process died, or a takeover elsewhere ended it) is forgotten after an hour or past the cap. */
 const IN_FLIGHT_MAX = 10_000;
@@ -69,11 +69,22 @@ export function hostViewOf(runtime: { status: 'running' | 'paused' | 'stopped' }
   return runtime?.status ?? 'absent';
 }
 
-/** Tells `events` that `written` moved from `from` (once `db`'s transaction, if any, commits). */
-async function announce(events: SandboxStateEvents | undefined, db: DbOrTx, written: Sandbox | undefined, from: SandboxState): Promise<Sandbox | undefined> {
-  if (written && events && written.state !== from) await events.publishAfterCommit(db, { kind: 'state', sandbox: written, oldState: from, newState: written.state });
+/** Tells `events` that `written` moved from `from` (once `db`'s transaction, if any, commits), and why. */
+async function announce(events: SandboxStateEvents | undefined, db: DbOrTx, written: Sandbox | undefined, from: SandboxState, cause?: StateChangeCause): Promise<Sandbox | undefined> {
+  if (written && events && written.state !== from) await events.publishAfterCommit(db, { kind: 'state', sandbox: written, oldState: from, newState: written.state, ...(cause ? { cause } : {}) });
   return written;
 }
+
+/**
+ * Runs `work` in `db`'s transaction, or in a new one when `db` is the pool: a state write and
+ * what announce records with it (its durable event, core/events.ts) commit together or not at all.
+ */
+function inTransaction<T>(db: DbOrTx, work: (tx: DbOrTx) => Promise<T>): Promise<T> {
+  return 'isTransaction' in db && db.isTransaction ? work(db) : (db as Db).transaction((tx) => work(tx));
+}
+
+/** The reason an outcome's facts record, if any. */
+const reasonOf = (facts: OutcomeFacts): string | undefined => facts.errorMessage ?? facts.stopReason ?? facts.pauseReason;
 
 /**
  * A state change that happens outside any operation (see EVENTS), compare-and-set on the state
@@ -81,8 +92,11 @@ async function announce(events: SandboxStateEvents | undefined, db: DbOrTx, writ
  */
 export async function applyEvent(db: DbOrTx, sandbox: Sandbox, event: SandboxEvent, facts: OutcomeFacts, events?: SandboxStateEvents): Promise<Sandbox | undefined> {
   if (!event.from.includes(sandbox.state)) throw errors.internal(`state table: ${event.name} does not happen to a ${sandbox.state} sandbox`);
-  const written = await sandboxRepository(db).transition(sandbox.id, [sandbox.state], outcomePatch(event.outcome, sandbox, facts, new Date()));
-  return announce(events, db, written, sandbox.state);
+  const reason = reasonOf(facts);
+  return inTransaction(db, async (tx) => {
+    const written = await sandboxRepository(tx).transition(sandbox.id, [sandbox.state], outcomePatch(event.outcome, sandbox, facts, new Date()));
+    return announce(events, tx, written, sandbox.state, { step: 'event', operation: event.name, ...(reason ? { reason } : {}) });
+  });
 }
 
 export class Lifecycle {
@@ -110,7 +124,7 @@ export class Lifecycle {
   private ended(phase: OperationNotice['phase'], op: OperationName, operationId: string, before: Sandbox, written: Sandbox | undefined, facts: OutcomeFacts): void {
     const started = this.inFlight.get(operationId);
     this.inFlight.delete(operationId);
-    const reason = facts.errorMessage ?? facts.stopReason ?? facts.pauseReason;
+    const reason = reasonOf(facts);
     this.events.notifyOperation({
       phase,
       operation: op,
@@ -131,7 +145,7 @@ export class Lifecycle {
   /** New rows of a create or fork, in `creating` and owned by this instance (inside the caller's quota transaction). */
   async insert(tx: DbOrTx, op: typeof OPERATIONS.create | typeof OPERATIONS.fork, operationId: string, row: Omit<NewSandbox, 'operation' | 'operationId' | 'operationOwner'>): Promise<Sandbox> {
     const created = await sandboxRepository(tx).insertCreating({ ...row, operation: op.name, operationId, operationOwner: this.instanceId });
-    await this.events.publishAfterCommit(tx, { kind: 'created', sandbox: created, oldState: null, newState: created.state });
+    await this.events.publishAfterCommit(tx, { kind: 'created', sandbox: created, oldState: null, newState: created.state, cause: { step: 'begin', operation: op.name, initiator: 'request' } });
     this.initiated(tx, op.name, operationId, created, 'request');
     return created;
   }
@@ -143,14 +157,16 @@ export class Lifecycle {
   async begin(sandbox: Sandbox, op: Operation, db: DbOrTx = this.db): Promise<{ sandbox: Sandbox; operationId: string }> {
     assertCanBegin(op, sandbox.id, sandbox.state);
     const owned = this.owned(op);
-    const began = await sandboxRepository(db).transition(sandbox.id, op.from, { state: op.via, ...owned });
-    if (!began) {
-      const current = (await sandboxRepository(db).findById(sandbox.id))?.state ?? 'deleted';
-      throw errors.invalidState('sandbox', sandbox.id, current, op.from, op.name);
-    }
-    await announce(this.events, db, began, sandbox.state);
-    this.initiated(db, op.name, owned.operationId, began, 'request');
-    return { sandbox: began, operationId: owned.operationId };
+    return inTransaction(db, async (tx) => {
+      const began = await sandboxRepository(tx).transition(sandbox.id, op.from, { state: op.via, ...owned });
+      if (!began) {
+        const current = (await sandboxRepository(tx).findById(sandbox.id))?.state ?? 'deleted';
+        throw errors.invalidState('sandbox', sandbox.id, current, op.from, op.name);
+      }
+      await announce(this.events, tx, began, sandbox.state, { step: 'begin', operation: op.name, initiator: 'request' });
+      this.initiated(tx, op.name, owned.operationId, began, 'request');
+      return { sandbox: began, operationId: owned.operationId };
+    });
   }
 
   /** What a background sweeper writes into the rows it claims for `op` (one per row: each gets its own id). */
@@ -160,15 +176,18 @@ export class Lifecycle {
 
   /**
    * A sweeper's claim of rows in `from` for `op`: `run` writes them with the patch it is given
-   * (the repository's claim, SKIP LOCKED), and each claimed row is published like any other write.
+   * (the repository's claim, SKIP LOCKED) in `db`, a transaction that also records each claimed
+   * row's change. `reason` is why the sweeper acts (`timeout`, `idle`), kept on the events.
    */
-  async claim(op: Operation, from: SandboxState, run: (patch: () => SandboxPatch) => Promise<Sandbox[]>): Promise<Sandbox[]> {
-    const claimed = await run(this.claimPatch(op));
-    for (const sandbox of claimed) {
-      await announce(this.events, this.db, sandbox, from);
-      if (sandbox.operationId) this.initiated(this.db, op.name, sandbox.operationId, sandbox, 'sweeper');
-    }
-    return claimed;
+  async claim(op: Operation, from: SandboxState, run: (patch: () => SandboxPatch, db: DbOrTx) => Promise<Sandbox[]>, reason?: string): Promise<Sandbox[]> {
+    return inTransaction(this.db, async (tx) => {
+      const claimed = await run(this.claimPatch(op), tx);
+      for (const sandbox of claimed) {
+        await announce(this.events, tx, sandbox, from, { step: 'begin', operation: op.name, initiator: 'sweeper', ...(reason ? { reason } : {}) });
+        if (sandbox.operationId) this.initiated(tx, op.name, sandbox.operationId, sandbox, 'sweeper');
+      }
+      return claimed;
+    });
   }
 
   /**
@@ -178,9 +197,11 @@ export class Lifecycle {
   finish(sandbox: Sandbox, op: Operation, kind: OutcomeKind, operationId: string, facts: OutcomeFacts = {}): Promise<Sandbox | undefined> {
     const outcome = op[kind];
     if (!outcome) throw errors.internal(`state table: ${op.name} has no ${kind} outcome`);
-    return sandboxRepository(this.db)
-      .transition(sandbox.id, [op.via], outcomePatch(outcome, sandbox, facts, new Date()), operationId)
-      .then((written) => announce(this.events, this.db, written, op.via))
+    const reason = reasonOf(facts);
+    return inTransaction(this.db, async (tx) => {
+      const written = await sandboxRepository(tx).transition(sandbox.id, [op.via], outcomePatch(outcome, sandbox, facts, new Date()), operationId);
+      return announce(this.events, tx, written, op.via, { step: kind, operation: op.name, operationId, ...(reason ? { reason } : {}) });
+    })
       .then((written) => {
         this.ended(ENDING_PHASE[kind], op.name, operationId, sandbox, written, facts);
         return written;
@@ -215,9 +236,11 @@ export class Lifecycle {
       else if (field === 'pauseReason') facts.pauseReason = sandbox.pauseReason ?? 'user';
       else throw errors.internal(`state table: a takeover cannot know ${field}`);
     }
-    return sandboxRepository(this.db)
-      .transition(sandbox.id, [op.via], outcomePatch(outcome, sandbox, facts, new Date()), operationId)
-      .then((written) => announce(this.events, this.db, written, op.via))
+    const reason = reasonOf(facts);
+    return inTransaction(this.db, async (tx) => {
+      const written = await sandboxRepository(tx).transition(sandbox.id, [op.via], outcomePatch(outcome, sandbox, facts, new Date()), operationId);
+      return announce(this.events, tx, written, op.via, { step: 'takeover', operation: op.name, initiator: 'takeover', operationId, ...(reason ? { reason } : {}) });
+    })
       .then((written) => {
         this.ended('taken_over', op.name, operationId, sandbox, written, facts);
         return written;

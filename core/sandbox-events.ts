@@ -22,7 +22,27 @@ export interface SandboxStateChange {
   /** The state before the write; null for a new row. */
   oldState: SandboxState | null;
   newState: SandboxState;
+  /** What made the change (the durable events of core/events.ts are typed from it). */
+  cause?: StateChangeCause;
 }
+
+/**
+ * Why a state was written: the operation step (`begin`: its transitional state; `succeeded`,
+ * `failed`, `rolledBack`: its outcome; `takeover`: settled by the reconciler) or an event outside
+ * any operation (`event`, e.g. `vanished`), with the reason recorded (error, stop/pause reason).
+ */
+export interface StateChangeCause {
+  step: 'begin' | 'succeeded' | 'failed' | 'rolledBack' | 'takeover' | 'event';
+  /** The operation (create, stop, …) or the event's name (vanished). */
+  operation: string;
+  initiator?: OperationNotice['initiator'];
+  /** Endings: the operation id they end (a begin's is on the row). */
+  operationId?: string;
+  reason?: string;
+}
+
+/** Writes `change` durably in `db`'s transaction (core/events.ts): a state write and its event commit together. */
+export type SandboxStateRecorder = (db: DbOrTx, change: SandboxStateChange) => Promise<void>;
 
 export type SandboxStateListener = (change: SandboxStateChange) => void;
 
@@ -59,6 +79,8 @@ export class SandboxStateEvents {
   private readonly operationListeners = new Set<OperationListener>();
   /** Set by a cross-instance fan-out (sandbox-events-postgres.ts); none with one instance. */
   relay?: SandboxStateRelay;
+  /** Set by the durable event log (core/events.ts); awaited inside the writing transaction. */
+  recorder?: SandboxStateRecorder;
 
   constructor(private readonly log: Logger = silentLogger) {}
 
@@ -114,9 +136,11 @@ export class SandboxStateEvents {
    * Publishes `change` once what `db` wrote is visible to others: at once outside a
    * transaction, after the commit inside one, never when it rolls back (a subscriber told of a
    * row that does not exist would look it up and find nothing). The relay, when there is one,
-   * is awaited: inside a transaction its NOTIFY must be sent before the commit.
+   * is awaited: inside a transaction its NOTIFY must be sent before the commit; so is the
+   * recorder, whose event row commits (or rolls back) with the state.
    */
   async publishAfterCommit(db: DbOrTx, change: SandboxStateChange): Promise<void> {
+    await this.recorder?.(db, change);
     if (this.listeners.size) {
       if ('executionPromise' in db && db.isTransaction) db.executionPromise.then(() => this.publish(change), () => undefined);
       else this.publish(change);

@@ -102,6 +102,7 @@ export const SCOPES = [
   'images:read',
   'images:write',
   'keys:manage',
+  'webhooks:manage',
 ] as const;
 export type Scope = (typeof SCOPES)[number];
 

@@ -38,6 +38,8 @@ import { ImageBuildService } from '../core/services/image-builds.js';
 import { imageStartHook } from '../core/services/image-start.js';
 import { buildInputTools } from './images-wiring.js';
 import { FsObjectStore } from './object-store/fs-object-store.js';
+import { EVENT_TYPES, EventService } from '../core/services/events.js';
+import { WebhookDispatcher, WebhookService } from '../core/services/webhooks.js';
 
 export interface RunningServer {
   url: string;
@@ -78,6 +80,10 @@ export async function startServer(config: Config, logger: Logger = createLogger(
   metrics.observeOperations(sandboxEvents);
   const stateFanOut = config.database.kind === 'postgres' ? new PostgresStateFanOut(config.database.url, db, sandboxEvents, instanceId, logger.child({ component: 'sandbox-events' })) : undefined;
   await stateFanOut?.start();
+  // Durable lifecycle events (with their webhook deliveries), written in each state write's transaction.
+  const events = new EventService(db, { retentionDays: config.events.retentionDays });
+  const webhooks = new WebhookService(db, hostSecret, config.webhooks, EVENT_TYPES);
+  events.attach(sandboxEvents, () => webhooks.onQueued());
   const hosts = new HostService(
     db,
     (host) => new HttpHostClient({ hostId: host.id, baseUrl: host.url, secret: deriveHostSecret(hostSecret, host.id) }),
@@ -170,6 +176,8 @@ export async function startServer(config: Config, logger: Logger = createLogger(
     sandboxEvents,
     metrics,
     usage,
+    events,
+    webhooks,
     streams: new StreamLimits({ perKey: config.limits.maxStreamsPerKey, perSandbox: config.limits.maxStreamsPerSandbox }),
     hostSecret,
     nativeSpecText: readFileSync(projectPath('openapi/native.yaml'), 'utf8'),
@@ -204,6 +212,8 @@ export async function startServer(config: Config, logger: Logger = createLogger(
     passes: [
       // A build whose control plane died is failed (its sandboxes go with it).
       { name: 'orphaned-builds', everyMs: 10_000, run: () => builds.failOrphans(config.database.kind === 'pglite' ? 0 : Math.max(15_000, config.backgroundIntervalMs * 5)) },
+      // Lifecycle events past NESTBOX_EVENT_RETENTION_DAYS (their deliveries go with them).
+      { name: 'event-retention', everyMs: 10 * 60_000, run: () => events.removeExpired() },
       // Images nothing points at, and cached steps unused for the TTL, with their layers.
       // Usage samples past NESTBOX_USAGE_RETENTION_HOURS, and beyond each sandbox's cap.
       { name: 'usage-retention', everyMs: 60_000, run: () => usage.prune() },
@@ -214,6 +224,9 @@ export async function startServer(config: Config, logger: Logger = createLogger(
     ],
   });
   await background.start();
+  // Every replica sends webhook deliveries; each attempt is one replica's (SKIP LOCKED + lease).
+  const webhookDispatcher = new WebhookDispatcher(db, webhooks, { ...config.webhooks, pollMs: Math.min(1000, config.backgroundIntervalMs) }, logger.child({ component: 'webhooks' }));
+  webhookDispatcher.start();
 
   let supervisor: LocalHostAgentSupervisor | undefined;
   if (config.localHostAgent) {
@@ -238,6 +251,7 @@ export async function startServer(config: Config, logger: Logger = createLogger(
       await builds.stop();
       await supervisor?.stop();
       await background.stop();
+      await webhookDispatcher.stop();
       // Upgraded sockets keep server.close() waiting: Daytona's event stream (held open by
       // every SDK client) is closed first.
       await daytonaSockets.close();

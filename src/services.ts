@@ -18,6 +18,8 @@ import type { ObjectStore } from '../core/object-store.js';
 import type { CodeInterpreterService } from '../core/services/code-interpreter.js';
 import type { ControlPlaneMetrics } from '../core/metrics.js';
 import type { UsageService } from '../core/services/usage.js';
+import type { EventService } from '../core/services/events.js';
+import type { WebhookService } from '../core/services/webhooks.js';
 
 /**
  * Everything the native front door may call, built once by the server. It extends CompatPort
@@ -50,6 +52,9 @@ export interface Services extends CompatPort {
   metrics: ControlPlaneMetrics;
   /** Per-sandbox usage samples (core/services/usage.ts). */
   usage: UsageService;
+  /** Durable lifecycle events (listing, sandbox logs) and webhooks with their deliveries. */
+  events: EventService;
+  webhooks: WebhookService;
   /** Caps on concurrent long-lived streams per key and per sandbox. */
   streams: StreamLimits;
   /** Master secret from which host-agent secrets are derived. */

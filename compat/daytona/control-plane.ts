@@ -10,6 +10,7 @@ import type { CompatPort } from '../../core/compat-port.js';
 import { handle, principalOf, toolboxProxyUrl, type DaytonaOptions } from './context.js';
 import { notSupported } from './errors.js';
 import { DAYTONA_METRICS_MAX_POINTS, instantOf as metricsInstantOf, metricNamesOf, metricSeries } from './metrics.js';
+import { registerWebhookRoutes } from './webhooks.js';
 import { CORE_STATES_OF, renderDaytonaSandbox, renderDaytonaSnapshot, SANDBOX_USER } from './sandbox-dto.js';
 import { requireScope } from '../../core/services/auth.js';
 import { isIpv4Entry, parseEgressEntry } from '../../core/egress.js';
@@ -268,7 +269,7 @@ function listInput(req: Request): ListSandboxesInput {
   return input;
 }
 
-export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 'snapshots' | 'sandboxTokens' | 'ports' | 'images' | 'builds' | 'usage'>, options: Pick<DaytonaOptions, 'log' | 'maxTimeoutSeconds' | 'region' | 'objectStorage' | 'defaultSnapshot'>): Router {
+export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 'snapshots' | 'sandboxTokens' | 'ports' | 'images' | 'builds' | 'usage' | 'webhooks'>, options: Pick<DaytonaOptions, 'log' | 'maxTimeoutSeconds' | 'region' | 'objectStorage' | 'defaultSnapshot'>): Router {
   const router = express.Router();
   const { sandboxes, snapshots } = core;
   const pending = new PendingBuildSandboxes(core, options.log);
@@ -714,5 +715,6 @@ export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 's
     res.json(issueStorageAccess(req, principal, options.objectStorage));
   }));
   unsupportedArea(/^\/object-storage(\/.*)?$/ as unknown as string, 'object storage calls other than push-access');
+  registerWebhookRoutes(router, core.webhooks, api);
   return router;
 }

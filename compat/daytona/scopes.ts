@@ -54,6 +54,13 @@ export const DAYTONA_API_SCOPES: ScopeTable = [
   // Contexts are uploaded for builds (snapshot.create, or create({image})): both need this scope.
   ['GET /object-storage/push-access', 'snapshots:write'],
   ['ALL /^\\/object-storage(\\/.*)?$/', 'authenticated'],
+  // Webhooks (webhooks.ts): Nestbox's own, read and managed with this scope.
+  ['GET /webhooks/status', 'webhooks:manage'],
+  ['POST /webhooks/organizations/:organizationId/initialize', 'webhooks:manage'],
+  ['GET /webhooks/organizations/:organizationId/initialization-status', 'webhooks:manage'],
+  ['GET /webhooks/organizations/:organizationId/messages/:messageId/attempts', 'webhooks:manage'],
+  ['POST /webhooks/organizations/:organizationId/send', 'webhooks:manage'],
+  ['POST /webhooks/organizations/:organizationId/app-portal-access', 'webhooks:manage'],
 ];
 
 /** /daytona/toolbox/{sandboxId}/… and the legacy /daytona/api/toolbox/{sandboxId}/toolbox/… (toolbox.ts, git.ts). */

@@ -66,6 +66,32 @@ function instantOf(value: unknown, field: string): Date | undefined {
 
 const DEFAULT_SNAPSHOT_LIST_LIMIT = 100;
 
+/** E2B's log levels; core's sandbox logs use info, warn and error. */
+const E2B_LEVELS = ['debug', 'info', 'warn', 'error'];
+
+/** A millisecond timestamp query parameter (`start`, `cursor`). */
+function msQuery(value: unknown, field: string): number | undefined {
+  if (value === undefined) return undefined;
+  const n = Number(value);
+  if (typeof value !== 'string' || !/^\d{1,15}$/.test(value) || !Number.isSafeInteger(n)) throw errors.validation(field, 'must be a Unix time in milliseconds');
+  return n;
+}
+
+function intQuery(value: unknown, field: string, min: number, max: number): number | undefined {
+  if (value === undefined) return undefined;
+  const n = Number(value);
+  if (typeof value !== 'string' || !/^\d{1,9}$/.test(value) || n < min || n > max) throw errors.validation(field, `must be an integer from ${min} to ${max}`);
+  return n;
+}
+
+/** E2B's SandboxLogEntry. */
+const renderE2bLogEntry = (e: { timestamp: Date; level: string; message: string; fields: Record<string, string> }) => ({
+  timestamp: e.timestamp.toISOString(),
+  level: e.level,
+  message: e.message,
+  fields: e.fields,
+});
+
 function stringMap(body: Record<string, unknown>, field: string): Record<string, string> | undefined {
   const value = body[field];
   if (value === undefined || value === null) return undefined;
@@ -441,9 +467,40 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
     const { points } = await core.usage.range(principal, id(req), { start, end, maxPoints: E2B_METRICS_MAX_POINTS });
     res.status(200).json(points.map(e2bMetric));
   }));
-  router.get(['/sandboxes/:sandboxID/logs', '/v2/sandboxes/:sandboxID/logs'], route(async (req, _res, principal) => {
-    await core.sandboxes.get(principal, id(req));
-    throw notSupported('sandbox logs');
+  // Sandbox logs: what the platform did to the sandbox, from core's durable lifecycle events.
+  router.get('/sandboxes/:sandboxID/logs', route(async (req, res, principal) => {
+    const start = msQuery(req.query.start, 'start');
+    const limit = intQuery(req.query.limit, 'limit', 1, 10_000) ?? 1000;
+    const entries = await core.events.sandboxLogs(principal, id(req), { ...(start !== undefined ? { since: new Date(start) } : {}), limit });
+    res.status(200).json({
+      logs: entries.map((e) => ({ timestamp: e.timestamp.toISOString(), line: e.message })),
+      logEntries: entries.map(renderE2bLogEntry),
+    });
+  }));
+  router.get('/v2/sandboxes/:sandboxID/logs', route(async (req, res, principal) => {
+    const cursor = msQuery(req.query.cursor, 'cursor');
+    const limit = intQuery(req.query.limit, 'limit', 0, 1000) ?? 1000;
+    const direction = req.query.direction ?? 'forward';
+    if (direction !== 'forward' && direction !== 'backward') throw errors.validation('direction', 'must be forward or backward');
+    const level = req.query.level;
+    if (level !== undefined && !E2B_LEVELS.includes(level as string)) throw errors.validation('level', `must be one of ${E2B_LEVELS.join(', ')}`);
+    const search = req.query.search;
+    if (search !== undefined && (typeof search !== 'string' || search.length > 256)) throw errors.validation('search', 'must be a string of at most 256 characters');
+    if (limit === 0) {
+      await core.events.sandboxLogs(principal, id(req), { limit: 1 });
+      res.status(200).json({ logs: [] });
+      return;
+    }
+    const at = cursor === undefined ? undefined : new Date(cursor);
+    const entries = await core.events.sandboxLogs(principal, id(req), {
+      limit,
+      direction,
+      ...(at ? (direction === 'forward' ? { since: at } : { until: at }) : {}),
+      // debug is below every level core writes: no filter.
+      ...(level && level !== 'debug' ? { minLevel: level as 'info' | 'warn' | 'error' } : {}),
+      ...(search ? { search: search as string } : {}),
+    });
+    res.status(200).json({ logs: entries.map(renderE2bLogEntry) });
   }));
   // sbx.updateNetwork() (e2b.md (b)): onto core's egress policy, applied live by the host.
   router.put('/sandboxes/:sandboxID/network', route(async (req, res, principal) => {

@@ -198,7 +198,7 @@ export class BackgroundJobs {
 
   /** Sandboxes deleted as soon as they stop (auto-delete 0) are deleted at their timeout, in one step. */
   async deleteExpired(): Promise<number> {
-    const claimed = await this.lifecycle.claim(OPERATIONS.delete, 'running', (patch) => sandboxRepository(this.db).claimExpired(new Date(), 20, patch, 'at-once'));
+    const claimed = await this.lifecycle.claim(OPERATIONS.delete, 'running', (patch, db) => sandboxRepository(db).claimExpired(new Date(), 20, patch, 'at-once'), 'timeout');
     for (const sandbox of claimed) {
       const log = this.opts.logger.child({ sandboxId: sandbox.id, operation: 'delete' });
       log.info('reached its timeout; deleting it (auto-delete when stopped: 0 s)');
@@ -210,7 +210,7 @@ export class BackgroundJobs {
   }
 
   async stopExpired(): Promise<number> {
-    const claimed = await this.lifecycle.claim(OPERATIONS.stop, 'running', (patch) => sandboxRepository(this.db).claimExpired(new Date(), 20, patch));
+    const claimed = await this.lifecycle.claim(OPERATIONS.stop, 'running', (patch, db) => sandboxRepository(db).claimExpired(new Date(), 20, patch), 'timeout');
     for (const sandbox of claimed) {
       const log = this.opts.logger.child({ sandboxId: sandbox.id, operation: 'stop' });
       log.info('reached its timeout; stopping it');
@@ -224,20 +224,19 @@ export class BackgroundJobs {
   /** Running sandboxes without activity for their idle timeout are paused (or stopped). */
   async applyIdlePolicy(): Promise<number> {
     const now = Date.now();
-    const repo = sandboxRepository(this.db);
     // The idle timeout is per sandbox, so the cut-off is computed in SQL.
     const idle = (action: 'pause' | 'stop') => ({
       state: 'running' as const,
       where: (q: Knex.QueryBuilder) =>
         q.where('idle_timeout_seconds', '>', 0).where({ idle_action: action }).whereRaw(`last_activity_at + make_interval(secs => idle_timeout_seconds) <= ?`, [new Date(now)]),
     });
-    const toPause = await this.lifecycle.claim(OPERATIONS.pause, 'running', (patch) => repo.claim(idle('pause'), 20, patch));
+    const toPause = await this.lifecycle.claim(OPERATIONS.pause, 'running', (patch, db) => sandboxRepository(db).claim(idle('pause'), 20, patch), 'idle');
     for (const sandbox of toPause) {
       const log = this.opts.logger.child({ sandboxId: sandbox.id, operation: 'pause' });
       log.info(`idle for ${sandbox.idleTimeoutSeconds} s; pausing it`);
       await this.sandboxes.finishPause(sandbox, sandbox.operationId!, 'idle').catch((err) => log.error(`idle pause failed: ${toNestboxError(err).message}`));
     }
-    const toStop = await this.lifecycle.claim(OPERATIONS.stop, 'running', (patch) => repo.claim(idle('stop'), 20, patch));
+    const toStop = await this.lifecycle.claim(OPERATIONS.stop, 'running', (patch, db) => sandboxRepository(db).claim(idle('stop'), 20, patch), 'idle');
     for (const sandbox of toStop) {
       const log = this.opts.logger.child({ sandboxId: sandbox.id, operation: 'stop' });
       log.info(`idle for ${sandbox.idleTimeoutSeconds} s; stopping it`);
@@ -248,14 +247,14 @@ export class BackgroundJobs {
 
   /** Stopped sandboxes with an auto-delete delay that has passed are deleted. */
   async deleteAfterStop(): Promise<number> {
-    const claimed = await this.lifecycle.claim(OPERATIONS.delete, 'stopped', (patch) => sandboxRepository(this.db).claim(
+    const claimed = await this.lifecycle.claim(OPERATIONS.delete, 'stopped', (patch, db) => sandboxRepository(db).claim(
       {
         state: 'stopped',
         where: (q) => q.whereNotNull('auto_delete_seconds').whereNotNull('stopped_at').whereRaw(`stopped_at + make_interval(secs => auto_delete_seconds) <= ?`, [new Date()]),
       },
       20,
       patch,
-    ));
+    ), 'auto-delete');
     for (const sandbox of claimed) {
       const log = this.opts.logger.child({ sandboxId: sandbox.id, operation: 'delete' });
       log.info(`stopped ${sandbox.autoDeleteSeconds} s ago; deleting it (auto-delete)`);

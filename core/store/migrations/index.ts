@@ -8,6 +8,7 @@ import * as quotas from './20261201100000_quotas.js';
 import * as sandboxCredentials from './20261201100000_sandbox_credentials.js';
 import * as images from './20261202100000_images.js';
 import * as sandboxUsage from './20261203100000_sandbox_usage.js';
+import * as eventsWebhooks from './20261203110000_events_webhooks.js';
 
 // Migrations are imported modules rather than files knex discovers at run time, so the same
 // list works from TypeScript sources (tests) and compiled JavaScript (the server).
@@ -21,6 +22,7 @@ const MIGRATIONS: Record<string, Knex.Migration> = {
   '20261201100000_sandbox_credentials': sandboxCredentials,
   '20261202100000_images': images,
   '20261203100000_sandbox_usage': sandboxUsage,
+  '20261203110000_events_webhooks': eventsWebhooks,
 };
 
 export const migrationSource: Knex.MigrationSource<string> = {

@@ -83,6 +83,18 @@ import { restartCodeContext } from './restartCodeContext.js';
 import { runCode } from './runCode.js';
 import { runCodeWebSocket } from './runCodeWebSocket.js';
 import { runCodeScript } from './runCodeScript.js';
+import { listEvents } from './listEvents.js';
+import { getSandboxLogs } from './getSandboxLogs.js';
+import { listWebhooks } from './listWebhooks.js';
+import { createWebhook } from './createWebhook.js';
+import { getWebhook } from './getWebhook.js';
+import { updateWebhook } from './updateWebhook.js';
+import { deleteWebhook } from './deleteWebhook.js';
+import { rotateWebhookSecret } from './rotateWebhookSecret.js';
+import { pingWebhook } from './pingWebhook.js';
+import { listWebhookDeliveries } from './listWebhookDeliveries.js';
+import { replayWebhookDelivery } from './replayWebhookDelivery.js';
+import { replayWebhookEvent } from './replayWebhookEvent.js';
 
 export const nativeHandlers: Record<string, NativeHandler> = {
   listImages,
@@ -168,4 +180,16 @@ export const nativeHandlers: Record<string, NativeHandler> = {
   runCode,
   runCodeWebSocket,
   runCodeScript,
+  listEvents,
+  getSandboxLogs,
+  listWebhooks,
+  createWebhook,
+  getWebhook,
+  updateWebhook,
+  deleteWebhook,
+  rotateWebhookSecret,
+  pingWebhook,
+  listWebhookDeliveries,
+  replayWebhookDelivery,
+  replayWebhookEvent,
 };
