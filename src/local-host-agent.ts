@@ -53,6 +53,8 @@ export class LocalHostAgentSupervisor {
       NESTBOX_EGRESS_REFRESH_SECONDS: String(config.hostAgent.egressRefreshSeconds),
       NESTBOX_EXIT_WITH_PARENT: 'true',
       NESTBOX_LOG_LEVEL: config.logLevel,
+      // The host agent traces to the same collector (and passes on its guest agents' spans).
+      ...(config.tracing.otlpEndpoint ? { NESTBOX_OTLP_ENDPOINT: config.tracing.otlpEndpoint, NESTBOX_TRACE_SAMPLE_RATIO: String(config.tracing.sampleRatio) } : {}),
     };
     const child = spawn(process.execPath, [CLI_ENTRY(), 'host-agent'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
     this.child = child;

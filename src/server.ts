@@ -36,6 +36,8 @@ import { ImageBuildService } from '../core/services/image-builds.js';
 import { imageStartHook } from '../core/services/image-start.js';
 import { buildInputTools } from './images-wiring.js';
 import { FsObjectStore } from './object-store/fs-object-store.js';
+import { startTracing } from './tracing.js';
+import { traceLifecycle } from '../core/lifecycle-tracing.js';
 
 export interface RunningServer {
   url: string;
@@ -59,6 +61,8 @@ function dataDirSecret(config: Config, file: string, make: () => string): string
 /** `logger` defaults to JSON lines on stdout at NESTBOX_LOG_LEVEL (tests pass one that keeps them). */
 export async function startServer(config: Config, logger: Logger = createLogger({ level: config.logLevel })): Promise<RunningServer> {
   const log = logger.child({ component: 'server' });
+  // Before anything serves: the app installs its span middleware only with tracing on.
+  const tracing = startTracing(config.tracing, 'nestbox-control-plane', log);
   raiseOpenFileLimit(log);
   mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
   chmodSync(config.dataDir, 0o700);
@@ -103,6 +107,8 @@ export async function startServer(config: Config, logger: Logger = createLogger(
     config.orgLimits,
     sandboxEvents,
   );
+  // A span per lifecycle verb (tracing on only), with the ids its operation notices carry.
+  if (tracing) traceLifecycle(sandboxes, sandboxEvents);
 
   const snapshots = new SnapshotService(db, hosts, sandboxes);
   const images = new ImageService(db, hosts, logger.child({ component: 'images' }));
@@ -232,6 +238,7 @@ export async function startServer(config: Config, logger: Logger = createLogger(
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
       await db.destroy();
+      await tracing?.shutdown();
     },
   };
 }

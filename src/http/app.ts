@@ -14,6 +14,8 @@ import { DAYTONA_S3_PATH, renderS3Error } from '../../compat/daytona/object-stor
 import { renderControlPlaneError } from '../../compat/e2b/errors.js';
 import { requestTargetProblem } from '../../http-kit/request-checks.js';
 import { assignRequestIds, requestLogger } from './request-id.js';
+import { traceRequests } from './tracing.js';
+import { tracingEnabled } from '../../core/tracing.js';
 import type { Logger } from '../../core/logger.js';
 
 /** The server settings the E2B layer needs beside core's port (compat/e2b/deps.ts). */
@@ -64,6 +66,8 @@ export function createApp(services: Services): Express {
   app.disable('x-powered-by');
   // First: every later line about the request can carry its id.
   app.use(assignRequestIds(services.logger));
+  // With tracing on, a server span per request (continuing a caller's traceparent); off, no middleware at all.
+  if (tracingEnabled()) app.use(traceRequests());
   // An error rendered here is logged on the request's own logger (with its requestId).
   const errorLog = (req: Request) => requestLogger(req, services.logger);
   // Before every route: a body that stops arriving is cut, whatever reads it.
