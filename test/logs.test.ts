@@ -75,6 +75,9 @@ describe('log lines', () => {
     const requestLine = records().find((r) => r.level === 'debug' && r.path === `/api/v1/sandboxes/${id}/commands`);
     expect(requestLine).toMatchObject({ requestId: expect.any(String), organizationId: expect.any(String), sandboxId: id, status: 200 });
 
+    // Tracing is off (no NESTBOX_OTLP_ENDPOINT): no line is in a span.
+    expect(records().filter((r) => 'traceId' in r)).toEqual([]);
+
     // Nothing secret anywhere: not in a field, not in a sentence, not in the host agent's relayed lines.
     const all = t.logs.join('\n');
     expect(t.logs.length).toBeGreaterThan(50);

@@ -131,6 +131,10 @@ describe('traces', () => {
     const hostClient = receiver.spans.find((s) => s.spanId === hostServer.parentSpanId)!;
     expect([hostClient.service, hostClient.name, hostClient.parentSpanId]).toEqual(['nestbox-control-plane', 'POST /v1/sandboxes', create.spanId]);
 
+    // Its lifecycle log lines were written inside it, so they carry its trace.
+    const createdLine = t.logs.map((l) => JSON.parse(l) as Record<string, unknown>).find((r) => r.component === 'lifecycle' && r.sandboxId === id && r.operation === 'create' && r.phase === 'succeeded');
+    expect(createdLine).toMatchObject({ traceId: create.traceId, spanId: create.spanId });
+
     const stop = await waitFor('the sandbox.stop span', async () => lifecycle('stop'), 30_000, 250);
     expect(stop.status?.code ?? 0).not.toBe(2);
     await waitFor('driver.stop under it', async () => receiver.spans.find((s) => s.name === 'driver.stop' && s.traceId === stop.traceId), 30_000, 250);
