@@ -6,9 +6,11 @@
 // the program are its no-ops.
 //
 // Spans are made by hand (core/tracing.ts) rather than by @opentelemetry/instrumentation-http:
-// the program is ESM and imports `node:http` by name (`import { request } from 'node:http'`),
-// which the instrumentation's require hook never sees; it would also trace every heartbeat and
-// health poll, and not the guest agent at all.
+// the program is ESM, and the instrumentation's require hook never sees an ESM import of
+// `node:http` (tried with 0.223: registered before the import, it made no span for a server,
+// a default-import `http.request` or a named `request`; only an ESM loader hook given to node
+// at start would). It would also trace every heartbeat and health poll, and not the guest
+// agent, which is bundled and has no hook at all.
 import { context, propagation, trace } from '@opentelemetry/api';
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';

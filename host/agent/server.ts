@@ -155,10 +155,9 @@ export class HostAgentServer {
   constructor(private readonly opts: HostAgentServerOptions) {
     this.guestSpans = opts.guestSpans ? new GuestSpanRelay(opts.guestSpans, opts.logger) : undefined;
     this.server = http.createServer((req, res) => {
-      const run = () => void this.handle(req, res).catch((err) => sendError(res, err));
-      // A server span continuing the control plane's trace (its traceparent); off: just run.
-      if (tracingEnabled()) serveInSpan(req, res, routeOf(req.url), { 'nestbox.host.id': opts.hostId }, run);
-      else run();
+      // With tracing on, in a server span continuing the control plane's trace (its traceparent).
+      if (tracingEnabled()) return serveInSpan(req, res, routeOf(req.url), { 'nestbox.host.id': opts.hostId }, () => void this.handle(req, res).catch((err) => sendError(res, err)));
+      this.handle(req, res).catch((err) => sendError(res, err));
     });
     this.server.on('upgrade', (req, socket, head) => this.handleUpgrade(req, socket as Socket, head));
     // Only the control plane talks to a host agent, and it bounds its clients' deadlines itself:
