@@ -8,7 +8,7 @@
 // background pass, a heartbeat) is not traced, so the collector gets requests and lifecycle
 // operations, not every poll.
 import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
-import { context, propagation, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Attributes, type Context, type Span } from '@opentelemetry/api';
+import { context, propagation, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, TraceFlags, type Attributes, type Context, type Span } from '@opentelemetry/api';
 
 let enabled = false;
 
@@ -113,6 +113,12 @@ export function serveInSpan(req: IncomingMessage, res: ServerResponse, route: st
 /** The span active where this is called, when tracing is on. */
 export function activeSpan(): Span | undefined {
   return enabled ? trace.getSpan(context.active()) : undefined;
+}
+
+/** Whether the trace active here is sampled (recorded and exported), even once its span has ended. */
+export function inSampledTrace(): boolean {
+  const span = activeSpan();
+  return span !== undefined && (span.spanContext().traceFlags & TraceFlags.SAMPLED) === TraceFlags.SAMPLED;
 }
 
 export type { Attributes, Context, Span };

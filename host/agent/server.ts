@@ -31,7 +31,7 @@ import { acceptAndRelay, connectUpstream, refuseUpgrade } from '../protocol/ws-r
 import { clientGoneSignal } from '../protocol/client-gone.js';
 import { discardableBody } from '../agent-protocol/request-body.js';
 import { forwardableHeaders, proxyHttp, proxyUpgrade, writeRawResponse, type ProxyTarget } from '../protocol/http-proxy.js';
-import { inSpan, serveInSpan, tracingEnabled } from '../../core/tracing.js';
+import { inSampledTrace, inSpan, serveInSpan, tracingEnabled } from '../../core/tracing.js';
 import { GuestSpanRelay, type GuestSpanSink } from './guest-spans.js';
 
 export interface HostAgentServerOptions {
@@ -553,7 +553,7 @@ export class HostAgentServer {
       await pipeline(upstream, res);
     } finally {
       // The guest recorded a span for a traced request: bring it out (guest-spans.ts).
-      if (this.guestSpans && typeof req.headers.traceparent === 'string') this.guestSpans.noteTraced(sandboxId, agent);
+      if (this.guestSpans && inSampledTrace()) this.guestSpans.noteTraced(sandboxId, agent);
     }
   }
 
