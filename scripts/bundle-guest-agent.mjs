@@ -6,7 +6,7 @@
 // Also builds the PTY helper next to the bundle (dist/nestbox-pty); needs cc and libc6-dev.
 import { build } from 'esbuild';
 import { execFileSync } from 'node:child_process';
-import { readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { builtinModules } from 'node:module';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -15,6 +15,28 @@ import { parseArgs } from 'node:util';
 const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const { values } = parseArgs({ options: { outfile: { type: 'string' } } });
 const outfile = resolve(values.outfile ?? resolve(repoRoot, 'dist/guest-agent.mjs'));
+
+/**
+ * OpenTelemetry's packages (the guest agent's spans, host/guest-agent/tracing.ts) are resolved to
+ * their ES-module builds, which esbuild can tree-shake: their CommonJS `main` would bring the
+ * whole of each package (semantic conventions, protobuf encoders), about 600 kB more.
+ */
+const openTelemetryAsEsm = {
+  name: 'opentelemetry-esm',
+  setup(build) {
+    build.onResolve({ filter: /^@opentelemetry\/[^/]+$/ }, async (args) => {
+      if (args.pluginData === 'opentelemetry-esm') return undefined;
+      // Resolved as usual first (so a nested copy of another version is the one used), then
+      // the package's own `module` entry instead of its `main`.
+      const found = await build.resolve(args.path, { kind: args.kind, resolveDir: args.resolveDir, importer: args.importer, pluginData: 'opentelemetry-esm' });
+      if (found.errors.length) return { errors: found.errors };
+      let dir = dirname(found.path);
+      while (!existsSync(resolve(dir, 'package.json')) && dirname(dir) !== dir) dir = dirname(dir);
+      const pkg = JSON.parse(readFileSync(resolve(dir, 'package.json'), 'utf8'));
+      return { path: pkg.name === args.path && pkg.module ? resolve(dir, pkg.module) : found.path };
+    });
+  },
+};
 
 /** Every .py file of host/guest-agent/code-interpreter/, by name. */
 function codeInterpreterFiles() {
@@ -32,6 +54,7 @@ await build({
   sourcemap: false,
   legalComments: 'none',
   logLevel: 'warning',
+  plugins: [openTelemetryAsEsm],
   // ws tries optional native add-ons (bufferutil, utf-8-validate) with a runtime require; inside
   // a sandbox that lookup walks up to /node_modules, which the sandbox itself can write, so a
   // planted package would run inside the agent. Folded to constants, the lookups are dead code.

@@ -16,6 +16,7 @@ import { GUEST_AGENT_BUNDLE } from './paths.js';
 import type { Logger } from '../core/logger.js';
 import { createLogger } from './logger.js';
 import { raiseOpenFileLimit } from './fd-limit.js';
+import { startTracing } from './tracing.js';
 
 export interface RunningHostAgent {
   url: string;
@@ -30,6 +31,7 @@ export async function startHostAgent(config: Config, logger?: Logger): Promise<R
   if (!ha.controlPlaneUrl) throw new ConfigError('invalid configuration:\n  NESTBOX_CONTROL_PLANE_URL: required for a host agent');
   raiseOpenFileLimit(log);
   mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
+  const tracing = startTracing(config.tracing, 'nestbox-host-agent', log, { 'nestbox.host.id': ha.hostId });
 
   // Build (or reuse) the base image before registering, so the first create is not the one
   // that waits for debootstrap.
@@ -75,6 +77,8 @@ export async function startHostAgent(config: Config, logger?: Logger): Promise<R
     driver: metricsToken ? meterDriver(driver, metrics) : driver,
     logger: log,
     ...(metricsToken ? { metrics: { series: metrics, token: metricsToken } } : {}),
+    // Guest agents' spans come out through this host agent (host/agent/guest-spans.ts).
+    guestSpans: tracing ? (otlpJson, sandboxId) => tracing.forwardGuestSpans(otlpJson, { sandboxId, hostId: ha.hostId }) : undefined,
   });
   const port = await server.listen(ha.listenPort, ha.listenHost);
   const url = ha.advertisedUrl ?? `http://${ha.listenHost}:${port}`;
@@ -147,6 +151,7 @@ export async function startHostAgent(config: Config, logger?: Logger): Promise<R
     await server.close();
     // Sandboxes keep running: the next host agent adopts them.
     await driver.close();
+    await tracing?.shutdown();
   };
 
   // A child host agent goes away with its server (the server may die by kill -9 and cannot

@@ -56,6 +56,8 @@ export class LocalHostAgentSupervisor {
       NESTBOX_LOG_LEVEL: config.logLevel,
       // Its /metrics answers the same token as the server's.
       ...(config.metrics.token ? { NESTBOX_METRICS_TOKEN: config.metrics.token } : {}),
+      // The host agent traces to the same collector (and passes on its guest agents' spans).
+      ...(config.tracing.otlpEndpoint ? { NESTBOX_OTLP_ENDPOINT: config.tracing.otlpEndpoint, NESTBOX_TRACE_SAMPLE_RATIO: String(config.tracing.sampleRatio) } : {}),
     };
     const child = spawn(process.execPath, [CLI_ENTRY(), 'host-agent'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
     this.child = child;

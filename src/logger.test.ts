@@ -5,7 +5,9 @@ import { describe, expect, it } from 'vitest';
 import type { Logger } from '../core/logger.js';
 import { loadConfig } from './config.js';
 import { createLogger, relayChildLine } from './logger.js';
-import { assignRequestIds, requestLogger } from './http/request-id.js';
+import { assignRequestIds, noteRequest, requestLogger } from './http/request-id.js';
+import { context, trace, TraceFlags } from '@opentelemetry/api';
+import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 
 /** A real pino logger whose JSON lines are kept, parsed. */
 function recorded(level: 'debug' | 'info' | 'warn' | 'error', base?: Record<string, unknown>): { logger: Logger; records: Record<string, unknown>[] } {
@@ -101,5 +103,62 @@ describe('request ids', () => {
     expect(done.map((r) => r.requestId)).toEqual(inside.map((r) => r.requestId));
     expect(done[0]).toMatchObject({ method: 'GET', path: '/x', status: 204, msg: 'GET /x 204' });
     expect(JSON.stringify(records)).not.toContain('secret');
+  });
+
+  it('adds what a front door learnt (organisation, sandbox) to the request\'s later lines and its finished line', async () => {
+    const { logger, records } = recorded('debug');
+    const app = express();
+    app.use(assignRequestIds(logger));
+    app.get('/y', (req, res) => {
+      noteRequest(req, { operation: 'getSandbox', organizationId: 'org-1', sandboxId: 'sb-1' });
+      requestLogger(req, logger).info('after');
+      res.status(204).end();
+    });
+    const server = http.createServer(app);
+    try {
+      await supertest(server).get('/y').expect(204);
+    } finally {
+      server.close();
+    }
+    expect(records.find((r) => r.msg === 'after')).toMatchObject({ organizationId: 'org-1', sandboxId: 'sb-1', requestId: expect.any(String) });
+    expect(records.find((r) => r.level === 'debug')).toMatchObject({ organizationId: 'org-1', sandboxId: 'sb-1', status: 204 });
+    expect(records.every((r) => !('operation' in r))).toBe(true);
+  });
+});
+
+describe('secrets and traces in log lines', () => {
+  it('redacts keys, tokens, passwords, secrets and Authorization headers wherever they sit in the fields', () => {
+    const { logger, records } = recorded('info');
+    logger.child({ token: 'nbx_child_binding' }).info(
+      {
+        authorization: 'Bearer nbx_top',
+        headers: { authorization: 'Bearer nbx_header', 'x-api-key': 'nbx_e2b_header', 'x-access-token': 'envd-token-1' },
+        err: { config: { headers: { Authorization: 'Bearer nbx_deep' } } },
+        apiKey: 'nbx_field',
+        sandbox: { envdAccessToken: 'envd-token-2', id: 'sb-1' },
+        webhook: { secret: 'whsec_1' },
+        credentials: { username: 'u', password: 'pw-1' },
+        kept: 'visible',
+      },
+      'a line with secrets in its fields',
+    );
+    const line = JSON.stringify(records[0]);
+    for (const secret of ['nbx_child_binding', 'nbx_top', 'nbx_header', 'nbx_e2b_header', 'envd-token-1', 'nbx_deep', 'nbx_field', 'envd-token-2', 'whsec_1', 'pw-1']) expect(line).not.toContain(secret);
+    expect(records[0]).toMatchObject({ kept: 'visible', sandbox: { id: 'sb-1', envdAccessToken: '[redacted]' }, headers: { authorization: '[redacted]' } });
+  });
+
+  it('carries the active span\'s trace and span ids, and none outside a span', () => {
+    const manager = new AsyncLocalStorageContextManager().enable();
+    context.setGlobalContextManager(manager);
+    try {
+      const { logger, records } = recorded('info');
+      const spanContext = { traceId: '0af7651916cd43dd8448eb211c80319c', spanId: 'b7ad6b7169203331', traceFlags: TraceFlags.SAMPLED };
+      context.with(trace.setSpanContext(context.active(), spanContext), () => logger.info('inside a span'));
+      logger.info('outside');
+      expect(records[0]).toMatchObject({ msg: 'inside a span', traceId: spanContext.traceId, spanId: spanContext.spanId });
+      expect(records[1]).not.toHaveProperty('traceId');
+    } finally {
+      context.disable();
+    }
   });
 });

@@ -3,7 +3,39 @@
 // (journald, Docker, Loki, Cloud Logging) take as they are. No transports: they run in worker
 // threads and the program has no use for them.
 import { pino, stdTimeFunctions, type DestinationStream } from 'pino';
+import { context, trace } from '@opentelemetry/api';
 import type { LogFields, Logger, LogLevel } from '../core/logger.js';
+
+/**
+ * Field names whose values are secrets: API keys (`nbx_…`), sandbox credentials (E2B envd access
+ * tokens, Daytona preview tokens, hosted-port tokens), the host secret, webhook signing secrets,
+ * passwords (registry credentials), and the headers that carry them. Wherever one appears in a
+ * line's fields, up to three objects down (`headers.authorization`, `err.config.headers.…`),
+ * pino writes `[redacted]` instead. Sentences are not searched: nothing puts a secret in one
+ * (test/logs.test.ts checks the lines of a whole sandbox life for the key and the tokens).
+ */
+export const SECRET_FIELDS = [
+  'authorization', 'Authorization', 'proxy-authorization', 'cookie', 'set-cookie',
+  'x-api-key', 'X-API-Key', 'x-access-token', 'X-Access-Token', 'x-daytona-preview-token', 'x-nestbox-port-token', 'x-amz-security-token',
+  'apiKey', 'api_key', 'key', 'secret', 'secrets', 'hostSecret', 'webhookSecret', 'signingSecret', 'password', 'passwd', 'credentials',
+  'token', 'accessToken', 'access_token', 'envdAccessToken', 'trafficAccessToken', 'previewToken', 'refreshToken', 'bootstrapApiKey',
+] as const;
+
+/** pino's redact paths for SECRET_FIELDS at the top of a line and up to three objects down. */
+function redactPaths(): string[] {
+  return SECRET_FIELDS.flatMap((name) => {
+    const at = /^[A-Za-z_$][\w$]*$/.test(name) ? `.${name}` : `["${name}"]`;
+    return [at.startsWith('.') ? name : at, `*${at}`, `*.*${at}`, `*.*.*${at}`];
+  });
+}
+
+/** The active span's ids on every line written inside one (tracing on: src/tracing.ts). */
+function traceFields(): Record<string, string> {
+  const span = trace.getSpan(context.active());
+  if (!span) return {};
+  const { traceId, spanId } = span.spanContext();
+  return { traceId, spanId };
+}
 
 export interface LoggerOptions {
   /** NESTBOX_LOG_LEVEL (config.logLevel): lines below it are dropped before they are formatted. */
@@ -23,6 +55,8 @@ export function createLogger(options: LoggerOptions, destination?: DestinationSt
       base: { pid: process.pid, ...options.base },
       timestamp: stdTimeFunctions.isoTime,
       formatters: { level: (label) => ({ level: label }) },
+      redact: { paths: redactPaths(), censor: '[redacted]' },
+      mixin: traceFields,
     },
     destination ?? pino.destination({ fd: 1, sync: true }),
   );

@@ -40,6 +40,8 @@ import { buildInputTools } from './images-wiring.js';
 import { FsObjectStore } from './object-store/fs-object-store.js';
 import { EVENT_TYPES, EventService } from '../core/services/events.js';
 import { WebhookDispatcher, WebhookService } from '../core/services/webhooks.js';
+import { startTracing } from './tracing.js';
+import { traceLifecycle } from '../core/lifecycle-tracing.js';
 
 export interface RunningServer {
   url: string;
@@ -63,6 +65,8 @@ function dataDirSecret(config: Config, file: string, make: () => string): string
 /** `logger` defaults to JSON lines on stdout at NESTBOX_LOG_LEVEL (tests pass one that keeps them). */
 export async function startServer(config: Config, logger: Logger = createLogger({ level: config.logLevel })): Promise<RunningServer> {
   const log = logger.child({ component: 'server' });
+  // Before anything serves: the app installs its span middleware only with tracing on.
+  const tracing = startTracing(config.tracing, 'nestbox-control-plane', log);
   raiseOpenFileLimit(log);
   mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
   chmodSync(config.dataDir, 0o700);
@@ -115,6 +119,8 @@ export async function startServer(config: Config, logger: Logger = createLogger(
     config.orgLimits,
     sandboxEvents,
   );
+  // A span per lifecycle verb (tracing on only), with the ids its operation notices carry.
+  if (tracing) traceLifecycle(sandboxes, sandboxEvents);
 
   const snapshots = new SnapshotService(db, hosts, sandboxes);
   const images = new ImageService(db, hosts, logger.child({ component: 'images' }));
@@ -259,6 +265,7 @@ export async function startServer(config: Config, logger: Logger = createLogger(
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
       await db.destroy();
+      await tracing?.shutdown();
     },
   };
 }

@@ -9,6 +9,8 @@ import type { z } from 'zod';
 import { errorFromResponse } from '../protocol/error-response.js';
 import { connectUpstream, type UpstreamResult } from '../protocol/ws-relay.js';
 import { giveUpBodyAfterAnswer } from './request-body.js';
+import { endClientSpanFailed, endClientSpanWith, startClientSpan, tracingEnabled } from '../../core/tracing.js';
+import { GUEST_SPANS_ROUTE } from './telemetry.js';
 import { AGENT_KEY_ROUTE, AGENT_NONCE_HEADER, AGENT_PROOF_HEADER, AGENT_REKEY_HEADER, encodeAgentKey, newNonce, rekeyProof, verifyAgentProof } from './auth.js';
 import {
   ExecResponse,
@@ -51,6 +53,9 @@ export interface ByteRangeRequest {
   /** Inclusive; absent = to the end of the file. */
   end?: number;
 }
+
+/** Guest routes no span is made for (see requestOnce). */
+const UNTRACED_PATHS = new Set(['/health', GUEST_SPANS_ROUTE]);
 
 /** Socket-level failures that mean "nobody is listening", as opposed to an agent error. */
 const UNREACHABLE_CODES = new Set(['ENOENT', 'ECONNREFUSED', 'ENOTSOCK', 'ENOTDIR']);
@@ -141,6 +146,9 @@ export class AgentClient {
       const fixedBody = typeof options.body === 'string' ? Buffer.from(options.body) : options.body;
       if (Buffer.isBuffer(fixedBody)) headers['content-length'] = String(fixedBody.length);
 
+      // Requests passed through to the guest carry the trace on (it records its own span for
+      // them); its health polls and the span drain itself are never traced.
+      const span = tracingEnabled() && !UNTRACED_PATHS.has(options.path) ? startClientSpan(`guest ${options.method} ${options.path.split('?', 1)[0]}`, { 'http.request.method': options.method }, headers) : undefined;
       const req = httpRequest({
         socketPath: this.socketPath,
         agent: this.agent,
@@ -150,6 +158,7 @@ export class AgentClient {
         signal: options.signal,
       });
       req.once('response', (response) => {
+        if (span) endClientSpanWith(span, response);
         if (options.timeoutMs) req.setTimeout(0);
         if (this.proofKey && nonce) {
           const subject = { nonce, method: options.method, target: options.path, status: response.statusCode ?? 0 };
@@ -165,6 +174,7 @@ export class AgentClient {
         resolve(response);
       });
       req.once('error', (error) => {
+        if (span?.isRecording()) endClientSpanFailed(span, error);
         Object.assign(error, { reusedSocket: req.reusedSocket });
         reject(error);
       });

@@ -32,6 +32,8 @@ import { clientGoneSignal } from '../protocol/client-gone.js';
 import { discardableBody } from '../agent-protocol/request-body.js';
 import type { HostAgentMetrics } from './metrics.js';
 import { forwardableHeaders, proxyHttp, proxyUpgrade, writeRawResponse, type ProxyTarget } from '../protocol/http-proxy.js';
+import { inSampledTrace, inSpan, serveInSpan, tracingEnabled } from '../../core/tracing.js';
+import { GuestSpanRelay, type GuestSpanSink } from './guest-spans.js';
 
 export interface HostAgentServerOptions {
   hostId: string;
@@ -43,6 +45,8 @@ export interface HostAgentServerOptions {
   pullKeepaliveMs?: number;
   /** This agent's Prometheus series, measured and served at `GET /metrics` for `Bearer <token>` (absent: no /metrics, 404). */
   metrics?: { series: HostAgentMetrics; token: string };
+  /** With tracing on: where the spans drained from guest agents go (guest-spans.ts); unset = never drained. */
+  guestSpans?: GuestSpanSink;
 }
 
 class HttpError extends Error {
@@ -127,6 +131,12 @@ function sendError(res: http.ServerResponse, err: unknown): void {
   sendJson(res, 500, { error: { code: 'internal', message } });
 }
 
+/** A request's route as its span is named: ids left out (`/v1/sandboxes/{id}/agent/exec`), no query. */
+function routeOf(url: string | undefined): string {
+  const path = (url ?? '/').split('?', 1)[0];
+  return path.replace(/^\/v1\/(sandboxes|snapshots|images)\/[^/]+/, '/v1/$1/{id}').replace(/^(\/v1\/sandboxes\/\{id\}\/ports)\/\d+.*$/, '$1/{port}');
+}
+
 function sameKey(a: Buffer | undefined, b: Buffer | undefined): boolean {
   return a === b || (!!a && !!b && a.equals(b));
 }
@@ -142,8 +152,14 @@ export class HostAgentServer {
   /** Keep-alive connections to each sandbox's servers, dropped when its address changes or it stops. */
   private readonly portAgents = new Map<string, { address: string; agent: http.Agent }>();
 
+  /** Drains guest agents' spans after traced requests (tracing on only). */
+  private readonly guestSpans?: GuestSpanRelay;
+
   constructor(private readonly opts: HostAgentServerOptions) {
+    this.guestSpans = opts.guestSpans ? new GuestSpanRelay(opts.guestSpans, opts.logger) : undefined;
     this.server = http.createServer((req, res) => {
+      // With tracing on, in a server span continuing the control plane's trace (its traceparent).
+      if (tracingEnabled()) return serveInSpan(req, res, routeOf(req.url), { 'nestbox.host.id': opts.hostId }, () => void this.handle(req, res).catch((err) => sendError(res, err)));
       this.handle(req, res).catch((err) => sendError(res, err));
     });
     this.server.on('upgrade', (req, socket, head) => this.handleUpgrade(req, socket as Socket, head));
@@ -202,7 +218,7 @@ export class HostAgentServer {
       if (req.method === 'POST') {
         const spec = await readJson(req, HostSandboxSpec);
         if (await driver.get(spec.id)) throw new HttpError(409, 'conflict', `sandbox ${spec.id} already exists on host ${this.opts.hostId}`);
-        const runtime = await this.withLock(spec.id, () => driver.create(spec as SandboxSpec, (line) => this.opts.logger.info({ sandboxId: spec.id, operation: 'create' }, line)));
+        const runtime = await this.withLock(spec.id, () => this.driverCall('create', spec.id, () => driver.create(spec as SandboxSpec, (line) => this.opts.logger.info({ sandboxId: spec.id, operation: 'create' }, line))));
         return sendJson(res, 201, { id: runtime.id, status: runtime.status });
       }
       throw new HttpError(405, 'method_not_allowed', `${req.method} not allowed on ${url.pathname}`);
@@ -228,10 +244,11 @@ export class HostAgentServer {
         return sendJson(res, 200, { id: runtime.id, status: runtime.status });
       }
       if (req.method === 'DELETE') {
+        await this.guestSpans?.flush(sandboxId);
         this.dropAgent(sandboxId);
         this.dropViewAgent(sandboxId);
         this.dropPortAgent(sandboxId);
-        await this.withLock(sandboxId, () => driver.destroy(sandboxId));
+        await this.withLock(sandboxId, () => this.driverCall('destroy', sandboxId, () => driver.destroy(sandboxId)));
         res.writeHead(204).end();
         return;
       }
@@ -243,24 +260,26 @@ export class HostAgentServer {
       throw new HttpError(404, 'not_found', `sandbox ${sandboxId} not found on host ${this.opts.hostId}`);
     }
     if (parts.length === 4 && action === 'stop' && req.method === 'POST') {
+      await this.guestSpans?.flush(sandboxId);
       this.dropAgent(sandboxId);
       this.dropPortAgent(sandboxId);
-      const result = await this.withLock(sandboxId, () => driver.stop(sandboxId));
+      const result = await this.withLock(sandboxId, () => this.driverCall('stop', sandboxId, () => driver.stop(sandboxId)));
       return sendJson(res, 200, result);
     }
     if (parts.length === 4 && action === 'start' && req.method === 'POST') {
       const spec = await readJson(req, HostSandboxSpec);
       if (spec.id !== sandboxId) throw new HttpError(400, 'validation_failed', 'id: does not match the sandbox in the path');
-      const result = await this.withLock(sandboxId, () => driver.start(spec as SandboxSpec));
+      const result = await this.withLock(sandboxId, () => this.driverCall('start', sandboxId, () => driver.start(spec as SandboxSpec)));
       return sendJson(res, 200, { id: result.id, status: result.status, memoryRestored: result.memoryRestored, resumeReason: result.resumeReason });
     }
     if (parts.length === 4 && (action === 'pause' || action === 'unpause') && req.method === 'POST') {
-      const runtime = await this.withLock(sandboxId, () => (action === 'pause' ? driver.pause(sandboxId) : driver.unpause(sandboxId)));
+      if (action === 'pause') await this.guestSpans?.flush(sandboxId);
+      const runtime = await this.withLock(sandboxId, () => this.driverCall(action, sandboxId, () => (action === 'pause' ? driver.pause(sandboxId) : driver.unpause(sandboxId))));
       return sendJson(res, 200, { id: runtime.id, status: runtime.status });
     }
     if (parts.length === 4 && action === 'fork' && req.method === 'POST') {
       const body = await readJson(req, HostForkRequest);
-      const result = await this.withLock(sandboxId, () => driver.fork(sandboxId, body.children as SandboxSpec[]));
+      const result = await this.withLock(sandboxId, () => this.driverCall('fork', sandboxId, () => driver.fork(sandboxId, body.children as SandboxSpec[])));
       return sendJson(res, 200, {
         children: result.children.map((child) => ({ id: child.id, status: child.status })),
         memoryCopied: result.memoryCopied,
@@ -269,12 +288,12 @@ export class HostAgentServer {
     }
     if (parts.length === 4 && action === 'snapshot' && req.method === 'POST') {
       const body = await readJson(req, HostSnapshotRequest);
-      const result = await this.withLock(sandboxId, () => driver.snapshot(sandboxId, body.snapshotId));
+      const result = await this.withLock(sandboxId, () => this.driverCall('snapshot', sandboxId, () => driver.snapshot(sandboxId, body.snapshotId)));
       return sendJson(res, 201, result);
     }
     if (action === 'agent') {
       const agentPath = '/' + parts.slice(4).join('/') + url.search;
-      return this.proxyTo(await this.agentFor(sandboxId), agentPath, req, res);
+      return this.proxyTo(await this.agentFor(sandboxId), agentPath, req, res, sandboxId);
     }
     if (action === 'files-view') {
       const agentPath = '/' + parts.slice(4).join('/') + url.search;
@@ -480,7 +499,7 @@ export class HostAgentServer {
       clearInterval(keepAlive);
       driver.touchFileView(sandboxId);
     });
-    return this.proxyTo(cached.client, agentPath, req, res);
+    return this.proxyTo(cached.client, agentPath, req, res, sandboxId);
   }
 
   private dropViewAgent(sandboxId: string): void {
@@ -519,7 +538,7 @@ export class HostAgentServer {
   }
 
   /** Streams both ways: neither the request nor the response body is held in memory. */
-  private async proxyTo(agent: AgentClient, agentPath: string, req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+  private async proxyTo(agent: AgentClient, agentPath: string, req: http.IncomingMessage, res: http.ServerResponse, sandboxId: string): Promise<void> {
     const headers: Record<string, string> = {};
     for (const name of ['content-type', 'content-length', 'range', 'accept']) {
       const value = req.headers[name];
@@ -551,7 +570,18 @@ export class HostAgentServer {
       if (typeof value === 'string') passHeaders[name] = value;
     }
     res.writeHead(upstream.statusCode ?? 502, passHeaders);
-    await pipeline(upstream, res);
+    try {
+      await pipeline(upstream, res);
+    } finally {
+      // The guest recorded a span for a traced request: bring it out (guest-spans.ts).
+      if (this.guestSpans && inSampledTrace()) this.guestSpans.noteTraced(sandboxId, agent);
+    }
+  }
+
+  /** One driver call, in a span of its own (child of the request's) when tracing is on. */
+  private driverCall<T>(operation: string, sandboxId: string, call: () => Promise<T>): Promise<T> {
+    if (!tracingEnabled()) return call();
+    return inSpan(`driver.${operation}`, { 'nestbox.operation': operation, 'nestbox.sandbox.id': sandboxId, 'nestbox.host.id': this.opts.hostId, 'nestbox.driver': this.opts.driver.name }, call);
   }
 
   /** WebSocket pass-through to the guest agent (used by streaming features: process streams, PTY). */
@@ -591,6 +621,7 @@ export class HostAgentServer {
   }
 
   async close(): Promise<void> {
+    await this.guestSpans?.close();
     for (const id of [...this.agents.keys()]) this.dropAgent(id);
     for (const id of [...this.viewAgents.keys()]) this.dropViewAgent(id);
     for (const id of [...this.portAgents.keys()]) this.dropPortAgent(id);

@@ -19,6 +19,8 @@ import { createUpgradeDispatcher, type UpgradeRoute } from './websocket.js';
 import { createLspRoutes, LspService } from './lsp.js';
 import { ARCHIVE_EXTRACT_ROUTE, ARCHIVE_ROUTE } from '../agent-protocol/archive.js';
 import { extractArchive, resolveArchiveOwner, sendArchive } from './files-archive.js';
+import { GUEST_SPANS_ROUTE } from '../agent-protocol/telemetry.js';
+import { GuestTracing } from './tracing.js';
 
 export interface AgentServerOptions {
   /** The sandbox user's home: relative paths and the default cwd resolve against it. */
@@ -233,7 +235,22 @@ export function createAgentServer(options: AgentServerOptions): Server {
   // File metadata rides on the pty helper's --xattr mode (pty-helper/nestbox-xattr.c).
   const fileRoutes = createFileRoutes({ ...resolvedOptions, metadataHelper: options.processes?.ptyHelper ?? '/.nestbox/bin/nestbox-pty' });
   const languageServers = new LspService({ home: resolvedOptions.home, baseEnv: resolvedOptions.env, launcher, passwdPath: options.processes?.passwdPath });
-  const routes = { ...buildRoutes(resolvedOptions, Date.now(), launcher), ...fileRoutes.routes, ...createLspRoutes(languageServers, resolvedOptions.maxJsonBodyBytes) };
+  // Spans of traced requests, drained by the host agent (agent-protocol/telemetry.ts).
+  const tracing = new GuestTracing();
+  const telemetryRoutes: RouteTable = {
+    [GUEST_SPANS_ROUTE]: {
+      GET: async ({ res }) => {
+        const body = tracing.drain();
+        if (!body) {
+          res.writeHead(204).end();
+          return;
+        }
+        res.writeHead(200, { 'content-type': 'application/json', 'content-length': body.byteLength });
+        res.end(body);
+      },
+    },
+  };
+  const routes = { ...buildRoutes(resolvedOptions, Date.now(), launcher), ...fileRoutes.routes, ...createLspRoutes(languageServers, resolvedOptions.maxJsonBodyBytes), ...telemetryRoutes };
 
   const server = createServer(
     {
@@ -247,6 +264,7 @@ export function createAgentServer(options: AgentServerOptions): Server {
     (req, res) => {
       attachProof(req, res, resolvedOptions.keys);
       const { pathname, query } = splitTarget(req.url);
+      tracing.traceRequest(req, res, pathname);
       const what = `${req.method} ${pathname}`;
       let handler: Handler;
       try {

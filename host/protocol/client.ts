@@ -6,6 +6,7 @@ import type { z } from 'zod';
 import { pipeline } from 'node:stream/promises';
 import { createInterface } from 'node:readline';
 import { decodeErrorBody, NestboxError } from '../../core/errors.js';
+import { endClientSpanFailed, endClientSpanWith, startClientSpan, tracingEnabled } from '../../core/tracing.js';
 import type { GuestClient, GuestView } from '../../core/guest.js';
 import type {
   AgentRequest,
@@ -50,6 +51,11 @@ interface RequestOptions {
   headers?: Record<string, string>;
   timeoutMs?: number;
   signal?: AbortSignal;
+}
+
+/** A host-agent path as a span names it: the sandbox id and the query left out. */
+function routeTemplate(path: string): string {
+  return path.split('?', 1)[0].replace(/^\/v1\/(sandboxes|snapshots|images)\/[^/]+/, '/v1/$1/{id}');
 }
 
 async function readAll(res: http.IncomingMessage): Promise<Buffer> {
@@ -162,9 +168,12 @@ export class HttpHostClient implements HostClient {
         headers['content-type'] = 'application/json';
         headers['content-length'] = String(payload.length);
       }
+      // Joins the caller's trace (off, or with no span active: undefined, nothing injected).
+      const span = tracingEnabled() ? startClientSpan(`${o.method} ${routeTemplate(o.path)}`, { 'http.request.method': o.method, 'url.template': routeTemplate(o.path), 'nestbox.host.id': this.hostId }, headers) : undefined;
       const req = http.request(
         { host: this.base.hostname, port: this.base.port, method: o.method, path: o.path, headers, agent: this.agent, signal: o.signal },
         (res) => {
+          if (span) endClientSpanWith(span, res);
           giveUpBodyAfterAnswer(req, res);
           resolve(res);
         },
@@ -173,6 +182,7 @@ export class HttpHostClient implements HostClient {
         req.setTimeout(o.timeoutMs, () => req.destroy(new NestboxError('timeout', `host ${this.hostId} did not answer ${o.method} ${o.path} within ${o.timeoutMs} ms`)));
       }
       req.on('error', (err) => {
+        if (span?.isRecording()) endClientSpanFailed(span, err);
         if (err instanceof NestboxError) return reject(err);
         if ((err as NodeJS.ErrnoException).name === 'AbortError') return reject(new NestboxError('timeout', 'the request was cancelled'));
         reject(new NestboxError('host_unavailable', `host ${this.hostId} is not reachable: ${err.message}`));

@@ -14,6 +14,8 @@ import { DAYTONA_S3_PATH, renderS3Error } from '../../compat/daytona/object-stor
 import { renderControlPlaneError } from '../../compat/e2b/errors.js';
 import { requestTargetProblem } from '../../http-kit/request-checks.js';
 import { assignRequestIds, requestLogger } from './request-id.js';
+import { traceRequests } from './tracing.js';
+import { tracingEnabled } from '../../core/tracing.js';
 import type { Logger } from '../../core/logger.js';
 import { httpMetrics, metricsEndpoint, tagFrontDoor, untagFrontDoor } from './metrics.js';
 
@@ -68,6 +70,8 @@ export function createApp(services: Services): Express {
   // Every request timed by front door, route template and status (src/http/metrics.ts); not
   // measured at all when no one can scrape it (no NESTBOX_METRICS_TOKEN).
   if (services.config.metrics.token) app.use(httpMetrics(services.metrics));
+  // With tracing on, a server span per request (continuing a caller's traceparent); off, no middleware at all.
+  if (tracingEnabled()) app.use(traceRequests());
   // An error rendered here is logged on the request's own logger (with its requestId).
   const errorLog = (req: Request) => requestLogger(req, services.logger);
   // Before every route: a body that stops arriving is cut, whatever reads it.

@@ -12,6 +12,15 @@ const CALLER_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 
 const loggers = new WeakMap<IncomingMessage, Logger>();
 
+/** What a front door learnt about a request once it routed and authenticated it. */
+export interface RequestNotes {
+  /** The operation (native operationId) the request is. */
+  operation?: string;
+  organizationId?: string;
+  sandboxId?: string;
+}
+const notes = new WeakMap<IncomingMessage, RequestNotes>();
+
 function requestIdFor(req: IncomingMessage): string {
   const given = req.headers[REQUEST_ID_HEADER];
   return typeof given === 'string' && CALLER_ID.test(given) ? given : randomUUID();
@@ -30,10 +39,28 @@ export function assignRequestIds(logger: Logger) {
     // Taken now: routers rewrite req.url on the way down.
     const path = (req.url ?? '').split('?', 1)[0];
     res.once('finish', () => {
-      requestLog.debug({ method: req.method, path, status: res.statusCode, ms: Math.round(performance.now() - started) }, `${req.method} ${path} ${res.statusCode}`);
+      // On the request's logger as it is by then: with the organisation and sandbox once known.
+      requestLogger(req, requestLog).debug({ method: req.method, path, status: res.statusCode, ms: Math.round(performance.now() - started) }, `${req.method} ${path} ${res.statusCode}`);
     });
     next();
   };
+}
+
+/**
+ * Records who the request is from and what it is about (a front door calls this once it knows):
+ * every later line on its logger, the finished-request line included, carries them.
+ */
+export function noteRequest(req: IncomingMessage, found: RequestNotes): void {
+  notes.set(req, { ...notes.get(req), ...found });
+  const log = loggers.get(req);
+  const { organizationId, sandboxId } = found;
+  if (!log || (organizationId === undefined && sandboxId === undefined)) return;
+  loggers.set(req, log.child(sandboxId === undefined ? { organizationId } : organizationId === undefined ? { sandboxId } : { organizationId, sandboxId }));
+}
+
+/** What noteRequest recorded about `req`. */
+export function requestNotes(req: IncomingMessage): RequestNotes | undefined {
+  return notes.get(req);
 }
 
 /** The request's child logger (carrying its `requestId`), or `fallback` before one was assigned. */

@@ -10,7 +10,7 @@ import { canSeeSandbox, requireScope } from '../../../core/services/auth.js';
 import { SCOPES, type Principal, type Scope } from '../../../core/types.js';
 import type { Logger } from '../../../core/logger.js';
 import type { Services } from '../../services.js';
-import { requestLogger } from '../request-id.js';
+import { noteRequest, requestLogger } from '../request-id.js';
 import { nativeHandlers } from './handlers/index.js';
 import type { NativeHandler } from './context.js';
 import { clientHasGone, rejectNulInJsonBody } from '../../../http-kit/request-checks.js';
@@ -94,6 +94,8 @@ export function createNativeRouter(services: Services): Router {
   const wrap = (handler: NativeHandler) => async (c: Context, req: Request, res: Response) => {
     noteRoute(req, 'native', c.operation.operationId ?? UNMATCHED_ROUTE);
     const principal = await authenticate(c, req);
+    const sandboxId = c.request.params?.sandboxId;
+    noteRequest(req, { operation: c.operation.operationId, organizationId: principal?.organizationId, sandboxId: typeof sandboxId === 'string' ? sandboxId : undefined });
     await handler({ api: c, req, res, principal, services });
   };
 
