@@ -237,6 +237,20 @@ export class ControlPlaneMetrics {
       },
     });
 
+    new Gauge({
+      name: 'nestbox_webhook_deliveries_pending',
+      help: 'Webhook deliveries not delivered or given up yet, in the database (all instances): the delivery queue depth, split into due (waiting for a sender) and retrying (waiting for their next attempt after a failure).',
+      labelNames: ['state'] as const,
+      registers: [this.registry],
+      async collect() {
+        const [row] = (await db('webhook_deliveries')
+          .where({ status: 'pending' })
+          .select(db.raw('count(*) filter (where next_attempt_at is null or next_attempt_at <= now()) as due'), db.raw('count(*) filter (where next_attempt_at > now()) as retrying'))) as { due: string | number; retrying: string | number }[];
+        this.set({ state: 'due' }, Number(row?.due ?? 0));
+        this.set({ state: 'retrying' }, Number(row?.retrying ?? 0));
+      },
+    });
+
     const streamsOpen = sources.streamsOpen;
     if (streamsOpen) {
       new Gauge({

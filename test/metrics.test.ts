@@ -54,7 +54,7 @@ describe('metrics', () => {
   let agentUrl: string;
 
   beforeAll(async () => {
-    t = await startTestServer({ env: { NESTBOX_METRICS_TOKEN: TOKEN } });
+    t = await startTestServer({ env: { NESTBOX_METRICS_TOKEN: TOKEN, NESTBOX_WEBHOOK_ALLOW_PRIVATE_TARGETS: 'true' } });
     agentUrl = await hostAgentUrl(t);
   }, 180_000);
   afterAll(async () => {
@@ -176,6 +176,31 @@ describe('metrics', () => {
     expect(valueOf(after, 'nestbox_image_builds_pending', { state: 'running' })).toBe(0);
     for (const s of after) for (const v of Object.values(s.labels)) expect(v).not.toContain(built.body.id);
   }, 300_000);
+
+  it('reports the webhook delivery queue: a delivery whose receiver fails waits as retrying', async () => {
+    const { createServer } = await import('node:http');
+    let attempts = 0;
+    const receiver = createServer((req, res) => {
+      attempts++;
+      req.resume();
+      res.writeHead(500).end('no');
+    });
+    await new Promise<void>((r) => receiver.listen(0, '127.0.0.1', () => r()));
+    const principal = await t.server.services.auth.authenticate(t.apiKey);
+    const { webhook } = await t.server.services.webhooks.create(principal, { url: `http://127.0.0.1:${(receiver.address() as { port: number }).port}/hook`, eventTypes: ['webhook.ping'] });
+    try {
+      const before = parseExposition((await scrape(t.url)).text);
+      expect(valueOf(before, 'nestbox_webhook_deliveries_pending', { state: 'retrying' })).toBe(0);
+      await t.server.services.webhooks.ping(principal, webhook.id);
+      await waitFor('the receiver to be called', async () => attempts >= 1);
+      // The failed attempt is recorded, then the delivery waits (NESTBOX_WEBHOOK_RETRY_SECONDS is a day: minutes of backoff).
+      await waitFor('the delivery to wait as retrying', async () => valueOf(parseExposition((await scrape(t.url)).text), 'nestbox_webhook_deliveries_pending', { state: 'retrying' }) === 1);
+    } finally {
+      await t.server.services.webhooks.remove(principal, webhook.id);
+      receiver.close();
+    }
+    expect(valueOf(parseExposition((await scrape(t.url)).text), 'nestbox_webhook_deliveries_pending', { state: 'retrying' })).toBe(0);
+  }, 180_000);
 
   it('labels compat routes by template and unknown paths as unmatched', async () => {
     const before = parseExposition((await scrape(t.url)).text);
