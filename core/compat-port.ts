@@ -62,7 +62,7 @@ export type UsagePort = Pick<UsageService, 'latest' | 'latestMany' | 'range'>;
 export type EventsPort = Pick<EventService, 'list' | 'sandboxLogs'>;
 
 /** Webhooks and their delivery records (services/webhooks.ts). */
-export type WebhooksPort = Pick<WebhookService, 'list' | 'create' | 'get' | 'deliveriesOfMessage' | 'replayDelivery'>;
+export type WebhooksPort = Pick<WebhookService, 'list' | 'create' | 'get' | 'update' | 'remove' | 'registerScheme' | 'deliveriesOfMessage' | 'replayDelivery'>;
 
 export interface CompatPort {
   toolbox: ToolboxPort;

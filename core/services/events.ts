@@ -153,6 +153,10 @@ export interface EventQuery {
   since?: Date;
   cursor?: string;
   limit?: number;
+  /** Newest first (the cursor then continues to older events): E2B's default order. */
+  newestFirst?: boolean;
+  /** Events to skip before the page (E2B's offset paging), at most 100 000. */
+  offset?: number;
 }
 
 /** A sandbox's log line, from its events: what the platform did to it. */
@@ -229,8 +233,10 @@ export class EventService {
     if (!Number.isInteger(limit) || limit < 1 || limit > max) throw errors.validation('limit', `must be an integer from 1 to ${max}`);
     for (const t of q.types ?? []) if (!(EVENT_TYPES as readonly string[]).includes(t)) throw errors.validation('type', `unknown event type ${t} (one of ${EVENT_TYPES.join(', ')})`);
     if (q.sandboxId !== undefined && !canSeeSandbox(principal, q.sandboxId)) return { items: [], nextCursor: q.cursor ?? null, hasMore: false };
-    const after = q.cursor ? decodeCursor(q.cursor) : 0;
-    const query = this.db<EventRow>('sandbox_events').where({ organization_id: principal.organizationId }).where('seq', '>', after).orderBy('seq', 'asc').limit(limit);
+    const offset = q.offset ?? 0;
+    if (!Number.isInteger(offset) || offset < 0 || offset > 100_000) throw errors.validation('offset', 'must be an integer from 0 to 100000');
+    const query = this.db<EventRow>('sandbox_events').where({ organization_id: principal.organizationId }).orderBy('seq', q.newestFirst ? 'desc' : 'asc').limit(limit).offset(offset);
+    if (q.cursor) query.where('seq', q.newestFirst ? '<' : '>', decodeCursor(q.cursor));
     if (q.types?.length) query.whereIn('type', q.types);
     if (q.sandboxId) query.where({ sandbox_id: q.sandboxId });
     if (principal.sandboxIds) query.whereIn('sandbox_id', [...principal.sandboxIds]);
