@@ -16,6 +16,7 @@ import { canSeeSandbox } from '../../core/services/auth.js';
 import { rejectNulInJsonBody } from '../../http-kit/request-checks.js';
 import { CODE_INTERPRETER_IMAGE, CODE_INTERPRETER_TEMPLATES, DEFAULT_TEMPLATES } from './template-spec.js';
 import { findTemplateImage, registerTemplateRoutes, templateUploadMiddleware } from './templates.js';
+import { registerEventRoutes } from './events.js';
 
 /** E2B's default sandbox lifetime when a create names none (e2b.md (b) create body: "server default 300"). */
 const DEFAULT_TIMEOUT_SECONDS = 300;
@@ -547,6 +548,12 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
     const names = await templateNames(principal, result.sandboxes);
     res.status(201).json(await Promise.all(result.sandboxes.map(async (s) => ({ sandbox: await sandboxResponse(principal, s, names) }))));
   }));
+  // Lifecycle events and webhooks (events.ts), over core's events and webhooks.
+  registerEventRoutes(router, deps, route, async (principal, ids) => {
+    const sandboxes = ids.length ? await core.sandboxes.getMany(principal, ids) : [];
+    const names = await templateNames(principal, sandboxes);
+    return new Map(sandboxes.map((s) => [s.id, templateIdOf(s, names)]));
+  });
 
   // Template routes the SDK never calls (listing, getting, updating templates; the v1 build
   // start, the paged build logs): not there yet. Volumes and secrets have no Nestbox counterpart.

@@ -39,6 +39,14 @@ export const E2B_CONTROL_PLANE_SCOPES: ScopeTable = [
   // A named snapshot or a template's image (core checks images:write for the latter).
   ['DELETE /templates/:templateID', 'snapshots:write'],
   ['POST /sandboxes/:sandboxID/fork', 'sandboxes:create'],
+  // Lifecycle events and webhooks (events.ts).
+  ['GET /events/sandboxes', 'sandboxes:read'],
+  ['GET /events/sandboxes/:sandboxID', 'sandboxes:read'],
+  ['POST /events/webhooks', 'webhooks:manage'],
+  ['GET /events/webhooks', 'webhooks:manage'],
+  ['GET /events/webhooks/:webhookID', 'webhooks:manage'],
+  ['PATCH /events/webhooks/:webhookID', 'webhooks:manage'],
+  ['DELETE /events/webhooks/:webhookID', 'webhooks:manage'],
   // Areas Nestbox does not have: any valid key is told "not supported".
   ['ALL /templates', 'authenticated'],
   ['ALL /templates/*rest', 'authenticated'],
