@@ -12,6 +12,7 @@ export const renderWebhook = (w: WebhookRecord) => ({
   eventTypes: w.eventTypes,
   enabled: w.enabled,
   description: w.description,
+  signingScheme: w.signingScheme,
   createdAt: w.createdAt.toISOString(),
   updatedAt: w.updatedAt.toISOString(),
 });
