@@ -117,6 +117,12 @@ describe('HttpGuestClient and a peer that does not speak the contract', () => {
     const socketPath = join(agent.root, 'impostor.sock');
     server = createServer((req, res) => {
       if (req.url?.startsWith('/files/stat')) return void res.writeHead(200, { 'content-type': 'application/json' }).end('{"name":"x"}');
+      if (req.url?.startsWith('/processes/p1/events')) {
+        // An event stream whose connection breaks under it (a sandbox deleted mid-stream).
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        res.write(': open\n\n');
+        return void setTimeout(() => res.socket?.destroy(), 50);
+      }
       res.writeHead(409, { 'content-type': 'application/json' }).end('{"error":{"code":"brand_new_code","message":"taken"}}');
     });
     await new Promise<void>((resolve) => server.listen(socketPath, resolve));
@@ -135,5 +141,15 @@ describe('HttpGuestClient and a peer that does not speak the contract', () => {
     expect(bad.message).toMatch(/unexpected answer to GET \/files\/stat/);
     const unknown = await failure(guest.createSession({}));
     expect(unknown.toJSON()).toEqual({ code: 'conflict', message: 'taken' });
+  });
+
+  it('tells an event stream cut mid-way as host_unavailable, not as a raw socket error', async () => {
+    const guest = guestOver(client);
+    const stream = await guest.processEvents('p1', { stdoutOffset: 0, stderrOffset: 0 });
+    const cut = await failure((async () => {
+      for await (const _event of stream.events()) void _event;
+    })());
+    expect(cut.code).toBe('host_unavailable');
+    expect(cut.message).toMatch(/event stream of GET \/processes\/p1\/events.* was cut/);
   });
 });

@@ -223,15 +223,24 @@ export class HttpGuestClient implements Guest.GuestClient {
   private async events<T>(schema: z.ZodType<T>, call: Call): Promise<Guest.EventStream<T>> {
     const res = await this.open({ ...call, method: 'GET', headers: { accept: 'text/event-stream' } });
     const unexpected = (detail: string) => this.unexpected(call, detail);
+    const label = this.label;
     return {
       status: res.statusCode ?? 200,
       headers: streamHeaders(res),
       body: res,
       async *events() {
-        for await (const event of serverSentEvents<unknown>(res)) {
-          const checked = schema.safeParse(event);
-          if (!checked.success) throw unexpected(checked.error.message);
-          yield event as T;
+        try {
+          for await (const event of serverSentEvents<unknown>(res)) {
+            const checked = schema.safeParse(event);
+            if (!checked.success) throw unexpected(checked.error.message);
+            yield event as T;
+          }
+        } catch (err) {
+          if (err instanceof NestboxError || (err as Error).name === 'AbortError') throw err;
+          // The connection broke mid-stream (the sandbox was deleted or stopped under it, or its
+          // host went away): the catalogue's word for it, so every front door tells its client
+          // "the sandbox went away" instead of an internal error.
+          throw new NestboxError('host_unavailable', `the event stream of ${call.method} ${call.path} from sandbox ${label} was cut: ${(err as Error).message}`);
         }
       },
     };
