@@ -1,0 +1,516 @@
+// A client of the native API (openapi/native.yaml), shared by the CLI, the MCP server and the
+// dashboard: they are clients of the public API, with no back door into core. It uses only
+// fetch, URL, ReadableStream and TextDecoder, so the same module runs in Node and, bundled by
+// Vite, in the browser. Types are the wire shapes of the spec's schemas that these clients read;
+// fields they do not use are left out rather than guessed.
+
+export type SandboxState =
+  | 'creating' | 'running' | 'stopping' | 'stopped' | 'starting'
+  | 'pausing' | 'paused' | 'resuming' | 'deleting' | 'error';
+
+export interface EgressPolicy {
+  mode: 'allow-all' | 'deny-all' | 'allow-list';
+  allow?: string[];
+  deny?: string[];
+}
+
+export interface Sandbox {
+  id: string;
+  state: SandboxState;
+  image: string;
+  imageId?: string | null;
+  cpu: number;
+  memoryMiB: number;
+  diskGiB?: number | null;
+  labels: Record<string, string>;
+  timeoutSeconds: number;
+  expiresAt: string | null;
+  createdAt: string;
+  updatedAt: string;
+  startedAt?: string | null;
+  stoppedAt?: string | null;
+  pausedAt?: string | null;
+  errorMessage: string | null;
+  idleTimeoutSeconds?: number;
+  idleAction?: 'pause' | 'stop';
+  autoDeleteSeconds?: number | null;
+  snapshotId?: string | null;
+  forkedFrom?: string | null;
+  egress?: EgressPolicy;
+}
+
+export interface CreateSandboxRequest {
+  image?: string;
+  cpu?: number;
+  memoryMiB?: number;
+  diskGiB?: number;
+  env?: Record<string, string>;
+  labels?: Record<string, string>;
+  timeoutSeconds?: number;
+  snapshot?: string;
+  idleTimeoutSeconds?: number;
+  idleAction?: 'pause' | 'stop';
+  autoDeleteSeconds?: number | null;
+  egress?: EgressPolicy;
+}
+
+export interface UpdateSandboxRequest {
+  labels?: Record<string, string>;
+  timeoutSeconds?: number;
+  idleTimeoutSeconds?: number;
+  idleAction?: 'pause' | 'stop';
+  autoDeleteSeconds?: number | null;
+  egress?: EgressPolicy;
+}
+
+export interface SandboxList { items: Sandbox[]; nextCursor: string | null }
+
+export interface ForkResult { sandboxes: Sandbox[]; memoryCopied: boolean; diskCopy: 'reflink' | 'copy' }
+
+export interface Port {
+  port: number;
+  url: string;
+  pathUrl: string;
+  public: boolean;
+  token?: string;
+  createdAt: string;
+  updatedAt: string;
+}
+
+export interface TerminalSize { cols: number; rows: number }
+
+export interface RunCommandRequest {
+  cmd?: string;
+  argv?: string[];
+  cwd?: string;
+  env?: Record<string, string>;
+  timeoutMs?: number;
+  detach?: boolean;
+  user?: string;
+  tag?: string;
+  stdin?: boolean;
+  pty?: TerminalSize;
+}
+
+export interface CommandResult {
+  exitCode: number | null;
+  signal: string | null;
+  stdout: string;
+  stderr: string;
+  durationMs: number;
+  timedOut: boolean;
+  truncated: boolean;
+}
+
+export interface ProcessInfo {
+  processId: string;
+  pid: number;
+  cmd: string;
+  args: string[];
+  cwd: string;
+  tag?: string | null;
+  user?: string;
+  pty?: boolean;
+  status: 'running' | 'exited' | 'killed';
+  exitCode: number | null;
+  signal: string | null;
+  timedOut?: boolean;
+  startedAt: string;
+  endedAt: string | null;
+}
+
+export interface ProcessOutput {
+  stdout: string;
+  stderr: string;
+  stdoutOffset: number;
+  stderrOffset: number;
+  encoding?: 'utf8' | 'base64';
+  status: 'running' | 'exited' | 'killed';
+  exitCode: number | null;
+  signal: string | null;
+}
+
+/** One message of a process's output stream (`streamCommand`). `data` is base64. */
+export type StreamMessage =
+  | { type: 'stdout' | 'stderr'; offset: number; data: string }
+  | { type: 'exit'; status: string; exitCode: number | null; signal: string | null; timedOut?: boolean }
+  | { type: 'keepalive' };
+
+export interface CreateTerminalRequest {
+  cols?: number;
+  rows?: number;
+  cwd?: string;
+  env?: Record<string, string>;
+  shell?: string;
+  user?: string;
+}
+
+export interface FileInfo {
+  name: string;
+  path: string;
+  type: 'file' | 'dir' | 'symlink' | 'other';
+  size: number;
+  mode: number;
+  mtime: string;
+  symlinkTarget?: string;
+  owner?: string;
+  group?: string;
+  uid?: number;
+  gid?: number;
+}
+
+export interface Snapshot {
+  id: string;
+  name: string;
+  state: 'creating' | 'ready' | 'deleting' | 'error';
+  sourceSandboxId: string | null;
+  parentSnapshotId?: string | null;
+  sizeBytes: number | null;
+  createdAt: string;
+}
+
+export interface Image {
+  id: string;
+  name: string;
+  tags?: string[];
+  [field: string]: unknown;
+}
+
+export interface ApiKey {
+  id: string;
+  name: string;
+  preset: string;
+  scopes: string[];
+  keyPrefix: string;
+  sandboxIds: string[] | null;
+  createdAt: string;
+  lastUsedAt: string | null;
+}
+
+export type ApiKeyPreset = 'read-only' | 'sandbox' | 'ci' | 'admin';
+
+export interface CreatedApiKey extends ApiKey { key: string }
+
+export type CodeLanguage = string;
+
+export interface CodeContext {
+  id: string;
+  language: CodeLanguage;
+  cwd: string;
+  user: string;
+  isDefault: boolean;
+  createdAt: string;
+}
+
+export interface RunCodeRequest {
+  code: string;
+  contextId?: string;
+  language?: CodeLanguage;
+  envs?: Record<string, string>;
+  timeoutMs?: number;
+  cwd?: string;
+  user?: string;
+}
+
+/** A result as the kernel sent it, by MIME type (binary types base64). */
+export type MimeBundle = Record<string, unknown> & {
+  'text/plain'?: string;
+  'text/html'?: string;
+  'image/png'?: string;
+  'image/jpeg'?: string;
+  'image/svg+xml'?: string;
+};
+
+export interface CodeResult { main: boolean; data: MimeBundle }
+
+export interface CodeError { name: string; value: string; traceback: string }
+
+export type CodeEndStatus = 'ok' | 'error' | 'interrupted' | 'lost';
+
+export interface CodeRunResult {
+  status: CodeEndStatus;
+  executionCount: number | null;
+  stdout: string;
+  stderr: string;
+  text: string | null;
+  results: CodeResult[];
+  error: CodeError | null;
+}
+
+export interface Health { status: 'ok'; hostsAvailable: number }
+
+/** The native API's error shape (`{ error: { code, message, details? } }`) with its HTTP status. */
+export class NativeApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+    readonly details?: unknown,
+    /** Seconds from a 429's Retry-After header. */
+    readonly retryAfterSeconds?: number,
+  ) {
+    super(message);
+    this.name = 'NativeApiError';
+  }
+}
+
+export interface NativeClientOptions {
+  /** The server's base URL, e.g. `http://127.0.0.1:3000` (the API is under `/api/v1`). */
+  url: string;
+  apiKey: string;
+  /** Defaults to the global fetch. */
+  fetch?: typeof fetch;
+}
+
+type Query = Record<string, string | number | boolean | string[] | undefined>;
+
+interface RequestOptions {
+  query?: Query;
+  /** A JSON body (serialised here) … */
+  json?: unknown;
+  /** … or a raw one, sent as application/octet-stream. */
+  body?: BodyInit;
+  headers?: Record<string, string>;
+  signal?: AbortSignal;
+}
+
+const enc = encodeURIComponent;
+
+export class NativeClient {
+  readonly baseUrl: string;
+  private readonly apiKey: string;
+  private readonly fetchImpl: typeof fetch;
+
+  constructor(options: NativeClientOptions) {
+    this.baseUrl = options.url.replace(/\/+$/, '');
+    this.apiKey = options.apiKey;
+    // Bound: a browser's fetch called as a method of another object throws "Illegal invocation".
+    this.fetchImpl = options.fetch ?? globalThis.fetch.bind(globalThis);
+  }
+
+  /** The URL of an API path with its query, e.g. `url('/sandboxes', { limit: 5 })`. */
+  url(path: string, query?: Query): string {
+    const u = new URL(`${this.baseUrl}/api/v1${path}`);
+    for (const [k, v] of Object.entries(query ?? {})) {
+      if (v === undefined) continue;
+      if (Array.isArray(v)) for (const item of v) u.searchParams.append(k, item);
+      else u.searchParams.set(k, String(v));
+    }
+    return u.toString();
+  }
+
+  /**
+   * The WebSocket URL of a streaming route (`ws:`/`wss:`), carrying the key as `access_token`:
+   * browsers cannot set headers on a WebSocket, and the server accepts the key there for these
+   * routes only.
+   */
+  webSocketUrl(path: string, query?: Query): string {
+    const u = new URL(this.url(path, query));
+    u.protocol = u.protocol === 'https:' ? 'wss:' : 'ws:';
+    u.searchParams.set('access_token', this.apiKey);
+    return u.toString();
+  }
+
+  /** One request; answers the Response when it is 2xx, else throws NativeApiError. */
+  async raw(method: string, path: string, options: RequestOptions = {}): Promise<Response> {
+    const headers: Record<string, string> = { authorization: `Bearer ${this.apiKey}`, ...options.headers };
+    let body: BodyInit | undefined = options.body;
+    if (options.json !== undefined) {
+      headers['content-type'] = 'application/json';
+      body = JSON.stringify(options.json);
+    } else if (body !== undefined) {
+      headers['content-type'] ??= 'application/octet-stream';
+    }
+    const init: RequestInit & { duplex?: 'half' } = { method, headers, body, signal: options.signal };
+    // Node's fetch needs duplex for a streamed request body; browsers ignore it.
+    if (body instanceof ReadableStream) init.duplex = 'half';
+    const response = await this.fetchImpl(this.url(path, options.query), init);
+    if (!response.ok) throw await errorOf(response);
+    return response;
+  }
+
+  async request<T>(method: string, path: string, options: RequestOptions = {}): Promise<T> {
+    const response = await this.raw(method, path, options);
+    if (response.status === 204) return undefined as T;
+    const type = response.headers.get('content-type') ?? '';
+    return (type.includes('json') ? await response.json() : await response.text()) as T;
+  }
+
+  // ── health ──
+  health(): Promise<Health> { return this.request('GET', '/health'); }
+
+  // ── sandboxes ──
+  createSandbox(body: CreateSandboxRequest = {}, idempotencyKey?: string): Promise<Sandbox> {
+    return this.request('POST', '/sandboxes', { json: body, headers: idempotencyKey ? { 'idempotency-key': idempotencyKey } : undefined });
+  }
+  listSandboxes(query: { label?: string[]; state?: SandboxState[]; limit?: number; cursor?: string } = {}): Promise<SandboxList> {
+    return this.request('GET', '/sandboxes', { query });
+  }
+  /** Every page of listSandboxes. */
+  async listAllSandboxes(query: { label?: string[]; state?: SandboxState[] } = {}): Promise<Sandbox[]> {
+    const all: Sandbox[] = [];
+    let cursor: string | undefined;
+    do {
+      const page = await this.listSandboxes({ ...query, limit: 1000, cursor });
+      all.push(...page.items);
+      cursor = page.nextCursor ?? undefined;
+    } while (cursor);
+    return all;
+  }
+  getSandbox(id: string): Promise<Sandbox> { return this.request('GET', `/sandboxes/${enc(id)}`); }
+  updateSandbox(id: string, body: UpdateSandboxRequest): Promise<Sandbox> { return this.request('PATCH', `/sandboxes/${enc(id)}`, { json: body }); }
+  deleteSandbox(id: string): Promise<void> { return this.request('DELETE', `/sandboxes/${enc(id)}`); }
+  stopSandbox(id: string): Promise<Sandbox> { return this.request('POST', `/sandboxes/${enc(id)}/stop`); }
+  resumeSandbox(id: string): Promise<Sandbox> { return this.request('POST', `/sandboxes/${enc(id)}/resume`); }
+  pauseSandbox(id: string): Promise<Sandbox> { return this.request('POST', `/sandboxes/${enc(id)}/pause`); }
+  unpauseSandbox(id: string): Promise<Sandbox> { return this.request('POST', `/sandboxes/${enc(id)}/unpause`); }
+  keepAlive(id: string): Promise<Sandbox> { return this.request('POST', `/sandboxes/${enc(id)}/keepalive`); }
+  forkSandbox(id: string, body: { count?: number; labels?: Record<string, string>; timeoutSeconds?: number } = {}): Promise<ForkResult> {
+    return this.request('POST', `/sandboxes/${enc(id)}/fork`, { json: body });
+  }
+
+  // ── ports ──
+  publishPort(id: string, port: number, isPublic = false): Promise<Port> {
+    return this.request('POST', `/sandboxes/${enc(id)}/ports`, { json: { port, public: isPublic } });
+  }
+  async listPorts(id: string): Promise<Port[]> {
+    return (await this.request<{ items: Port[] }>('GET', `/sandboxes/${enc(id)}/ports`)).items;
+  }
+  unpublishPort(id: string, port: number): Promise<void> { return this.request('DELETE', `/sandboxes/${enc(id)}/ports/${port}`); }
+
+  // ── commands and terminals ──
+  runCommand(id: string, body: RunCommandRequest & { detach?: false }, signal?: AbortSignal): Promise<CommandResult>;
+  runCommand(id: string, body: RunCommandRequest & { detach: true }, signal?: AbortSignal): Promise<ProcessInfo>;
+  runCommand(id: string, body: RunCommandRequest, signal?: AbortSignal): Promise<CommandResult | ProcessInfo> {
+    return this.request('POST', `/sandboxes/${enc(id)}/commands`, { json: body, signal });
+  }
+  async listCommands(id: string, all = false): Promise<ProcessInfo[]> {
+    return (await this.request<{ processes: ProcessInfo[] }>('GET', `/sandboxes/${enc(id)}/commands`, { query: { all: all || undefined } })).processes;
+  }
+  getCommand(id: string, processId: string): Promise<ProcessInfo> { return this.request('GET', `/sandboxes/${enc(id)}/commands/${enc(processId)}`); }
+  killCommand(id: string, processId: string): Promise<void> { return this.request('DELETE', `/sandboxes/${enc(id)}/commands/${enc(processId)}`); }
+  getCommandLogs(id: string, processId: string, query: { stdoutOffset?: number; stderrOffset?: number } = {}): Promise<ProcessOutput> {
+    return this.request('GET', `/sandboxes/${enc(id)}/commands/${enc(processId)}/logs`, { query });
+  }
+  /** A process's output and exit as they happen (Server-Sent Events), from the given offsets. */
+  async *streamCommand(id: string, processId: string, query: { stdoutOffset?: number; stderrOffset?: number } = {}, signal?: AbortSignal): AsyncGenerator<StreamMessage> {
+    const response = await this.raw('GET', `/sandboxes/${enc(id)}/commands/${enc(processId)}/stream`, { query, headers: { accept: 'text/event-stream' }, signal });
+    for await (const data of serverSentData(response)) yield JSON.parse(data) as StreamMessage;
+  }
+  writeStdin(id: string, processId: string, data: BodyInit): Promise<void> {
+    return this.request('POST', `/sandboxes/${enc(id)}/commands/${enc(processId)}/stdin`, { body: data });
+  }
+  closeStdin(id: string, processId: string): Promise<void> {
+    return this.request('POST', `/sandboxes/${enc(id)}/commands/${enc(processId)}/stdin/close`);
+  }
+  signalCommand(id: string, processId: string, signal: string): Promise<void> {
+    return this.request('POST', `/sandboxes/${enc(id)}/commands/${enc(processId)}/signal`, { json: { signal } });
+  }
+  createTerminal(id: string, body: CreateTerminalRequest = {}): Promise<ProcessInfo> {
+    return this.request('POST', `/sandboxes/${enc(id)}/terminals`, { json: body });
+  }
+  /** Where a terminal's WebSocket attaches (binary frames = terminal bytes; text = JSON control). */
+  terminalWebSocketUrl(id: string, processId: string): string {
+    return this.webSocketUrl(`/sandboxes/${enc(id)}/commands/${enc(processId)}/pty`);
+  }
+
+  // ── files ──
+  async listFiles(id: string, path: string, depth?: number): Promise<FileInfo[]> {
+    return (await this.request<{ entries: FileInfo[] }>('GET', `/sandboxes/${enc(id)}/files/list`, { query: { path, depth } })).entries;
+  }
+  statFile(id: string, path: string): Promise<FileInfo> { return this.request('GET', `/sandboxes/${enc(id)}/files/stat`, { query: { path } }); }
+  /** The file's bytes as a streamed Response (read `.body`, `.arrayBuffer()` or `.text()`). */
+  downloadFile(id: string, path: string, signal?: AbortSignal): Promise<Response> {
+    return this.raw('GET', `/sandboxes/${enc(id)}/files`, { query: { path }, signal });
+  }
+  uploadFile(id: string, path: string, data: BodyInit, mode?: string): Promise<FileInfo> {
+    return this.request('PUT', `/sandboxes/${enc(id)}/files`, { query: { path, mode }, body: data });
+  }
+  deleteFile(id: string, path: string, recursive = false): Promise<void> {
+    return this.request('DELETE', `/sandboxes/${enc(id)}/files`, { query: { path, recursive: recursive || undefined } });
+  }
+  makeDirectory(id: string, path: string): Promise<FileInfo> {
+    return this.request('POST', `/sandboxes/${enc(id)}/files/mkdir`, { json: { path } });
+  }
+
+  // ── snapshots ──
+  createSnapshot(sandboxId: string, name: string): Promise<Snapshot> {
+    return this.request('POST', '/snapshots', { json: { sandboxId, name } });
+  }
+  async listSnapshots(): Promise<Snapshot[]> {
+    return (await this.request<{ items: Snapshot[] }>('GET', '/snapshots')).items;
+  }
+  getSnapshot(idOrName: string): Promise<Snapshot> { return this.request('GET', `/snapshots/${enc(idOrName)}`); }
+  deleteSnapshot(idOrName: string): Promise<void> { return this.request('DELETE', `/snapshots/${enc(idOrName)}`); }
+
+  // ── images ──
+  async listImages(query: { name?: string; all?: boolean } = {}): Promise<Image[]> {
+    return (await this.request<{ items: Image[] }>('GET', '/images', { query: { ...query, limit: 1000 } })).items;
+  }
+  getImage(ref: string): Promise<Image> { return this.request('GET', `/images/${enc(ref)}`); }
+  deleteImage(ref: string): Promise<void> { return this.request('DELETE', `/images/${enc(ref)}`); }
+
+  // ── API keys ──
+  createApiKey(body: { name: string; preset: ApiKeyPreset; sandboxIds?: string[] }): Promise<CreatedApiKey> {
+    return this.request('POST', '/api-keys', { json: body });
+  }
+  async listApiKeys(): Promise<ApiKey[]> {
+    return (await this.request<{ items: ApiKey[] }>('GET', '/api-keys')).items;
+  }
+  deleteApiKey(keyId: string): Promise<void> { return this.request('DELETE', `/api-keys/${enc(keyId)}`); }
+
+  // ── code interpreter ──
+  /** One cell, its events collected into one answer. */
+  runCode(id: string, body: RunCodeRequest, signal?: AbortSignal): Promise<CodeRunResult> {
+    return this.request('POST', `/sandboxes/${enc(id)}/code/run`, { json: body, headers: { accept: 'application/json' }, signal });
+  }
+  createCodeContext(id: string, body: { language?: CodeLanguage; cwd?: string; user?: string; envs?: Record<string, string> } = {}): Promise<CodeContext> {
+    return this.request('POST', `/sandboxes/${enc(id)}/code/contexts`, { json: body });
+  }
+  async listCodeContexts(id: string): Promise<CodeContext[]> {
+    return (await this.request<{ contexts: CodeContext[] }>('GET', `/sandboxes/${enc(id)}/code/contexts`)).contexts;
+  }
+}
+
+async function errorOf(response: Response): Promise<NativeApiError> {
+  const text = await response.text().catch(() => '');
+  const retryAfter = Number(response.headers.get('retry-after') ?? NaN);
+  const retryAfterSeconds = Number.isFinite(retryAfter) ? retryAfter : undefined;
+  try {
+    const { error } = JSON.parse(text) as { error?: { code?: string; message?: string; details?: unknown } };
+    if (error?.code) return new NativeApiError(response.status, error.code, error.message ?? error.code, error.details, retryAfterSeconds);
+  } catch {
+    // not the API's error shape (a proxy's page, say): fall through
+  }
+  return new NativeApiError(response.status, `http_${response.status}`, text.slice(0, 500) || response.statusText, undefined, retryAfterSeconds);
+}
+
+/** The `data:` payloads of a Server-Sent Events response, one per event. */
+export async function* serverSentData(response: Response): AsyncGenerator<string> {
+  if (!response.body) return;
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = '';
+  let data: string[] = [];
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buffer += decoder.decode(value, { stream: true });
+      let newline: number;
+      while ((newline = buffer.indexOf('\n')) >= 0) {
+        const line = buffer.slice(0, newline).replace(/\r$/, '');
+        buffer = buffer.slice(newline + 1);
+        if (line === '') {
+          if (data.length) yield data.join('\n');
+          data = [];
+        } else if (line.startsWith('data:')) {
+          data.push(line.slice(line.startsWith('data: ') ? 6 : 5));
+        }
+      }
+    }
+    if (data.length) yield data.join('\n');
+  } finally {
+    reader.releaseLock();
+  }
+}
