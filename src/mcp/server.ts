@@ -18,7 +18,7 @@ const READ_FILE_MAX_BYTES = 4 * 1024 * 1024;
 
 const SANDBOX_STATES = ['creating', 'running', 'stopping', 'stopped', 'starting', 'pausing', 'paused', 'resuming', 'deleting', 'error'] as const satisfies readonly SandboxState[];
 
-const sandboxId = z.string().min(1).describe('The sandbox id (from create_sandbox or list_sandboxes), e.g. "sbx_…".');
+const sandboxId = z.string().min(1).describe('The sandbox id, as create_sandbox or list_sandboxes answered it.');
 const stringMap = (what: string) => z.record(z.string(), z.string()).describe(what);
 const absolutePath = (what: string) => z.string().min(1).describe(`${what} Absolute, or relative to the sandbox user's home directory.`);
 
