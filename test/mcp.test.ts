@@ -184,7 +184,7 @@ describe('MCP server', () => {
     }
   });
 
-  it('a read-only key can list but not create; a revoked-looking key is refused by the API on each call', async () => {
+  it('a read-only key can list but not create or run; an unknown well-formed key is refused by the API on each call', async () => {
     const created = await t.http.post('/api/v1/api-keys').set(t.auth).send({ name: 'mcp-read-only', preset: 'read-only' });
     expect(created.status, JSON.stringify(created.body)).toBe(201);
     const readOnly = await connectHttp(created.body.key as string);
