@@ -52,12 +52,20 @@ function parseArgs(argv: string[]): BuildArgs {
   return out as BuildArgs;
 }
 
-/** The server and key: NESTBOX_URL / NESTBOX_API_KEY, else this machine's server and its bootstrap key. */
-function clientOf(config: Config): { url: string; headers: Record<string, string> } {
+/**
+ * The server and key a client command uses (build, mcp): NESTBOX_URL / NESTBOX_API_KEY, else
+ * this machine's server and its bootstrap key.
+ */
+export function clientTarget(config: Config): { url: string; apiKey: string } {
   const url = config.client.url ?? `http://127.0.0.1:${config.port}`;
   const keyFile = join(config.dataDir, 'bootstrap-api-key');
   const apiKey = config.client.apiKey ?? (existsSync(keyFile) ? readFileSync(keyFile, 'utf8').trim() : undefined);
   if (!apiKey) throw new ConfigError(`no API key: set NESTBOX_API_KEY (or run this on the server's machine, where ${keyFile} holds the bootstrap key)`);
+  return { url, apiKey };
+}
+
+function clientOf(config: Config): { url: string; headers: Record<string, string> } {
+  const { url, apiKey } = clientTarget(config);
   return { url, headers: { authorization: `Bearer ${apiKey}` } };
 }
 

@@ -19,7 +19,9 @@ const usage = `usage: nestbox <command>
   build -t <name[:tag]> [-f Dockerfile] [--build-arg K=V] [--no-cache] [--egress …] <dir>
                 build an image from a Dockerfile and a context directory on the server
                 (NESTBOX_URL, NESTBOX_API_KEY; default this machine's server and bootstrap key),
-                printing the build log as it runs`;
+                printing the build log as it runs
+  mcp           an MCP server over stdio for AI agents, a client of the server above (same
+                NESTBOX_URL / NESTBOX_API_KEY defaults as build)`;
 
 async function main(argv: string[]): Promise<void> {
   const [command = 'server', ...rest] = argv;
@@ -112,6 +114,12 @@ async function main(argv: string[]): Promise<void> {
     case 'build': {
       const { runBuildCommand } = await import('./cli-build.js');
       process.exitCode = await runBuildCommand(config, rest);
+      return;
+    }
+    case 'mcp': {
+      const { clientTarget } = await import('./cli-build.js');
+      const { runMcpStdio } = await import('./mcp/stdio.js');
+      await runMcpStdio(clientTarget(config));
       return;
     }
     case 'help':

@@ -423,6 +423,48 @@ export class NativeClient {
   downloadFile(id: string, path: string, signal?: AbortSignal): Promise<Response> {
     return this.raw('GET', `/sandboxes/${enc(id)}/files`, { query: { path }, signal });
   }
+  /**
+   * At most the first `maxBytes` of a file (one `Range` request), with whether it was cut.
+   * An empty file answers 416 to any range, so it is read whole instead.
+   */
+  async downloadFileHead(id: string, path: string, maxBytes: number, signal?: AbortSignal): Promise<{ bytes: Uint8Array; truncated: boolean; size: number | null }> {
+    let response: Response;
+    try {
+      response = await this.raw('GET', `/sandboxes/${enc(id)}/files`, { query: { path }, headers: { range: `bytes=0-${maxBytes - 1}` }, signal });
+    } catch (err) {
+      if (!(err instanceof NativeApiError && err.code === 'range_not_satisfiable')) throw err;
+      response = await this.downloadFile(id, path, signal);
+    }
+    // A 206 says the whole size after the slash of Content-Range; a 200 is the whole file (no
+    // range support for files of unknown size), read only as far as needed: it may never end.
+    const total = /\/(\d+)$/.exec(response.headers.get('content-range') ?? '')?.[1];
+    const chunks: Uint8Array[] = [];
+    let read = 0;
+    let more = false;
+    if (response.body) {
+      const reader = response.body.getReader();
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        chunks.push(value);
+        read += value.byteLength;
+        if (read > maxBytes) {
+          more = true;
+          await reader.cancel();
+          break;
+        }
+      }
+    }
+    const bytes = new Uint8Array(Math.min(read, maxBytes));
+    let at = 0;
+    for (const chunk of chunks) {
+      const part = chunk.subarray(0, bytes.byteLength - at);
+      bytes.set(part, at);
+      at += part.byteLength;
+    }
+    const size = total !== undefined ? Number(total) : more ? null : read;
+    return { bytes, truncated: more || (size !== null && size > bytes.byteLength), size };
+  }
   uploadFile(id: string, path: string, data: BodyInit, mode?: string): Promise<FileInfo> {
     return this.request('PUT', `/sandboxes/${enc(id)}/files`, { query: { path, mode }, body: data });
   }

@@ -18,6 +18,7 @@ import { traceRequests } from './tracing.js';
 import { tracingEnabled } from '../../core/tracing.js';
 import type { Logger } from '../../core/logger.js';
 import { httpMetrics, metricsEndpoint, tagFrontDoor, untagFrontDoor } from './metrics.js';
+import { createMcpRouter, MCP_PATH } from './mcp.js';
 
 /** The server settings the E2B layer needs beside core's port (compat/e2b/deps.ts). */
 export function e2bOptionsOf(services: Services): E2bOptions {
@@ -117,6 +118,9 @@ export function createApp(services: Services): Express {
       renderNativeError(res, err, errorLog(req));
     }
   });
+
+  // MCP over streamable HTTP: a client of the native API above, with the caller's key.
+  app.use(MCP_PATH, tagFrontDoor('internal', MCP_PATH), createMcpRouter(services.config, services.logger));
 
   app.use((req: Request, res: Response) => {
     renderNativeError(res, new NestboxError('not_found', `no route ${req.method} ${req.path}`));
