@@ -8,7 +8,6 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { createWriteStream } from 'node:fs';
-import { create as createTar } from 'tar';
 import { InvalidArgumentError, type Command } from 'commander';
 import { ConfigError, type Config } from './config.js';
 import { resolveConnection, type ConnectionFlags, type Profile } from './cli/connection.js';
@@ -75,6 +74,8 @@ export async function runBuildCommand(connection: Profile, args: BuildArgs): Pro
   const [name, tag] = colon > 0 && !args.tag.slice(colon).includes('/') ? [args.tag.slice(0, colon), args.tag.slice(colon + 1)] : [args.tag, 'latest'];
 
   // The context as one gzip tar in a private temp dir, hashed, then uploaded unless already there.
+  // tar is loaded here, not at start: every other command would pay for it.
+  const { create: createTar } = await import('tar');
   const dir = await mkdtemp(join(tmpdir(), 'nestbox-build-'));
   try {
     const tarPath = join(dir, 'context.tar.gz');

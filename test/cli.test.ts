@@ -55,28 +55,39 @@ afterAll(async () => {
 describe('nestbox CLI', () => {
   it('create printed an id that ls --json (by label) and get show, running with deny-all egress', async () => {
     expect(id).toMatch(/^[a-z0-9]+$/);
-    const listed = await cli(['ls', '--json', '--label', 'suite=cli']);
+    // Independent reads, run at once to keep the file short.
+    const [listed, none, table, got, human] = await Promise.all([
+      cli(['ls', '--json', '--label', 'suite=cli']),
+      cli(['ls', '--json', '--label', 'suite=other']),
+      cli(['ls', '--state', 'running']),
+      cli(['get', id, '--json']),
+      cli(['get', id]),
+    ]);
     expect(listed.code, listed.stderr).toBe(0);
     const items = JSON.parse(listed.stdout) as { id: string; state: string; labels: Record<string, string> }[];
     expect(items.map((s) => s.id)).toEqual([id]);
     expect(items[0]!.labels).toEqual({ suite: 'cli', case: 'shared' });
     // A label no sandbox has lists nothing; the table form names the sandbox.
-    expect(JSON.parse((await cli(['ls', '--json', '--label', 'suite=other'])).stdout)).toEqual([]);
-    const table = await cli(['ls', '--state', 'running']);
+    expect(JSON.parse(none.stdout)).toEqual([]);
     expect(table.stdout.split('\n')[0]).toMatch(/^ID\s+STATE\s+IMAGE/);
     expect(table.stdout).toMatch(new RegExp(`^${id}\\s+running\\s`, 'm'));
-    const got = await cli(['get', id, '--json']);
     expect(JSON.parse(got.stdout)).toMatchObject({ id, state: 'running', egress: { mode: 'deny-all' } });
-    expect((await cli(['get', id])).stdout).toMatch(/^state\s+running$/m);
+    expect(human.stdout).toMatch(/^state\s+running$/m);
   });
 
   it('exec streams output live, passes env, takes stdin from a pipe and exits with the command\'s exit code', async () => {
-    const failing = await cli(['exec', id, '--', 'echo "$GREETING"; echo to-stderr >&2; exit 3']);
+    const [failing, argv, piped, json] = await Promise.all([
+      cli(['exec', id, '--', 'echo "$GREETING"; echo to-stderr >&2; exit 3']),
+      // Several words are argv, not a shell line.
+      cli(['exec', id, '--', 'printf', '%s|', 'a b', '$HOME']),
+      cli(['exec', id, '--', 'tr a-z A-Z; exit 0'], { stdin: 'from the pipe\nsecond line\n' }),
+      cli(['exec', id, '--json', '--', 'echo j; exit 2']),
+    ]);
     expect(failing).toEqual({ code: 3, stdout: 'hi there\n', stderr: 'to-stderr\n' });
-    // Several words are argv, not a shell line.
-    expect(await cli(['exec', id, '--', 'printf', '%s|', 'a b', '$HOME'])).toMatchObject({ code: 0, stdout: 'a b|$HOME|' });
-    const piped = await cli(['exec', id, '--', 'tr a-z A-Z; exit 0'], { stdin: 'from the pipe\nsecond line\n' });
+    expect(argv).toMatchObject({ code: 0, stdout: 'a b|$HOME|' });
     expect(piped).toMatchObject({ code: 0, stdout: 'FROM THE PIPE\nSECOND LINE\n' });
+    expect(json.code).toBe(2);
+    expect(JSON.parse(json.stdout)).toMatchObject({ exitCode: 2, stdout: 'j\n', stderr: '' });
     // Live: the first line is on the CLI's stdout while the command is still waiting for a file
     // that only this test creates afterwards.
     const child = spawn(process.execPath, [CLI, 'exec', id, '--', 'echo waiting; while [ ! -e /tmp/go ]; do sleep 0.1; done; echo released'], { env: userEnv(), stdio: ['ignore', 'pipe', 'pipe'] });
@@ -91,43 +102,47 @@ describe('nestbox CLI', () => {
     } finally {
       child.kill();
     }
-    const json = await cli(['exec', id, '--json', '--', 'echo j; exit 2']);
-    expect(json.code).toBe(2);
-    expect(JSON.parse(json.stdout)).toMatchObject({ exitCode: 2, stdout: 'j\n', stderr: '' });
   });
 
   it('cp copies a file and a directory tree into the sandbox and back, byte for byte', async () => {
-    const big = randomBytes(5 * 1024 * 1024 + 123);
-    writeFileSync(join(work, 'big.bin'), big);
-    const up = await cli(['cp', join(work, 'big.bin'), `${id}:/tmp/big.bin`]);
-    expect(up.code, up.stderr).toBe(0);
-    expect((await cli(['exec', id, '--', 'sha256sum /tmp/big.bin'])).stdout.split(' ')[0]).toBe(createHash('sha256').update(big).digest('hex'));
-    const down = await cli(['cp', `${id}:/tmp/big.bin`, join(work, 'big.back')]);
-    expect(down.code, down.stderr).toBe(0);
-    expect(readFileSync(join(work, 'big.back')).equals(big)).toBe(true);
+    // The file and the tree travel at once (independent paths), to keep the file short.
+    const oneFile = async () => {
+      const big = randomBytes(5 * 1024 * 1024 + 123);
+      writeFileSync(join(work, 'big.bin'), big);
+      const up = await cli(['cp', join(work, 'big.bin'), `${id}:/tmp/big.bin`]);
+      expect(up.code, up.stderr).toBe(0);
+      expect((await cli(['exec', id, '--', 'sha256sum /tmp/big.bin'])).stdout.split(' ')[0]).toBe(createHash('sha256').update(big).digest('hex'));
+      const down = await cli(['cp', `${id}:/tmp/big.bin`, join(work, 'big.back')]);
+      expect(down.code, down.stderr).toBe(0);
+      expect(readFileSync(join(work, 'big.back')).equals(big)).toBe(true);
 
-    const tree = join(work, 'tree');
-    mkdirSync(join(tree, 'sub', 'deeper'), { recursive: true });
-    mkdirSync(join(tree, 'empty'));
-    writeFileSync(join(tree, 'top.txt'), 'top\n');
-    writeFileSync(join(tree, 'sub', 'run.sh'), '#!/bin/sh\necho ran\n', { mode: 0o755 });
-    writeFileSync(join(tree, 'sub', 'deeper', 'data.bin'), randomBytes(70_000));
-    // Into an existing directory: it lands under its own name, as with cp -r.
-    expect((await cli(['exec', id, '--', 'mkdir -p /tmp/into'])).code).toBe(0);
-    const upTree = await cli(['cp', tree, `${id}:/tmp/into`, '--json']);
-    expect(upTree.code, upTree.stderr).toBe(0);
-    expect(JSON.parse(upTree.stdout)).toMatchObject({ files: 3, destination: `${id}:/tmp/into/tree` });
-    const listing = await cli(['exec', id, '--', 'cd /tmp/into/tree && find . | sort && ./sub/run.sh']);
-    expect(listing.stdout).toBe('.\n./empty\n./sub\n./sub/deeper\n./sub/deeper/data.bin\n./sub/run.sh\n./top.txt\nran\n');
-    const back = join(work, 'tree.back');
-    const downTree = await cli(['cp', `${id}:/tmp/into/tree`, back]);
-    expect(downTree.code, downTree.stderr).toBe(0);
-    for (const rel of ['top.txt', 'sub/run.sh', 'sub/deeper/data.bin']) expect(readFileSync(join(back, rel)).equals(readFileSync(join(tree, rel))), rel).toBe(true);
-    expect(readdirSync(join(back, 'empty'))).toEqual([]);
-    expect(statSync(join(back, 'sub', 'run.sh')).mode & 0o111).not.toBe(0);
+    };
+    const aTree = async () => {
+      const tree = join(work, 'tree');
+      mkdirSync(join(tree, 'sub', 'deeper'), { recursive: true });
+      mkdirSync(join(tree, 'empty'));
+      writeFileSync(join(tree, 'top.txt'), 'top\n');
+      writeFileSync(join(tree, 'sub', 'run.sh'), '#!/bin/sh\necho ran\n', { mode: 0o755 });
+      writeFileSync(join(tree, 'sub', 'deeper', 'data.bin'), randomBytes(70_000));
+      // Into an existing directory: it lands under its own name, as with cp -r.
+      expect((await cli(['exec', id, '--', 'mkdir -p /tmp/into'])).code).toBe(0);
+      const upTree = await cli(['cp', tree, `${id}:/tmp/into`, '--json']);
+      expect(upTree.code, upTree.stderr).toBe(0);
+      expect(JSON.parse(upTree.stdout)).toMatchObject({ files: 3, destination: `${id}:/tmp/into/tree` });
+      const listing = await cli(['exec', id, '--', 'cd /tmp/into/tree && find . | sort && ./sub/run.sh']);
+      expect(listing.stdout).toBe('.\n./empty\n./sub\n./sub/deeper\n./sub/deeper/data.bin\n./sub/run.sh\n./top.txt\nran\n');
+      const back = join(work, 'tree.back');
+      const downTree = await cli(['cp', `${id}:/tmp/into/tree`, back]);
+      expect(downTree.code, downTree.stderr).toBe(0);
+      for (const rel of ['top.txt', 'sub/run.sh', 'sub/deeper/data.bin']) expect(readFileSync(join(back, rel)).equals(readFileSync(join(tree, rel))), rel).toBe(true);
+      expect(readdirSync(join(back, 'empty'))).toEqual([]);
+      expect(statSync(join(back, 'sub', 'run.sh')).mode & 0o111).not.toBe(0);
+    };
+    await Promise.all([oneFile(), aTree()]);
     // Both sides local (or both remote) is a mistake, said in one line.
-    expectOneLineError(await cli(['cp', join(work, 'big.bin'), join(work, 'x')]), /^error: cp needs one side in a sandbox/);
-    expectOneLineError(await cli(['cp', `${id}:/tmp/nope`, join(work, 'x')]), /no such file or directory/);
+    const [bothLocal, missing] = await Promise.all([cli(['cp', join(work, 'big.bin'), join(work, 'x')]), cli(['cp', `${id}:/tmp/nope`, join(work, 'x')])]);
+    expectOneLineError(bothLocal, /^error: cp needs one side in a sandbox/);
+    expectOneLineError(missing, /no such file or directory/);
   });
 
   it('exec -d starts a server that ps lists and ports publish serves at its URL with the token; kill ends it', async () => {
@@ -202,12 +217,16 @@ describe('nestbox CLI', () => {
   });
 
   it('bad arguments and unknown ids are one-line errors with a non-zero exit', async () => {
-    expectOneLineError(await cli(['create', '--cpu', 'lots']), /^error: .*--cpu.*must be a positive number/);
-    expectOneLineError(await cli(['ports', 'publish', id, '99999']), /port.*1-65535/);
-    expectOneLineError(await cli(['ls', '--state', 'sleepy']), /^error: --state "sleepy"/);
-    expectOneLineError(await cli(['get']), /^error: missing required argument 'id'/);
-    expectOneLineError(await cli(['get', 'sbxdoesnotexist']), /^error: not_found: /);
-    expectOneLineError(await cli(['frobnicate']), /^error: unknown command 'frobnicate'/);
+    const cases: [string[], RegExp][] = [
+      [['create', '--cpu', 'lots'], /^error: .*--cpu.*must be a positive number/],
+      [['ports', 'publish', id, '99999'], /port.*1-65535/],
+      [['ls', '--state', 'sleepy'], /^error: --state "sleepy"/],
+      [['get'], /^error: missing required argument 'id'/],
+      [['get', 'sbxdoesnotexist'], /^error: not_found: /],
+      [['frobnicate'], /^error: unknown command 'frobnicate'/],
+    ];
+    const runs = await Promise.all(cases.map(([args]) => cli(args)));
+    cases.forEach(([, pattern], i) => expectOneLineError(runs[i]!, pattern));
   });
 
   it('completion bash is valid bash and completes commands from the command tree', async () => {

@@ -8,7 +8,6 @@ import { posix } from 'node:path';
 import { Readable, Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
-import cliProgress from 'cli-progress';
 import type { Command } from 'commander';
 import { NativeApiError, type FileInfo, type NativeClient } from '../client/native-client.js';
 import type { Config } from '../config.js';
@@ -41,8 +40,9 @@ function counter(onBytes: (n: number) => void): Transform {
   });
 }
 
-function progress(totalBytes: number): { add: (n: number) => void; stop: () => void } {
+async function progress(totalBytes: number): Promise<{ add: (n: number) => void; stop: () => void }> {
   if (!process.stderr.isTTY || totalBytes < PROGRESS_MIN_BYTES) return { add: () => undefined, stop: () => undefined };
+  const { default: cliProgress } = await import('cli-progress');
   const bar = new cliProgress.SingleBar({ stream: process.stderr, format: ' {bar} {percentage}% | {value}/{total} MiB | ETA {eta_formatted}', hideCursor: true }, cliProgress.Presets.shades_classic);
   const mib = (n: number) => Math.round((n / 1024 / 1024) * 10) / 10;
   let done = 0;
@@ -114,7 +114,7 @@ async function upload(client: NativeClient, localPath: string, to: Remote): Prom
   const destination = existing?.type === 'dir' ? posix.join(to.path, basename(localPath)) : to.path;
   const entries: Entry[] = info.isFile() ? [{ kind: 'file', rel: '', size: info.size, mode: info.mode & 0o7777 }] : await walkLocal(localPath);
   const total = entries.reduce((n, e) => n + e.size, 0);
-  const bar = progress(total);
+  const bar = await progress(total);
   try {
     if (info.isDirectory()) await client.makeDirectory(to.id, destination);
     for (const entry of entries) {
@@ -141,7 +141,7 @@ async function download(client: NativeClient, from: Remote, localPath: string): 
   const destination = local?.isDirectory() ? join(localPath, posix.basename(info.path)) : localPath;
   const entries: Entry[] = info.type === 'file' ? [{ kind: 'file', rel: '', size: info.size, mode: info.mode & 0o7777 }] : await walkRemote(client, from.id, info.path);
   const total = entries.reduce((n, e) => n + e.size, 0);
-  const bar = progress(total);
+  const bar = await progress(total);
   try {
     if (info.type === 'dir') await mkdir(destination, { recursive: true });
     for (const entry of entries) {

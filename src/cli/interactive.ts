@@ -2,7 +2,6 @@
 // pipe, the CLI exiting with the command's exit code) and `shell` (a terminal over the PTY
 // WebSocket, in raw mode, resized with the local window).
 import type { Command } from 'commander';
-import WebSocket from 'ws';
 import { NativeApiError, type NativeClient, type StreamMessage } from '../client/native-client.js';
 import type { Config } from '../config.js';
 import { clientAction } from './context.js';
@@ -114,6 +113,8 @@ export function registerInteractiveCommands(program: Command, config: () => Conf
 
 async function attachTerminal(client: NativeClient, id: string, processId: string, size: () => { cols: number; rows: number }): Promise<number> {
   const { url, headers } = client.terminalWebSocket(id, processId);
+  // Loaded by the one command that needs it, so the others start faster.
+  const { default: WebSocket } = await import('ws');
   const ws = new WebSocket(url, { headers });
   const stdin = process.stdin;
   const raw = stdin.isTTY === true;
