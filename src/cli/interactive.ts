@@ -84,13 +84,18 @@ export function registerInteractiveCommands(program: Command, config: () => Conf
         void client.signalCommand(id, started.processId, 'SIGINT').catch(() => undefined);
       });
       const collected = { stdout: [] as Buffer[], stderr: [] as Buffer[] };
-      const stdinDone = withStdin ? pumpStdin(client, id, started.processId) : Promise.resolve();
+      // Input that cannot be sent is said once, and the remote stdin closed so nothing waits on it.
+      if (withStdin) {
+        void pumpStdin(client, id, started.processId).catch((err: unknown) => {
+          process.stderr.write(`error: stdin: ${err instanceof Error ? err.message : String(err)}\n`);
+          void client.closeStdin(id, started.processId).catch(() => undefined);
+        });
+      }
       const exit = await followOutput(client, id, started.processId, (stream, bytes) => {
         if (json) collected[stream].push(bytes);
         else (stream === 'stdout' ? process.stdout : process.stderr).write(bytes);
       });
-      // Input not yet sent when the process ended is not waited for; a failure sending it is.
-      await Promise.race([stdinDone, new Promise((r) => setTimeout(r, 0))]);
+      // Input not yet sent when the process ended is not waited for: the process is done with it.
       if (json) printJson({ processId: started.processId, exitCode: exit.exitCode, signal: exit.signal, timedOut: exit.timedOut ?? false, stdout: Buffer.concat(collected.stdout).toString('utf8'), stderr: Buffer.concat(collected.stderr).toString('utf8') });
       return exitCodeOf(exit);
     }));
