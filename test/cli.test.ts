@@ -242,7 +242,7 @@ describe('nestbox CLI', () => {
     expect((await complete(['nestbox', 'ports', 'publish', '--p'])).split(' ')).toContain('--public');
   });
 
-  it('shell: an interactive PTY in a real terminal (tmux) that answers, follows a resize and exits with the shell\'s code', async () => {
+  it('shell: an interactive PTY in a real terminal (tmux) that answers, follows a resize and exits with the shell\'s code; cp draws a progress bar there', async () => {
     const socket = `nbx-cli-test-${process.pid}`;
     const exitFile = join(work, 'shell-exit');
     const tmux = (...args: string[]) => new Promise<string>((resolve, reject) => execFile('tmux', ['-L', socket, ...args], { timeout: 10_000 }, (error, stdout, stderr) => (error ? reject(new Error(`tmux ${args[0]}: ${stderr}`)) : resolve(stdout))));
@@ -266,6 +266,13 @@ describe('nestbox CLI', () => {
       await tmux('send-keys', '-t', 'cli', 'exit 5', 'Enter');
       const exit = await waitFor('the CLI to exit', async () => (existsSync(exitFile) ? readFileSync(exitFile, 'utf8').trim() : undefined), 15_000, 100);
       expect(exit).toBe('EXIT=5');
+
+      // On a terminal, a large cp draws its progress bar on stderr (the pane stays open after it).
+      const cpExit = join(work, 'cp-exit');
+      writeFileSync(join(work, 'bar.bin'), randomBytes(6 * 1024 * 1024));
+      await tmux('new-session', '-d', '-s', 'cp', '-x', '100', '-y', '10', ...envArgs, `sh -c '${process.execPath} ${CLI} cp ${join(work, 'bar.bin')} ${id}:/tmp/bar.bin; echo CP=$? > ${cpExit}; sleep 60'`);
+      expect(await waitFor('cp to finish', async () => (existsSync(cpExit) ? readFileSync(cpExit, 'utf8').trim() : undefined), 30_000, 100)).toBe('CP=0');
+      expect(await tmux('capture-pane', '-p', '-t', 'cp')).toMatch(/100% \| 6\/6 MiB/);
     } finally {
       await tmux('kill-server').catch(() => undefined);
     }
