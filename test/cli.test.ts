@@ -176,9 +176,12 @@ describe('nestbox CLI', () => {
       const all = JSON.parse((await cli(['ps', id, '--all', '--json'])).stdout) as { processId: string; status: string }[];
       return all.find((p) => p.processId === processId)?.status !== 'running';
     }, 10_000);
-    const logs = await cli(['logs', id, processId]);
+    const [logs, followed] = await Promise.all([cli(['logs', id, processId]), cli(['logs', id, processId, '-f'])]);
     expect(logs.code).toBe(0);
     expect(logs.stderr).toContain('GET /hello.txt');
+    // -f replays what was kept and ends at the process's exit (it has exited already).
+    expect(followed.code).toBe(0);
+    expect(followed.stderr).toContain('GET /hello.txt');
   });
 
   it('keys create / ls / rm: a revoked key then fails with one line and a non-zero exit', async () => {
@@ -278,8 +281,10 @@ describe('nestbox CLI', () => {
     }
   });
 
-  it('stop and resume: the sandbox keeps its disk across them', async () => {
+  it('pause and unpause, stop and resume: the sandbox keeps its disk across them; rm deletes it', async () => {
     expect((await cli(['exec', id, '--', 'echo kept > /root/kept.txt'])).code).toBe(0);
+    expect(await cli(['pause', id])).toMatchObject({ code: 0, stdout: `${id} paused\n` });
+    expect(await cli(['unpause', id])).toMatchObject({ code: 0, stdout: `${id} running\n` });
     const stopped = await cli(['stop', id]);
     expect(stopped).toMatchObject({ code: 0, stdout: `${id} stopped\n` });
     expect(JSON.parse((await cli(['get', id, '--json'])).stdout).state).toBe('stopped');

@@ -1,6 +1,7 @@
 // `exec` (a detached process whose output streams live over Server-Sent Events, stdin from a
 // pipe, the CLI exiting with the command's exit code) and `shell` (a terminal over the PTY
 // WebSocket, in raw mode, resized with the local window).
+import { constants } from 'node:os';
 import type { Command } from 'commander';
 import { NativeApiError, type NativeClient, type StreamMessage } from '../client/native-client.js';
 import type { Config } from '../config.js';
@@ -128,6 +129,12 @@ async function attachTerminal(client: NativeClient, id: string, processId: strin
     if (raw && stdin.isTTY) stdin.setRawMode(false);
   };
   process.once('exit', restore);
+  // A signal that ends the CLI skips 'exit' handlers: restore first, then end as that signal would.
+  const onSignal = (signal: NodeJS.Signals) => {
+    restore();
+    process.exit(128 + (constants.signals[signal] ?? 1));
+  };
+  for (const signal of ['SIGTERM', 'SIGHUP', 'SIGQUIT'] as const) process.once(signal, onSignal);
   const onResize = () => {
     if (ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ type: 'resize', ...size() }));
   };
@@ -179,6 +186,7 @@ async function attachTerminal(client: NativeClient, id: string, processId: strin
     stdin.off('data', onInput);
     stdin.pause();
     process.stdout.off('resize', onResize);
+    for (const signal of ['SIGTERM', 'SIGHUP', 'SIGQUIT'] as const) process.off(signal, onSignal);
     restore();
     ws.terminate();
   }

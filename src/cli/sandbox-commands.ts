@@ -1,5 +1,6 @@
 // Client commands over the native API that are one or two requests each: sandboxes (create,
 // ls, get, lifecycle, fork, rm), processes (ps, kill, logs), ports, snapshots, images, keys.
+import { constants } from 'node:os';
 import { Option, type Command } from 'commander';
 import type { ApiKeyPreset, EgressPolicy, Sandbox, SandboxState, StreamMessage } from '../client/native-client.js';
 import type { Config } from '../config.js';
@@ -32,8 +33,8 @@ function printSandbox(s: Sandbox): void {
 /** `exit` → the code a shell would give: the exit code, or 128 + the signal's number. */
 export function exitCodeOf(exit: Extract<StreamMessage, { type: 'exit' }>): number {
   if (exit.exitCode !== null) return exit.exitCode;
-  const signals: Record<string, number> = { SIGHUP: 1, SIGINT: 2, SIGQUIT: 3, SIGKILL: 9, SIGUSR1: 10, SIGSEGV: 11, SIGUSR2: 12, SIGPIPE: 13, SIGALRM: 14, SIGTERM: 15 };
-  return 128 + (signals[exit.signal ?? ''] ?? 1);
+  // The sandbox is Linux, as is the host this runs on (the local driver): the same numbers.
+  return 128 + (constants.signals[(exit.signal ?? '') as NodeJS.Signals] ?? 1);
 }
 
 export function registerSandboxCommands(program: Command, config: () => Config): void {
