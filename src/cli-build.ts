@@ -8,13 +8,12 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { createWriteStream } from 'node:fs';
-import { create as createTar } from 'tar';
+import { InvalidArgumentError, type Command } from 'commander';
 import { ConfigError, type Config } from './config.js';
+import { resolveConnection, type ConnectionFlags, type Profile } from './cli/connection.js';
+import { egressPolicy, positiveInteger } from './cli/output.js';
 
-export const BUILD_USAGE = `usage: nestbox build -t <name[:tag]> [-f <Dockerfile>] [--build-arg K=V]… [--no-cache]
-                     [--egress deny-all|allow-all|<host,cidr,…>] [--timeout <seconds>] <context dir>`;
-
-interface BuildArgs {
+export interface BuildArgs {
   tag: string;
   dockerfile?: string;
   buildArgs: Record<string, string>;
@@ -24,49 +23,29 @@ interface BuildArgs {
   context: string;
 }
 
-function parseArgs(argv: string[]): BuildArgs {
-  const out: Partial<BuildArgs> & { buildArgs: Record<string, string> } = { buildArgs: {}, noCache: false };
-  for (let i = 0; i < argv.length; i++) {
-    const arg = argv[i]!;
-    const value = () => {
-      const v = argv[++i];
-      if (v === undefined) throw new ConfigError(`${arg} needs a value\n${BUILD_USAGE}`);
-      return v;
-    };
-    if (arg === '-t' || arg === '--tag') out.tag = value();
-    else if (arg === '-f' || arg === '--file') out.dockerfile = value();
-    else if (arg === '--build-arg') {
-      const [k, ...v] = value().split('=');
-      out.buildArgs[k!] = v.length ? v.join('=') : (process.env[k!] ?? '');
-    } else if (arg === '--no-cache') out.noCache = true;
-    else if (arg === '--egress') {
-      const v = value();
-      out.egress = v === 'deny-all' || v === 'allow-all' ? { mode: v } : { mode: 'allow-list', allow: v.split(',').filter(Boolean) };
-    } else if (arg === '--timeout') out.timeoutSeconds = Number(value());
-    else if (arg.startsWith('-')) throw new ConfigError(`unknown option ${arg}\n${BUILD_USAGE}`);
-    else if (out.context) throw new ConfigError(`one context directory only\n${BUILD_USAGE}`);
-    else out.context = arg;
-  }
-  if (!out.tag) throw new ConfigError(`-t <name[:tag]> is required\n${BUILD_USAGE}`);
-  if (!out.context) throw new ConfigError(`a context directory is required (use . for this one)\n${BUILD_USAGE}`);
-  return out as BuildArgs;
+/** `--build-arg K=V`, repeatable; a bare `K` takes this environment's value, as docker build does. */
+function buildArg(value: string, previous: Record<string, string> = {}): Record<string, string> {
+  const [k, ...v] = value.split('=');
+  if (!k) throw new InvalidArgumentError(`"${value}" is not KEY=VALUE or KEY`);
+  return { ...previous, [k]: v.length ? v.join('=') : (process.env[k] ?? '') };
 }
 
-/**
- * The server and key a client command uses (build, mcp): NESTBOX_URL / NESTBOX_API_KEY, else
- * this machine's server and its bootstrap key.
- */
-export function clientTarget(config: Config): { url: string; apiKey: string } {
-  const url = config.client.url ?? `http://127.0.0.1:${config.port}`;
-  const keyFile = join(config.dataDir, 'bootstrap-api-key');
-  const apiKey = config.client.apiKey ?? (existsSync(keyFile) ? readFileSync(keyFile, 'utf8').trim() : undefined);
-  if (!apiKey) throw new ConfigError(`no API key: set NESTBOX_API_KEY (or run this on the server's machine, where ${keyFile} holds the bootstrap key)`);
-  return { url, apiKey };
-}
-
-function clientOf(config: Config): { url: string; headers: Record<string, string> } {
-  const { url, apiKey } = clientTarget(config);
-  return { url, headers: { authorization: `Bearer ${apiKey}` } };
+export function registerBuildCommand(program: Command, config: () => Config): void {
+  program
+    .command('build')
+    .description('build an image from a Dockerfile and a context directory on the server, printing the build log as it runs')
+    .argument('<context>', 'the context directory (. for this one)')
+    .requiredOption('-t, --tag <name[:tag]>', 'the image name and tag (default tag: latest)')
+    .option('-f, --file <Dockerfile>', 'the Dockerfile, relative to the context', 'Dockerfile')
+    .option('--build-arg <K=V>', 'a build argument (repeatable)', buildArg, {})
+    .option('--no-cache', 'run every step, reusing no cached one')
+    .option('--egress <policy>', 'the build sandbox\'s network: deny-all, allow-all or host,cidr,…', egressPolicy)
+    .option('--timeout <seconds>', 'bound on the whole build', positiveInteger)
+    .action(async (context: string, opts: { tag: string; file: string; buildArg: Record<string, string>; cache: boolean; egress?: BuildArgs['egress']; timeout?: number }, cmd: Command) => {
+      const cfg = config();
+      const connection = resolveConnection(cfg, cmd.optsWithGlobals<ConnectionFlags>());
+      process.exitCode = await runBuildCommand(connection, { tag: opts.tag, dockerfile: opts.file, buildArgs: opts.buildArg, noCache: !opts.cache, egress: opts.egress, timeoutSeconds: opts.timeout, context });
+    });
 }
 
 async function fail(res: Response): Promise<never> {
@@ -81,9 +60,9 @@ async function fail(res: Response): Promise<never> {
   throw new ConfigError(`${res.status} ${message}`);
 }
 
-export async function runBuildCommand(config: Config, argv: string[]): Promise<number> {
-  const args = parseArgs(argv);
-  const { url, headers } = clientOf(config);
+export async function runBuildCommand(connection: Profile, args: BuildArgs): Promise<number> {
+  const { url } = connection;
+  const headers = { authorization: `Bearer ${connection.apiKey}` };
   const context = resolve(args.context);
   if (!(await stat(context).catch(() => undefined))?.isDirectory()) throw new ConfigError(`${args.context}: not a directory`);
   const dockerfilePath = resolve(context, args.dockerfile ?? 'Dockerfile');
@@ -95,6 +74,8 @@ export async function runBuildCommand(config: Config, argv: string[]): Promise<n
   const [name, tag] = colon > 0 && !args.tag.slice(colon).includes('/') ? [args.tag.slice(0, colon), args.tag.slice(colon + 1)] : [args.tag, 'latest'];
 
   // The context as one gzip tar in a private temp dir, hashed, then uploaded unless already there.
+  // tar is loaded here, not at start: every other command would pay for it.
+  const { create: createTar } = await import('tar');
   const dir = await mkdtemp(join(tmpdir(), 'nestbox-build-'));
   try {
     const tarPath = join(dir, 'context.tar.gz');

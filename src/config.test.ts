@@ -81,6 +81,14 @@ describe('config', () => {
     expect(() => loadConfig({ NESTBOX_SANDBOX_TOKEN_TTL_SECONDS: '0' })).toThrow(/NESTBOX_SANDBOX_TOKEN_TTL_SECONDS/);
   });
 
+  it('finds the CLI\'s profile file under XDG_CONFIG_HOME, else ~/.config, unless NESTBOX_PROFILE_FILE names one', () => {
+    expect(loadConfig({ XDG_CONFIG_HOME: '/cfg', HOME: '/home/u' }).client).toEqual({ url: undefined, apiKey: undefined, profileFile: '/cfg/nestbox/profiles.json', profile: 'default' });
+    expect(loadConfig({ HOME: '/home/u' }).client.profileFile).toBe('/home/u/.config/nestbox/profiles.json');
+    const c = loadConfig({ NESTBOX_PROFILE_FILE: '/etc/nbx.json', NESTBOX_PROFILE: 'staging', NESTBOX_URL: 'http://10.0.0.1:7070/', NESTBOX_API_KEY: 'k' });
+    expect(c.client).toEqual({ url: 'http://10.0.0.1:7070', apiKey: 'k', profileFile: '/etc/nbx.json', profile: 'staging' });
+    expect(() => loadConfig({ NESTBOX_PROFILE: '../x' })).toThrow(/NESTBOX_PROFILE/);
+  });
+
   it('refuses a misspelt NESTBOX_ variable but ignores the test suite’s own', () => {
     expect(() => loadConfig({ NESTBOX_PROT: '1' })).toThrow(/NESTBOX_PROT: unknown setting/);
     expect(() => loadConfig({ NESTBOX_TEST_IMAGES_DIR: '/x' })).not.toThrow();

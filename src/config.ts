@@ -1,4 +1,5 @@
 // The one place that reads process.env. Everything else receives a parsed Config.
+import { homedir } from 'node:os';
 import { resolve } from 'node:path';
 import { z } from 'zod';
 
@@ -59,6 +60,9 @@ const ConfigSchema = z.object({
   // machine's server and the bootstrap key in its data dir).
   NESTBOX_URL: z.string().url().optional(),
   NESTBOX_API_KEY: z.string().min(1).optional(),
+  // The CLI's profiles (written by `nestbox login`): the file, and which profile to use.
+  NESTBOX_PROFILE_FILE: z.string().min(1).optional(),
+  NESTBOX_PROFILE: z.string().regex(/^[A-Za-z0-9._-]{1,64}$/, 'letters, digits, dot, dash and underscore (at most 64)').default('default'),
   // false = the server does not start a local host agent (host agents run elsewhere).
   NESTBOX_LOCAL_HOST_AGENT: z.enum(['true', 'false']).default('true'),
   // true = `nestbox server` runs the control plane in a worker process and restarts it with
@@ -202,7 +206,7 @@ export interface Config {
   /** OCI images (host/images/oci): the store, registry mirrors and plain-HTTP registries. */
   images: { ociStoreDir: string; mirrors: Record<string, string[]>; insecureRegistries: string[]; pullTimeoutMs: number };
   /** What the CLI's client commands talk to. */
-  client: { url?: string; apiKey?: string };
+  client: { url?: string; apiKey?: string; profileFile: string; profile: string };
   builds: {
     maxConcurrent: number;
     defaultTimeoutSeconds: number;
@@ -336,7 +340,13 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       insecureRegistries: e.NESTBOX_INSECURE_REGISTRIES ? e.NESTBOX_INSECURE_REGISTRIES.split(',') : [],
       pullTimeoutMs: e.NESTBOX_IMAGE_PULL_TIMEOUT_SECONDS * 1000,
     },
-    client: { url: e.NESTBOX_URL?.replace(/\/+$/, ''), apiKey: e.NESTBOX_API_KEY },
+    client: {
+      url: e.NESTBOX_URL?.replace(/\/+$/, ''),
+      apiKey: e.NESTBOX_API_KEY,
+      // XDG's config home when set (it is not a NESTBOX_ setting, so it is read here by name).
+      profileFile: resolve(e.NESTBOX_PROFILE_FILE ?? `${env.XDG_CONFIG_HOME || `${env.HOME || homedir()}/.config`}/nestbox/profiles.json`),
+      profile: e.NESTBOX_PROFILE,
+    },
     builds: {
       maxConcurrent: e.NESTBOX_MAX_CONCURRENT_BUILDS,
       defaultTimeoutSeconds: Math.min(e.NESTBOX_BUILD_TIMEOUT_SECONDS, e.NESTBOX_BUILD_MAX_TIMEOUT_SECONDS),

@@ -414,6 +414,16 @@ export class NativeClient {
     return this.webSocketUrl(`/sandboxes/${enc(id)}/commands/${enc(processId)}/pty`);
   }
 
+  /**
+   * The same terminal WebSocket for clients that can set headers (Node, the CLI): the key goes
+   * in the Authorization header rather than the URL, so it stays out of proxies' access logs.
+   */
+  terminalWebSocket(id: string, processId: string): { url: string; headers: Record<string, string> } {
+    const u = new URL(this.url(`/sandboxes/${enc(id)}/commands/${enc(processId)}/pty`));
+    u.protocol = u.protocol === 'https:' ? 'wss:' : 'ws:';
+    return { url: u.toString(), headers: { authorization: `Bearer ${this.apiKey}` } };
+  }
+
   // ── files ──
   async listFiles(id: string, path: string, depth?: number): Promise<FileInfo[]> {
     return (await this.request<{ entries: FileInfo[] }>('GET', `/sandboxes/${enc(id)}/files/list`, { query: { path, depth } })).entries;
