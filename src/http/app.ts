@@ -17,6 +17,7 @@ import { assignRequestIds, requestLogger } from './request-id.js';
 import { traceRequests } from './tracing.js';
 import { tracingEnabled } from '../../core/tracing.js';
 import type { Logger } from '../../core/logger.js';
+import { dashboardHandler } from './dashboard.js';
 import { httpMetrics, metricsEndpoint, tagFrontDoor, untagFrontDoor } from './metrics.js';
 
 /** The server settings the E2B layer needs beside core's port (compat/e2b/deps.ts). */
@@ -117,6 +118,9 @@ export function createApp(services: Services): Express {
       renderNativeError(res, err, errorLog(req));
     }
   });
+
+  // The web dashboard at `/` (and its page paths): after every API, never shadowing one.
+  app.use(dashboardHandler());
 
   app.use((req: Request, res: Response) => {
     renderNativeError(res, new NestboxError('not_found', `no route ${req.method} ${req.path}`));
