@@ -129,6 +129,33 @@ describe('dashboard', () => {
     expect(res.body).toBe(content);
   });
 
+  it('lists the terminal\'s shell among the processes, and publishes and unpublishes a port', async () => {
+    await page.click('button[role=tab]:has-text("Processes")');
+    const processes = (await t.http.get(`/api/v1/sandboxes/${sandboxId}/commands`).query({ all: true }).set(t.auth)).body.processes as { processId: string; pty?: boolean }[];
+    const shell = processes.find((p) => p.pty);
+    expect(shell).toBeDefined();
+    await page.waitForSelector(`td:has-text("${shell!.processId}")`);
+    await shot('06-processes');
+
+    await page.click('button[role=tab]:has-text("Ports")');
+    await page.fill('input[name=port]', '8080');
+    await page.click('button:has-text("Publish")');
+    const link = page.locator(`a[href*="/p/${sandboxId}/8080"]`);
+    await expect.poll(() => link.count(), { timeout: 10_000 }).toBe(1);
+    // A private port's link carries the token from the publish answer, so a click gets in: the
+    // proxy lets it past (nothing listens on 8080, so no further), the bare URL is refused.
+    const href = (await link.getAttribute('href'))!;
+    expect(href).toMatch(/[?&]_token=/);
+    expect((await fetch(href, { redirect: 'manual' })).status).not.toBe(401);
+    expect((await fetch(href.replace(/[?&]_token=[^&]*/, ''), { redirect: 'manual' })).status).toBe(401);
+    const ports = (await t.http.get(`/api/v1/sandboxes/${sandboxId}/ports`).set(t.auth)).body.items as { port: number }[];
+    expect(ports.map((p) => p.port)).toEqual([8080]);
+    await shot('07-port-published');
+    await page.click('button:has-text("Unpublish")');
+    await page.waitForSelector('text=No published ports.');
+    expect((await t.http.get(`/api/v1/sandboxes/${sandboxId}/ports`).set(t.auth)).body.items).toEqual([]);
+  });
+
   it('creates an API key (shown once), revokes it, and the API refuses it after', async () => {
     await page.click('nav a:has-text("API keys")');
     await page.fill('input[name=keyName]', 'dashboard-test-key');
@@ -137,23 +164,23 @@ describe('dashboard', () => {
     const key = (await page.textContent('[data-testid=created-key]'))!.trim();
     expect(key.startsWith('nbx_')).toBe(true);
     expect((await t.http.get('/api/v1/sandboxes').set({ Authorization: `Bearer ${key}` })).status).toBe(200);
-    await shot('06-key-created');
+    await shot('08-key-created');
 
     const row = page.locator('[data-testid=keys] tr', { hasText: 'dashboard-test-key' });
     await expect.poll(() => row.count()).toBe(1);
     page.once('dialog', (dialog) => void dialog.accept());
     await row.locator('button:has-text("Revoke")').click();
     await expect.poll(() => row.count(), { timeout: 10_000 }).toBe(0);
-    await shot('07-key-revoked');
+    await shot('09-key-revoked');
     expect((await t.http.get('/api/v1/sandboxes').set({ Authorization: `Bearer ${key}` })).status).toBe(401);
   });
 
   it('fits a 390 px wide screen without horizontal scrolling', async () => {
     await page.setViewportSize({ width: 390, height: 844 });
     for (const [name, path, ready] of [
-      ['08-narrow-sandboxes', '/', `a:has-text("${sandboxId}")`],
-      ['09-narrow-sandbox', `/sandboxes/${sandboxId}`, '.terminal-bar:has-text("connected")'],
-      ['10-narrow-keys', '/keys', '[data-testid=keys]'],
+      ['10-narrow-sandboxes', '/', `a:has-text("${sandboxId}")`],
+      ['11-narrow-sandbox', `/sandboxes/${sandboxId}`, '.terminal-bar:has-text("connected")'],
+      ['12-narrow-keys', '/keys', '[data-testid=keys]'],
     ] as const) {
       await page.goto(`${t.url}${path}`);
       await page.waitForSelector(ready);

@@ -1,9 +1,11 @@
-import { useState, type ChangeEvent, type FormEvent } from 'react';
-import type { Port, Sandbox } from '../../../src/client/native-client.ts';
+import { lazy, Suspense, useState, type ChangeEvent, type FormEvent } from 'react';
+import type { Sandbox } from '../../../src/client/native-client.ts';
 import { age, bytes, ErrorMessage, useAction, useApi, usePolled } from '../hooks.tsx';
 import { Link, navigate } from '../router.tsx';
 import { Labels } from './Sandboxes.tsx';
-import { TerminalPanel } from './Terminal.tsx';
+
+// xterm.js is most of the bundle's weight: loaded when a sandbox page first shows a terminal.
+const TerminalPanel = lazy(async () => ({ default: (await import('./Terminal.tsx')).TerminalPanel }));
 
 type Tab = 'terminal' | 'files' | 'processes' | 'ports';
 
@@ -37,7 +39,7 @@ export function SandboxPage({ id }: { id: string }) {
               <button key={t} type="button" role="tab" aria-selected={tab === t} className={tab === t ? 'tab active' : 'tab'} onClick={() => setTab(t)}>{t[0].toUpperCase() + t.slice(1)}</button>
             ))}
           </div>
-          {tab === 'terminal' && <TerminalPanel sandboxId={s.id} running={s.state === 'running'} />}
+          {tab === 'terminal' && <Suspense fallback={<p className="muted">Loading the terminal…</p>}><TerminalPanel sandboxId={s.id} running={s.state === 'running'} /></Suspense>}
           {tab === 'files' && (s.state === 'running' ? <Files sandboxId={s.id} /> : <p className="muted">Files can be browsed while the sandbox runs.</p>)}
           {tab === 'processes' && (s.state === 'running' ? <Processes sandboxId={s.id} /> : <p className="muted">Processes are listed while the sandbox runs.</p>)}
           {tab === 'ports' && <Ports sandboxId={s.id} />}
@@ -222,11 +224,14 @@ function ProcessLogs({ sandboxId, processId }: { sandboxId: string; processId: s
   );
 }
 
-/** A private port's link carries its token once (`?_token=`, the proxy's way in; it answers with a cookie). */
-function withToken(url: string, port: Port): string {
-  if (port.public || !port.token) return url;
+/**
+ * A private port's link with its token (`?_token=`, the proxy's way in; it answers with a cookie).
+ * The API gives the token only in the publish answer, so only ports published on this page have one.
+ */
+function withToken(url: string, token: string | undefined): string {
+  if (!token) return url;
   const u = new URL(url, window.location.origin);
-  u.searchParams.set('_token', port.token);
+  u.searchParams.set('_token', token);
   return u.toString();
 }
 
@@ -236,10 +241,13 @@ function Ports({ sandboxId }: { sandboxId: string }) {
   const action = useAction();
   const [port, setPort] = useState('8080');
   const [isPublic, setPublic] = useState(false);
+  const [tokens, setTokens] = useState<Record<number, string>>({});
   const publish = (event: FormEvent) => {
     event.preventDefault();
     void action.run(async () => {
-      await client.publishPort(sandboxId, Number(port), isPublic);
+      const published = await client.publishPort(sandboxId, Number(port), isPublic);
+      const token = published.token;
+      if (token) setTokens((known) => ({ ...known, [published.port]: token }));
       await list.reload();
     });
   };
@@ -258,8 +266,8 @@ function Ports({ sandboxId }: { sandboxId: string }) {
             {list.data.map((p) => (
               <tr key={p.port}>
                 <td data-label="Port">{p.port}</td>
-                <td data-label="Link" className="wrap"><a href={withToken(p.pathUrl, p)} target="_blank" rel="noreferrer">{p.pathUrl}</a>{p.url !== p.pathUrl && <> · <a href={withToken(p.url, p)} target="_blank" rel="noreferrer">host form</a></>}</td>
-                <td data-label="Access">{p.public ? 'public' : 'token'}</td>
+                <td data-label="Link" className="wrap"><a href={withToken(p.pathUrl, tokens[p.port])} target="_blank" rel="noreferrer">{p.pathUrl}</a>{p.url !== p.pathUrl && <> · <a href={withToken(p.url, tokens[p.port])} target="_blank" rel="noreferrer">host form</a></>}</td>
+                <td data-label="Access">{p.public ? 'public' : tokens[p.port] ? 'token (in the link)' : 'token (given when published)'}</td>
                 <td className="row-actions"><button type="button" className="danger" onClick={() => action.run(async () => { await client.unpublishPort(sandboxId, p.port); await list.reload(); })}>Unpublish</button></td>
               </tr>
             ))}
