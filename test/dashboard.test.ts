@@ -89,7 +89,12 @@ describe('dashboard', () => {
     await page.click('button:has-text("New sandbox")');
     await page.fill('input[name=labels]', 'made-by=dashboard-test');
     await page.selectOption('select[name=egress]', 'deny-all');
-    await shot('03-create-form');
+    // A value the API refuses comes back as its message, naming the field.
+    await page.fill('input[name=memoryMiB]', '0');
+    await page.click('button[type=submit]:has-text("Create")');
+    await expect.poll(() => page.textContent('form[aria-label="New sandbox"] [role=alert]'), { timeout: 10_000 }).toMatch(/memoryMiB/);
+    await shot('03-create-form-error');
+    await page.fill('input[name=memoryMiB]', '1024');
     await page.click('button[type=submit]:has-text("Create")');
     await page.waitForURL(/\/sandboxes\/[a-z0-9]+$/);
     sandboxId = new URL(page.url()).pathname.split('/').pop()!;

@@ -70,7 +70,7 @@ function Login({ notice, onLogin }: { notice: string | null; onLogin: (key: stri
         </label>
         <ErrorMessage error={error} />
         <button type="submit" disabled={busy}>Log in</button>
-        <p className="hint">The server prints its bootstrap key when it starts. <a href="/docs">API reference</a></p>
+        <p className="hint">The server prints its bootstrap key at its first start and keeps it in <code>.nestbox/bootstrap-api-key</code>. <a href="/docs">API reference</a></p>
       </form>
     </main>
   );

@@ -92,8 +92,8 @@ function CreateSandbox() {
     <form className="card grid-form" onSubmit={submit} aria-label="New sandbox">
       <label>Image<input name="image" list="image-names" value={image} onChange={(e) => setImage(e.target.value)} /></label>
       <datalist id="image-names">{[...imageNames].map((n) => <option key={n} value={n} />)}</datalist>
-      <label>CPUs<input name="cpu" type="number" min="1" step="1" value={cpu} onChange={(e) => setCpu(e.target.value)} /></label>
-      <label>Memory (MiB)<input name="memoryMiB" type="number" min="128" step="128" value={memory} onChange={(e) => setMemory(e.target.value)} /></label>
+      <label>CPUs<input name="cpu" type="number" value={cpu} onChange={(e) => setCpu(e.target.value)} /></label>
+      <label>Memory (MiB)<input name="memoryMiB" type="number" value={memory} onChange={(e) => setMemory(e.target.value)} /></label>
       <label>Labels<input name="labels" placeholder="key=value, …" value={labels} onChange={(e) => setLabels(e.target.value)} /></label>
       <label>Network egress
         <select name="egress" value={egress} onChange={(e) => setEgress(e.target.value as 'deny-all' | 'allow-all')}>
