@@ -1,7 +1,9 @@
 // The web dashboard in a real browser (Debian's Chromium through playwright-core) against a real
 // server, used as a person would: log in with the server's key, create a sandbox with deny-all
-// egress, type into its terminal and read the answer off the rendered screen, upload a file
-// through the file input, create and revoke an API key, and check the narrow-screen layout.
+// egress (after the API refused a bad size, shown in the form), type into its terminal and read the
+// answer off the rendered screen, reload the page, upload a file through the file input, see the
+// shell among the processes, publish and unpublish a port, create and revoke an API key, and check
+// the narrow-screen layout.
 // Each step leaves a screenshot in test-artifacts/dashboard/ (or $NESTBOX_TEST_ARTIFACTS_DIR).
 // Also: how the server serves the bundle (SPA fallback, caching, never over an API's 404).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -136,10 +138,12 @@ describe('dashboard', () => {
 
   it('lists the terminal\'s shell among the processes, and publishes and unpublishes a port', async () => {
     await page.click('button[role=tab]:has-text("Processes")');
-    const processes = (await t.http.get(`/api/v1/sandboxes/${sandboxId}/commands`).query({ all: true }).set(t.auth)).body.processes as { processId: string; pty?: boolean }[];
-    const shell = processes.find((p) => p.pty);
-    expect(shell).toBeDefined();
-    await page.waitForSelector(`td:has-text("${shell!.processId}")`);
+    const shells = async () => ((await t.http.get(`/api/v1/sandboxes/${sandboxId}/commands`).query({ all: true }).set(t.auth)).body.processes as { processId: string; pty?: boolean; status: string }[]).filter((p) => p.pty);
+    // One shell runs: the page's own. The one from before the reload was ended as the page went
+    // (pagehide), and switching tabs keeps the current one rather than starting another.
+    await expect.poll(async () => (await shells()).map((p) => p.status).sort(), { timeout: 10_000 }).toEqual(['killed', 'running']);
+    const shell = (await shells()).find((p) => p.status === 'running')!;
+    await page.waitForSelector(`td:has-text("${shell.processId}")`);
     await shot('06-processes');
 
     await page.click('button[role=tab]:has-text("Ports")');

@@ -39,7 +39,10 @@ export function SandboxPage({ id }: { id: string }) {
               <button key={t} type="button" role="tab" aria-selected={tab === t} className={tab === t ? 'tab active' : 'tab'} onClick={() => setTab(t)}>{t[0].toUpperCase() + t.slice(1)}</button>
             ))}
           </div>
-          {tab === 'terminal' && <Suspense fallback={<p className="muted">Loading the terminal…</p>}><TerminalPanel sandboxId={s.id} running={s.state === 'running'} /></Suspense>}
+          {/* Kept mounted while another tab shows, so the shell and its screen survive a look at the files. */}
+          <div hidden={tab !== 'terminal'}>
+            <Suspense fallback={<p className="muted">Loading the terminal…</p>}><TerminalPanel sandboxId={s.id} running={s.state === 'running'} /></Suspense>
+          </div>
           {tab === 'files' && (s.state === 'running' ? <Files sandboxId={s.id} /> : <p className="muted">Files can be browsed while the sandbox runs.</p>)}
           {tab === 'processes' && (s.state === 'running' ? <Processes sandboxId={s.id} /> : <p className="muted">Processes are listed while the sandbox runs.</p>)}
           {tab === 'ports' && <Ports sandboxId={s.id} />}

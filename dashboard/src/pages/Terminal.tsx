@@ -65,15 +65,19 @@ export function TerminalPanel({ sandboxId, running }: { sandboxId: string; runni
     observer.observe(container.current);
     const onWindowResize = () => fit.fit();
     window.addEventListener('resize', onWindowResize);
+    // A reload or a closed tab runs no React cleanup: end the shell then too (best effort).
+    const endShell = () => send(JSON.stringify({ type: 'kill' }));
+    window.addEventListener('pagehide', endShell);
     return () => {
       disposed = true;
       window.removeEventListener('resize', onWindowResize);
+      window.removeEventListener('pagehide', endShell);
       observer.disconnect();
       typed.dispose();
       binary.dispose();
       resized.dispose();
       // Leaving the page ends the shell, rather than leaving it running unattached.
-      send(JSON.stringify({ type: 'kill' }));
+      endShell();
       ws?.close();
       term.dispose();
     };
