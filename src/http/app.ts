@@ -17,6 +17,7 @@ import { assignRequestIds, requestLogger } from './request-id.js';
 import { traceRequests } from './tracing.js';
 import { tracingEnabled } from '../../core/tracing.js';
 import type { Logger } from '../../core/logger.js';
+import { dashboardHandler } from './dashboard.js';
 import { httpMetrics, metricsEndpoint, tagFrontDoor, untagFrontDoor } from './metrics.js';
 import { createMcpRouter, MCP_PATH } from './mcp.js';
 
@@ -121,6 +122,8 @@ export function createApp(services: Services): Express {
 
   // MCP over streamable HTTP: a client of the native API above, with the caller's key.
   app.use(MCP_PATH, tagFrontDoor('internal', MCP_PATH), createMcpRouter(services.config, services.logger));
+  // The web dashboard at `/` (and its page paths): after every API, never shadowing one.
+  app.use(dashboardHandler());
 
   app.use((req: Request, res: Response) => {
     renderNativeError(res, new NestboxError('not_found', `no route ${req.method} ${req.path}`));
