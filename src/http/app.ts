@@ -18,6 +18,7 @@ import { traceRequests } from './tracing.js';
 import { tracingEnabled } from '../../core/tracing.js';
 import type { Logger } from '../../core/logger.js';
 import { httpMetrics, metricsEndpoint, tagFrontDoor, untagFrontDoor } from './metrics.js';
+import { createApiDocsRouter } from './api-docs.js';
 
 /** The server settings the E2B layer needs beside core's port (compat/e2b/deps.ts). */
 export function e2bOptionsOf(services: Services): E2bOptions {
@@ -117,6 +118,9 @@ export function createApp(services: Services): Express {
       renderNativeError(res, err, errorLog(req));
     }
   });
+
+  // The rendered API reference (src/http/api-docs.ts); public like the spec it renders.
+  app.use('/docs', createApiDocsRouter());
 
   app.use((req: Request, res: Response) => {
     renderNativeError(res, new NestboxError('not_found', `no route ${req.method} ${req.path}`));
