@@ -69,6 +69,8 @@ describe('GET /docs', () => {
     expect(await init.text()).toContain('"url":"/api/v1/openapi.yaml"');
   });
 
+  // The bounds (120 s here, 45 s for the first render) are limits, not expectations: Scalar
+  // renders all 95 operations, which takes a while on a loaded machine.
   it('renders the operations in a real browser, every request going to this server', async () => {
     browser = await chromium.launch({ executablePath: '/usr/bin/chromium', args: ['--no-sandbox'], headless: true, timeout: 20_000 });
     const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
@@ -84,18 +86,29 @@ describe('GET /docs', () => {
     await page.goto(`${t.url}/docs`, { waitUntil: 'load', timeout: 20_000 });
     // Summaries of the spec's operations, rendered from /api/v1/openapi.yaml.
     for (const summary of ['Create a sandbox; answers once its guest agent is ready.', 'Liveness and the number of sandbox hosts available.']) {
-      await page.getByText(summary).first().waitFor({ state: 'attached', timeout: 20_000 });
+      await page.getByText(summary).first().waitFor({ state: 'attached', timeout: 45_000 });
     }
-    // One operation opened: its description (from the spec) is on the page.
-    await page.goto(`${t.url}/docs#tag/default/POST/sandboxes`, { waitUntil: 'load', timeout: 20_000 });
-    await page.getByText('Create a sandbox; answers once its guest agent is ready.').first().waitFor({ state: 'visible', timeout: 20_000 });
+    // One operation opened from the sidebar: its description (from the spec) is shown.
+    await page.getByText('Create a sandbox; answers once its guest agent is ready.').first().click({ timeout: 20_000 });
+    await page.getByText('Every field is optional', { exact: false }).first().waitFor({ state: 'visible', timeout: 20_000 });
     mkdirSync(ARTIFACTS_DIR, { recursive: true });
     await page.screenshot({ path: join(ARTIFACTS_DIR, 'api-reference.png'), fullPage: false });
+
+    // "Try it": Scalar's client sends the request itself, to this server (no proxy). Without a
+    // key typed in, the server's own 401 comes back, which is what proves where it went.
+    await page.locator('button', { hasText: 'Test Request(get /sandboxes)' }).first().click({ timeout: 20_000 });
+    const [sent] = await Promise.all([
+      page.waitForResponse((response) => response.url().startsWith(`${origin}/api/v1/sandboxes`), { timeout: 20_000 }),
+      page.locator('button', { hasText: 'Send Request' }).first().click({ timeout: 20_000 }),
+    ]);
+    expect(sent.status()).toBe(401);
+    expect((await sent.json()).error.code).toBe('unauthorized');
+    await page.screenshot({ path: join(ARTIFACTS_DIR, 'api-reference-try-it.png'), fullPage: false });
 
     expect(requested).toContain(`${origin}/api/v1/openapi.yaml`);
     expect(requested).toContain(`${origin}/docs/standalone.js`);
     const elsewhere = requested.filter((url) => new URL(url).origin !== origin);
     expect(elsewhere).toEqual([]);
     expect(refusedByCsp).toEqual([]);
-  });
+  }, 120_000);
 });
