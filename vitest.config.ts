@@ -18,6 +18,7 @@ const UNIT = [
   'src/config.test.ts',
   'src/object-store/fs-object-store.test.ts',
   'src/http/native/spec.test.ts',
+  'src/http/native/spec-docs.test.ts',
   'src/http/port-proxy.test.ts',
   'src/http/stream-limits.test.ts',
   'contract-tests/daytona/translations.test.ts',

@@ -20,6 +20,7 @@ import type { Logger } from '../../core/logger.js';
 import { dashboardHandler } from './dashboard.js';
 import { httpMetrics, metricsEndpoint, tagFrontDoor, untagFrontDoor } from './metrics.js';
 import { createMcpRouter, MCP_PATH } from './mcp.js';
+import { createApiDocsRouter } from './api-docs.js';
 
 /** The server settings the E2B layer needs beside core's port (compat/e2b/deps.ts). */
 export function e2bOptionsOf(services: Services): E2bOptions {
@@ -122,6 +123,8 @@ export function createApp(services: Services): Express {
 
   // MCP over streamable HTTP: a client of the native API above, with the caller's key.
   app.use(MCP_PATH, tagFrontDoor('internal', MCP_PATH), createMcpRouter(services.config, services.logger));
+  // The rendered API reference (src/http/api-docs.ts); public like the spec it renders.
+  app.use('/docs', createApiDocsRouter());
   // The web dashboard at `/` (and its page paths): after every API, never shadowing one.
   app.use(dashboardHandler());
 
