@@ -3,6 +3,9 @@
 // fetch, URL, ReadableStream and TextDecoder, so the same module runs in Node and, bundled by
 // Vite, in the browser. Types are the wire shapes of the spec's schemas that these clients read;
 // fields they do not use are left out rather than guessed.
+// They are declared here rather than imported from core on purpose: core's types are the
+// engine's (they change with it and pull Node-only modules into the dashboard's type-check),
+// while these follow the published contract, which changes only compatibly.
 
 export type SandboxState =
   | 'creating' | 'running' | 'stopping' | 'stopped' | 'starting'
