@@ -52,12 +52,32 @@ for (const file of UNIT.filter((path) => !existsSync(new URL(path, import.meta.u
 const ALL = ['core/**/*.test.ts', 'http-kit/**/*.test.ts', 'host/**/*.test.ts', 'src/**/*.test.ts', 'test/**/*.test.ts', 'contract-tests/**/*.test.ts'];
 const NEVER = ['node_modules/**', 'dist/**'];
 
-// Integration tests share the machine's network namespaces, cgroups and a PostgreSQL server, so
-// files run one at a time (across both tiers: the pool is shared); unit tests are fast anyway.
+// Integration files share the machine: its network namespaces, cgroups, loop devices, /proc and
+// one PostgreSQL server (each file on a database of its own, each server on a data dir of its
+// own). Most only look at what they made, so they run two at a time, which is what a 2-core CI
+// machine affords: they spend much of their time waiting on sandboxes, kernels and SDK round trips.
+// The files below look at the whole machine instead (a diff of every network namespace, every
+// process of a uid, every loop device, argv of every skopeo, fixed namespace names or ports), so
+// another file's sandboxes would read as their leak: they run afterwards, one at a time.
+const MACHINE_WIDE = [
+  'host/agent/images.test.ts',
+  'host/drivers/local/*.test.ts',
+  'host/guest-agent/processes/processes.test.ts',
+  'host/images/chroot.test.ts',
+  'host/images/oci/store.test.ts',
+  'host/network/egress-enforcement.test.ts',
+  'host/network/source-check.test.ts',
+  'test/crash-recovery.test.ts',
+  'test/fuzz.test.ts',
+  'test/large-transfer.test.ts',
+  'test/lifecycle.test.ts',
+  'test/networking.test.ts',
+];
+
 export default defineConfig({
   test: {
     pool: 'forks',
-    fileParallelism: false,
+    maxWorkers: 2,
     testTimeout: 60_000,
     hookTimeout: 600_000,
     projects: [
@@ -71,9 +91,21 @@ export default defineConfig({
         test: {
           name: 'integration',
           include: ALL,
-          exclude: [...NEVER, ...UNIT],
+          exclude: [...NEVER, ...UNIT, ...MACHINE_WIDE],
+          maxWorkers: 2,
           sequence: { groupOrder: 1 },
           // Builds (or reuses) the base image every integration test shares.
+          globalSetup: ['test/global-setup.ts'],
+        },
+      },
+      {
+        extends: true,
+        test: {
+          name: 'machine-wide',
+          include: MACHINE_WIDE,
+          exclude: NEVER,
+          maxWorkers: 1,
+          sequence: { groupOrder: 2 },
           globalSetup: ['test/global-setup.ts'],
         },
       },
