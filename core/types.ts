@@ -103,6 +103,10 @@ export const SCOPES = [
   'images:write',
   'keys:manage',
   'webhooks:manage',
+  // The platform's operator, above every organisation: organisations, their limits and usage;
+  // hosts, placement, cordon and drain. Only the `operator` preset carries them.
+  'platform:organizations',
+  'platform:hosts',
 ] as const;
 export type Scope = (typeof SCOPES)[number];
 

@@ -13,13 +13,15 @@ const API_KEY_PATTERN = /^nbx_[a-zA-Z0-9]{40}$/;
 /**
  * Preset bundles of scopes. `sandbox` is for a key handed to one agent: it may use and
  * stop/resume sandboxes but not create or delete them; `ci` adds the full lifecycle; `admin`
- * adds key management.
+ * adds key management. `operator` is the platform's own key (the bootstrap key): an `admin` of
+ * its organisation that also manages organisations and hosts; only an operator can mint one.
  */
 export const KEY_PRESETS = {
   'read-only': ['sandboxes:read', 'files:read', 'snapshots:read', 'images:read'],
   sandbox: ['sandboxes:read', 'sandboxes:operate', 'sandboxes:exec', 'files:read', 'files:write', 'snapshots:read'],
   ci: ['sandboxes:read', 'sandboxes:create', 'sandboxes:operate', 'sandboxes:delete', 'sandboxes:exec', 'files:read', 'files:write', 'snapshots:read', 'snapshots:write', 'images:read', 'images:write'],
   admin: ['sandboxes:read', 'sandboxes:create', 'sandboxes:operate', 'sandboxes:delete', 'sandboxes:exec', 'files:read', 'files:write', 'snapshots:read', 'snapshots:write', 'images:read', 'images:write', 'keys:manage', 'webhooks:manage'],
+  operator: ['sandboxes:read', 'sandboxes:create', 'sandboxes:operate', 'sandboxes:delete', 'sandboxes:exec', 'files:read', 'files:write', 'snapshots:read', 'snapshots:write', 'images:read', 'images:write', 'keys:manage', 'webhooks:manage', 'platform:organizations', 'platform:hosts'],
 } as const satisfies Record<string, readonly Scope[]>;
 export type KeyPreset = keyof typeof KEY_PRESETS;
 
@@ -99,7 +101,7 @@ export class AuthService {
 
   /**
    * Make sure someone can log in after the first start. With a configured key, that key
-   * exists (admin, default organisation). Without one, a key is generated only when the
+   * exists (operator, default organisation). Without one, a key is generated only when the
    * database has no key at all, and returned so the caller can store and print it once.
    */
   async ensureBootstrapKey(configuredKey: string | undefined): Promise<{ generatedKey?: string; organizationId: string }> {
@@ -111,12 +113,12 @@ export class AuthService {
         throw new NestboxError('validation_failed', `NESTBOX_BOOTSTRAP_API_KEY: must be "nbx_" followed by 40 letters or digits`);
       }
       if (!(await keys.existsByHash(hashApiKey(configuredKey)))) {
-        await this.createApiKey(org.id, { name: 'bootstrap', preset: 'admin' }, configuredKey);
+        await this.createApiKey(org.id, { name: 'bootstrap', preset: 'operator' }, configuredKey);
       }
       return { organizationId: org.id };
     }
     if ((await keys.countAll()) > 0) return { organizationId: org.id };
-    const created = await this.createApiKey(org.id, { name: 'bootstrap', preset: 'admin' });
+    const created = await this.createApiKey(org.id, { name: 'bootstrap', preset: 'operator' });
     return { generatedKey: created.key, organizationId: org.id };
   }
 }
