@@ -6,7 +6,7 @@ import { ConfigError, type Config } from '../config.js';
 function stopOn(close: () => Promise<void>): void {
   for (const signal of ['SIGINT', 'SIGTERM'] as const) {
     process.once(signal, () => {
-      void close().then(() => process.exit(0));
+      void close().then(() => process.exit(0), () => process.exit(1));
     });
   }
 }
@@ -43,10 +43,13 @@ export function registerServerCommands(program: Command, config: () => Config): 
         });
       }
       const { startServer } = await import('../server.js');
-      const server = await startServer(cfg, logger);
+      // The signal handlers go in before the start: a SIGTERM while it starts (systemd stopping a
+      // unit that is still coming up) then closes what has started instead of killing it mid-way.
+      const starting = startServer(cfg, logger);
       let closing: Promise<void> | undefined;
-      const close = () => (closing ??= server.close());
+      const close = () => (closing ??= starting.then((server) => server.close()));
       stopOn(close);
+      await starting;
       if (isWorker) {
         // stdin is the supervisor's pipe: its end means the supervisor is gone (even by kill -9).
         const orphaned = () => void close().then(() => process.exit(0));
