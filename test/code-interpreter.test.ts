@@ -7,7 +7,7 @@
 // a real sandbox of the code-interpreter image, with its other languages.
 import { readFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { CHART_MIME, DATAFRAME_MIME, type CodeEvent } from '../core/code-interpreter/types.js';
 import { NestboxError } from '../core/errors.js';
 import { CodeInterpreterService } from '../core/services/code-interpreter.js';
@@ -16,6 +16,10 @@ import { SCOPES, type Principal } from '../core/types.js';
 import { HttpGuestClient } from '../host/agent-protocol/guest-client.js';
 import { startProcessTestAgent, type ProcessTestAgent } from '../host/guest-agent/processes/test-support.js';
 import { startTestServer, type TestServer } from './harness.js';
+
+// A hang guard, not a timing claim: each kernel start is seconds of CPU, and integration files
+// run two at a time on a 2-core machine, so a test that starts several kernels gets more room.
+vi.setConfig({ testTimeout: 180_000 });
 
 const SANDBOX = 'sbx-local';
 const principal: Principal = { organizationId: 'org-test', keyId: 'key-test', scopes: new Set(SCOPES), sandboxIds: null };

@@ -5,11 +5,15 @@
 // (the `code-interpreter` image), and the 400/404 answers. The cells run in a sandbox of the
 // `code-interpreter` image (every kernel); a default-image sandbox answers for a language its
 // image has no kernel for. Sandboxes have deny-all egress.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { WebSocket } from 'ws';
 import { serverSentEvents } from '../host/protocol/sse.js';
 import { CHART_MIME, DATAFRAME_MIME } from '../core/code-interpreter/types.js';
 import { startTestServer, type TestServer } from './harness.js';
+
+// A hang guard, not a timing claim: each kernel start is seconds of CPU, and integration files
+// run two at a time on a 2-core machine, so a test that starts several kernels gets more room.
+vi.setConfig({ testTimeout: 180_000 });
 
 let t: TestServer;
 /** A sandbox of the code-interpreter image: where the cells run. */

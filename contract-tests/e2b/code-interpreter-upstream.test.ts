@@ -16,10 +16,14 @@
 //   package does not export; no server is involved;
 // - sandboxUrl "jupyterUrl strips trailing slashes from the sandboxUrl option": a behaviour of
 //   SDKs after 2.8.0 (the one installed keeps the slash); no server is involved.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { Sandbox, type OutputMessage, type Result, type SandboxOpts } from '@e2b/code-interpreter';
 import { TimeoutError } from 'e2b';
 import { sleep, startE2bTestServer, type E2bTestServer } from './helpers.js';
+
+// A hang guard, not a timing claim: each kernel start is seconds of CPU, and integration files
+// run two at a time on a 2-core machine, so a test that starts several kernels gets more room.
+vi.setConfig({ testTimeout: 180_000 });
 
 let t: E2bTestServer;
 const made: Sandbox[] = [];

@@ -1,7 +1,7 @@
 // runCode and code contexts through the real `@e2b/code-interpreter` SDK (port-49999 traffic,
 // e2b.md (e), e2b-wave2.md §3) on the `code-interpreter` template: core's Jupyter kernels
 // (core.codeInterpreter) behind compat/e2b/code-interpreter's translation.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { Sandbox, type OutputMessage, type Result } from '@e2b/code-interpreter';
 import { NotFoundError, TimeoutError } from 'e2b';
 import { startE2bTestServer, type E2bTestServer } from './helpers.js';
@@ -218,6 +218,10 @@ plt.show()
   it('gives a pie chart', async () => {
     const execution = await sbx.runCode(`
 import matplotlib.pyplot as plt
+
+// A hang guard, not a timing claim: each kernel start is seconds of CPU, and integration files
+// run two at a time on a 2-core machine, so a test that starts several kernels gets more room.
+vi.setConfig({ testTimeout: 180_000 });
 fig, ax = plt.subplots()
 ax.pie([75, 25], labels=["yes", "no"])
 plt.title("Answers")
