@@ -223,6 +223,8 @@ describe('request rate limits over two replicas', () => {
       // b2: the same organisation with a key bucket of its own.
       const removed = await fetch(`${a.url}/api/v1/sandboxes/${sandbox.sandboxId}`, { method: 'DELETE', headers: { authorization: `Bearer ${keys.b2}` } });
       expect(removed.status).toBeLessThan(300);
+      // Gone before the servers stop (read from the database: polling the API would spend tokens).
+      await waitFor('the sandbox deleted', async () => ((await db('sandboxes').where({ id: sandbox.sandboxId }).first()) as { state: string }).state === 'deleted', 60_000, 100);
     }
   });
 });

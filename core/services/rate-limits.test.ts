@@ -162,6 +162,18 @@ describe('buckets in PGlite', () => {
     expect(e.details?.retryAfterSeconds as number).toBeGreaterThanOrEqual(1);
   });
 
+  it('lets exactly the burst through when many requests of one key arrive at once (one lease in flight, shared)', async () => {
+    const store = postgresBucketStore(db);
+    let leases = 0;
+    const counting = { lease: (...args: Parameters<typeof store.lease>) => (leases++, store.lease(...args)) };
+    const limiter = new RequestRateLimiter(counting, fixedRequestLimits({ key: slow(20) }), { leaseTokens: 10 });
+    const outcomes = await Promise.allSettled(Array.from({ length: 60 }, () => limiter.admit({ organizationId: 'org_burst', keyId: 'key_burst' }, 'native')));
+    expect(outcomes.filter((o) => o.status === 'fulfilled')).toHaveLength(20);
+    // Leases of 2 (a tenth of 20): ten that granted, then the one that found the row empty; the
+    // other refusals came from the cached refusal, not from more writes.
+    expect(leases).toBe(11);
+  });
+
   it('limits a second key of the organisation by the organisation bucket, and leaves other organisations alone', async () => {
     const policy = fixedRequestLimits({ key: slow(20), organization: slow(30) });
     const limiter = new RequestRateLimiter(postgresBucketStore(db), policy, { leaseTokens: 1 });
