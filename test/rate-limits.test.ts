@@ -41,7 +41,10 @@ let b: { url: string; process: ChildProcess; dataDir: string; output: string[] }
 let db: Knex;
 const keys: Record<'a1' | 'a2' | 'b1' | 'b2', string> = { a1: '', a2: '', b1: '', b2: '' };
 
-/** A second `nestbox server` on A's database, without a host agent of its own. */
+/**
+ * A second `nestbox server` on A's database, without a host agent of its own, and without the
+ * supervisor (the worker alone: one process fewer to start, and restarts play no part here).
+ */
 async function startReplica(databaseUrl: string): Promise<typeof b> {
   const dataDir = mkdtempSync('/tmp/nbx-proc-');
   const port = await freePort();
@@ -49,7 +52,7 @@ async function startReplica(databaseUrl: string): Promise<typeof b> {
   const child = spawn(process.execPath, [projectPath('dist/src/cli.js'), 'server'], {
     env: {
       PATH: process.env.PATH,
-      ...testEnv(dataDir, { NESTBOX_PORT: String(port), NESTBOX_DATABASE_URL: databaseUrl, NESTBOX_HOST_SECRET: HOST_SECRET, NESTBOX_LOCAL_HOST_AGENT: 'false', NESTBOX_BOOTSTRAP_API_KEY: a.apiKey, ...LIMITS }),
+      ...testEnv(dataDir, { NESTBOX_PORT: String(port), NESTBOX_DATABASE_URL: databaseUrl, NESTBOX_HOST_SECRET: HOST_SECRET, NESTBOX_LOCAL_HOST_AGENT: 'false', NESTBOX_SERVER_SUPERVISOR: 'false', NESTBOX_BOOTSTRAP_API_KEY: a.apiKey, ...LIMITS }),
     },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
