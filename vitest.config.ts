@@ -11,6 +11,7 @@ const UNIT = [
   'core/errors.test.ts',
   'core/state-machine.test.ts',
   'core/services/auth.test.ts',
+  'core/services/rate-limits.test.ts',
   'core/images/dockerfile.test.ts',
   'core/images/expand.test.ts',
   'core/images/steps-json.test.ts',

@@ -24,6 +24,7 @@ import type { CodeInterpreterPort } from './code-interpreter/types.js';
 import type { UsageService } from './services/usage.js';
 import type { EventService } from './services/events.js';
 import type { WebhookService } from './services/webhooks.js';
+import type { RequestRateLimiter } from './services/rate-limits.js';
 
 /** Every toolbox method (the class has no other public members). */
 export type ToolboxPort = Pick<Toolbox, keyof Toolbox>;
@@ -64,6 +65,9 @@ export type EventsPort = Pick<EventService, 'list' | 'sandboxLogs'>;
 /** Webhooks and their delivery records (services/webhooks.ts). */
 export type WebhooksPort = Pick<WebhookService, 'list' | 'create' | 'get' | 'update' | 'remove' | 'registerScheme' | 'deliveriesOfMessage' | 'replayDelivery'>;
 
+/** Request rate limits: every front door counts each authenticated request here before doing anything for it. */
+export type RequestRatesPort = Pick<RequestRateLimiter, 'admit'>;
+
 export interface CompatPort {
   toolbox: ToolboxPort;
   sandboxes: SandboxesPort;
@@ -82,4 +86,5 @@ export interface CompatPort {
   usage: UsagePort;
   events: EventsPort;
   webhooks: WebhooksPort;
+  requestRates: RequestRatesPort;
 }

@@ -138,6 +138,13 @@ export class ControlPlaneMetrics {
     registers: [this.registry],
   });
 
+  readonly rateLimited = new Counter({
+    name: 'nestbox_rate_limited_requests_total',
+    help: 'Requests this instance refused with 429 because a request rate limit was reached, by the bucket that was empty (key, organization) and API (native, daytona, e2b).',
+    labelNames: ['scope', 'api'] as const,
+    registers: [this.registry],
+  });
+
   constructor(sources: ScrapeSources) {
     if (sources.processMetrics !== false) collectDefaultMetrics({ register: this.registry, prefix: 'nestbox_' });
     const { db } = sources;

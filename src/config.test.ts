@@ -22,6 +22,15 @@ describe('config', () => {
     expect(loadConfig({ NESTBOX_REQUEST_TIMEOUT_MS: '0' }).http.requestTimeoutMs).toBe(0);
   });
 
+  it('has generous request rate limits per key and per organisation; 0 turns one off', () => {
+    expect(loadConfig({}).rateLimits).toEqual({ key: { perSecond: 1000, burst: 2000 }, organization: { perSecond: 5000, burst: 10_000 }, leaseTokens: 10 });
+    const c = loadConfig({ NESTBOX_RATE_LIMIT_KEY_PER_SECOND: '0.5', NESTBOX_RATE_LIMIT_KEY_BURST: '3', NESTBOX_RATE_LIMIT_ORG_PER_SECOND: '0' });
+    expect(c.rateLimits).toEqual({ key: { perSecond: 0.5, burst: 3 }, organization: undefined, leaseTokens: 10 });
+    expect(() => loadConfig({ NESTBOX_RATE_LIMIT_KEY_PER_SECOND: '-1' })).toThrow(/NESTBOX_RATE_LIMIT_KEY_PER_SECOND/);
+    expect(() => loadConfig({ NESTBOX_RATE_LIMIT_ORG_BURST: '0' })).toThrow(/NESTBOX_RATE_LIMIT_ORG_BURST/);
+    expect(() => loadConfig({ NESTBOX_RATE_LIMIT_LEASE: '1.5' })).toThrow(/NESTBOX_RATE_LIMIT_LEASE/);
+  });
+
   it('reads the OCI image settings: store dir, mirrors in order, insecure registries', () => {
     const defaults = loadConfig({ NESTBOX_DATA_DIR: '/srv/nbx' });
     expect(defaults.images).toEqual({ ociStoreDir: '/srv/nbx/images/oci', mirrors: {}, insecureRegistries: [], pullTimeoutMs: 1_800_000 });

@@ -137,6 +137,18 @@ const ConfigSchema = z.object({
   // upgrades): per API key and per sandbox; beyond them a stream is refused with 429.
   NESTBOX_MAX_STREAMS_PER_KEY: positiveInt.default(256),
   NESTBOX_MAX_STREAMS_PER_SANDBOX: positiveInt.default(64),
+  // Request rate limits (core/services/rate-limits.ts): a token bucket per API key and one per
+  // organisation, shared by every replica through the database, checked right after a request is
+  // authenticated (native, Daytona and E2B, control plane and toolbox/envd alike); an empty bucket
+  // answers 429 with Retry-After. PER_SECOND refills (fractions allowed; 0 = that limit is off),
+  // BURST is what a full bucket holds. The defaults only stop a runaway client. LEASE: the most
+  // tokens a replica takes from a shared bucket at once (never more than a tenth of the burst),
+  // which bounds how far replicas together can pass a limit: by at most replicas × LEASE.
+  NESTBOX_RATE_LIMIT_KEY_PER_SECOND: z.coerce.number().min(0).max(1_000_000).default(1000),
+  NESTBOX_RATE_LIMIT_KEY_BURST: positiveInt.max(10_000_000).default(2000),
+  NESTBOX_RATE_LIMIT_ORG_PER_SECOND: z.coerce.number().min(0).max(1_000_000).default(5000),
+  NESTBOX_RATE_LIMIT_ORG_BURST: positiveInt.max(10_000_000).default(10_000),
+  NESTBOX_RATE_LIMIT_LEASE: positiveInt.max(1000).default(10),
   // Slow clients. Request headers must arrive within HEADERS_TIMEOUT, the whole request (body
   // included) within REQUEST_TIMEOUT (0 = no limit; big uploads over slow links need time), and a
   // body may not stall for longer than BODY_IDLE_TIMEOUT. An upgrade (WebSocket) request must be
@@ -265,6 +277,8 @@ export interface Config {
   objectStore: { root: string; maxBytesPerOrganization: number };
   /** Per-organisation limits (429 with Retry-After when exceeded). */
   orgLimits: { maxSandboxes: number; maxCpu: number; maxMemoryMiB: number; retryAfterSeconds: number };
+  /** Request rate limits per API key and per organisation; an absent bucket is off. */
+  rateLimits: { key?: { perSecond: number; burst: number }; organization?: { perSecond: number; burst: number }; leaseTokens: number };
   /** Credentials minted from API keys, and signed URLs. */
   tokens: { sandboxTokenTtlSeconds: number; signedUrlMaxSeconds: number };
   /** Timeouts for slow or stalled clients (src/http/slow-clients.ts). */
@@ -412,6 +426,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       maxCpu: e.NESTBOX_ORG_MAX_CPU,
       maxMemoryMiB: e.NESTBOX_ORG_MAX_MEMORY_MIB,
       retryAfterSeconds: e.NESTBOX_QUOTA_RETRY_AFTER_SECONDS,
+    },
+    rateLimits: {
+      key: e.NESTBOX_RATE_LIMIT_KEY_PER_SECOND > 0 ? { perSecond: e.NESTBOX_RATE_LIMIT_KEY_PER_SECOND, burst: e.NESTBOX_RATE_LIMIT_KEY_BURST } : undefined,
+      organization: e.NESTBOX_RATE_LIMIT_ORG_PER_SECOND > 0 ? { perSecond: e.NESTBOX_RATE_LIMIT_ORG_PER_SECOND, burst: e.NESTBOX_RATE_LIMIT_ORG_BURST } : undefined,
+      leaseTokens: e.NESTBOX_RATE_LIMIT_LEASE,
     },
     tokens: { sandboxTokenTtlSeconds: e.NESTBOX_SANDBOX_TOKEN_TTL_SECONDS, signedUrlMaxSeconds: e.NESTBOX_SIGNED_URL_MAX_SECONDS },
     ports: { publicDomain: e.NESTBOX_PUBLIC_DOMAIN, publicScheme: e.NESTBOX_PUBLIC_SCHEME, publicUrl: e.NESTBOX_PUBLIC_URL?.replace(/\/+$/, '') },

@@ -32,6 +32,7 @@ import type { Logger } from '../core/logger.js';
 import { createLogger } from './logger.js';
 import { logOperations } from '../core/operation-log.js';
 import { ControlPlaneMetrics } from '../core/metrics.js';
+import { fixedRequestLimits, postgresBucketStore, RequestRateLimiter } from '../core/services/rate-limits.js';
 import type { Services } from './services.js';
 import { ImageService } from '../core/services/images.js';
 import { ImageBuildService } from '../core/services/image-builds.js';
@@ -157,6 +158,13 @@ export async function startServer(config: Config, logger: Logger = createLogger(
   const sandboxTokens = new SandboxTokenService(db, hostSecret, { ttlSeconds: config.tokens.sandboxTokenTtlSeconds, signedUrlMaxSeconds: config.tokens.signedUrlMaxSeconds });
   const toolbox = new Toolbox(sandboxes);
   const usage = new UsageService(db, sandboxes, { retentionHours: config.usage.retentionHours, logger: logger.child({ component: 'usage' }) });
+  // Every replica's limiter leases from the same rows; the configured limits apply to every
+  // caller (per-organisation overrides would be another RequestLimitPolicy here).
+  const requestRates = new RequestRateLimiter(postgresBucketStore(db), fixedRequestLimits({ key: config.rateLimits.key, organization: config.rateLimits.organization }), {
+    leaseTokens: config.rateLimits.leaseTokens,
+    log: logger.child({ component: 'rate-limits' }),
+    onLimited: (scope, api) => metrics.rateLimited.inc({ scope, api }),
+  });
   const services: Services = {
     config,
     db,
@@ -184,6 +192,7 @@ export async function startServer(config: Config, logger: Logger = createLogger(
     usage,
     events,
     webhooks,
+    requestRates,
     streams: new StreamLimits({ perKey: config.limits.maxStreamsPerKey, perSandbox: config.limits.maxStreamsPerSandbox }),
     hostSecret,
     nativeSpecText: readFileSync(projectPath('openapi/native.yaml'), 'utf8'),

@@ -20,6 +20,7 @@ import type { ControlPlaneMetrics } from '../core/metrics.js';
 import type { UsageService } from '../core/services/usage.js';
 import type { EventService } from '../core/services/events.js';
 import type { WebhookService } from '../core/services/webhooks.js';
+import type { RequestRateLimiter } from '../core/services/rate-limits.js';
 
 /**
  * Everything the native front door may call, built once by the server. It extends CompatPort
@@ -55,6 +56,8 @@ export interface Services extends CompatPort {
   /** Durable lifecycle events (listing, sandbox logs) and webhooks with their deliveries. */
   events: EventService;
   webhooks: WebhookService;
+  /** Request rate limits per API key and per organisation (token buckets shared through the database). */
+  requestRates: RequestRateLimiter;
   /** Caps on concurrent long-lived streams per key and per sandbox. */
   streams: StreamLimits;
   /** Master secret from which host-agent secrets are derived. */

@@ -201,6 +201,8 @@ export interface TestServerProcess {
   port: number;
   apiKey: string;
   dataDir: string;
+  /** Its database (a second replica can be started on it). */
+  databaseUrl: string;
   output: string[];
   http: ReturnType<typeof supertest>;
   auth: { Authorization: string };
@@ -281,6 +283,7 @@ export async function startServerProcess(opts: { env?: Record<string, string> } 
     port,
     apiKey,
     dataDir,
+    databaseUrl: db.url,
     output,
     http,
     auth,

@@ -66,7 +66,7 @@ export interface DaytonaEventStream {
   close(): Promise<void>;
 }
 
-export function createDaytonaEventStream(core: Pick<CompatPort, 'auth' | 'sandboxEvents'>, options: Pick<DaytonaOptions, 'streams' | 'log' | 'region'>): DaytonaEventStream {
+export function createDaytonaEventStream(core: Pick<CompatPort, 'auth' | 'requestRates' | 'sandboxEvents'>, options: Pick<DaytonaOptions, 'streams' | 'log' | 'region'>): DaytonaEventStream {
   const io = new Server<Record<string, never>, Record<string, (payload: unknown) => void>, Record<string, never>, SocketData>({
     path: EVENT_STREAM_PATH,
     transports: ['websocket'],
@@ -85,7 +85,9 @@ export function createDaytonaEventStream(core: Pick<CompatPort, 'auth' | 'sandbo
     const token = typeof auth?.token === 'string' ? auth.token : undefined;
     core.auth
       .authenticate(token)
-      .then((principal) => {
+      .then(async (principal) => {
+        // A connection counts as one request (its periodic re-authentication does not).
+        await core.requestRates.admit(principal, 'daytona');
         // The events carry whole sandbox DTOs (env included): the right to read sandboxes.
         requireScope(principal, 'sandboxes:read');
         // No sandbox of its own: the socket counts against its key (twice, as owner and key).

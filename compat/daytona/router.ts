@@ -36,7 +36,9 @@ export function createDaytonaRouter(core: CompatPort, options: DaytonaOptions): 
   const authenticate = (surface: DaytonaSurface) => (req: Request, res: Response, next: NextFunction): void => {
     core.auth
       .authenticate(bearerToken(req))
-      .then((principal) => {
+      // Rate limits before anything else is done for the request (core/services/rate-limits.ts).
+      .then(async (principal) => {
+        await core.requestRates.admit(principal, 'daytona');
         res.locals.principal = principal;
         next();
       })
@@ -50,7 +52,9 @@ export function createDaytonaRouter(core: CompatPort, options: DaytonaOptions): 
       const sandboxId = String(req.params.sandboxId);
       Promise.resolve()
         .then(() => verifySignedFileUrl(core.sandboxTokens, sandboxId, req.method, String(req.query.path ?? ''), String(req.query.expires ?? ''), String(req.query.signature), signed.scope))
-        .then((principal) => {
+        .then(async (principal) => {
+          // A signed URL counts against the key that signed it.
+          await core.requestRates.admit(principal, 'daytona');
           res.locals.principal = principal;
           next();
         })

@@ -8,7 +8,7 @@ import { STATUS_CODES } from 'node:http';
 import { constants as osConstants } from 'node:os';
 import type { Duplex } from 'node:stream';
 import { WebSocket, WebSocketServer } from 'ws';
-import { decodeErrorBody, NestboxError, publicError } from '../../core/errors.js';
+import { decodeErrorBody, NestboxError, publicError, retryAfterSeconds } from '../../core/errors.js';
 import type { GuestWebSocketTarget, ProcessEvent } from '../../core/guest.js';
 import { requireScope } from '../../core/services/auth.js';
 import { TOOLBOX_OPERATIONS } from '../../core/services/toolbox.js';
@@ -39,7 +39,8 @@ function refuse(socket: Duplex, err: unknown, path: string, log: DaytonaOptions[
   const e = publicError(err, log, 'daytona WebSocket');
   const text = JSON.stringify(daytonaErrorBody(e, 'toolbox', path, 'GET'));
   const status = daytonaStatus(e, 'toolbox');
-  socket.end(`HTTP/1.1 ${status} ${STATUS_CODES[status] ?? 'Error'}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(text)}\r\nconnection: close\r\n\r\n${text}`);
+  const retryAfter = status === 429 ? `retry-after: ${retryAfterSeconds(e)}\r\n` : '';
+  socket.end(`HTTP/1.1 ${status} ${STATUS_CODES[status] ?? 'Error'}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(text)}\r\n${retryAfter}connection: close\r\n\r\n${text}`);
 }
 
 /**
@@ -179,7 +180,7 @@ export interface DaytonaWebSockets {
   close(): Promise<void>;
 }
 
-export function attachDaytonaWebSockets(server: http.Server, core: Pick<CompatPort, 'auth' | 'toolbox' | 'sandboxEvents' | 'sandboxes' | 'images' | 'codeInterpreter'>, options: Pick<DaytonaOptions, 'streams' | 'log' | 'region'>): DaytonaWebSockets {
+export function attachDaytonaWebSockets(server: http.Server, core: Pick<CompatPort, 'auth' | 'requestRates' | 'toolbox' | 'sandboxEvents' | 'sandboxes' | 'images' | 'codeInterpreter'>, options: Pick<DaytonaOptions, 'streams' | 'log' | 'region'>): DaytonaWebSockets {
   const { toolbox } = core;
   const events = createDaytonaEventStream(core, options);
   const workdirs = createWorkdirs(core);
@@ -204,6 +205,7 @@ export function attachDaytonaWebSockets(server: http.Server, core: Pick<CompatPo
     if (!target) throw new NestboxError('not_found', `no WebSocket route ${url.pathname}`);
     const header = req.headers.authorization;
     const principal = await core.auth.authenticate(header?.startsWith('Bearer ') ? header.slice(7).trim() : undefined);
+    await core.requestRates.admit(principal, 'daytona');
     const { path } = target;
     // A sandbox built on demand is addressed by its first (pending) id, its name: builds.ts.
     const sandboxId = await toolboxSandboxId(core.sandboxes, principal, target.sandboxId);

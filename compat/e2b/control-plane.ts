@@ -136,7 +136,9 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
     const key = req.headers['x-api-key'];
     core.auth
       .authenticate(typeof key === 'string' ? key.trim() : undefined)
-      .then((principal) => {
+      // Rate limits before anything else is done for the request (core/services/rate-limits.ts).
+      .then(async (principal) => {
+        await core.requestRates.admit(principal, 'e2b');
         res.locals.principal = principal;
         next();
       })

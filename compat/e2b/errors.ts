@@ -45,6 +45,7 @@ export function renderEnvdHttpError(res: Response, err: unknown, log?: ErrorLog)
     return;
   }
   const status = isSandboxUnavailable(e) ? 502 : e.status;
+  if (status === 429) res.setHeader('Retry-After', String(retryAfterSeconds(e)));
   res.status(status).json({ code: status, message: status === 502 ? unavailableMessage(e) : e.message });
 }
 

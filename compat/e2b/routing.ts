@@ -9,8 +9,8 @@ import type { SandboxTarget } from './target.js';
 import { sandboxAccounts, type SandboxAccount } from '../sandbox-accounts.js';
 import { templateDefaults } from './template-defaults.js';
 
-/** What authenticating in-sandbox traffic needs of core: its sandbox tokens. */
-type TokenPort = Pick<CompatPort, 'sandboxTokens'>;
+/** What authenticating in-sandbox traffic needs of core: its sandbox tokens, and the rate limits it counts against. */
+type TokenPort = Pick<CompatPort, 'sandboxTokens' | 'requestRates'>;
 
 export const ENVD_PORT = 49983;
 export const CODE_INTERPRETER_PORT = 49999;
@@ -62,12 +62,17 @@ export async function authenticateSandboxTraffic(
 ): Promise<SandboxTarget> {
   const access = header(headers, 'x-access-token');
   const traffic = header(headers, 'e2b-traffic-access-token');
+  // envd and code-interpreter calls count against the key the token was minted from (and its
+  // organisation), like the key's own calls: a 429 in envd's shape (Connect resource_exhausted,
+  // HTTP 429), which the SDK raises as RateLimitError.
   if (access) {
     const principal = await core.sandboxTokens.authenticate(access, route.sandboxId);
+    await core.requestRates.admit(principal, 'e2b');
     return { principal, sandboxId: [...principal.sandboxIds!][0] };
   }
   if (opts.allowTrafficToken && traffic && route.sandboxId) {
     const principal = await core.sandboxTokens.authenticate(traffic, route.sandboxId, ['traffic']);
+    await core.requestRates.admit(principal, 'e2b');
     return { principal, sandboxId: route.sandboxId };
   }
   throw errors.unauthorized('unauthorized access, please provide a valid access token (X-Access-Token)');
@@ -112,6 +117,7 @@ export async function authenticateSignature(
     const max = core.sandboxTokens.signedUrlMaxSeconds;
     if (expiry > now + max) throw new NestboxError('unauthorized', `signature_expiration: more than ${max} seconds ahead (this server's maximum for signed URLs)`);
   }
+  await core.requestRates.admit(match.principal, 'e2b');
   return { principal: match.principal, sandboxId: match.sandboxId };
 }
 

@@ -68,7 +68,7 @@ export function connectUpstream(url: string, headers: Record<string, string>, re
 }
 
 /** Answer a not-yet-upgraded request with an HTTP error (JSON in the native error shape). */
-export function refuseUpgrade(socket: Duplex, status: number, body: string | object): void {
+export function refuseUpgrade(socket: Duplex, status: number, body: string | object, headers: Record<string, string> = {}): void {
   let text = typeof body === 'string' ? body : JSON.stringify(body);
   try {
     JSON.parse(text);
@@ -76,7 +76,8 @@ export function refuseUpgrade(socket: Duplex, status: number, body: string | obj
     // Not our shape: named by its status, as every hop's decoder does.
     text = JSON.stringify({ error: { code: decodeErrorBody(status, '').code, message: text || STATUS_CODES[status] || 'error' } });
   }
-  socket.end(`HTTP/1.1 ${status} ${STATUS_CODES[status] ?? 'Error'}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(text)}\r\nconnection: close\r\n\r\n${text}`);
+  const extra = Object.entries(headers).map(([name, value]) => `${name}: ${value}\r\n`).join('');
+  socket.end(`HTTP/1.1 ${status} ${STATUS_CODES[status] ?? 'Error'}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(text)}\r\n${extra}connection: close\r\n\r\n${text}`);
 }
 
 /** Accept the client with the subprotocol the upstream chose, then relay both ways. */

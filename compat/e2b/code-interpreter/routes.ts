@@ -2,7 +2,7 @@
 // /execute streams one cell's events as E2B's NDJSON lines (results.ts); /contexts lists,
 // creates, restarts and removes contexts (contexts.ts).
 import type { Request, Response } from 'express';
-import { NestboxError, publicError, toNestboxError } from '../../../core/errors.js';
+import { NestboxError, publicError, retryAfterSeconds, toNestboxError } from '../../../core/errors.js';
 import { clientHasGone } from '../../../http-kit/request-checks.js';
 import type { E2bDeps } from '../deps.js';
 import { isSandboxUnavailable, unavailableMessage } from '../errors.js';
@@ -24,6 +24,7 @@ export function renderCodeInterpreterError(res: Response, err: unknown, log?: Er
     return;
   }
   const status = isSandboxUnavailable(e) ? 502 : e.status;
+  if (status === 429) res.setHeader('Retry-After', String(retryAfterSeconds(e)));
   res.status(status).type('text/plain').send(status === 502 ? unavailableMessage(e) : e.message);
 }
 

@@ -112,6 +112,9 @@ export function createNativeRouter(services: Services): Router {
     const header = req.headers.authorization;
     const token = header?.startsWith('Bearer ') ? header.slice(7).trim() : undefined;
     const principal = await services.auth.authenticate(token);
+    // Rate limits right after the key is known and before anything else, so a refused request
+    // costs one lookup and (rarely) one lease; even a request that fails its scope check counts.
+    await services.requestRates.admit(principal, 'native');
     const scope = operation['x-nestbox-scope'];
     if (!scope || !SCOPES.includes(scope as Scope)) throw new NestboxError('internal', `operation ${c.operation.operationId} declares no valid x-nestbox-scope`);
     requireScope(principal, scope as Scope);

@@ -3,7 +3,7 @@
 // message-by-message relay to the guest agent through the sandbox's host agent.
 import type http from 'node:http';
 import type { Duplex } from 'node:stream';
-import { decodeErrorBody, errors, NestboxError, publicError } from '../../../core/errors.js';
+import { decodeErrorBody, errors, NestboxError, publicError, retryAfterSeconds } from '../../../core/errors.js';
 import type { GuestWebSocketTarget } from '../../../core/guest.js';
 import { TOOLBOX_OPERATIONS } from '../../../core/services/toolbox.js';
 import type { Principal, Scope } from '../../../core/types.js';
@@ -78,7 +78,7 @@ export function attachNativeWebSockets(server: http.Server, services: Services):
     if (isUpgradeClaimed(req)) return;
     void handleUpgrade(req, socket, head).catch((err) => {
       const e = publicError(err, services.logger, 'native WebSocket');
-      refuseUpgrade(socket, e.status, { error: e.toJSON() });
+      refuseUpgrade(socket, e.status, { error: e.toJSON() }, e.status === 429 ? { 'retry-after': String(retryAfterSeconds(e)) } : {});
     });
   });
 
@@ -93,6 +93,7 @@ export function attachNativeWebSockets(server: http.Server, services: Services):
     const header = req.headers.authorization;
     const token = header?.startsWith('Bearer ') ? header.slice(7).trim() : (url.searchParams.get('access_token') ?? undefined);
     const principal = await services.auth.authenticate(token);
+    await services.requestRates.admit(principal, 'native');
     // Counted from here until the client's socket closes (refused or relayed): a 429 beyond the caps.
     services.streams.acquireUntilClosed({ keyId: principal.keyId, sandboxId: match[1] }, socket);
     if ('serve' in route) return route.serve(services, principal, match, { req, socket, head });
@@ -120,6 +121,7 @@ function bearerOf(req: http.IncomingMessage, url: URL): string | undefined {
  */
 async function serveBuildLogsSocket(services: Services, req: http.IncomingMessage, socket: Duplex, head: Buffer, url: URL, buildId: string): Promise<void> {
   const principal = await services.auth.authenticate(bearerOf(req, url));
+  await services.requestRates.admit(principal, 'native');
   await services.builds.get(principal, buildId); // a 404 (or 403) before the upgrade
   const offset = Number(url.searchParams.get('offset') ?? 0);
   if (!Number.isInteger(offset) || offset < 0) throw new NestboxError('validation_failed', 'offset: must be a non-negative integer', { field: 'offset' });
