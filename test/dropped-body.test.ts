@@ -224,5 +224,7 @@ describe('the supervisor', () => {
     expect(after).toBe('before\n');
     expect(s.workerPid()).toBe(next);
     expect(s.output.join('')).toMatch(/control plane worker exited \(SIGKILL\); restarting/);
-  });
+    // Room for the waits above (a new worker, then its host agent's adoption), which the default
+    // 60 s per test would cut short on a busy machine.
+  }, 240_000);
 });
