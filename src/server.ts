@@ -4,7 +4,7 @@ import { createHmac, randomBytes, randomUUID } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Config } from './config.js';
-import { migrateToLatest, openDatabase, type Db } from '../core/store/db.js';
+import { migrateToLatest, openDatabase, withStartupLock, type Db } from '../core/store/db.js';
 import { AuthService } from '../core/services/auth.js';
 import { HostService, deriveHostSecret } from '../core/services/hosts.js';
 import { SandboxStateEvents } from '../core/sandbox-events.js';
@@ -71,7 +71,13 @@ export async function startServer(config: Config, logger: Logger = createLogger(
   mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
   chmodSync(config.dataDir, 0o700);
   const db = openDatabase(config.database);
-  await migrateToLatest(db);
+  const auth = new AuthService(db);
+  // Replicas started at once on one database take turns here (a PostgreSQL advisory lock): the
+  // schema is migrated once and exactly one bootstrap key and default organisation are made.
+  const bootstrap = await withStartupLock(db, config.database, async () => {
+    await migrateToLatest(db);
+    return auth.ensureBootstrapKey(config.bootstrapApiKey);
+  });
 
   const hostSecret = config.hostSecret ?? dataDirSecret(config, 'host-secret', () => randomBytes(32).toString('base64url'));
   const instanceId = `cp-${randomUUID()}`;
@@ -96,7 +102,6 @@ export async function startServer(config: Config, logger: Logger = createLogger(
     sandboxEvents,
   );
   hosts.onPlacementFailure = (reason) => metrics.placementFailures.inc({ reason });
-  const auth = new AuthService(db);
   const sandboxes = new SandboxService(
     db,
     hosts,
@@ -146,7 +151,6 @@ export async function startServer(config: Config, logger: Logger = createLogger(
   const idempotency = new IdempotencyService(db);
   let listeningUrl = `http://${config.host}:${config.port}`;
 
-  const bootstrap = await auth.ensureBootstrapKey(config.bootstrapApiKey);
   if (bootstrap.generatedKey) {
     const keyFile = join(config.dataDir, 'bootstrap-api-key');
     writeFileSync(keyFile, bootstrap.generatedKey + '\n', { mode: 0o600 });
@@ -206,18 +210,20 @@ export async function startServer(config: Config, logger: Logger = createLogger(
   const url = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${port}`;
   listeningUrl = url;
 
-  // An operation whose owner died is taken over only after the owner's heartbeat is stale;
-  // with PGlite no other replica can exist, so a restart takes over at once.
+  // An operation whose owner died is taken over only after the owner's heartbeat is stale
+  // (NESTBOX_INSTANCE_TIMEOUT_MS, by the database's clock); with PGlite no other replica can
+  // exist, so a restart takes over at once.
+  const instanceTimeoutMs = config.database.kind === 'pglite' ? 0 : config.instanceTimeoutMs;
   const background = new BackgroundJobs(db, hosts, sandboxes, idempotency, {
     instanceId,
     intervalMs: config.backgroundIntervalMs,
-    instanceTimeoutMs: config.database.kind === 'pglite' ? 0 : Math.max(15_000, config.backgroundIntervalMs * 5),
+    instanceTimeoutMs,
     logger: logger.child({ component: 'background' }),
     events: sandboxEvents,
     metrics,
     passes: [
       // A build whose control plane died is failed (its sandboxes go with it).
-      { name: 'orphaned-builds', everyMs: 10_000, run: () => builds.failOrphans(config.database.kind === 'pglite' ? 0 : Math.max(15_000, config.backgroundIntervalMs * 5)) },
+      { name: 'orphaned-builds', everyMs: 10_000, run: () => builds.failOrphans(instanceTimeoutMs) },
       // Lifecycle events past NESTBOX_EVENT_RETENTION_DAYS (their deliveries go with them).
       { name: 'event-retention', everyMs: 10 * 60_000, run: () => events.removeExpired() },
       // Images nothing points at, and cached steps unused for the TTL, with their layers.
