@@ -131,6 +131,10 @@ const ConfigSchema = z.object({
   // Per organisation: bytes kept in the object store (uploaded build contexts, unfinished
   // multipart uploads included); past it an upload is refused with quota_exceeded.
   NESTBOX_ORG_MAX_OBJECT_BYTES: positiveInt.default(20 * 1024 ** 3),
+  // Object storage (build contexts, Daytona's S3 endpoint); default <data dir>/objects. Replicas
+  // of one deployment must all point at the same directory on a shared file system (rename
+  // within it atomic, e.g. NFSv4): an object stored through one is read through another.
+  NESTBOX_OBJECT_STORE_DIR: z.string().min(1).optional(),
   // Retry-After of a 429 for an organisation limit (a sandbox has to stop before a retry can pass).
   NESTBOX_QUOTA_RETRY_AFTER_SECONDS: positiveInt.max(3600).default(30),
   // Concurrent long-lived streams (WebSockets, SSE, Connect server streams, hosted-port
@@ -265,7 +269,7 @@ export interface Config {
     maxStreamsPerKey: number;
     maxStreamsPerSandbox: number;
   };
-  /** Object storage (build contexts): `<data dir>/objects`, and each organisation's byte quota. */
+  /** Object storage (build contexts): NESTBOX_OBJECT_STORE_DIR (shared by replicas) or `<data dir>/objects`, and each organisation's byte quota. */
   objectStore: { root: string; maxBytesPerOrganization: number };
   /** Per-organisation limits (429 with Retry-After when exceeded). */
   orgLimits: { maxSandboxes: number; maxCpu: number; maxMemoryMiB: number; retryAfterSeconds: number };
@@ -416,7 +420,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       bodyIdleTimeoutMs: e.NESTBOX_BODY_IDLE_TIMEOUT_MS,
       upgradeTimeoutMs: e.NESTBOX_UPGRADE_TIMEOUT_MS,
     },
-    objectStore: { root: `${dataDir}/objects`, maxBytesPerOrganization: e.NESTBOX_ORG_MAX_OBJECT_BYTES },
+    objectStore: { root: resolve(e.NESTBOX_OBJECT_STORE_DIR ?? `${dataDir}/objects`), maxBytesPerOrganization: e.NESTBOX_ORG_MAX_OBJECT_BYTES },
     orgLimits: {
       maxSandboxes: e.NESTBOX_ORG_MAX_SANDBOXES,
       maxCpu: e.NESTBOX_ORG_MAX_CPU,

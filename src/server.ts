@@ -4,7 +4,7 @@ import { createHmac, randomBytes, randomUUID } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Config } from './config.js';
-import { migrateToLatest, openDatabase, withStartupLock, type Db } from '../core/store/db.js';
+import { migrateToLatest, openDatabase, withAdvisoryLock, withStartupLock, type Db } from '../core/store/db.js';
 import { AuthService } from '../core/services/auth.js';
 import { HostService, deriveHostSecret } from '../core/services/hosts.js';
 import { SandboxStateEvents } from '../core/sandbox-events.js';
@@ -131,7 +131,14 @@ export async function startServer(config: Config, logger: Logger = createLogger(
   const images = new ImageService(db, hosts, logger.child({ component: 'images' }));
   sandboxes.useImages(images, imageStartHook(images, logger.child({ component: 'images' }), config.builds.readyTimeoutSeconds * 1000));
   // Opening sweeps what a crash left half-written (temp files, abandoned uploads).
-  const objects = await FsObjectStore.open({ root: config.objectStore.root, maxBytesPerOrganization: config.objectStore.maxBytesPerOrganization });
+  // With PostgreSQL there may be replicas on the same directory (NESTBOX_OBJECT_STORE_DIR on a
+  // shared file system): a key's writers take turns across them by an advisory lock, and the
+  // quota is re-measured on disk at most a second old (what the others stored meanwhile).
+  const objects = await FsObjectStore.open({
+    root: config.objectStore.root,
+    maxBytesPerOrganization: config.objectStore.maxBytesPerOrganization,
+    ...(config.database.kind === 'postgres' ? { remeasureUsageAfterMs: 1000, acrossProcesses: <T>(name: string, fn: () => Promise<T>) => withAdvisoryLock(db, config.database, name, fn) } : {}),
+  });
   const builds = new ImageBuildService(db, hosts, sandboxes, images, objects, buildInputTools, logger.child({ component: 'builds' }), instanceId, {
     maxConcurrent: config.builds.maxConcurrent,
     maxLogLines: config.builds.maxLogLines,

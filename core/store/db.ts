@@ -57,3 +57,18 @@ export async function withStartupLock<T>(db: Db, target: DatabaseTarget, fn: () 
 export async function rollbackAll(db: Db): Promise<void> {
   await db.migrate.rollback({ migrationSource }, true);
 }
+
+/**
+ * Runs `fn` while holding the advisory lock named `name` (hashed to PostgreSQL's 64-bit lock
+ * space; a collision only makes two names wait for each other), so processes sharing something
+ * outside the database (replicas on one object-store directory) take turns. Transaction-scoped
+ * on a pooled connection, released by commit, rollback or the connection's end. PGlite: one
+ * process, nothing to coordinate with, so `fn` just runs.
+ */
+export async function withAdvisoryLock<T>(db: Db, target: DatabaseTarget, name: string, fn: () => Promise<T>): Promise<T> {
+  if (target.kind === 'pglite') return fn();
+  return db.transaction(async (lockTx) => {
+    await lockTx.raw('SELECT pg_advisory_xact_lock(hashtextextended(?, 0))', [name]);
+    return fn();
+  });
+}
