@@ -24,6 +24,7 @@ import type { CodeInterpreterPort } from './code-interpreter/types.js';
 import type { UsageService } from './services/usage.js';
 import type { EventService } from './services/events.js';
 import type { WebhookService } from './services/webhooks.js';
+import type { PendingSandboxService } from './services/pending-sandboxes.js';
 
 /** Every toolbox method (the class has no other public members). */
 export type ToolboxPort = Pick<Toolbox, keyof Toolbox>;
@@ -64,6 +65,9 @@ export type EventsPort = Pick<EventService, 'list' | 'sandboxLogs'>;
 /** Webhooks and their delivery records (services/webhooks.ts). */
 export type WebhooksPort = Pick<WebhookService, 'list' | 'create' | 'get' | 'update' | 'remove' | 'registerScheme' | 'deliveriesOfMessage' | 'replayDelivery'>;
 
+/** Sandboxes promised before their image is built, shared by every replica (services/pending-sandboxes.ts). */
+export type PendingSandboxesPort = Pick<PendingSandboxService, 'insert' | 'get' | 'holds' | 'update' | 'prune'>;
+
 export interface CompatPort {
   toolbox: ToolboxPort;
   sandboxes: SandboxesPort;
@@ -77,6 +81,8 @@ export interface CompatPort {
   builds: BuildsPort;
   /** Build contexts and other uploads, per organisation (core/object-store.ts). */
   objects: ObjectStore;
+  /** Sandboxes a front door promised while their image is built (Daytona's buildInfo creates). */
+  pendingSandboxes: PendingSandboxesPort;
   /** Code contexts (Jupyter kernels) and cells; one-shot code runs (core/services/code-interpreter.ts). */
   codeInterpreter: CodeInterpreterPort;
   usage: UsagePort;

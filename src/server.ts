@@ -15,6 +15,7 @@ import { SandboxService } from '../core/services/sandboxes.js';
 import { BackgroundJobs } from '../core/services/background.js';
 import { SnapshotService } from '../core/services/snapshots.js';
 import { IdempotencyService } from '../core/services/idempotency.js';
+import { PendingSandboxService } from '../core/services/pending-sandboxes.js';
 import { SandboxTokenService } from '../core/services/sandbox-tokens.js';
 import { HttpHostClient } from '../host/protocol/client.js';
 import { createApp, daytonaOptionsOf } from './http/app.js';
@@ -81,6 +82,10 @@ export async function startServer(config: Config, logger: Logger = createLogger(
 
   const hostSecret = config.hostSecret ?? dataDirSecret(config, 'host-secret', () => randomBytes(32).toString('base64url'));
   const instanceId = `cp-${randomUUID()}`;
+  // An operation whose owner died is taken over only after the owner's heartbeat is stale
+  // (NESTBOX_INSTANCE_TIMEOUT_MS, by the database's clock); with PGlite no other replica can
+  // exist, so a restart takes over at once.
+  const instanceTimeoutMs = config.database.kind === 'pglite' ? 0 : config.instanceTimeoutMs;
   // Every state the lifecycle engine commits, for the streams that push them (Daytona's events).
   const sandboxEvents = new SandboxStateEvents(logger.child({ component: 'sandbox-events' }));
   // Several instances may share one PostgreSQL: each hears the others' changes (NOTIFY/LISTEN).
@@ -180,6 +185,7 @@ export async function startServer(config: Config, logger: Logger = createLogger(
     images,
     builds,
     objects,
+    pendingSandboxes: new PendingSandboxService(db, instanceId, instanceTimeoutMs),
     idempotency,
     // Path-form URLs need the server's own URL, known once it listens (the port may be 0).
     ports: new PortService(db, sandboxes, hosts, {
@@ -217,10 +223,6 @@ export async function startServer(config: Config, logger: Logger = createLogger(
   const url = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${port}`;
   listeningUrl = url;
 
-  // An operation whose owner died is taken over only after the owner's heartbeat is stale
-  // (NESTBOX_INSTANCE_TIMEOUT_MS, by the database's clock); with PGlite no other replica can
-  // exist, so a restart takes over at once.
-  const instanceTimeoutMs = config.database.kind === 'pglite' ? 0 : config.instanceTimeoutMs;
   const background = new BackgroundJobs(db, hosts, sandboxes, idempotency, {
     instanceId,
     intervalMs: config.backgroundIntervalMs,
