@@ -277,6 +277,26 @@ describe('two control-plane replicas on one PostgreSQL database', () => {
     expect((await row(made.id))?.state).toBe('deleted');
   });
 
+  it('a Daytona sandbox built on demand through A is followed through B, from pending_build to started', async () => {
+    const dockerfileContent = `FROM default\nRUN echo on-demand-${randomBytes(4).toString('hex')} > /od.txt\n`;
+    const created = await A().post('/daytona/api/sandbox').set(auth()).send({ buildInfo: { dockerfileContent, contextHashes: [] }, networkBlockAll: true });
+    expect(created.status, JSON.stringify(created.body)).toBe(200);
+    expect(created.body.state).toMatch(/^(pending_build|building_snapshot)$/);
+    const pendingId = created.body.id as string;
+    // B reads the pending record A wrote (it lives in the database, not in A's memory).
+    const seen = await B().get(`/daytona/api/sandbox/${pendingId}`).set(auth());
+    expect(seen.status, JSON.stringify(seen.body)).toBe(200);
+    expect(seen.body.state).toMatch(/^(pending_build|building_snapshot|creating|started)$/);
+    const started = await waitFor('the built sandbox started, as B sees it', async () => {
+      const got = await B().get(`/daytona/api/sandbox/${pendingId}`).set(auth());
+      if (got.body.state === 'build_failed' || got.body.state === 'error') throw new Error(JSON.stringify(got.body));
+      return got.body.state === 'started' ? got.body : undefined;
+    }, 120_000, 250);
+    expect(started.name).toBe(pendingId);
+    expect((await B().post(`/api/v1/sandboxes/${started.id}/commands`).set(auth()).send({ cmd: 'cat /od.txt' })).body.stdout).toMatch(/^on-demand-/);
+    expect((await B().delete(`/daytona/api/sandbox/${started.id}`).set(auth())).status).toBe(200);
+  });
+
   it('the E2B SDK creates through A and works through B', async () => {
     const optsA = { apiKey, apiUrl: `${urlOf(ports.a)}/e2b`, sandboxUrl: urlOf(ports.a) };
     const optsB = { apiKey, apiUrl: `${urlOf(ports.b)}/e2b`, sandboxUrl: urlOf(ports.b) };
