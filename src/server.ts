@@ -3,7 +3,8 @@ import http from 'node:http';
 import { createHmac, randomBytes, randomUUID } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Config } from './config.js';
+import { ConfigError, type Config } from './config.js';
+import { controlPlaneSettingsRepository } from '../core/store/repositories/control-plane-settings.js';
 import { migrateToLatest, openDatabase, withAdvisoryLock, withStartupLock, type Db } from '../core/store/db.js';
 import { AuthService } from '../core/services/auth.js';
 import { HostService, deriveHostSecret } from '../core/services/hosts.js';
@@ -72,15 +73,23 @@ export async function startServer(config: Config, logger: Logger = createLogger(
   mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
   chmodSync(config.dataDir, 0o700);
   const db = openDatabase(config.database);
+  const hostSecret = config.hostSecret ?? dataDirSecret(config, 'host-secret', () => randomBytes(32).toString('base64url'));
   const auth = new AuthService(db);
   // Replicas started at once on one database take turns here (a PostgreSQL advisory lock): the
   // schema is migrated once and exactly one bootstrap key and default organisation are made.
   const bootstrap = await withStartupLock(db, config.database, async () => {
     await migrateToLatest(db);
+    // Every replica must hold the same host secret (host calls, tokens, webhook secrets): one
+    // that made up its own (no NESTBOX_HOST_SECRET, a data dir of its own) refuses to start.
+    const fingerprint = createHmac('sha256', hostSecret).update('nestbox-host-secret-fingerprint').digest('base64url');
+    if ((await controlPlaneSettingsRepository(db).agreeOn('host_secret_fingerprint', fingerprint)) !== fingerprint) {
+      throw new ConfigError('invalid configuration:\n  NESTBOX_HOST_SECRET: differs from the host secret the other control planes of this database use; give every replica the same NESTBOX_HOST_SECRET');
+    }
     return auth.ensureBootstrapKey(config.bootstrapApiKey);
+  }).catch(async (err: unknown) => {
+    await db.destroy();
+    throw err;
   });
-
-  const hostSecret = config.hostSecret ?? dataDirSecret(config, 'host-secret', () => randomBytes(32).toString('base64url'));
   const instanceId = `cp-${randomUUID()}`;
   // An operation whose owner died is taken over only after the owner's heartbeat is stale
   // (NESTBOX_INSTANCE_TIMEOUT_MS, by the database's clock); with PGlite no other replica can

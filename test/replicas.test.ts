@@ -191,6 +191,21 @@ describe('two control-plane replicas on one PostgreSQL database', () => {
     expect(Number((await db('control_plane_instances').count<{ count: string }[]>('* as count'))[0].count)).toBe(2);
   });
 
+  it('a replica with a host secret of its own refuses to start, naming NESTBOX_HOST_SECRET', async () => {
+    const dir = mkdtempSync('/tmp/nbx-rep-c-');
+    let c: Proc | undefined;
+    try {
+      c = spawnNestbox(['server'], testEnv(dir, { NESTBOX_PORT: String(await freePort()), NESTBOX_DATABASE_URL: database.url, NESTBOX_LOCAL_HOST_AGENT: 'false', NESTBOX_SERVER_SUPERVISOR: 'false' }));
+      const child = c.child;
+      const code = await new Promise<number | null>((resolve) => child.once('exit', (exitCode) => resolve(exitCode)));
+      expect(code).not.toBe(0);
+      expect(c.output.join('')).toMatch(/NESTBOX_HOST_SECRET: differs from the host secret/);
+    } finally {
+      await kill(c, 'SIGKILL');
+      removeDataDir(dir);
+    }
+  });
+
   it('both replicas reach the one host agent by the URL it registered', async () => {
     hostAgent = spawnNestbox(['host-agent'], testEnv(dataDirs.host, {
       NESTBOX_HOST_ID: HOST_ID,
