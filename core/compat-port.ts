@@ -25,6 +25,7 @@ import type { UsageService } from './services/usage.js';
 import type { EventService } from './services/events.js';
 import type { WebhookService } from './services/webhooks.js';
 import type { RequestRateLimiter } from './services/rate-limits.js';
+import type { PendingSandboxService } from './services/pending-sandboxes.js';
 
 /** Every toolbox method (the class has no other public members). */
 export type ToolboxPort = Pick<Toolbox, keyof Toolbox>;
@@ -67,6 +68,8 @@ export type WebhooksPort = Pick<WebhookService, 'list' | 'create' | 'get' | 'upd
 
 /** Request rate limits: every front door counts each authenticated request here before doing anything for it. */
 export type RequestRatesPort = Pick<RequestRateLimiter, 'admit'>;
+/** Sandboxes promised before their image is built, shared by every replica (services/pending-sandboxes.ts). */
+export type PendingSandboxesPort = Pick<PendingSandboxService, 'insert' | 'get' | 'holds' | 'update' | 'prune'>;
 
 export interface CompatPort {
   toolbox: ToolboxPort;
@@ -81,6 +84,8 @@ export interface CompatPort {
   builds: BuildsPort;
   /** Build contexts and other uploads, per organisation (core/object-store.ts). */
   objects: ObjectStore;
+  /** Sandboxes a front door promised while their image is built (Daytona's buildInfo creates). */
+  pendingSandboxes: PendingSandboxesPort;
   /** Code contexts (Jupyter kernels) and cells; one-shot code runs (core/services/code-interpreter.ts). */
   codeInterpreter: CodeInterpreterPort;
   usage: UsagePort;

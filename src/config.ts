@@ -131,6 +131,10 @@ const ConfigSchema = z.object({
   // Per organisation: bytes kept in the object store (uploaded build contexts, unfinished
   // multipart uploads included); past it an upload is refused with quota_exceeded.
   NESTBOX_ORG_MAX_OBJECT_BYTES: positiveInt.default(20 * 1024 ** 3),
+  // Object storage (build contexts, Daytona's S3 endpoint); default <data dir>/objects. Replicas
+  // of one deployment must all point at the same directory on a shared file system (rename
+  // within it atomic, e.g. NFSv4): an object stored through one is read through another.
+  NESTBOX_OBJECT_STORE_DIR: z.string().min(1).optional(),
   // Retry-After of a 429 for an organisation limit (a sandbox has to stop before a retry can pass).
   NESTBOX_QUOTA_RETRY_AFTER_SECONDS: positiveInt.max(3600).default(30),
   // Concurrent long-lived streams (WebSockets, SSE, Connect server streams, hosted-port
@@ -180,6 +184,10 @@ const ConfigSchema = z.object({
   // signed preview URLs); "never expires" is refused. Must be below the token lifetime.
   NESTBOX_SIGNED_URL_MAX_SECONDS: positiveInt.default(43_200),
   NESTBOX_BACKGROUND_INTERVAL_MS: positiveInt.default(2000),
+  // Replicas: a control-plane instance whose heartbeat (one per background interval) is older
+  // than this, by the database's clock, is dead and another replica takes over its operations.
+  // Default: 5 intervals, at least 15 s. Must be at least 2 intervals (one late heartbeat is not death).
+  NESTBOX_INSTANCE_TIMEOUT_MS: positiveInt.optional(),
 
   // Observability (README "Observability"). Prometheus metrics: `/metrics` on the control plane
   // and on every host agent answers only `Authorization: Bearer <token>` with this token; unset =
@@ -273,7 +281,7 @@ export interface Config {
     maxStreamsPerKey: number;
     maxStreamsPerSandbox: number;
   };
-  /** Object storage (build contexts): `<data dir>/objects`, and each organisation's byte quota. */
+  /** Object storage (build contexts): NESTBOX_OBJECT_STORE_DIR (shared by replicas) or `<data dir>/objects`, and each organisation's byte quota. */
   objectStore: { root: string; maxBytesPerOrganization: number };
   /** Per-organisation limits (429 with Retry-After when exceeded). */
   orgLimits: { maxSandboxes: number; maxCpu: number; maxMemoryMiB: number; retryAfterSeconds: number };
@@ -290,6 +298,8 @@ export interface Config {
   /** What a Daytona create without `snapshot` starts from; undefined = the `default` image. */
   daytonaDefaultSnapshot?: string;
   backgroundIntervalMs: number;
+  /** An instance silent this long (database clock) is dead; its operations are taken over (NESTBOX_INSTANCE_TIMEOUT_MS). */
+  instanceTimeoutMs: number;
   logLevel: 'debug' | 'info' | 'warn' | 'error';
   /** Prometheus `/metrics` (control plane and host agents); no token = not served. */
   metrics: { token?: string };
@@ -340,6 +350,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   }
   if (e.NESTBOX_REQUEST_TIMEOUT_MS > 0 && e.NESTBOX_HEADERS_TIMEOUT_MS > e.NESTBOX_REQUEST_TIMEOUT_MS) {
     throw new ConfigError('invalid configuration:\n  NESTBOX_HEADERS_TIMEOUT_MS: must not exceed NESTBOX_REQUEST_TIMEOUT_MS');
+  }
+  if (e.NESTBOX_INSTANCE_TIMEOUT_MS !== undefined && e.NESTBOX_INSTANCE_TIMEOUT_MS < 2 * e.NESTBOX_BACKGROUND_INTERVAL_MS) {
+    // A live instance heartbeats once per interval: a shorter timeout would take over its work.
+    throw new ConfigError('invalid configuration:\n  NESTBOX_INSTANCE_TIMEOUT_MS: must be at least twice NESTBOX_BACKGROUND_INTERVAL_MS');
   }
   const dataDir = resolve(e.NESTBOX_DATA_DIR);
   return {
@@ -420,7 +434,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       bodyIdleTimeoutMs: e.NESTBOX_BODY_IDLE_TIMEOUT_MS,
       upgradeTimeoutMs: e.NESTBOX_UPGRADE_TIMEOUT_MS,
     },
-    objectStore: { root: `${dataDir}/objects`, maxBytesPerOrganization: e.NESTBOX_ORG_MAX_OBJECT_BYTES },
+    objectStore: { root: resolve(e.NESTBOX_OBJECT_STORE_DIR ?? `${dataDir}/objects`), maxBytesPerOrganization: e.NESTBOX_ORG_MAX_OBJECT_BYTES },
     orgLimits: {
       maxSandboxes: e.NESTBOX_ORG_MAX_SANDBOXES,
       maxCpu: e.NESTBOX_ORG_MAX_CPU,
@@ -437,6 +451,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     region: e.NESTBOX_REGION,
     daytonaDefaultSnapshot: e.NESTBOX_DAYTONA_DEFAULT_SNAPSHOT,
     backgroundIntervalMs: e.NESTBOX_BACKGROUND_INTERVAL_MS,
+    instanceTimeoutMs: e.NESTBOX_INSTANCE_TIMEOUT_MS ?? Math.max(15_000, e.NESTBOX_BACKGROUND_INTERVAL_MS * 5),
     logLevel: e.NESTBOX_LOG_LEVEL,
     metrics: { token: e.NESTBOX_METRICS_TOKEN },
     tracing: { otlpEndpoint: e.NESTBOX_OTLP_ENDPOINT?.replace(/\/+$/, ''), sampleRatio: e.NESTBOX_TRACE_SAMPLE_RATIO },

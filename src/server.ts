@@ -3,8 +3,9 @@ import http from 'node:http';
 import { createHmac, randomBytes, randomUUID } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Config } from './config.js';
-import { migrateToLatest, openDatabase, type Db } from '../core/store/db.js';
+import { ConfigError, type Config } from './config.js';
+import { controlPlaneSettingsRepository } from '../core/store/repositories/control-plane-settings.js';
+import { migrateToLatest, openDatabase, withAdvisoryLock, withStartupLock, type Db } from '../core/store/db.js';
 import { AuthService } from '../core/services/auth.js';
 import { HostService, deriveHostSecret } from '../core/services/hosts.js';
 import { SandboxStateEvents } from '../core/sandbox-events.js';
@@ -15,6 +16,7 @@ import { SandboxService } from '../core/services/sandboxes.js';
 import { BackgroundJobs } from '../core/services/background.js';
 import { SnapshotService } from '../core/services/snapshots.js';
 import { IdempotencyService } from '../core/services/idempotency.js';
+import { PendingSandboxService } from '../core/services/pending-sandboxes.js';
 import { SandboxTokenService } from '../core/services/sandbox-tokens.js';
 import { HttpHostClient } from '../host/protocol/client.js';
 import { createApp, daytonaOptionsOf } from './http/app.js';
@@ -72,10 +74,28 @@ export async function startServer(config: Config, logger: Logger = createLogger(
   mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
   chmodSync(config.dataDir, 0o700);
   const db = openDatabase(config.database);
-  await migrateToLatest(db);
-
   const hostSecret = config.hostSecret ?? dataDirSecret(config, 'host-secret', () => randomBytes(32).toString('base64url'));
+  const auth = new AuthService(db);
+  // Replicas started at once on one database take turns here (a PostgreSQL advisory lock): the
+  // schema is migrated once and exactly one bootstrap key and default organisation are made.
+  const bootstrap = await withStartupLock(db, config.database, async () => {
+    await migrateToLatest(db);
+    // Every replica must hold the same host secret (host calls, tokens, webhook secrets): one
+    // that made up its own (no NESTBOX_HOST_SECRET, a data dir of its own) refuses to start.
+    const fingerprint = createHmac('sha256', hostSecret).update('nestbox-host-secret-fingerprint').digest('base64url');
+    if ((await controlPlaneSettingsRepository(db).agreeOn('host_secret_fingerprint', fingerprint)) !== fingerprint) {
+      throw new ConfigError('invalid configuration:\n  NESTBOX_HOST_SECRET: differs from the host secret the other control planes of this database use; give every replica the same NESTBOX_HOST_SECRET');
+    }
+    return auth.ensureBootstrapKey(config.bootstrapApiKey);
+  }).catch(async (err: unknown) => {
+    await db.destroy();
+    throw err;
+  });
   const instanceId = `cp-${randomUUID()}`;
+  // An operation whose owner died is taken over only after the owner's heartbeat is stale
+  // (NESTBOX_INSTANCE_TIMEOUT_MS, by the database's clock); with PGlite no other replica can
+  // exist, so a restart takes over at once.
+  const instanceTimeoutMs = config.database.kind === 'pglite' ? 0 : config.instanceTimeoutMs;
   // Every state the lifecycle engine commits, for the streams that push them (Daytona's events).
   const sandboxEvents = new SandboxStateEvents(logger.child({ component: 'sandbox-events' }));
   // Several instances may share one PostgreSQL: each hears the others' changes (NOTIFY/LISTEN).
@@ -97,7 +117,6 @@ export async function startServer(config: Config, logger: Logger = createLogger(
     sandboxEvents,
   );
   hosts.onPlacementFailure = (reason) => metrics.placementFailures.inc({ reason });
-  const auth = new AuthService(db);
   const sandboxes = new SandboxService(
     db,
     hosts,
@@ -127,7 +146,14 @@ export async function startServer(config: Config, logger: Logger = createLogger(
   const images = new ImageService(db, hosts, logger.child({ component: 'images' }));
   sandboxes.useImages(images, imageStartHook(images, logger.child({ component: 'images' }), config.builds.readyTimeoutSeconds * 1000));
   // Opening sweeps what a crash left half-written (temp files, abandoned uploads).
-  const objects = await FsObjectStore.open({ root: config.objectStore.root, maxBytesPerOrganization: config.objectStore.maxBytesPerOrganization });
+  // With PostgreSQL there may be replicas on the same directory (NESTBOX_OBJECT_STORE_DIR on a
+  // shared file system): a key's writers take turns across them by an advisory lock, and the
+  // quota is re-measured on disk at most a second old (what the others stored meanwhile).
+  const objects = await FsObjectStore.open({
+    root: config.objectStore.root,
+    maxBytesPerOrganization: config.objectStore.maxBytesPerOrganization,
+    ...(config.database.kind === 'postgres' ? { remeasureUsageAfterMs: 1000, acrossProcesses: <T>(name: string, fn: () => Promise<T>) => withAdvisoryLock(db, config.database, name, fn) } : {}),
+  });
   const builds = new ImageBuildService(db, hosts, sandboxes, images, objects, buildInputTools, logger.child({ component: 'builds' }), instanceId, {
     maxConcurrent: config.builds.maxConcurrent,
     maxLogLines: config.builds.maxLogLines,
@@ -147,7 +173,6 @@ export async function startServer(config: Config, logger: Logger = createLogger(
   const idempotency = new IdempotencyService(db);
   let listeningUrl = `http://${config.host}:${config.port}`;
 
-  const bootstrap = await auth.ensureBootstrapKey(config.bootstrapApiKey);
   if (bootstrap.generatedKey) {
     const keyFile = join(config.dataDir, 'bootstrap-api-key');
     writeFileSync(keyFile, bootstrap.generatedKey + '\n', { mode: 0o600 });
@@ -177,6 +202,7 @@ export async function startServer(config: Config, logger: Logger = createLogger(
     images,
     builds,
     objects,
+    pendingSandboxes: new PendingSandboxService(db, instanceId, instanceTimeoutMs),
     idempotency,
     // Path-form URLs need the server's own URL, known once it listens (the port may be 0).
     ports: new PortService(db, sandboxes, hosts, {
@@ -215,18 +241,16 @@ export async function startServer(config: Config, logger: Logger = createLogger(
   const url = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${port}`;
   listeningUrl = url;
 
-  // An operation whose owner died is taken over only after the owner's heartbeat is stale;
-  // with PGlite no other replica can exist, so a restart takes over at once.
   const background = new BackgroundJobs(db, hosts, sandboxes, idempotency, {
     instanceId,
     intervalMs: config.backgroundIntervalMs,
-    instanceTimeoutMs: config.database.kind === 'pglite' ? 0 : Math.max(15_000, config.backgroundIntervalMs * 5),
+    instanceTimeoutMs,
     logger: logger.child({ component: 'background' }),
     events: sandboxEvents,
     metrics,
     passes: [
       // A build whose control plane died is failed (its sandboxes go with it).
-      { name: 'orphaned-builds', everyMs: 10_000, run: () => builds.failOrphans(config.database.kind === 'pglite' ? 0 : Math.max(15_000, config.backgroundIntervalMs * 5)) },
+      { name: 'orphaned-builds', everyMs: 10_000, run: () => builds.failOrphans(instanceTimeoutMs) },
       // Lifecycle events past NESTBOX_EVENT_RETENTION_DAYS (their deliveries go with them).
       { name: 'event-retention', everyMs: 10 * 60_000, run: () => events.removeExpired() },
       // Images nothing points at, and cached steps unused for the TTL, with their layers.

@@ -1,3 +1,4 @@
+import type { PendingSandboxService } from '../core/services/pending-sandboxes.js';
 import type { Logger } from '../core/logger.js';
 import type { Config } from './config.js';
 import type { CompatPort } from '../core/compat-port.js';
@@ -40,6 +41,8 @@ export interface Services extends CompatPort {
   builds: ImageBuildService;
   /** Build contexts and other uploads, per organisation. */
   objects: ObjectStore;
+  /** Sandboxes promised before their image is built (Daytona's buildInfo creates), in the database for every replica. */
+  pendingSandboxes: PendingSandboxService;
   /** Code contexts and cells over the guest agent's Jupyter kernels. */
   codeInterpreter: CodeInterpreterService;
   idempotency: IdempotencyService;

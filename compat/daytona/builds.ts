@@ -8,20 +8,23 @@
 // done, so `GET /sandbox/{that id}` reaches the real sandbox, whose DTO gives the SDK the real id,
 // and the toolbox (whose base URL the SDKs fixed with the first id) accepts that name too
 // (`toolboxSandboxId`).
-// Pending records live in the control-plane process that took the create: a restart during a
-// build loses the pending sandbox (the build itself is failed by core and is not tagged).
+// Pending records are kept in core (PendingSandboxService, a table every replica reads), so a
+// poll, a log stream or a delete may reach any replica; the replica that took the create waits
+// for the build and creates the sandbox. If that replica dies first, the build is failed by
+// core and readers see the pending sandbox as `error` (its owner stopped heartbeating).
 import type { Response } from 'express';
-import { NestboxError, toNestboxError } from '../../core/errors.js';
+import { toNestboxError } from '../../core/errors.js';
 import { randomId } from '../../core/ids.js';
 import type { CompatPort } from '../../core/compat-port.js';
 import type { CreateSandboxInput } from '../../core/services/sandboxes.js';
 import { FINISHED_BUILD_STATES, type ImageBuild } from '../../core/images/types.js';
 import type { Principal, Sandbox } from '../../core/types.js';
+import type { PendingPhase } from '../../core/services/pending-sandboxes.js';
 import type { Log } from './context.js';
 import { buildFailureReason } from './images.js';
 import { SANDBOX_USER } from './sandbox-dto.js';
 
-type Core = Pick<CompatPort, 'builds' | 'sandboxes'>;
+type Core = Pick<CompatPort, 'builds' | 'sandboxes' | 'pendingSandboxes'>;
 
 export interface PendingSandbox {
   id: string;
@@ -33,7 +36,7 @@ export interface PendingSandbox {
   dockerfileContent: string;
   input: CreateSandboxInput;
   /** Where it is: the build runs, the sandbox is being created, it failed, or the caller deleted it. */
-  phase: 'build' | 'creating' | 'build_failed' | 'error' | 'deleted' | 'created';
+  phase: PendingPhase;
   errorReason?: string;
   buildState?: ImageBuild['state'];
   sandboxId?: string;
@@ -42,56 +45,79 @@ export interface PendingSandbox {
   region: string;
 }
 
+/** What is stored of a pending sandbox beside its id, phase and times (JSON). */
+type StoredRecord = Omit<PendingSandbox, 'id' | 'organizationId' | 'phase' | 'createdAt' | 'updatedAt'>;
+
 /** How long a finished pending record is kept (its logs URL and its failure stay readable). */
 const KEEP_FINISHED_MS = 60 * 60 * 1000;
 const MAX_PENDING = 10_000;
 
-export class PendingBuildSandboxes {
-  private readonly records = new Map<string, PendingSandbox>();
+function stored(r: PendingSandbox): StoredRecord {
+  const { id: _id, organizationId: _org, phase: _phase, createdAt: _c, updatedAt: _u, ...rest } = r;
+  return rest;
+}
 
+export class PendingBuildSandboxes {
   constructor(
     private readonly core: Core,
     private readonly log: Log,
   ) {}
-
-  /** Records are per organisation: names are unique within one. */
-  private key(organizationId: string, id: string): string {
-    return `${organizationId}/${id}`;
-  }
 
   /**
    * Whether a pending sandbox of the organisation holds this id (its future name): while it is
    * built and created, and after a failure until it is deleted (as a failed Daytona sandbox
    * keeps its name). A created one's name is the real sandbox's.
    */
-  has(organizationId: string, idOrName: string): boolean {
-    const r = this.records.get(this.key(organizationId, idOrName));
-    return !!r && r.phase !== 'deleted' && r.phase !== 'created';
+  has(organizationId: string, idOrName: string): Promise<boolean> {
+    return this.core.pendingSandboxes.holds(organizationId, idOrName);
   }
 
-  get(principal: Principal, idOrName: string): PendingSandbox | undefined {
-    return this.records.get(this.key(principal.organizationId, idOrName));
+  /**
+   * The pending sandbox as any replica sees it. One still in the works whose owner stopped
+   * heartbeating will never be finished by anyone: it reads as `error`.
+   */
+  async get(principal: Principal, idOrName: string): Promise<PendingSandbox | undefined> {
+    const row = await this.core.pendingSandboxes.get<StoredRecord>(principal.organizationId, idOrName);
+    if (!row) return undefined;
+    const record: PendingSandbox = { ...row.record, id: row.id, organizationId: row.organizationId, phase: row.phase, createdAt: row.createdAt, updatedAt: row.updatedAt };
+    if (record.phase === 'build') {
+      // The build's state is read live: it may run on any replica.
+      record.buildState = await this.core.builds.get(principal, record.buildId).then((b) => b.state, () => record.buildState);
+    }
+    if ((record.phase === 'build' || record.phase === 'creating') && !row.ownerAlive) {
+      record.phase = 'error';
+      record.errorReason = 'the control plane that took this create stopped before the sandbox was made; create it again (finished build steps are cached)';
+    }
+    return record;
   }
 
   /** Starts waiting for the build; the sandbox is created from `snapshotRef` when it succeeds. */
-  start(principal: Principal, init: Omit<PendingSandbox, 'id' | 'organizationId' | 'phase' | 'createdAt' | 'updatedAt'> & { name?: string }): PendingSandbox {
-    this.prune();
+  async start(principal: Principal, init: Omit<PendingSandbox, 'id' | 'organizationId' | 'phase' | 'createdAt' | 'updatedAt'> & { name?: string }): Promise<PendingSandbox> {
+    await this.core.pendingSandboxes.prune(KEEP_FINISHED_MS, MAX_PENDING);
     // A `-` keeps it apart from core's ids (20 lower-case letters and digits).
-    const id = init.name ?? `pnd-${randomId(17)}`;
-    if (this.has(principal.organizationId, id)) throw new NestboxError('conflict', `name: a sandbox named "${id}" is already being built`, { field: 'name' });
+    const { name, ...rest } = init;
+    const id = name ?? `pnd-${randomId(17)}`;
     const now = new Date();
-    const record: PendingSandbox = { ...init, id, organizationId: principal.organizationId, phase: 'build', createdAt: now, updatedAt: now };
-    this.records.set(this.key(record.organizationId, id), record);
+    const record: PendingSandbox = { ...rest, id, organizationId: principal.organizationId, phase: 'build', createdAt: now, updatedAt: now };
+    await this.core.pendingSandboxes.insert(principal.organizationId, id, stored(record));
     void this.run(principal, record);
     return record;
   }
 
-  /** The caller deleted it: no sandbox is made (the build finishes for the cache, or is gone already). */
+  /** The caller deleted it (through any replica): no sandbox is made (the build finishes for the cache, or is gone already). */
   async delete(principal: Principal, record: PendingSandbox): Promise<void> {
-    const wasCreated = record.sandboxId;
     record.phase = 'deleted';
     record.updatedAt = new Date();
-    if (wasCreated) await this.core.sandboxes.delete(principal, wasCreated).catch(() => undefined);
+    await this.core.pendingSandboxes.update(principal.organizationId, record.id, 'deleted', stored(record), []);
+    if (record.sandboxId) await this.core.sandboxes.delete(principal, record.sandboxId).catch(() => undefined);
+  }
+
+  /** Writes the record's phase unless another replica deleted it meanwhile; answers whether it is still wanted. */
+  private async save(record: PendingSandbox): Promise<boolean> {
+    record.updatedAt = new Date();
+    const written = await this.core.pendingSandboxes.update(record.organizationId, record.id, record.phase, stored(record));
+    if (!written) record.phase = 'deleted';
+    return written;
   }
 
   private async run(principal: Principal, record: PendingSandbox): Promise<void> {
@@ -101,46 +127,43 @@ export class PendingBuildSandboxes {
       if (build.state !== 'succeeded') {
         record.phase = build.state === 'failed' ? 'build_failed' : 'error';
         record.errorReason = build.state === 'failed' ? buildFailureReason(build) : (build.error?.message ?? 'the build was cancelled');
-        record.updatedAt = new Date();
+        await this.save(record);
         return;
       }
       record.phase = 'creating';
-      record.updatedAt = new Date();
+      if (!(await this.save(record))) return;
       const sandbox: Sandbox = await this.core.sandboxes.create(principal, { ...record.input, name: record.id, image: record.snapshotRef });
       record.sandboxId = sandbox.id;
-      // Deleted while it was being created: it goes at once.
-      if ((record.phase as PendingSandbox['phase']) === 'deleted') await this.core.sandboxes.delete(principal, sandbox.id).catch(() => undefined);
-      else record.phase = 'created';
+      record.phase = 'created';
+      // Deleted while it was being created (through any replica): it goes at once.
+      if (!(await this.save(record))) await this.core.sandboxes.delete(principal, sandbox.id).catch(() => undefined);
     } catch (err) {
       const e = toNestboxError(err);
       if (record.phase !== 'deleted') {
         record.phase = 'error';
         record.errorReason = e.message;
+        await this.save(record).catch(() => undefined);
       }
       this.log.warn({ sandbox: record.id, buildId: record.buildId, err: e.message }, 'daytona: a sandbox built on demand could not be created');
     }
-    record.updatedAt = new Date();
   }
 
   private async waitForBuild(principal: Principal, record: PendingSandbox): Promise<ImageBuild> {
     for (;;) {
       const build = await this.core.builds.get(principal, record.buildId);
       record.buildState = build.state;
-      if (FINISHED_BUILD_STATES.includes(build.state) || record.phase === 'deleted') return build;
+      if (FINISHED_BUILD_STATES.includes(build.state)) return build;
+      // A delete through another replica is seen here too.
+      if ((await this.core.pendingSandboxes.get(record.organizationId, record.id))?.phase === 'deleted') {
+        record.phase = 'deleted';
+        return build;
+      }
       // waitFor wakes on the build's own changes (and polls each second otherwise).
       const waited = new AbortController();
       const timer = setTimeout(() => waited.abort(), 2000);
       await this.core.builds.waitFor(principal, record.buildId, waited.signal).catch(() => undefined);
       clearTimeout(timer);
     }
-  }
-
-  private prune(): void {
-    const cutoff = Date.now() - KEEP_FINISHED_MS;
-    for (const [key, r] of this.records) {
-      if (r.phase !== 'build' && r.phase !== 'creating' && r.updatedAt.getTime() < cutoff) this.records.delete(key);
-    }
-    if (this.records.size >= MAX_PENDING) throw new NestboxError('rate_limited', 'too many sandboxes are being built at once; try again later');
   }
 }
 

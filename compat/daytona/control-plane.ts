@@ -269,7 +269,7 @@ function listInput(req: Request): ListSandboxesInput {
   return input;
 }
 
-export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 'snapshots' | 'sandboxTokens' | 'ports' | 'images' | 'builds' | 'usage' | 'webhooks'>, options: Pick<DaytonaOptions, 'log' | 'maxTimeoutSeconds' | 'region' | 'objectStorage' | 'defaultSnapshot'>): Router {
+export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 'snapshots' | 'sandboxTokens' | 'ports' | 'images' | 'builds' | 'usage' | 'webhooks' | 'pendingSandboxes'>, options: Pick<DaytonaOptions, 'log' | 'maxTimeoutSeconds' | 'region' | 'objectStorage' | 'defaultSnapshot'>): Router {
   const router = express.Router();
   const { sandboxes, snapshots } = core;
   const pending = new PendingBuildSandboxes(core, options.log);
@@ -316,7 +316,7 @@ export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 's
       const info = body.buildInfo;
       const snapshotRef = snapshotRefOf(info);
       const spec = buildSpecOf(info);
-      if (body.name !== undefined && (pending.has(principal.organizationId, body.name) || (await sandboxes.getByIdOrName(principal, body.name).then(() => true, () => false)))) {
+      if (body.name !== undefined && ((await pending.has(principal.organizationId, body.name)) || (await sandboxes.getByIdOrName(principal, body.name).then(() => true, () => false)))) {
         throw new NestboxError('conflict', `name: a sandbox named "${body.name}" already exists`, { field: 'name' });
       }
       if (await core.images.get(principal, snapshotRef).then(() => true, () => false)) {
@@ -329,7 +329,7 @@ export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 's
       // The build's RUN steps reach the network as the sandbox will (a stricter posture of the
       // sandbox is not bypassed by its build); without network options, as any Daytona build.
       const build = running ?? (await core.builds.create(principal, { name: refName, tags: [refTag], spec, ...(input.egress ? { egress: input.egress } : {}) }));
-      const record = pending.start(principal, { name: body.name, buildId: build.id, snapshotRef, contextHashes: info.contextHashes ?? [], dockerfileContent: info.dockerfileContent ?? '', input, region: options.region });
+      const record = await pending.start(principal, { name: body.name, buildId: build.id, snapshotRef, contextHashes: info.contextHashes ?? [], dockerfileContent: info.dockerfileContent ?? '', input, region: options.region });
       res.status(200).json(renderPendingSandbox(record, toolboxProxyUrl(req)));
       return;
     }
@@ -363,7 +363,7 @@ export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 's
 
   router.get('/sandbox/:sandboxId', api(async (req, res, principal) => {
     const id = String(req.params.sandboxId);
-    const record = pending.get(principal, id);
+    const record = await pending.get(principal, id);
     // A sandbox still being built (builds.ts); once created it is found by its name (the pending id).
     if (record && record.phase !== 'created') return void res.json(renderPendingSandbox(record, toolboxProxyUrl(req)));
     res.json(await dto(req, await resolve(principal, req)));
@@ -405,7 +405,7 @@ export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 's
   }));
 
   router.delete('/sandbox/:sandboxId', api(async (req, res, principal) => {
-    const record = pending.get(principal, String(req.params.sandboxId));
+    const record = await pending.get(principal, String(req.params.sandboxId));
     if (record && record.phase !== 'created' && record.phase !== 'deleted') {
       requireScope(principal, 'sandboxes:delete');
       await pending.delete(principal, record);
@@ -550,7 +550,7 @@ export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 's
   // daytona-wave2 §1.4: the build log of a sandbox built on demand (its pending record, or the
   // build of the image it was created from). A URL without a query: the SDK appends `?follow=true`.
   const sandboxBuildId = async (principal: Principal, idOrName: string): Promise<string> => {
-    const record = pending.get(principal, idOrName);
+    const record = await pending.get(principal, idOrName);
     if (record) return record.buildId;
     const s = await sandboxes.getByIdOrName(principal, idOrName);
     const built = s.image.endsWith(':daytona') ? await findImageSnapshot(core, principal, s.image).catch(() => undefined) : undefined;

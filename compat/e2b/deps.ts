@@ -33,5 +33,6 @@ export interface E2bOptions {
 
 /** The E2B layer's dependencies: core's port plus the settings above. */
 export interface E2bDeps extends E2bOptions {
-  core: CompatPort;
+  /** Daytona's pending (build-on-demand) sandboxes are not E2B's. */
+  core: Omit<CompatPort, 'pendingSandboxes'>;
 }

@@ -17,7 +17,7 @@ export interface BackgroundOptions {
   instanceId: string;
   /** How often this instance says it is alive, sweeps timeouts and reconciles. */
   intervalMs: number;
-  /** An instance silent for this long is dead; its in-flight operations are taken over. */
+  /** An instance silent for this long (database clock) is dead; its in-flight operations are taken over. */
   instanceTimeoutMs: number;
   /** Lines about one sandbox carry `sandboxId` and the `operation` the pass runs on it. */
   logger: Logger;
@@ -95,7 +95,7 @@ export class BackgroundJobs {
     if (this.running) return this.running;
     this.running = (async () => {
       try {
-        await this.timed('heartbeat', () => controlPlaneInstanceRepository(this.db).heartbeat(this.opts.instanceId, new Date()));
+        await this.timed('heartbeat', () => controlPlaneInstanceRepository(this.db).heartbeat(this.opts.instanceId));
         await this.timed('reconcile', () => this.reconcileOrphans());
         await this.timed('expire', () => this.expireDue());
         await this.timed('idle', () => this.applyIdlePolicy());
@@ -265,7 +265,8 @@ export class BackgroundJobs {
 
   /** Finish or fail operations whose owner died (kill -9 of a control plane mid-request). */
   async reconcileOrphans(): Promise<number> {
-    const others = await controlPlaneInstanceRepository(this.db).aliveSince(new Date(Date.now() - this.opts.instanceTimeoutMs));
+    // Judged by the database's clock (see the repository): replicas' clocks may differ.
+    const others = await controlPlaneInstanceRepository(this.db).aliveWithin(this.opts.instanceTimeoutMs);
     // This instance is alive by definition, whatever its last recorded heartbeat says.
     const alive = [...new Set([...others, this.opts.instanceId])];
     const orphans = await sandboxRepository(this.db).findOrphanedOperations(TRANSITIONAL_STATES, alive, 50);

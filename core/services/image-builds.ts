@@ -299,7 +299,7 @@ export class ImageBuildService {
 
   /** Fails builds whose instance stopped heartbeating (run by every replica's background pass). */
   async failOrphans(instanceTimeoutMs: number): Promise<number> {
-    const orphans = await buildRepository(this.db).orphaned(new Date(Date.now() - instanceTimeoutMs));
+    const orphans = await buildRepository(this.db).orphaned(instanceTimeoutMs);
     for (const build of orphans) {
       if (this.running.has(build.id) || build.ownerInstanceId === this.instanceId) continue;
       await this.finish(build, 'failed', { message: 'the control plane running this build stopped; start the build again (finished steps are cached)', code: 'host_unavailable' }, ['queued', 'running']);

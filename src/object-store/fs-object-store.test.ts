@@ -166,6 +166,40 @@ describe('FsObjectStore', () => {
     await reopened.put(ORG, 'c', Readable.from([randomBytes(8000)]));
   });
 
+  it('replicas on one directory: each sees what the others stored, in its quota too, and a key\'s writers take turns across them', async () => {
+    // What the server passes with PostgreSQL (an advisory lock there; a shared in-memory one here).
+    const held = new Map<string, Promise<void>>();
+    let overlapped = false;
+    let inside = 0;
+    const acrossProcesses = async <T>(name: string, fn: () => Promise<T>): Promise<T> => {
+      const before = held.get(name) ?? Promise.resolve();
+      let done!: () => void;
+      held.set(name, new Promise<void>((r) => (done = r)));
+      await before;
+      try {
+        if (++inside > 1) overlapped = true;
+        return await fn();
+      } finally {
+        inside--;
+        done();
+      }
+    };
+    const one = await open({ maxBytesPerOrganization: 10_000, remeasureUsageAfterMs: 0, acrossProcesses });
+    const two = await open({ maxBytesPerOrganization: 10_000, remeasureUsageAfterMs: 0, acrossProcesses });
+    await one.put(ORG, 'a', Readable.from([randomBytes(6000)]));
+    // `two` counted nothing yet; it measures again before the write, so it sees `one`'s bytes.
+    expect((await two.head(ORG, 'a'))?.size).toBe(6000);
+    expect((await errorOf(two.put(ORG, 'b', Readable.from([randomBytes(5000)])))).code).toBe('quota_exceeded');
+    await two.delete(ORG, 'a');
+    await one.put(ORG, 'b', Readable.from([randomBytes(9000)]));
+    // The same key written through both at once: one object, one blob, nothing left counted.
+    await Promise.all([one.put(ORG, 'same', Readable.from([randomBytes(400)])), two.put(ORG, 'same', Readable.from([randomBytes(500)]))]);
+    expect(overlapped).toBe(false);
+    expect(filesUnder(join(root, 'orgs', ORG, 'blobs'))).toHaveLength(2);
+    await two.delete(ORG, 'b');
+    await one.put(ORG, 'c', Readable.from([randomBytes(9000)]));
+  });
+
   it('sweeps temp files, unnamed blobs and uploads older than a day at open, and nothing younger', async () => {
     await store.put(ORG, 'kept', Readable.from([Buffer.from('x')]));
     const { uploadId } = await store.createMultipart(ORG, 'abandoned');

@@ -30,6 +30,26 @@ export interface FsObjectStoreOptions {
   staleAfterMs?: number;
   /** Clock, for tests of expiry. */
   now?: () => number;
+  /**
+   * Several control-plane replicas share this directory (a shared file system): how old this
+   * process's count of an organisation's bytes may get before it is measured on disk again
+   * (what the other replicas stored meanwhile). Unset: this process is the only writer and its
+   * count, measured once, stays exact.
+   */
+  remeasureUsageAfterMs?: number;
+  /**
+   * Runs `fn` alone for `lockKey` across every process sharing the directory (a PostgreSQL
+   * advisory lock with replicas); this process's own writers are serialised in any case.
+   */
+  acrossProcesses?: <T>(lockKey: string, fn: () => Promise<T>) => Promise<T>;
+}
+
+/** An organisation's bytes as this process counts them, and the part of them it is writing now. */
+interface UsageCount {
+  bytes: number;
+  /** Bytes of this process's writes not yet committed (temp files no other process can see). */
+  inFlight: number;
+  measuredAt: number;
 }
 
 const DAY_MS = 24 * 3600 * 1000;
@@ -106,7 +126,9 @@ export class FsObjectStore implements ObjectStore {
   private readonly quota: number;
   private readonly now: () => number;
   /** Bytes each organisation holds (committed objects, parts, and writes under way), loaded at first use. */
-  private readonly usage = new Map<string, Promise<{ bytes: number }>>();
+  private readonly usage = new Map<string, Promise<UsageCount>>();
+  private readonly remeasureAfterMs: number | undefined;
+  private readonly acrossProcesses: FsObjectStoreOptions['acrossProcesses'];
   /** The last commit or delete queued per key (see `exclusive`). */
   private readonly keyLocks = new Map<string, Promise<void>>();
 
@@ -115,6 +137,8 @@ export class FsObjectStore implements ObjectStore {
     this.tmpDir = join(options.root, 'tmp');
     this.quota = options.maxBytesPerOrganization;
     this.now = options.now ?? Date.now;
+    this.remeasureAfterMs = options.remeasureUsageAfterMs;
+    this.acrossProcesses = options.acrossProcesses;
   }
 
   /** Creates the directories and removes what crashed writes left behind (older than `staleAfterMs`). */
@@ -145,17 +169,33 @@ export class FsObjectStore implements ObjectStore {
 
   // ---- quota ----
 
-  private async usageOf(organizationId: string): Promise<{ bytes: number }> {
+  /** The count as it stands, for adjusting it after a change this process made (never re-measured there). */
+  private async countOf(organizationId: string): Promise<UsageCount> {
     let entry = this.usage.get(organizationId);
     if (!entry) {
-      entry = this.measure(organizationId);
+      entry = this.measure(organizationId).then((bytes) => ({ bytes, inFlight: 0, measuredAt: this.now() }));
       this.usage.set(organizationId, entry);
       entry.catch(() => this.usage.delete(organizationId));
     }
     return entry;
   }
 
-  private async measure(organizationId: string): Promise<{ bytes: number }> {
+  /** The count a new write is checked against: measured on disk again when other replicas may have changed it. */
+  private async usageOf(organizationId: string): Promise<UsageCount> {
+    const count = await this.countOf(organizationId);
+    if (this.remeasureAfterMs !== undefined && this.now() - count.measuredAt > this.remeasureAfterMs) {
+      // Other replicas write to the same directory: what is on disk now, plus this process's
+      // writes under way (their temp files are not counted on disk). A write another replica
+      // has under way is not seen, so together they may pass the quota by that much; and a
+      // commit that lands during the measurement may be counted twice or not at all until the
+      // next one. Both last at most `remeasureAfterMs`.
+      count.measuredAt = this.now();
+      count.bytes = (await this.measure(organizationId)) + count.inFlight;
+    }
+    return count;
+  }
+
+  private async measure(organizationId: string): Promise<number> {
     const dir = this.orgDir(organizationId);
     let bytes = 0;
     for (const record of await this.records(organizationId)) bytes += record.size;
@@ -164,7 +204,12 @@ export class FsObjectStore implements ObjectStore {
         if (PART_FILE.test(name)) bytes += (await stat(join(dir, 'uploads', uploadId, name)).catch(() => ({ size: 0 }))).size;
       }
     }
-    return { bytes };
+    return bytes;
+  }
+
+  /** A write's bytes are on disk where a measurement sees them (committed), or given back: no longer in flight. */
+  private async landed(organizationId: string, bytes: number): Promise<void> {
+    (await this.countOf(organizationId)).inFlight -= bytes;
   }
 
   /**
@@ -185,6 +230,7 @@ export class FsObjectStore implements ObjectStore {
           return done(errors.quotaExceeded('object_storage_bytes', `the organisation's object storage is full (${quota} bytes)`, { max: quota, current: usage.bytes, requested: chunk.length, retryAfterSeconds: 60 }));
         }
         usage.bytes += chunk.length;
+        usage.inFlight += chunk.length;
         counted += chunk.length;
         done(null, chunk);
       },
@@ -204,6 +250,7 @@ export class FsObjectStore implements ObjectStore {
     } catch (err) {
       await rm(path, { force: true });
       usage.bytes -= counted;
+      usage.inFlight -= counted;
       throw err;
     }
   }
@@ -218,8 +265,10 @@ export class FsObjectStore implements ObjectStore {
       return await this.commit(organizationId, key, temp.path, { size: temp.size, sha256: temp.sha256, etag: `"${temp.md5.toString('hex')}"` });
     } catch (err) {
       await rm(temp.path, { force: true });
-      (await this.usageOf(organizationId)).bytes -= temp.size;
+      (await this.countOf(organizationId)).bytes -= temp.size;
       throw diskError(err);
+    } finally {
+      await this.landed(organizationId, temp.size);
     }
   }
 
@@ -232,8 +281,11 @@ export class FsObjectStore implements ObjectStore {
    * Runs `fn` alone for this key: two writers of one key must not both take the same previous
    * object as theirs to replace (the loser's blob would be left unnamed and still counted).
    */
-  private async exclusive<T>(organizationId: string, key: string, fn: () => Promise<T>): Promise<T> {
+  private async exclusive<T>(organizationId: string, key: string, inProcess: () => Promise<T>): Promise<T> {
     const lockKey = `${organizationId}\0${key}`;
+    // With replicas on one directory, the same key's writers in other processes wait too.
+    const across = this.acrossProcesses;
+    const fn = across ? () => across(`object:${lockKey}`, inProcess) : inProcess;
     const before = this.keyLocks.get(lockKey) ?? Promise.resolve();
     const run = before.then(fn, fn);
     const settled = run.then(() => undefined, () => undefined);
@@ -259,7 +311,7 @@ export class FsObjectStore implements ObjectStore {
     await syncDir(join(dir, 'keys'));
     if (previous) {
       await rm(join(dir, 'blobs', previous.blob), { force: true });
-      (await this.usageOf(organizationId)).bytes -= previous.size;
+      (await this.countOf(organizationId)).bytes -= previous.size;
     }
     return toStored(record);
   }
@@ -330,7 +382,7 @@ export class FsObjectStore implements ObjectStore {
       // The record goes first: from then on the object is gone, whatever happens to its blob.
       await unlink(recordPath).catch((err) => (isMissing(err) ? undefined : Promise.reject(err)));
       await rm(join(this.orgDir(organizationId), 'blobs', record.blob), { force: true });
-      (await this.usageOf(organizationId)).bytes -= record.size;
+      (await this.countOf(organizationId)).bytes -= record.size;
     });
   }
 
@@ -367,9 +419,11 @@ export class FsObjectStore implements ObjectStore {
       await rename(temp.path, join(dir, `part-${partNumber}-${md5}`));
     } catch (err) {
       await rm(temp.path, { force: true });
-      (await this.usageOf(organizationId)).bytes -= temp.size;
+      (await this.countOf(organizationId)).bytes -= temp.size;
       if (isMissing(err)) throw noSuchUpload(uploadId);
       throw diskError(err);
+    } finally {
+      await this.landed(organizationId, temp.size);
     }
     return { etag: `"${md5}"`, size: temp.size };
   }
@@ -413,9 +467,11 @@ export class FsObjectStore implements ObjectStore {
     }
     const etag = `"${createHash('md5').update(Buffer.concat(files.map((f) => Buffer.from(f.md5, 'hex')))).digest('hex')}-${files.length}"`;
     // The parts' bytes were counted when they arrived; the object takes them over.
-    const usage = await this.usageOf(organizationId);
+    const usage = await this.countOf(organizationId);
     const partBytes = await partsSize(dir);
     usage.bytes += size;
+    // Until its record is written the joined object is a temp file no measurement sees.
+    usage.inFlight += size;
     let stored: StoredObject;
     try {
       stored = await this.commit(organizationId, record.key, tempPath, { size, sha256: sha256.digest('hex'), etag });
@@ -423,6 +479,8 @@ export class FsObjectStore implements ObjectStore {
       usage.bytes -= size;
       await rm(tempPath, { force: true });
       throw diskError(err);
+    } finally {
+      usage.inFlight -= size;
     }
     await rm(dir, { recursive: true, force: true });
     usage.bytes -= partBytes;
@@ -433,7 +491,7 @@ export class FsObjectStore implements ObjectStore {
     const { dir } = await this.upload(organizationId, uploadId);
     const bytes = await partsSize(dir);
     await rm(dir, { recursive: true, force: true });
-    (await this.usageOf(organizationId)).bytes -= bytes;
+    (await this.countOf(organizationId)).bytes -= bytes;
   }
 
   // ---- crash recovery ----

@@ -11,6 +11,8 @@ import * as sandboxUsage from './20261203100000_sandbox_usage.js';
 import * as eventsWebhooks from './20261203110000_events_webhooks.js';
 import * as webhookSigning from './20261203120000_webhook_signing.js';
 import * as rateLimitBuckets from './20261204110000_rate_limit_buckets.js';
+import * as pendingSandboxes from './20261204130000_pending_sandboxes.js';
+import * as controlPlaneSettings from './20261204130001_control_plane_settings.js';
 
 // Migrations are imported modules rather than files knex discovers at run time, so the same
 // list works from TypeScript sources (tests) and compiled JavaScript (the server).
@@ -27,6 +29,8 @@ const MIGRATIONS: Record<string, Knex.Migration> = {
   '20261203110000_events_webhooks': eventsWebhooks,
   '20261203120000_webhook_signing': webhookSigning,
   '20261204110000_rate_limit_buckets': rateLimitBuckets,
+  '20261204130000_pending_sandboxes': pendingSandboxes,
+  '20261204130001_control_plane_settings': controlPlaneSettings,
 };
 
 export const migrationSource: Knex.MigrationSource<string> = {

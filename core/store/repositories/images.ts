@@ -236,10 +236,11 @@ export function buildRepository(db: DbOrTx) {
       return row?.cancel_requested ?? false;
     },
     /** Queued or running builds whose owner instance has not heartbeaten since `staleBefore`. */
-    async orphaned(staleBefore: Date): Promise<ImageBuild[]> {
+    /** Builds whose instance has not heartbeated for `instanceTimeoutMs`, by the database's clock (as every liveness check). */
+    async orphaned(instanceTimeoutMs: number): Promise<ImageBuild[]> {
       const rows = (await db('image_builds as b')
         .whereIn('b.state', ['queued', 'running'])
-        .whereNotExists(db('control_plane_instances as c').whereRaw('c.id = b.owner_instance_id').andWhere('c.last_seen_at', '>=', staleBefore))
+        .whereNotExists(db('control_plane_instances as c').whereRaw('c.id = b.owner_instance_id').andWhereRaw('c.last_seen_at >= now() - make_interval(secs => ?)', [instanceTimeoutMs / 1000]))
         .select('b.*')) as BuildRow[];
       return rows.map(buildFromRow);
     },
