@@ -5,12 +5,14 @@
 // comes back the sandboxes it still runs are adopted. One server (with its own local host agent)
 // plus two extra `nestbox host-agent` processes with their own data dirs, ids and labels.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { promisify } from 'node:util';
 import { existsSync, mkdtempSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { removeDataDir, startTestServer, TEST_IMAGES_DIR, waitFor, type TestServer } from './harness.js';
 import { projectPath } from '../src/paths.js';
 
+const execFileAsync = promisify(execFile);
 const HOST_SECRET = randomBytes(32).toString('base64url');
 const LOST_AFTER_MS = 3000;
 let t: TestServer;
@@ -33,8 +35,8 @@ function startAgent(agent: ExtraAgent): void {
   agent.child = child;
 }
 
-function extraAgent(id: string, extra: Record<string, string>): ExtraAgent {
-  const secret = execFileSync(process.execPath, [projectPath('dist/src/cli.js'), 'host-secret', id], { env: { PATH: process.env.PATH, NESTBOX_HOST_SECRET: HOST_SECRET } }).toString().trim();
+async function extraAgent(id: string, extra: Record<string, string>): Promise<ExtraAgent> {
+  const secret = (await execFileAsync(process.execPath, [projectPath('dist/src/cli.js'), 'host-secret', id], { env: { PATH: process.env.PATH, NESTBOX_HOST_SECRET: HOST_SECRET } })).stdout.trim();
   const dataDir = mkdtempSync('/tmp/nbx-hosts-');
   const agent: ExtraAgent = {
     id,
@@ -77,8 +79,8 @@ beforeAll(async () => {
     },
   });
   // hx-small offers 1024 MiB (× 1.5 overcommit − 512 MiB reserve = 1024 MiB to place).
-  extraAgent('hx-small', { NESTBOX_HOST_LABELS: 'region=eu-central,tier=small', NESTBOX_HOST_CAPACITY_MEMORY_MIB: '1024' });
-  extraAgent('hx-big', { NESTBOX_HOST_LABELS: 'region=eu-central,disk=ssd' });
+  await extraAgent('hx-small', { NESTBOX_HOST_LABELS: 'region=eu-central,tier=small', NESTBOX_HOST_CAPACITY_MEMORY_MIB: '1024' });
+  await extraAgent('hx-big', { NESTBOX_HOST_LABELS: 'region=eu-central,disk=ssd' });
   await waitFor('three live hosts', async () => (await t.http.get('/api/v1/health')).body.hostsAvailable === 3, 90_000).catch((err) => {
     throw new Error(`${(err as Error).message}\n${extras.map((a) => `${a.id}:\n${a.output.join('').slice(-2000)}`).join('\n')}`);
   });
@@ -117,6 +119,16 @@ describe('many host agents', () => {
     expect(refused.status).toBe(403);
     expect(refused.body.error.message).toContain('platform:hosts');
     expect((await t.http.get('/api/v1/hosts/nope').set(operator())).status).toBe(404);
+  });
+
+  it('the CLI lists, cordons and uncordons hosts', async () => {
+    // Asynchronously: the server runs in this process and must answer meanwhile.
+    const cli = async (...args: string[]) => (await execFileAsync(process.execPath, [projectPath('dist/src/cli.js'), ...args], { env: { PATH: process.env.PATH, NESTBOX_URL: t.url, NESTBOX_API_KEY: t.apiKey } })).stdout;
+    expect((JSON.parse(await cli('hosts', 'ls', '--json')) as { id: string }[]).map((h) => h.id)).toEqual(['hx-big', 'hx-small', 'local']);
+    expect(await cli('hosts', 'ls')).toMatch(/hx-small\s+ready\s+eu-central/);
+    expect(await cli('hosts', 'cordon', 'local')).toBe('local cordoned\n');
+    expect(await cli('hosts', 'get', 'local')).toMatch(/state\s+cordoned/);
+    expect(await cli('hosts', 'uncordon', 'local')).toBe('local ready\n');
   });
 
   it('spreads creates over the hosts with most room, and shows the host to operators only', async () => {
