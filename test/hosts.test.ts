@@ -145,9 +145,10 @@ describe('many host agents', () => {
   });
 
   it('honours label and region constraints, skips a full host, and answers capacity_exhausted when nothing fits', async () => {
-    // Fills hx-small (1024 MiB placeable).
-    const small = await create({ memoryMiB: 1024, placement: { labels: { tier: 'small' } } });
-    expect(small.status).toBe(201);
+    // Two creates race for hx-small's 1024 placeable MiB: the host row lock lets exactly one in.
+    const race = await Promise.all([1, 2].map(() => create({ memoryMiB: 1024, placement: { labels: { tier: 'small' } } })));
+    expect(race.map((r) => r.status).sort()).toEqual([201, 503]);
+    const small = race.find((r) => r.status === 201)!;
     expect(small.body.hostId).toBe('hx-small');
     ids.small = small.body.id;
     const full = await create({ placement: { labels: { tier: 'small' } } });
