@@ -25,6 +25,9 @@ export const ERROR_CATALOGUE = {
   agent_unavailable: { status: 502, title: "The sandbox's agent did not answer as itself" },
   insufficient_storage: { status: 507, title: "The sandbox's disk is full" },
   timeout: { status: 504, title: 'The operation timed out' },
+  // No live host has room for the request (capacity × overcommit − reserve − what is placed):
+  // a 503 with Retry-After; room comes back as sandboxes stop or hosts are added.
+  capacity_exhausted: { status: 503, title: 'No host has room for this sandbox right now' },
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_CATALOGUE;
@@ -82,6 +85,11 @@ export const errors = {
     return new NestboxError('quota_exceeded', message, { limit, ...details });
   },
 };
+
+/** Whether an answer carries `Retry-After`: every 429, and a 503 capacity_exhausted. */
+export function hasRetryAfter(err: NestboxError): boolean {
+  return err.status === 429 || err.code === 'capacity_exhausted';
+}
 
 /** Seconds a 429 asks the client to wait (`Retry-After`): from the error's details, else 1. */
 export function retryAfterSeconds(err: NestboxError): number {

@@ -37,7 +37,8 @@ const ALLOWED: Record<SandboxState, SandboxState[]> = {
   resuming: ['running', 'paused', 'error'],
   deleting: ['deleted', 'error'],
   deleted: [],
-  error: ['starting', 'deleting'],
+  // running and paused: a lost host returns with the sandbox (EVENTS.hostReturned*).
+  error: ['starting', 'deleting', 'running', 'paused'],
 };
 
 const PAIRS = SANDBOX_STATES.flatMap((from) => SANDBOX_STATES.filter((to) => to !== from).map((to) => ({ from, to, allowed: ALLOWED[from].includes(to) })));

@@ -99,6 +99,21 @@ export async function applyEvent(db: DbOrTx, sandbox: Sandbox, event: SandboxEve
   });
 }
 
+/**
+ * `event` for every sandbox of host `hostId` in one of its `from` states, as one UPDATE in
+ * `db`'s transaction (or a new one), each change published once committed. The event's outcome
+ * must not start a timeout (each row has its own).
+ */
+export async function applyEventOnHost(db: DbOrTx, hostId: string, event: SandboxEvent, facts: OutcomeFacts, events?: SandboxStateEvents): Promise<Sandbox[]> {
+  if (event.outcome.startsTimeout) throw errors.internal(`state table: ${event.name} starts timeouts and cannot be written to a host's rows at once`);
+  const reason = reasonOf(facts);
+  return inTransaction(db, async (tx) => {
+    const written = await sandboxRepository(tx).transitionOnHost(hostId, event.from, outcomePatch(event.outcome, { timeoutSeconds: 0 }, facts, new Date()));
+    for (const { sandbox, from } of written) await announce(events, tx, sandbox, from, { step: 'event', operation: event.name, ...(reason ? { reason } : {}) });
+    return written.map((w) => w.sandbox);
+  });
+}
+
 export class Lifecycle {
   constructor(
     private readonly db: Db,

@@ -27,7 +27,7 @@ const PASS_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5
 const HOLDING_STATES = new Set(['creating', 'starting', 'running', 'pausing', 'paused', 'resuming', 'stopping', 'deleting']);
 
 /** Why a sandbox (or a build) could not be placed on a host. */
-export type PlacementFailureReason = 'no_host_alive' | 'source_host_unavailable';
+export type PlacementFailureReason = 'no_host_alive' | 'source_host_unavailable' | 'capacity_exhausted' | 'constraint_unsatisfied';
 
 /**
  * `read`, shared by the callers that come while it runs: the gauges of one scrape all collect
@@ -88,7 +88,7 @@ export class ControlPlaneMetrics {
 
   readonly placementFailures = new Counter({
     name: 'nestbox_placement_failures_total',
-    help: 'Sandboxes or builds that found no host to run on, by reason (no_host_alive: no host heartbeating; source_host_unavailable: the host holding the snapshot or image is down).',
+    help: 'Sandboxes or builds that found no host to run on, by reason (no_host_alive: no host heartbeating; source_host_unavailable: the host holding the snapshot or image is down, cordoned or lost; capacity_exhausted: no host has room; constraint_unsatisfied: no live host matches the placement constraint).',
     labelNames: ['reason'] as const,
     registers: [this.registry],
   });

@@ -197,6 +197,16 @@ export interface SandboxEvent {
 export const EVENTS = {
   /** The host no longer runs a sandbox the database calls running or paused (see HostService). */
   vanished: { name: 'vanished', from: ['running', 'paused'], outcome: { to: 'error', stamp: ['stoppedAt'], clear: ['expiresAt'], given: ['errorMessage'] } },
+  /**
+   * Its host missed heartbeats for the grace period (HostService.markLostHosts): every sandbox
+   * that ran there or had an operation in flight there becomes `error`, stopReason `host_lost`,
+   * in one UPDATE. An operation in flight loses its row (its outcome's compare-and-set fails).
+   */
+  hostLost: { name: 'host_lost', from: ['running', 'paused', ...TRANSITIONAL_STATES], outcome: { to: 'error', stamp: ['stoppedAt'], clear: ['expiresAt'], given: ['errorMessage', 'stopReason'] } },
+  /** The lost host heartbeats again and still runs it: adopted back, its timeout counted from now. */
+  hostReturnedRunning: { name: 'host_returned', from: ['error'], outcome: { to: 'running', stamp: ['lastActivityAt'], clear: ['errorMessage', 'stopReason'], startsTimeout: true } },
+  /** The same for one the host kept paused (memory kept): paused again, as it was. */
+  hostReturnedPaused: { name: 'host_returned', from: ['error'], outcome: { to: 'paused', clear: ['errorMessage', 'stopReason'], startsTimeout: true } },
 } as const satisfies Record<string, SandboxEvent>;
 
 /** Every outcome of `op`, with what it is called (for checks and tests). */

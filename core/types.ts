@@ -144,4 +144,22 @@ export interface HostRecord {
   capabilities: Record<string, unknown>;
   registeredAt: Date;
   lastHeartbeatAt: Date;
+  /** What it offers (its heartbeat); null from a host agent that does not report it (never placed on). */
+  capacity: HostResources | null;
+  labels: Record<string, string>;
+  version: string | null;
+  /** What its live sandboxes hold by its own count (informational; placement counts the database's rows). */
+  allocated: (HostResources & { sandboxes: number }) | null;
+  /** The operator's say: `ready`, `cordoned` (no new sandboxes), `draining` (cordoned, being emptied). */
+  adminState: HostAdminState;
+  /** When the control plane declared it lost (missed heartbeats); null while it heartbeats. */
+  lostAt: Date | null;
+}
+
+export type HostAdminState = 'ready' | 'cordoned' | 'draining';
+
+export interface HostResources {
+  cpu: number;
+  memoryMiB: number;
+  diskGiB: number;
 }

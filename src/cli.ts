@@ -12,6 +12,7 @@ import { registerCpCommand } from './cli/cp.js';
 import { registerInteractiveCommands } from './cli/interactive.js';
 import { errorLine, httpUrl } from './cli/output.js';
 import { registerSandboxCommands } from './cli/sandbox-commands.js';
+import { registerHostCommands } from './cli/host-commands.js';
 import { registerServerCommands } from './cli/server-commands.js';
 
 let parsedConfig: Config | undefined;
@@ -31,6 +32,7 @@ function buildProgram(): Command {
     .showSuggestionAfterError(true);
   registerServerCommands(program, config);
   registerSandboxCommands(program, config);
+  registerHostCommands(program, config);
   registerInteractiveCommands(program, config);
   registerCpCommand(program, config);
   registerBuildCommand(program, config);

@@ -53,6 +53,20 @@ describe('config', () => {
     expect(() => loadConfig({ NESTBOX_REGION: 'EU 1' })).toThrow(/NESTBOX_REGION/);
   });
 
+  it('parses host labels, capacity overrides and the placement settings, refusing bad ones by name', () => {
+    const c = loadConfig({ NESTBOX_HOST_LABELS: 'region=eu-central,disk=ssd,topology.k/zone=a_1', NESTBOX_HOST_CAPACITY_MEMORY_MIB: '2048', NESTBOX_MEMORY_OVERCOMMIT: '1.25', NESTBOX_HOST_LOST_AFTER_MS: '5000' });
+    expect(c.hostAgent.labels).toEqual({ region: 'eu-central', disk: 'ssd', 'topology.k/zone': 'a_1' });
+    expect(c.hostAgent.capacityOverride).toEqual({ cpu: undefined, memoryMiB: 2048, diskGiB: undefined });
+    expect(c.placement).toMatchObject({ memoryOvercommit: 1.25, cpuOvercommit: 16, diskOvercommit: 4, reserveMemoryMiB: 512, reserveCpu: 0, hostLostAfterMs: 5000 });
+    expect(loadConfig({}).hostAgent.labels).toEqual({});
+    expect(() => loadConfig({ NESTBOX_HOST_LABELS: 'region' })).toThrow(/NESTBOX_HOST_LABELS/);
+    expect(() => loadConfig({ NESTBOX_HOST_LABELS: 'Region=eu' })).toThrow(/NESTBOX_HOST_LABELS/);
+    expect(() => loadConfig({ NESTBOX_HOST_LABELS: 'region=eu central' })).toThrow(/NESTBOX_HOST_LABELS/);
+    expect(() => loadConfig({ NESTBOX_HOST_LABELS: 'region=a,region=b' })).toThrow(/NESTBOX_HOST_LABELS: label region is given twice/);
+    expect(() => loadConfig({ NESTBOX_CPU_OVERCOMMIT: '0' })).toThrow(/NESTBOX_CPU_OVERCOMMIT/);
+    expect(() => loadConfig({ NESTBOX_HOST_LOST_AFTER_MS: '10' })).toThrow(/NESTBOX_HOST_LOST_AFTER_MS/);
+  });
+
   it('uses PostgreSQL when a URL is given', () => {
     expect(loadConfig({ NESTBOX_DATABASE_URL: 'postgres://u:p@db/x' }).database).toEqual({ kind: 'postgres', url: 'postgres://u:p@db/x' });
   });

@@ -12,6 +12,9 @@ const REGISTRY_LIST = new RegExp(`^${REGISTRY_HOST}(?:,${REGISTRY_HOST})*$`);
 const MIRROR_PAIR = `${REGISTRY_HOST}=${REGISTRY_HOST}(?:/[A-Za-z0-9._/-]+)?`;
 const REGISTRY_MIRRORS = new RegExp(`^${MIRROR_PAIR}(?:,${MIRROR_PAIR})*$`);
 
+const LABEL_PAIR = '[a-z0-9][a-z0-9._/-]{0,62}=[A-Za-z0-9._-]{0,63}';
+const HOST_LABELS = new RegExp(`^${LABEL_PAIR}(?:,${LABEL_PAIR})*$`);
+
 const ConfigSchema = z.object({
   NESTBOX_PORT: port.default(7070),
   NESTBOX_HOST: z.string().min(1).default('127.0.0.1'),
@@ -213,6 +216,30 @@ const ConfigSchema = z.object({
   NESTBOX_WEBHOOK_MAX_PER_ORG: positiveInt.max(1000).default(25),
   NESTBOX_WEBHOOK_ALLOW_PRIVATE_TARGETS: z.enum(['true', 'false']).default('false'),
   NESTBOX_LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error']).default('info'),
+
+  // Hosts and placement (core/services/hosts.ts). Host agent: labels it reports (`k=v,k=v`; a
+  // `region` label is what Daytona's `target` and the native `placement.region` match; a host
+  // without one is in NESTBOX_REGION), and capacity it offers instead of what it measures (unset:
+  // the machine's vCPUs, memory and its data dir's file system), e.g. when it runs other things.
+  NESTBOX_HOST_LABELS: z
+    .string()
+    .regex(HOST_LABELS, 'must be comma-separated key=value pairs (keys: lowercase letters, digits, ".", "-", "_", "/"; values: letters, digits, ".", "-", "_")')
+    .optional(),
+  NESTBOX_HOST_CAPACITY_CPU: positiveInt.optional(),
+  NESTBOX_HOST_CAPACITY_MEMORY_MIB: positiveInt.optional(),
+  NESTBOX_HOST_CAPACITY_DISK_GIB: positiveInt.optional(),
+  // Control plane: what a host may hold is capacity × overcommit − reserve (vCPUs and memory;
+  // disk is sparse, so it has a ratio too), counted from the sandboxes placed on it.
+  NESTBOX_CPU_OVERCOMMIT: z.coerce.number().positive().max(1000).default(16),
+  NESTBOX_MEMORY_OVERCOMMIT: z.coerce.number().positive().max(100).default(1.5),
+  NESTBOX_DISK_OVERCOMMIT: z.coerce.number().positive().max(1000).default(4),
+  NESTBOX_HOST_RESERVE_MEMORY_MIB: nonNegativeInt.default(512),
+  NESTBOX_HOST_RESERVE_CPU: z.coerce.number().min(0).default(0),
+  // A host whose last heartbeat is older than this is lost: its sandboxes become `error`
+  // (`host_lost`) in one step; it is reconciled when it heartbeats again.
+  NESTBOX_HOST_LOST_AFTER_MS: positiveInt.min(1000).default(30_000),
+  // Retry-After of a 503 capacity_exhausted (no host has room for the request).
+  NESTBOX_CAPACITY_RETRY_AFTER_SECONDS: positiveInt.max(3600).default(15),
 })
   // A misspelt NESTBOX_ variable is an error rather than a silently ignored setting.
   .strict();
@@ -265,6 +292,19 @@ export interface Config {
     egressRefreshSeconds: number;
     userNamespaceBase: number;
     maxUserNamespaces: number;
+    /** What the heartbeat reports besides what it measures (NESTBOX_HOST_LABELS, NESTBOX_HOST_CAPACITY_*). */
+    labels: Record<string, string>;
+    capacityOverride: { cpu?: number; memoryMiB?: number; diskGiB?: number };
+  };
+  /** Placement over hosts (control plane): overcommit ratios, the reserve per host, when a host is lost. */
+  placement: {
+    cpuOvercommit: number;
+    memoryOvercommit: number;
+    diskOvercommit: number;
+    reserveCpu: number;
+    reserveMemoryMiB: number;
+    hostLostAfterMs: number;
+    retryAfterSeconds: number;
   };
   limits: {
     defaultTimeoutSeconds: number;
@@ -322,6 +362,18 @@ function registryMirrors(text: string | undefined): Record<string, string[]> {
     (mirrors[registry] ??= []).push(mirror);
   }
   return mirrors;
+}
+
+/** `region=eu,disk=ssd` → { region: 'eu', disk: 'ssd' }; a key given twice is an error (which would win is a guess). */
+function hostLabels(text: string | undefined): Record<string, string> {
+  const labels: Record<string, string> = {};
+  for (const pair of text ? text.split(',') : []) {
+    const at = pair.indexOf('=');
+    const key = pair.slice(0, at);
+    if (key in labels) throw new ConfigError(`invalid configuration:\n  NESTBOX_HOST_LABELS: label ${key} is given twice`);
+    labels[key] = pair.slice(at + 1);
+  }
+  return labels;
 }
 
 /** Parse once at start-up; an invalid value stops the start with a message naming the variable. */
@@ -412,6 +464,17 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       egressRefreshSeconds: e.NESTBOX_EGRESS_REFRESH_SECONDS,
       userNamespaceBase: e.NESTBOX_USERNS_BASE,
       maxUserNamespaces: e.NESTBOX_USERNS_MAX,
+      labels: hostLabels(e.NESTBOX_HOST_LABELS),
+      capacityOverride: { cpu: e.NESTBOX_HOST_CAPACITY_CPU, memoryMiB: e.NESTBOX_HOST_CAPACITY_MEMORY_MIB, diskGiB: e.NESTBOX_HOST_CAPACITY_DISK_GIB },
+    },
+    placement: {
+      cpuOvercommit: e.NESTBOX_CPU_OVERCOMMIT,
+      memoryOvercommit: e.NESTBOX_MEMORY_OVERCOMMIT,
+      diskOvercommit: e.NESTBOX_DISK_OVERCOMMIT,
+      reserveCpu: e.NESTBOX_HOST_RESERVE_CPU,
+      reserveMemoryMiB: e.NESTBOX_HOST_RESERVE_MEMORY_MIB,
+      hostLostAfterMs: e.NESTBOX_HOST_LOST_AFTER_MS,
+      retryAfterSeconds: e.NESTBOX_CAPACITY_RETRY_AFTER_SECONDS,
     },
     limits: {
       defaultTimeoutSeconds: e.NESTBOX_DEFAULT_TIMEOUT_SECONDS,

@@ -1,7 +1,7 @@
 // `nestbox host-agent`: owns this machine's sandboxes, serves the control plane, heartbeats.
 import { createHash } from 'node:crypto';
-import { mkdirSync } from 'node:fs';
-import { totalmem } from 'node:os';
+import { mkdirSync, readFileSync, statfsSync } from 'node:fs';
+import { availableParallelism, totalmem } from 'node:os';
 import type { Config } from './config.js';
 import { ConfigError } from './config.js';
 import { HostAgentServer } from '../host/agent/server.js';
@@ -12,7 +12,7 @@ import { ensureBaseImage } from '../host/images/base-image.js';
 import { ensureCodeInterpreterImage } from '../host/images/code-interpreter-image.js';
 import { HEARTBEAT_PATH, MAX_HEARTBEAT_USAGE_SAMPLES, type Heartbeat } from '../host/protocol/schemas.js';
 import { UsageSampler } from '../host/agent/usage-sampler.js';
-import { GUEST_AGENT_BUNDLE } from './paths.js';
+import { GUEST_AGENT_BUNDLE, projectPath } from './paths.js';
 import type { Logger } from '../core/logger.js';
 import { createLogger } from './logger.js';
 import { raiseOpenFileLimit } from './fd-limit.js';
@@ -90,16 +90,22 @@ export async function startHostAgent(config: Config, logger?: Logger): Promise<R
   sampler.start();
 
   let stopped = false;
+  const version = releaseVersion();
   const heartbeat = async () => {
     const usage = sampler.take(MAX_HEARTBEAT_USAGE_SAMPLES);
+    const runtimes = await driver.list();
     const body: Heartbeat = {
       hostId: ha.hostId,
       url,
       driver: driver.name,
       // The machine's memory beside the driver's facts: the control plane's host capacity gauge.
       capabilities: { ...driver.capabilities(), memoryBytes: totalmem() },
-      sandboxes: (await driver.list()).map((s) => ({ id: s.id, status: s.status })),
+      sandboxes: runtimes.map((s) => ({ id: s.id, status: s.status })),
       ...(usage.length ? { usage } : {}),
+      capacity: hostCapacity(config),
+      labels: ha.labels,
+      version,
+      allocated: await allocationOf(driver, runtimes.length),
     };
     try {
       const res = await fetch(new URL(HEARTBEAT_PATH, ha.controlPlaneUrl), {
@@ -164,6 +170,42 @@ export async function startHostAgent(config: Config, logger?: Logger): Promise<R
     }
   }, 500);
   return { url, close };
+}
+
+/**
+ * What this host offers to placement: its vCPUs, memory and the size of the file system its
+ * sandboxes' disks live on (the data dir's), each replaced by the operator's
+ * NESTBOX_HOST_CAPACITY_* when set. Read at every heartbeat (a grown volume shows at once).
+ */
+function hostCapacity(config: Config): Heartbeat['capacity'] {
+  const override = config.hostAgent.capacityOverride;
+  const fs = statfsSync(config.dataDir);
+  return {
+    cpu: override.cpu ?? availableParallelism(),
+    memoryMiB: override.memoryMiB ?? Math.floor(totalmem() / 1024 ** 2),
+    diskGiB: override.diskGiB ?? Math.floor((fs.blocks * fs.bsize) / 1024 ** 3),
+  };
+}
+
+/** What the driver's live sandboxes hold (their limits, not what they use), for operators to compare with the database's count. */
+async function allocationOf(driver: Driver, known: number): Promise<Heartbeat['allocated']> {
+  const live = await driver.usage().catch(() => []);
+  const sum = (f: (u: (typeof live)[number]) => number) => live.reduce((total, u) => total + f(u), 0);
+  return {
+    cpu: sum((u) => u.cpuLimit),
+    memoryMiB: Math.round(sum((u) => (u.memoryLimitBytes ?? 0) / 1024 ** 2)),
+    diskGiB: Math.round(sum((u) => (u.diskTotalBytes ?? 0) / 1024 ** 3)),
+    sandboxes: known,
+  };
+}
+
+/** This release (package.json's version), reported so operators can see mixed versions. */
+function releaseVersion(): string {
+  try {
+    return String((JSON.parse(readFileSync(projectPath('package.json'), 'utf8')) as { version?: string }).version ?? 'unknown');
+  } catch {
+    return 'unknown';
+  }
 }
 
 /**

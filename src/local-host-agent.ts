@@ -54,6 +54,11 @@ export class LocalHostAgentSupervisor {
       NESTBOX_USAGE_SAMPLE_SECONDS: String(config.usage.sampleSeconds),
       NESTBOX_EXIT_WITH_PARENT: 'true',
       NESTBOX_LOG_LEVEL: config.logLevel,
+      // What it reports to placement: the same labels and capacity overrides as the server was given.
+      ...(Object.keys(config.hostAgent.labels).length ? { NESTBOX_HOST_LABELS: Object.entries(config.hostAgent.labels).map(([k, v]) => `${k}=${v}`).join(',') } : {}),
+      ...(config.hostAgent.capacityOverride.cpu ? { NESTBOX_HOST_CAPACITY_CPU: String(config.hostAgent.capacityOverride.cpu) } : {}),
+      ...(config.hostAgent.capacityOverride.memoryMiB ? { NESTBOX_HOST_CAPACITY_MEMORY_MIB: String(config.hostAgent.capacityOverride.memoryMiB) } : {}),
+      ...(config.hostAgent.capacityOverride.diskGiB ? { NESTBOX_HOST_CAPACITY_DISK_GIB: String(config.hostAgent.capacityOverride.diskGiB) } : {}),
       // Its /metrics answers the same token as the server's.
       ...(config.metrics.token ? { NESTBOX_METRICS_TOKEN: config.metrics.token } : {}),
       // The host agent traces to the same collector (and passes on its guest agents' spans).

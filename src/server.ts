@@ -115,6 +115,7 @@ export async function startServer(config: Config, logger: Logger = createLogger(
     Math.max(10_000, config.hostAgent.heartbeatIntervalMs * 5),
     logger.child({ component: 'hosts' }),
     sandboxEvents,
+    { ...config.placement, defaultRegion: config.region, defaultDiskGiB: config.limits.defaultDiskGiB },
   );
   hosts.onPlacementFailure = (reason) => metrics.placementFailures.inc({ reason });
   const sandboxes = new SandboxService(
@@ -249,6 +250,8 @@ export async function startServer(config: Config, logger: Logger = createLogger(
     events: sandboxEvents,
     metrics,
     passes: [
+      // Hosts silent past NESTBOX_HOST_LOST_AFTER_MS: lost, their sandboxes error (host_lost) in one step.
+      { name: 'lost-hosts', everyMs: 0, run: () => hosts.markLostHosts() },
       // A build whose control plane died is failed (its sandboxes go with it).
       { name: 'orphaned-builds', everyMs: 10_000, run: () => builds.failOrphans(instanceTimeoutMs) },
       // Lifecycle events past NESTBOX_EVENT_RETENTION_DAYS (their deliveries go with them).

@@ -304,8 +304,10 @@ export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 's
 
   router.post('/sandbox', api(async (req, res, principal) => {
     const body = parseBody(CreateBody, req.body);
-    checkTarget(body.target, options.region);
     const input = createInput(body, maxSeconds);
+    // Daytona's `target` is a region: core places the sandbox on a host whose `region` label
+    // (or, unlabelled, NESTBOX_REGION) is that name, and refuses one no live host is in.
+    if (body.target !== undefined && body.target !== '') input.placement = { region: body.target, regionField: 'target' };
     const unknown = unknownOptions(body);
     if (unknown.length) {
       res.setHeader('X-Nestbox-Unhonoured-Options', unknown.join(', ').replace(/[^\x20-\x7e]/g, '?'));

@@ -4,7 +4,7 @@
 // here; nothing else decides a Daytona status.
 import { STATUS_CODES } from 'node:http';
 import type { Response } from 'express';
-import { NestboxError, publicError, retryAfterSeconds, type ErrorCode } from '../../core/errors.js';
+import { NestboxError, publicError, hasRetryAfter, retryAfterSeconds, type ErrorCode } from '../../core/errors.js';
 import { clientHasGone } from '../../http-kit/request-checks.js';
 import type { ErrorLog } from '../../core/logger.js';
 
@@ -107,6 +107,6 @@ export function renderDaytonaError(res: Response, err: unknown, surface: Daytona
     return;
   }
   // The SDK maps 429 to DaytonaRateLimitError.
-  if (e.status === 429) res.setHeader('Retry-After', String(retryAfterSeconds(e)));
+  if (hasRetryAfter(e)) res.setHeader('Retry-After', String(retryAfterSeconds(e)));
   res.status(daytonaStatus(e, surface)).json(daytonaErrorBody(e, surface, res.req.originalUrl.split('?')[0], res.req.method));
 }

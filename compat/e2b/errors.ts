@@ -2,7 +2,7 @@
 // wrong and its status; this file only decides how E2B clients must see it.
 import type { Response } from 'express';
 import { Code, ConnectError } from '@connectrpc/connect';
-import { NestboxError, publicError, retryAfterSeconds, toNestboxError } from '../../core/errors.js';
+import { NestboxError, publicError, hasRetryAfter, retryAfterSeconds, toNestboxError } from '../../core/errors.js';
 import { clientHasGone } from '../../http-kit/request-checks.js';
 import type { ErrorLog } from '../../core/logger.js';
 
@@ -21,7 +21,7 @@ export function renderControlPlaneError(res: Response, err: unknown, log?: Error
     return;
   }
   // The SDK waits Retry-After and retries (up to its `retries`), then raises RateLimitError.
-  if (e.status === 429) res.setHeader('Retry-After', String(retryAfterSeconds(e)));
+  if (hasRetryAfter(e)) res.setHeader('Retry-After', String(retryAfterSeconds(e)));
   res.status(e.status).json({ code: e.status, message: e.message });
 }
 

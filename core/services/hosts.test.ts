@@ -58,3 +58,53 @@ describe('HostService heartbeat reconciliation', () => {
     expect(await stateOf('died')).toBe('error');
   });
 });
+
+describe('HostService lost hosts', () => {
+  let db: Db;
+  let drop: () => Promise<void>;
+  beforeAll(async () => {
+    const t = await createTestDatabase();
+    drop = t.drop;
+    db = openDatabase({ kind: 'postgres', url: t.url });
+    await migrateToLatest(db);
+    await organizationRepository(db).insert({ id: 'orga', name: 'a' });
+  });
+  afterAll(async () => { await db.destroy(); await drop(); });
+
+  const noClient = () => { throw new Error('marking a host lost must not call it'); };
+  const policy = { cpuOvercommit: 1, memoryOvercommit: 1, diskOvercommit: 1, reserveCpu: 0, reserveMemoryMiB: 0, hostLostAfterMs: 1000, retryAfterSeconds: 5, defaultRegion: 'local', defaultDiskGiB: 1 };
+  const insert = async (id: string, hostId: string, state: 'running' | 'creating' | 'stopped') => {
+    const repo = sandboxRepository(db);
+    await repo.insertCreating({ id, organizationId: 'orga', hostId, image: 'default', cpu: 1, memoryMiB: 256, env: {}, labels: {}, timeoutSeconds: 60, operationId: `op-${id}`, operationOwner: 'cp1', diskGiB: 1 });
+    if (state === 'running') await repo.transition(id, ['creating'], { state: 'running', operation: null, operationId: null, operationOwner: null, operationStartedAt: null, startedAt: new Date() });
+    if (state === 'stopped') {
+      await repo.transition(id, ['creating'], { state: 'running', operation: null, operationId: null, operationOwner: null, operationStartedAt: null, startedAt: new Date() });
+      await repo.transition(id, ['running'], { state: 'stopping' });
+      await repo.transition(id, ['stopping'], { state: 'stopped' });
+    }
+  };
+
+  it('marks a silent host lost once across replicas and moves its running and in-flight sandboxes to error together', async () => {
+    const { hostRepository } = await import('../store/repositories/hosts.js');
+    await hostRepository(db).upsertHeartbeat({ id: 'gone', url: 'http://127.0.0.1:1', driver: 'local', capabilities: {} }, new Date(Date.now() - 60_000));
+    await hostRepository(db).upsertHeartbeat({ id: 'alive', url: 'http://127.0.0.1:2', driver: 'local', capabilities: {} });
+    await insert('g1', 'gone', 'running');
+    await insert('g2', 'gone', 'creating');
+    await insert('g3', 'gone', 'stopped');
+    await insert('a1', 'alive', 'running');
+    const replicas = [new HostService(db, noClient, 10_000, undefined, undefined, policy), new HostService(db, noClient, 10_000, undefined, undefined, policy)];
+    const [x, y] = await Promise.all(replicas.map((r) => r.markLostHosts()));
+    expect([...x, ...y]).toEqual([{ hostId: 'gone', sandboxes: 2 }]);
+    const row = async (id: string) => (await sandboxRepository(db).findById(id))!;
+    for (const id of ['g1', 'g2']) expect(await row(id)).toMatchObject({ state: 'error', stopReason: 'host_lost', operationId: null });
+    expect((await row('g3')).state).toBe('stopped');
+    expect((await row('a1')).state).toBe('running');
+    expect((await hostRepository(db).findById('gone'))!.lostAt).not.toBeNull();
+
+    // It heartbeats again, still running g1: g1 is adopted, g2 (absent) stays error.
+    await replicas[0].heartbeat({ hostId: 'gone', url: 'http://127.0.0.1:1', driver: 'local', capabilities: {}, sandboxes: [{ id: 'g1', status: 'running' }] });
+    expect((await hostRepository(db).findById('gone'))!.lostAt).toBeNull();
+    expect(await row('g1')).toMatchObject({ state: 'running', stopReason: null, errorMessage: null });
+    expect((await row('g2')).state).toBe('error');
+  });
+});

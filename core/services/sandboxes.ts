@@ -10,10 +10,10 @@ import { snapshotRepository } from '../store/repositories/snapshots.js';
 import { EVERY_PORT, portRepository } from '../store/repositories/ports.js';
 import type { EgressPolicy, HostClient, HostSandboxSpec } from '../host-client.js';
 import type { GuestClient } from '../guest.js';
-import type { Principal, Sandbox, SandboxKind, Snapshot } from '../types.js';
+import type { HostRecord, Principal, Sandbox, SandboxKind, Snapshot } from '../types.js';
 import type { Image } from '../images/types.js';
 import { canSeeSandbox, requireScope } from './auth.js';
-import type { HostService } from './hosts.js';
+import type { HostService, PlacementConstraints } from './hosts.js';
 
 export interface SandboxLimits {
   defaultImage: string;
@@ -66,6 +66,8 @@ export interface CreateSandboxInput extends LifecyclePolicy {
   name?: string;
   /** Outbound network policy; default allow all. */
   egress?: EgressPolicy;
+  /** Where it may run: a region, labels its host must carry, or (operators, platform:hosts) one host. */
+  placement?: PlacementConstraints;
   /**
    * Every port the sandbox listens on is reachable through the hosted-port proxy, not only
    * published ones (E2B's rule; a public Daytona sandbox): to anyone when `public`, else with a
@@ -199,6 +201,15 @@ export function encodeCursor(s: Pick<Sandbox, 'createdAt' | 'id'>): string {
   return Buffer.from(`${s.createdAt.toISOString()}|${s.id}`).toString('base64url');
 }
 
+/**
+ * A sandbox its host's loss put in error: the call is answered 503 naming host_lost (not a
+ * generic state conflict, and never a wait on a host that does not answer).
+ */
+function assertNotHostLost(sandbox: Sandbox, operation: string): void {
+  if (sandbox.state !== 'error' || sandbox.stopReason !== 'host_lost') return;
+  throw new NestboxError('host_unavailable', `cannot ${operation} sandbox ${sandbox.id}: its host ${sandbox.hostId} was lost (host_lost); it is in error until the host returns (it is then adopted if it still runs there) or it is resumed from its disk`, { reason: 'host_lost', hostId: sandbox.hostId, state: sandbox.state });
+}
+
 function decodeCursor(cursor: string): { createdAt: Date; id: string } {
   const [iso, id] = Buffer.from(cursor, 'base64url').toString('utf8').split('|');
   const createdAt = new Date(iso ?? '');
@@ -291,15 +302,18 @@ export class SandboxService {
     const spec = this.validateCreate(input);
     const egress = input.egress === undefined ? { mode: 'allow-all' as const } : validateEgress(input.egress);
     const policy = this.validatePolicy(input);
+    const constraints = this.hosts.validateConstraints(principal, input.placement);
     const source = await this.sourceOf(principal.organizationId, input);
     const snapshot = source.snapshot;
-    // A snapshot's disk (and an image's layers) live on the host that made them, so their
-    // sandboxes are placed there.
-    const host = source.hostId ? await this.hosts.aliveHost(source.hostId) : await this.hosts.pickHost();
     const operationId = newOperationId();
     const name = validateName(input.name);
     if (input.everyPort !== undefined && typeof input.everyPort?.public !== 'boolean') throw errors.validation('everyPort.public', 'must be true or false');
+    let host!: HostRecord;
     const created = await this.withinQuota(principal.organizationId, { sandboxes: 1, cpu: spec.cpu, memoryMiB: spec.memoryMiB }, async (tx) => {
+      // A snapshot's disk (and an image's layers) live on the host that made them, so their
+      // sandboxes are placed there; the rest go where there is room (hosts.place).
+      const what = snapshot ? `snapshot ${snapshot.name ?? snapshot.id}` : `the layers of image ${source.image}`;
+      host = await this.hosts.place(tx, { cpu: spec.cpu, memoryMiB: spec.memoryMiB, diskGiB: spec.diskGiB, constraints, ...(source.hostId ? { fixed: { hostId: source.hostId, what } } : {}) });
       const inserted = await this.lifecycle.insert(tx, OPERATIONS.create, operationId, {
         id: newSandboxId(),
         organizationId: principal.organizationId,
@@ -566,7 +580,11 @@ export class SandboxService {
    */
   private beginStart(sandbox: Sandbox): Promise<{ sandbox: Sandbox; operationId: string }> {
     assertCanBegin(OPERATIONS.start, sandbox.id, sandbox.state);
-    return this.withinQuota(sandbox.organizationId, { sandboxes: 1, cpu: sandbox.cpu, memoryMiB: sandbox.memoryMiB }, (tx) => this.lifecycle.begin(sandbox, OPERATIONS.start, tx), sandbox.id);
+    return this.withinQuota(sandbox.organizationId, { sandboxes: 1, cpu: sandbox.cpu, memoryMiB: sandbox.memoryMiB }, async (tx) => {
+      // Its disk is on its host: that host must be live and have room for its vCPUs and memory again.
+      await this.hosts.place(tx, { cpu: sandbox.cpu, memoryMiB: sandbox.memoryMiB, diskGiB: 0, fixed: { hostId: sandbox.hostId!, what: `sandbox ${sandbox.id}'s disk`, existing: sandbox.id } });
+      return this.lifecycle.begin(sandbox, OPERATIONS.start, tx);
+    }, sandbox.id);
   }
 
   async stop(principal: Principal, id: string): Promise<Sandbox> {
@@ -632,7 +650,8 @@ export class SandboxService {
 
   async finishDelete(sandbox: Sandbox, operationId: string): Promise<void> {
     try {
-      if (sandbox.hostId) await (await this.hosts.clientFor(sandbox.hostId)).destroySandbox(sandbox.id);
+      // A lost host cannot be asked; it destroys the sandbox when it returns (HostService.hostReturned).
+      if (sandbox.hostId && !(await this.hosts.isLost(sandbox.hostId))) await (await this.hosts.clientFor(sandbox.hostId)).destroySandbox(sandbox.id);
     } catch (err) {
       const e = toNestboxError(err);
       await this.lifecycle.finish(sandbox, OPERATIONS.delete, 'failed', operationId, { errorMessage: failureMessage(OPERATIONS.delete, e) });
@@ -649,6 +668,7 @@ export class SandboxService {
   private async runningSandbox(principal: Principal, id: string, operation: string): Promise<{ sandbox: Sandbox; client: HostClient }> {
     let sandbox = await this.load(principal, id);
     if (sandbox.state !== 'running' && isWakeable(sandbox)) sandbox = await this.wake(sandbox);
+    assertNotHostLost(sandbox, operation);
     assertRunning(sandbox.id, sandbox.state, operation);
     await this.noteActivity(sandbox.id);
     return { sandbox, client: await this.hosts.clientFor(sandbox.hostId!) };
@@ -761,6 +781,9 @@ export class SandboxService {
     const operationId = newOperationId();
     const children: Sandbox[] = [];
     await this.withinQuota(source.organizationId, { sandboxes: count, cpu: source.cpu * count, memoryMiB: source.memoryMiB * count }, async (tx) => {
+    // Children are copies of the source's disk, so they go to its host, which must take them.
+    const childDiskGiB = source.diskGiB ?? this.limits.defaultDiskGiB;
+    await this.hosts.place(tx, { cpu: source.cpu * count, memoryMiB: source.memoryMiB * count, diskGiB: childDiskGiB * count, fixed: { hostId: source.hostId!, what: `the disk of sandbox ${source.id}` } });
     for (let i = 0; i < count; i++) {
       children.push(
         await this.lifecycle.insert(tx, OPERATIONS.fork, operationId, {
@@ -832,6 +855,7 @@ export class SandboxService {
   async guestFor(principal: Principal, id: string, operation: string, stoppedDisk = false): Promise<GuestClient> {
     if (stoppedDisk) {
       const sandbox = await this.load(principal, id);
+      assertNotHostLost(sandbox, operation);
       if ((sandbox.state === 'stopped' || sandbox.state === 'error') && !isWakeable(sandbox)) {
         return (await this.hosts.clientFor(sandbox.hostId!)).guest(id, 'stopped-disk');
       }

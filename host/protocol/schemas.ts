@@ -173,6 +173,20 @@ export type UsageSample = z.infer<typeof UsageSample>;
 /** Samples one heartbeat carries at most (the host agent keeps older ones for the next beat). */
 export const MAX_HEARTBEAT_USAGE_SAMPLES = 2_000;
 
+export const HostCapacity = z
+  .object({ cpu: z.number().int().positive(), memoryMiB: z.number().int().positive(), diskGiB: z.number().int().nonnegative() })
+  .strict();
+export type HostCapacity = z.infer<typeof HostCapacity>;
+/** The same rules as NESTBOX_HOST_LABELS (src/config.ts). */
+export const HostLabels = z
+  .record(z.string().regex(/^[a-z0-9][a-z0-9._/-]{0,62}$/), z.string().regex(/^[A-Za-z0-9._-]{0,63}$/))
+  .refine((labels) => Object.keys(labels).length <= 64, 'at most 64 labels');
+/** Sums over the sandboxes the driver runs or keeps paused (vCPU and memory limits, disk sizes), and how many it knows. */
+export const HostAllocation = z
+  .object({ cpu: z.number().nonnegative(), memoryMiB: z.number().nonnegative(), diskGiB: z.number().nonnegative(), sandboxes: z.number().int().nonnegative() })
+  .strict();
+export type HostAllocation = z.infer<typeof HostAllocation>;
+
 export const Heartbeat = z
   .object({
     hostId: z.string().min(1),
@@ -182,6 +196,15 @@ export const Heartbeat = z
     sandboxes: z.array(HostSandboxRuntime),
     /** Usage samples taken since the last heartbeat that was answered. */
     usage: z.array(UsageSample).max(MAX_HEARTBEAT_USAGE_SAMPLES).optional(),
+    /**
+     * What the host offers (measured, or the operator's NESTBOX_HOST_CAPACITY_*), its labels
+     * (NESTBOX_HOST_LABELS), its release, and what its live sandboxes hold now. Optional so an
+     * older host agent still registers (it is then placed on as if it had no room).
+     */
+    capacity: HostCapacity.optional(),
+    labels: HostLabels.optional(),
+    version: z.string().min(1).max(64).optional(),
+    allocated: HostAllocation.optional(),
   })
   .strict();
 export type Heartbeat = z.infer<typeof Heartbeat>;

@@ -26,6 +26,8 @@ function printSandbox(s: Sandbox): void {
     ['timeout', `${s.timeoutSeconds} s`],
     ['expires', s.expiresAt ?? '-'],
     ['created', s.createdAt],
+    // Shown to operators only (keys with platform:hosts).
+    ...(s.hostId ? [['host', s.hostId] as [string, string]] : []),
   ];
   for (const [k, v] of rows) process.stdout.write(`${k.padEnd(8)} ${v}\n`);
 }
@@ -52,8 +54,12 @@ export function registerSandboxCommands(program: Command, config: () => Config):
     .option('--timeout <seconds>', 'stop it after this long (0: never)', (v: string) => (v === '0' ? 0 : positiveInteger(v)))
     .option('--egress <policy>', 'outbound network: deny-all, allow-all or host,cidr,…', egressPolicy)
     .option('--snapshot <name>', 'start from this snapshot (its disk)')
-    .action(act(async ({ client, json }, opts: { image?: string; cpu?: number; memory?: number; disk?: number; env?: Record<string, string>; label?: Record<string, string>; timeout?: number; egress?: EgressPolicy; snapshot?: string }) => {
-      const sandbox = await client.createSandbox({ image: opts.image, cpu: opts.cpu, memoryMiB: opts.memory, diskGiB: opts.disk, env: opts.env, labels: opts.label, timeoutSeconds: opts.timeout, egress: opts.egress, snapshot: opts.snapshot });
+    .option('--region <name>', 'run on a host of this region (its region label)')
+    .option('--host-label <K=V>', 'run on a host carrying this label (repeatable)', keyValue)
+    .option('--host <id>', 'run on this host (operators: platform:hosts)')
+    .action(act(async ({ client, json }, opts: { image?: string; cpu?: number; memory?: number; disk?: number; env?: Record<string, string>; label?: Record<string, string>; timeout?: number; egress?: EgressPolicy; snapshot?: string; region?: string; hostLabel?: Record<string, string>; host?: string }) => {
+      const placement = opts.region || opts.hostLabel || opts.host ? { region: opts.region, labels: opts.hostLabel, hostId: opts.host } : undefined;
+      const sandbox = await client.createSandbox({ image: opts.image, cpu: opts.cpu, memoryMiB: opts.memory, diskGiB: opts.disk, env: opts.env, labels: opts.label, timeoutSeconds: opts.timeout, egress: opts.egress, snapshot: opts.snapshot, placement });
       if (json) printJson(sandbox);
       else process.stdout.write(`${sandbox.id}\n`);
     }));

@@ -40,6 +40,40 @@ export interface Sandbox {
   snapshotId?: string | null;
   forkedFrom?: string | null;
   egress?: EgressPolicy;
+  /** Only for keys with platform:hosts (operators). */
+  hostId?: string | null;
+}
+
+/** Where a sandbox may run (createSandbox's `placement`). */
+export interface Placement {
+  region?: string;
+  labels?: Record<string, string>;
+  /** Operators only (platform:hosts). */
+  hostId?: string;
+}
+
+export interface HostResources {
+  cpu: number;
+  memoryMiB: number;
+  diskGiB: number;
+}
+
+/** A host agent as operators see it (GET /hosts). */
+export interface Host {
+  id: string;
+  url: string;
+  state: 'ready' | 'cordoned' | 'draining' | 'lost';
+  region: string;
+  labels: Record<string, string>;
+  driver: string;
+  version: string | null;
+  capacity: HostResources | null;
+  allocatable: HostResources | null;
+  allocated: HostResources & { sandboxes: number };
+  reported: (HostResources & { sandboxes: number }) | null;
+  registeredAt: string;
+  lastHeartbeatAt: string;
+  lostAt: string | null;
 }
 
 export interface CreateSandboxRequest {
@@ -55,6 +89,7 @@ export interface CreateSandboxRequest {
   idleAction?: 'pause' | 'stop';
   autoDeleteSeconds?: number | null;
   egress?: EgressPolicy;
+  placement?: Placement;
 }
 
 export interface UpdateSandboxRequest {
@@ -513,6 +548,14 @@ export class NativeClient {
     return (await this.request<{ items: ApiKey[] }>('GET', '/api-keys')).items;
   }
   deleteApiKey(keyId: string): Promise<void> { return this.request('DELETE', `/api-keys/${enc(keyId)}`); }
+
+  // ── hosts (operators: platform:hosts) ──
+  async listHosts(): Promise<Host[]> {
+    return (await this.request<{ items: Host[] }>('GET', '/hosts')).items;
+  }
+  getHost(hostId: string): Promise<Host> { return this.request('GET', `/hosts/${enc(hostId)}`); }
+  /** cordon: no new sandboxes; drain: cordoned and marked draining; uncordon: ready again. */
+  setHostState(hostId: string, action: 'cordon' | 'uncordon' | 'drain'): Promise<Host> { return this.request('POST', `/hosts/${enc(hostId)}/${action}`); }
 
   // ── code interpreter ──
   /** One cell, its events collected into one answer. */

@@ -265,7 +265,10 @@ const pages = {
     status: 503,
     code: 'sandbox_not_running',
     title: 'The sandbox is not running',
-    message: `Sandbox ${route.sandboxId} is ${sandbox.state}${sandbox.stopReason ? ` (${sandbox.stopReason})` : ''}; resume it to reach port ${route.port}.`,
+    message:
+      sandbox.stopReason === 'host_lost'
+        ? `Sandbox ${route.sandboxId} is ${sandbox.state} (host_lost): the machine it runs on stopped answering. It comes back by itself if that machine returns with it running; otherwise resume it once the machine is back.`
+        : `Sandbox ${route.sandboxId} is ${sandbox.state}${sandbox.stopReason ? ` (${sandbox.stopReason})` : ''}; resume it to reach port ${route.port}.`,
   }),
   notListening: (route: PortRoute): ProxyPage => ({
     status: 502,

@@ -1,3 +1,4 @@
+import type { Knex } from 'knex';
 import type { DbOrTx } from '../db.js';
 import type { Sandbox } from '../../types.js';
 import { canTransition, statesLeadingTo, type SandboxState } from '../../state-machine.js';
@@ -363,6 +364,24 @@ export function sandboxRepository(db: DbOrTx) {
     },
 
     /**
+     * The same compare-and-set for every sandbox of one host in one of `fromStates`, as ONE
+     * UPDATE (a lost host's sandboxes all change together, not one by one). Returns the rows
+     * written, each with the state it had before (from the same statement).
+     */
+    async transitionOnHost(hostId: string, fromStates: readonly SandboxState[], patch: SandboxPatch): Promise<{ sandbox: Sandbox; from: SandboxState }[]> {
+      if (patch.state !== undefined) for (const from of fromStates) assertTransition(hostId, from, patch.state);
+      // UPDATE … FROM a self-join on the locked old rows hands back each row's previous state.
+      const columns = { ...toColumns(patch), updated_at: new Date() } as Record<string, unknown>;
+      const sets = Object.keys(columns).map((c) => `"${c}" = ?`).join(', ');
+      const result = await db.raw(
+        `UPDATE sandboxes AS s SET ${sets} FROM (SELECT id, state FROM sandboxes WHERE host_id = ? AND state IN (${fromStates.map(() => '?').join(', ')}) FOR UPDATE) AS old WHERE s.id = old.id RETURNING s.*, old.state AS previous_state`,
+        [...Object.values(columns), hostId, ...fromStates] as Knex.RawBinding[],
+      );
+      const rows = (result.rows ?? result) as (SandboxRow & { previous_state: SandboxState })[];
+      return rows.map((r) => ({ sandbox: fromRow(r), from: r.previous_state }));
+    },
+
+    /**
      * Columns other than the state as they are; a new state only over a state the table lets
      * lead to it (guarded in the UPDATE, so a row in any other state is refused, not overwritten).
      */
@@ -500,6 +519,25 @@ export function sandboxRepository(db: DbOrTx) {
     async findByHost(hostId: string, states: readonly SandboxState[]): Promise<Sandbox[]> {
       const rows = await db<SandboxRow>('sandboxes').where({ host_id: hostId }).whereIn('state', states as SandboxState[]);
       return (rows as SandboxRow[]).map(fromRow);
+    },
+
+    /**
+     * What the sandboxes placed on each of `hostIds` hold: vCPUs and memory of those that may
+     * run (not stopped, error or deleted), disk of every one not deleted (a stopped sandbox
+     * keeps its disk on its host). `defaultDiskGiB` counts rows from before disk sizes.
+     */
+    async allocationsByHost(hostIds: readonly string[], defaultDiskGiB: number): Promise<Map<string, { cpu: number; memoryMiB: number; diskGiB: number; sandboxes: number }>> {
+      if (hostIds.length === 0) return new Map();
+      const rows = (await db('sandboxes')
+        .select('host_id')
+        .select(db.raw(`coalesce(sum(case when state in ('stopped', 'error') then 0 else cpu end), 0) as cpu`))
+        .select(db.raw(`coalesce(sum(case when state in ('stopped', 'error') then 0 else memory_mib end), 0) as memory_mib`))
+        .select(db.raw(`coalesce(sum(coalesce(disk_gib, ?)), 0) as disk_gib`, [defaultDiskGiB]))
+        .select(db.raw(`count(*) as sandboxes`))
+        .whereIn('host_id', hostIds as string[])
+        .whereNot('state', 'deleted')
+        .groupBy('host_id')) as { host_id: string; cpu: string | number; memory_mib: string | number; disk_gib: string | number; sandboxes: string | number }[];
+      return new Map(rows.map((r) => [r.host_id, { cpu: Number(r.cpu), memoryMiB: Number(r.memory_mib), diskGiB: Number(r.disk_gib), sandboxes: Number(r.sandboxes) }]));
     },
 
     async countActiveByHost(): Promise<Map<string, number>> {

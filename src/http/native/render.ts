@@ -1,15 +1,21 @@
-import type { ApiKeyRecord, Sandbox, Snapshot } from '../../../core/types.js';
+import type { ApiKeyRecord, Principal, Sandbox, Snapshot } from '../../../core/types.js';
+import type { HostView } from '../../../core/services/hosts.js';
 import type { PublishedPort } from '../../../core/services/ports.js';
 import type { BuildLogLine, Image, ImageBuild } from '../../../core/images/types.js';
 import type { CodeContext } from '../../../core/code-interpreter/types.js';
 
 const iso = (d: Date | null): string | null => (d ? d.toISOString() : null);
 
-/** The public shape of a sandbox. Env values are not echoed: they often hold secrets. */
-export function renderSandbox(s: Sandbox) {
+/**
+ * The public shape of a sandbox. Env values are not echoed: they often hold secrets. Which host
+ * it is on is shown only to operators (`viewer` with platform:hosts): it names the platform's
+ * machines, which an organisation has no business knowing.
+ */
+export function renderSandbox(s: Sandbox, viewer?: Principal) {
   return {
     id: s.id,
     state: s.state,
+    ...(viewer?.scopes.has('platform:hosts') ? { hostId: s.hostId } : {}),
     image: s.image,
     imageId: s.imageId,
     cpu: s.cpu,
@@ -129,4 +135,25 @@ export function renderBuildLogLine(l: BuildLogLine) {
 /** A code context (core/code-interpreter/types.ts), field by field so the wire shape stays the spec's. */
 export function renderCodeContext(c: CodeContext) {
   return { id: c.id, language: c.language, cwd: c.cwd, user: c.user, isDefault: c.isDefault, createdAt: c.createdAt };
+}
+
+/** A host as operators see it (listHosts, getHost and the cordon verbs). */
+export function renderHost(v: HostView) {
+  const h = v.host;
+  return {
+    id: h.id,
+    url: h.url,
+    state: v.state,
+    region: v.region,
+    labels: h.labels,
+    driver: h.driver,
+    version: h.version,
+    capacity: h.capacity,
+    allocatable: v.allocatable,
+    allocated: v.allocated,
+    reported: h.allocated,
+    registeredAt: h.registeredAt.toISOString(),
+    lastHeartbeatAt: h.lastHeartbeatAt.toISOString(),
+    lostAt: iso(h.lostAt),
+  };
 }

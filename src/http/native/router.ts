@@ -5,7 +5,7 @@ import express, { type Request, type Response, type Router } from 'express';
 import { OpenAPIBackend, type Context, type Document } from 'openapi-backend';
 import { load as loadYaml } from 'js-yaml';
 import addFormats from 'ajv-formats';
-import { errors, NestboxError, publicError, retryAfterSeconds, toNestboxError } from '../../../core/errors.js';
+import { errors, NestboxError, publicError, hasRetryAfter, retryAfterSeconds, toNestboxError } from '../../../core/errors.js';
 import { canSeeSandbox, requireScope } from '../../../core/services/auth.js';
 import { SCOPES, type Principal, type Scope } from '../../../core/types.js';
 import type { Logger } from '../../../core/logger.js';
@@ -25,7 +25,7 @@ export function renderNativeError(res: Response, err: unknown, log?: Pick<Logger
     res.destroy();
     return;
   }
-  if (e.status === 429) res.setHeader('Retry-After', String(retryAfterSeconds(e)));
+  if (hasRetryAfter(e)) res.setHeader('Retry-After', String(retryAfterSeconds(e)));
   res.status(e.status).json({ error: e.toJSON() });
 }
 

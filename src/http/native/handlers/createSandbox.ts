@@ -17,5 +17,5 @@ export const createSandbox: NativeHandler = async (ctx) => {
     (s) => ({ sandboxIds: [s.id] }),
     async (stored) => (await sandboxes.getMany(principal, (stored as { sandboxIds: string[] }).sandboxIds))[0],
   );
-  ctx.res.status(201).json(renderSandbox(sandbox));
+  ctx.res.status(201).json(renderSandbox(sandbox, principalOf(ctx)));
 };

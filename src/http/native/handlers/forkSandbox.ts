@@ -20,5 +20,5 @@ export const forkSandbox: NativeHandler = async (ctx) => {
       return { sandboxes: await sandboxes.getMany(principal, s.sandboxIds), memoryCopied: s.memoryCopied, diskCopy: s.diskCopy };
     },
   );
-  ctx.res.status(201).json({ sandboxes: result.sandboxes.map(renderSandbox), memoryCopied: result.memoryCopied, diskCopy: result.diskCopy });
+  ctx.res.status(201).json({ sandboxes: result.sandboxes.map((s) => renderSandbox(s, principalOf(ctx))), memoryCopied: result.memoryCopied, diskCopy: result.diskCopy });
 };

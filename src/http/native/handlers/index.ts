@@ -1,5 +1,10 @@
 // operationId → handler. A test checks this table against openapi/native.yaml both ways.
 import type { NativeHandler } from '../context.js';
+import { listHosts } from './listHosts.js';
+import { getHost } from './getHost.js';
+import { cordonHost } from './cordonHost.js';
+import { uncordonHost } from './uncordonHost.js';
+import { drainHost } from './drainHost.js';
 import { listImages } from './listImages.js';
 import { getImage } from './getImage.js';
 import { deleteImage } from './deleteImage.js';
@@ -192,4 +197,9 @@ export const nativeHandlers: Record<string, NativeHandler> = {
   listWebhookDeliveries,
   replayWebhookDelivery,
   replayWebhookEvent,
+  listHosts,
+  getHost,
+  cordonHost,
+  uncordonHost,
+  drainHost,
 };

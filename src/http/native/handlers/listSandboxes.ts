@@ -16,5 +16,5 @@ export const listSandboxes: NativeHandler = async (ctx) => {
     limit: limit === undefined ? undefined : Number(limit),
     cursor: queryString(ctx, 'cursor'),
   });
-  ctx.res.status(200).json({ items: page.items.map(renderSandbox), nextCursor: page.nextCursor });
+  ctx.res.status(200).json({ items: page.items.map((s) => renderSandbox(s, principalOf(ctx))), nextCursor: page.nextCursor });
 };

@@ -4,5 +4,5 @@ import { renderSandbox } from '../render.js';
 
 export const stopSandbox: NativeHandler = async (ctx) => {
   const sandbox = await ctx.services.sandboxes.stop(principalOf(ctx), sandboxIdOf(ctx));
-  ctx.res.status(200).json(renderSandbox(sandbox));
+  ctx.res.status(200).json(renderSandbox(sandbox, principalOf(ctx)));
 };

@@ -6,5 +6,5 @@ import type { UpdateSandboxInput } from '../../../../core/services/sandboxes.js'
 export const updateSandbox: NativeHandler = async (ctx) => {
   const body = ctx.api.request.requestBody as UpdateSandboxInput;
   const sandbox = await ctx.services.sandboxes.update(principalOf(ctx), sandboxIdOf(ctx), body);
-  ctx.res.status(200).json(renderSandbox(sandbox));
+  ctx.res.status(200).json(renderSandbox(sandbox, principalOf(ctx)));
 };
