@@ -14,6 +14,7 @@ import type { Principal, Sandbox, SandboxKind, Snapshot } from '../types.js';
 import type { Image } from '../images/types.js';
 import { canSeeSandbox, requireScope } from './auth.js';
 import type { HostService } from './hosts.js';
+import { checkWithinLimits, NO_ORGANIZATION_LIMITS, type OrganizationLimits } from './org-limits.js';
 
 export interface SandboxLimits {
   defaultImage: string;
@@ -32,16 +33,8 @@ export interface SandboxLimits {
   diskInodesPerGiB: number;
 }
 
-/** Per-organisation limits, checked atomically at create, fork and resume. */
-export interface OrganizationLimits {
-  /** Sandboxes that are neither stopped nor deleted. */
-  maxSandboxes: number;
-  /** vCPUs and memory of those sandboxes. */
-  maxCpu: number;
-  maxMemoryMiB: number;
-  /** Retry-After of the 429 when a limit is reached. */
-  retryAfterSeconds: number;
-}
+/** Per-organisation limits (core/services/org-limits.ts), checked atomically at create, fork and resume. */
+export type { OrganizationLimits } from './org-limits.js';
 
 export interface LifecyclePolicy {
   /** 0 = never; otherwise pause (or stop) after this long without activity. */
@@ -226,7 +219,7 @@ export class SandboxService {
     private readonly limits: SandboxLimits,
     /** Id of this control-plane instance, recorded as the owner of operations it runs. */
     instanceId: string,
-    private readonly orgLimits: OrganizationLimits = { maxSandboxes: Number.MAX_SAFE_INTEGER, maxCpu: Number.MAX_SAFE_INTEGER, maxMemoryMiB: Number.MAX_SAFE_INTEGER, retryAfterSeconds: 30 },
+    private readonly orgLimits: OrganizationLimits = NO_ORGANIZATION_LIMITS,
     /** Where every state this service writes is published (the server's one bus). */
     events?: SandboxStateEvents,
   ) {
@@ -240,26 +233,9 @@ export class SandboxService {
    * pass on the same spare capacity. Nothing here waits for a host agent (PGlite has one
    * connection; see store/db.ts).
    */
-  private async withinQuota<T>(organizationId: string, ask: { sandboxes: number; cpu: number; memoryMiB: number }, task: (tx: DbOrTx) => Promise<T>, excludeId?: string): Promise<T> {
+  private async withinQuota<T>(organizationId: string, ask: { sandboxes: number; cpu: number; memoryMiB: number; diskGiB: number }, task: (tx: DbOrTx) => Promise<T>, excludeId?: string): Promise<T> {
     return this.db.transaction(async (tx) => {
-      await tx('organizations').where({ id: organizationId }).forUpdate().first('id');
-      const used = await sandboxRepository(tx).usageOf(organizationId, excludeId);
-      const l = this.orgLimits;
-      const retryAfterSeconds = l.retryAfterSeconds;
-      const checks = [
-        { limit: 'sandboxes', max: l.maxSandboxes, current: used.sandboxes, requested: ask.sandboxes, what: 'sandboxes that are not stopped', setting: 'NESTBOX_ORG_MAX_SANDBOXES' },
-        { limit: 'cpu', max: l.maxCpu, current: used.cpu, requested: ask.cpu, what: 'vCPUs', setting: 'NESTBOX_ORG_MAX_CPU' },
-        { limit: 'memoryMiB', max: l.maxMemoryMiB, current: used.memoryMiB, requested: ask.memoryMiB, what: 'MiB of memory', setting: 'NESTBOX_ORG_MAX_MEMORY_MIB' },
-      ];
-      for (const c of checks) {
-        if (c.current + c.requested > c.max) {
-          throw errors.quotaExceeded(
-            c.limit,
-            `organisation limit reached: ${c.current} of ${c.max} ${c.what} in use, this call needs ${c.requested} more (stop or delete sandboxes, or raise ${c.setting})`,
-            { max: c.max, current: c.current, requested: c.requested, retryAfterSeconds },
-          );
-        }
-      }
+      await checkWithinLimits(tx, organizationId, ask, this.orgLimits, excludeId);
       return task(tx);
     });
   }
@@ -299,7 +275,7 @@ export class SandboxService {
     const operationId = newOperationId();
     const name = validateName(input.name);
     if (input.everyPort !== undefined && typeof input.everyPort?.public !== 'boolean') throw errors.validation('everyPort.public', 'must be true or false');
-    const created = await this.withinQuota(principal.organizationId, { sandboxes: 1, cpu: spec.cpu, memoryMiB: spec.memoryMiB }, async (tx) => {
+    const created = await this.withinQuota(principal.organizationId, { sandboxes: 1, cpu: spec.cpu, memoryMiB: spec.memoryMiB, diskGiB: spec.diskGiB }, async (tx) => {
       const inserted = await this.lifecycle.insert(tx, OPERATIONS.create, operationId, {
         id: newSandboxId(),
         organizationId: principal.organizationId,
@@ -566,7 +542,7 @@ export class SandboxService {
    */
   private beginStart(sandbox: Sandbox): Promise<{ sandbox: Sandbox; operationId: string }> {
     assertCanBegin(OPERATIONS.start, sandbox.id, sandbox.state);
-    return this.withinQuota(sandbox.organizationId, { sandboxes: 1, cpu: sandbox.cpu, memoryMiB: sandbox.memoryMiB }, (tx) => this.lifecycle.begin(sandbox, OPERATIONS.start, tx), sandbox.id);
+    return this.withinQuota(sandbox.organizationId, { sandboxes: 1, cpu: sandbox.cpu, memoryMiB: sandbox.memoryMiB, diskGiB: 0 }, (tx) => this.lifecycle.begin(sandbox, OPERATIONS.start, tx), sandbox.id);
   }
 
   async stop(principal: Principal, id: string): Promise<Sandbox> {
@@ -760,7 +736,7 @@ export class SandboxService {
     const timeoutSeconds = this.validateTimeout(input.timeoutSeconds ?? this.limits.defaultTimeoutSeconds);
     const operationId = newOperationId();
     const children: Sandbox[] = [];
-    await this.withinQuota(source.organizationId, { sandboxes: count, cpu: source.cpu * count, memoryMiB: source.memoryMiB * count }, async (tx) => {
+    await this.withinQuota(source.organizationId, { sandboxes: count, cpu: source.cpu * count, memoryMiB: source.memoryMiB * count, diskGiB: (source.diskGiB ?? this.limits.defaultDiskGiB) * count }, async (tx) => {
     for (let i = 0; i < count; i++) {
       children.push(
         await this.lifecycle.insert(tx, OPERATIONS.fork, operationId, {

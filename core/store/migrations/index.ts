@@ -10,6 +10,7 @@ import * as images from './20261202100000_images.js';
 import * as sandboxUsage from './20261203100000_sandbox_usage.js';
 import * as eventsWebhooks from './20261203110000_events_webhooks.js';
 import * as webhookSigning from './20261203120000_webhook_signing.js';
+import * as organizations from './20261204100000_organizations.js';
 
 // Migrations are imported modules rather than files knex discovers at run time, so the same
 // list works from TypeScript sources (tests) and compiled JavaScript (the server).
@@ -25,6 +26,7 @@ const MIGRATIONS: Record<string, Knex.Migration> = {
   '20261203100000_sandbox_usage': sandboxUsage,
   '20261203110000_events_webhooks': eventsWebhooks,
   '20261203120000_webhook_signing': webhookSigning,
+  '20261204100000_organizations': organizations,
 };
 
 export const migrationSource: Knex.MigrationSource<string> = {
