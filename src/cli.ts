@@ -12,6 +12,7 @@ import { registerCpCommand } from './cli/cp.js';
 import { registerInteractiveCommands } from './cli/interactive.js';
 import { errorLine, httpUrl } from './cli/output.js';
 import { registerSandboxCommands } from './cli/sandbox-commands.js';
+import { registerOrganizationCommands } from './cli/org-commands.js';
 import { registerServerCommands } from './cli/server-commands.js';
 
 let parsedConfig: Config | undefined;
@@ -34,6 +35,7 @@ function buildProgram(): Command {
   registerInteractiveCommands(program, config);
   registerCpCommand(program, config);
   registerBuildCommand(program, config);
+  registerOrganizationCommands(program, config);
   registerLoginAndCompletion(program, config);
   program
     .command('mcp')
