@@ -1,7 +1,7 @@
 // Hourly usage records and per-organisation limits in the store, on PostgreSQL and PGlite, with
 // times chosen by the test: the rollup's figures from samples (by size), storage integrated from
 // each row's watermark across an hour boundary, idempotence (the same pass twice, two at once),
-// closing, and the limits checked under the organisation's row lock.
+// closing, the limits checked under the organisation's row lock, and the bootstrap-key migration.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { migrateToLatest, type Db } from '../store/db.js';
 import { DB_BACKENDS } from '../store/test-support.js';
@@ -11,6 +11,7 @@ import { hostRepository } from '../store/repositories/hosts.js';
 import { sandboxUsageRepository } from '../store/repositories/sandbox-usage.js';
 import { hourStartOf, UsageRecordService, USAGE_CLOSE_GRACE_MS } from './usage-records.js';
 import { checkWithinLimits, NO_ORGANIZATION_LIMITS } from './org-limits.js';
+import { migrationSource } from '../store/migrations/index.js';
 
 const HOUR = 3600_000;
 
@@ -98,5 +99,21 @@ describe.each(DB_BACKENDS)('usage records and organisation limits (%s)', (_name,
     await db.transaction((tx) => checkWithinLimits(tx, 'orga', { snapshots: 0 }, { ...defaults, maxSnapshots: 0 }));
     await organizationRepository(db).update('orga', { limits: { maxSandboxes: null } });
     expect((await organizationRepository(db).findById('orga'))!.limits.maxSandboxes).toBeNull();
+  });
+
+  it("the migration makes the default organisation's admin bootstrap key an operator key, and down undoes it", async () => {
+    await organizationRepository(db).insert({ id: 'orgdefault', name: 'default' });
+    const key = (id: string, organizationId: string) => ({ id, organization_id: organizationId, name: 'bootstrap', key_prefix: 'nbx_', key_hash: id, scopes: JSON.stringify(['sandboxes:read']), preset: 'admin' });
+    await db('api_keys').insert([key('keyd', 'orgdefault'), key('keya', 'orga')]);
+    const presets = async () => Object.fromEntries(((await db('api_keys').select('id', 'preset')) as { id: string; preset: string }[]).map((k) => [k.id, k.preset]));
+    const name = '20261204100000_organizations';
+    await db.migrate.down({ migrationSource, name });
+    await db.migrate.up({ migrationSource, name });
+    expect(await presets()).toEqual({ keyd: 'operator', keya: 'admin' });
+    const scopes = (await db('api_keys').where({ id: 'keyd' }).first()).scopes;
+    expect(typeof scopes === 'string' ? JSON.parse(scopes) : scopes).toContain('platform:organizations');
+    await db.migrate.down({ migrationSource, name });
+    expect(await presets()).toEqual({ keyd: 'admin', keya: 'admin' });
+    await migrateToLatest(db);
   });
 });
