@@ -153,7 +153,7 @@ export async function startServer(config: Config, logger: Logger = createLogger(
     const keyFile = join(config.dataDir, 'bootstrap-api-key');
     writeFileSync(keyFile, bootstrap.generatedKey + '\n', { mode: 0o600 });
     // warn, not info: shown unless NESTBOX_LOG_LEVEL=error, since nobody can log in without it.
-    log.warn({ keyFile }, `created the first API key (operator, organisation "default"); it is shown once and kept in ${keyFile}:\n\n    ${bootstrap.generatedKey}\n`);
+    log.warn({ keyFile }, `created the first API key (admin, organisation "default"); it is shown once and kept in ${keyFile}:\n\n    ${bootstrap.generatedKey}\n`);
   }
 
   const sandboxTokens = new SandboxTokenService(db, hostSecret, { ttlSeconds: config.tokens.sandboxTokenTtlSeconds, signedUrlMaxSeconds: config.tokens.signedUrlMaxSeconds });
