@@ -7,6 +7,9 @@ export const ERROR_CATALOGUE = {
   validation_failed: { status: 400, title: 'The request is invalid' },
   unauthorized: { status: 401, title: 'Missing or invalid credentials' },
   forbidden: { status: 403, title: 'The credentials do not allow this' },
+  // The caller's organisation is suspended by the platform operator: every key and credential of
+  // it is refused, whatever it asks, until the organisation is unsuspended.
+  organization_suspended: { status: 403, title: 'The organisation is suspended' },
   not_found: { status: 404, title: 'Not found' },
   method_not_allowed: { status: 405, title: 'Method not allowed' },
   invalid_state: { status: 409, title: 'The object is not in a state that allows this' },
@@ -79,6 +82,9 @@ export const errors = {
   },
   internal(message: string): NestboxError {
     return new NestboxError('internal', message);
+  },
+  organizationSuspended(organizationId: string): NestboxError {
+    return new NestboxError('organization_suspended', `organisation ${organizationId} is suspended; ask the platform operator to unsuspend it`, { organizationId });
   },
   /** An organisation limit (sandboxes, vCPUs, memory): a 429 whose Retry-After is `retryAfterSeconds`. */
   quotaExceeded(limit: string, message: string, details: { max: number; current: number; requested: number; retryAfterSeconds: number }): NestboxError {

@@ -4,6 +4,20 @@ export interface Organization {
   id: string;
   name: string;
   createdAt: Date;
+  /** Set while the platform operator has suspended it (every key and credential refused). */
+  suspendedAt: Date | null;
+  /** Its own limits; null = the server's default (NESTBOX_ORG_MAX_*). */
+  limits: OrganizationLimitOverrides;
+}
+
+/** The limits an organisation may carry (core/services/organizations.ts); null = the server's default. */
+export interface OrganizationLimitOverrides {
+  maxSandboxes: number | null;
+  maxCpu: number | null;
+  maxMemoryMiB: number | null;
+  maxDiskGiB: number | null;
+  maxSnapshots: number | null;
+  maxImages: number | null;
 }
 
 export interface Sandbox {

@@ -13,6 +13,7 @@ import { registerInteractiveCommands } from './cli/interactive.js';
 import { errorLine, httpUrl } from './cli/output.js';
 import { registerSandboxCommands } from './cli/sandbox-commands.js';
 import { registerHostCommands } from './cli/host-commands.js';
+import { registerOrganizationCommands } from './cli/org-commands.js';
 import { registerServerCommands } from './cli/server-commands.js';
 
 let parsedConfig: Config | undefined;
@@ -36,6 +37,7 @@ function buildProgram(): Command {
   registerInteractiveCommands(program, config);
   registerCpCommand(program, config);
   registerBuildCommand(program, config);
+  registerOrganizationCommands(program, config);
   registerLoginAndCompletion(program, config);
   program
     .command('mcp')

@@ -86,7 +86,7 @@ describe('config', () => {
     const c = loadConfig({});
     expect(c.hostAgent.reflinkStore).toBe('auto');
     expect(c.limits).toMatchObject({ defaultDiskGiB: 10, maxDiskGiB: 100, diskInodesPerGiB: 65_536 });
-    expect(c.orgLimits).toEqual({ maxSandboxes: 50, maxCpu: 64, maxMemoryMiB: 131_072, retryAfterSeconds: 30 });
+    expect(c.orgLimits).toEqual({ maxSandboxes: 50, maxCpu: 64, maxMemoryMiB: 131_072, maxDiskGiB: 2048, maxSnapshots: 500, maxImages: 200, retryAfterSeconds: 30 });
     expect(loadConfig({ NESTBOX_REFLINK_STORE: 'off' }).hostAgent.reflinkStore).toBe('off');
     expect(() => loadConfig({ NESTBOX_DEFAULT_DISK_GIB: '20', NESTBOX_MAX_DISK_GIB: '10' })).toThrow(/NESTBOX_DEFAULT_DISK_GIB: must not exceed NESTBOX_MAX_DISK_GIB/);
     expect(() => loadConfig({ NESTBOX_ORG_MAX_SANDBOXES: '0' })).toThrow(/NESTBOX_ORG_MAX_SANDBOXES/);

@@ -131,6 +131,12 @@ const ConfigSchema = z.object({
   NESTBOX_ORG_MAX_SANDBOXES: positiveInt.default(50),
   NESTBOX_ORG_MAX_CPU: positiveInt.default(64),
   NESTBOX_ORG_MAX_MEMORY_MIB: positiveInt.default(131_072),
+  // Per organisation, the defaults of the other limits an operator may set per organisation
+  // (`nestbox orgs limits`): GiB of sandbox disks (every sandbox not deleted, a stopped one keeps
+  // its disk), named snapshots, and images. Over one, create answers 429 quota_exceeded.
+  NESTBOX_ORG_MAX_DISK_GIB: positiveInt.default(2048),
+  NESTBOX_ORG_MAX_SNAPSHOTS: positiveInt.default(500),
+  NESTBOX_ORG_MAX_IMAGES: positiveInt.default(200),
   // Per organisation: bytes kept in the object store (uploaded build contexts, unfinished
   // multipart uploads included); past it an upload is refused with quota_exceeded.
   NESTBOX_ORG_MAX_OBJECT_BYTES: positiveInt.default(20 * 1024 ** 3),
@@ -324,7 +330,7 @@ export interface Config {
   /** Object storage (build contexts): NESTBOX_OBJECT_STORE_DIR (shared by replicas) or `<data dir>/objects`, and each organisation's byte quota. */
   objectStore: { root: string; maxBytesPerOrganization: number };
   /** Per-organisation limits (429 with Retry-After when exceeded). */
-  orgLimits: { maxSandboxes: number; maxCpu: number; maxMemoryMiB: number; retryAfterSeconds: number };
+  orgLimits: { maxSandboxes: number; maxCpu: number; maxMemoryMiB: number; maxDiskGiB: number; maxSnapshots: number; maxImages: number; retryAfterSeconds: number };
   /** Request rate limits per API key and per organisation; an absent bucket is off. */
   rateLimits: { key?: { perSecond: number; burst: number }; organization?: { perSecond: number; burst: number }; leaseTokens: number };
   /** Credentials minted from API keys, and signed URLs. */
@@ -502,6 +508,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       maxSandboxes: e.NESTBOX_ORG_MAX_SANDBOXES,
       maxCpu: e.NESTBOX_ORG_MAX_CPU,
       maxMemoryMiB: e.NESTBOX_ORG_MAX_MEMORY_MIB,
+      maxDiskGiB: e.NESTBOX_ORG_MAX_DISK_GIB,
+      maxSnapshots: e.NESTBOX_ORG_MAX_SNAPSHOTS,
+      maxImages: e.NESTBOX_ORG_MAX_IMAGES,
       retryAfterSeconds: e.NESTBOX_QUOTA_RETRY_AFTER_SECONDS,
     },
     rateLimits: {

@@ -24,6 +24,8 @@ import { attachNativeWebSockets } from './http/native/websocket.js';
 import { attachPortProxyUpgrades } from './http/port-proxy.js';
 import { PortService } from '../core/services/ports.js';
 import { UsageService } from '../core/services/usage.js';
+import { UsageRecordService } from '../core/services/usage-records.js';
+import { OrganizationService } from '../core/services/organizations.js';
 import { attachDaytonaWebSockets } from '../compat/daytona/router.js';
 import { LocalHostAgentSupervisor } from './local-host-agent.js';
 import { projectPath } from './paths.js';
@@ -143,8 +145,8 @@ export async function startServer(config: Config, logger: Logger = createLogger(
   // A span per lifecycle verb (tracing on only), with the ids its operation notices carry.
   if (tracing) traceLifecycle(sandboxes, sandboxEvents);
 
-  const snapshots = new SnapshotService(db, hosts, sandboxes);
-  const images = new ImageService(db, hosts, logger.child({ component: 'images' }));
+  const snapshots = new SnapshotService(db, hosts, sandboxes, config.orgLimits);
+  const images = new ImageService(db, hosts, logger.child({ component: 'images' }), config.orgLimits);
   sandboxes.useImages(images, imageStartHook(images, logger.child({ component: 'images' }), config.builds.readyTimeoutSeconds * 1000));
   // Opening sweeps what a crash left half-written (temp files, abandoned uploads).
   // With PostgreSQL there may be replicas on the same directory (NESTBOX_OBJECT_STORE_DIR on a
@@ -191,10 +193,14 @@ export async function startServer(config: Config, logger: Logger = createLogger(
     log: logger.child({ component: 'rate-limits' }),
     onLimited: (scope, api) => metrics.rateLimited.inc({ scope, api }),
   });
+  const usageRecords = new UsageRecordService(db, { sampleSeconds: config.usage.sampleSeconds, logger: logger.child({ component: 'usage-records' }) });
+  const organizations = new OrganizationService(db, auth, config.orgLimits, usageRecords);
   const services: Services = {
     config,
     db,
     auth,
+    organizations,
+    usageRecords,
     hosts,
     sandboxes,
     toolbox,
@@ -257,6 +263,8 @@ export async function startServer(config: Config, logger: Logger = createLogger(
       // Lifecycle events past NESTBOX_EVENT_RETENTION_DAYS (their deliveries go with them).
       { name: 'event-retention', everyMs: 10 * 60_000, run: () => events.removeExpired() },
       // Images nothing points at, and cached steps unused for the TTL, with their layers.
+      // Hourly usage per organisation (before retention removes the samples it is made from).
+      { name: 'usage-rollup', everyMs: 60_000, run: () => usageRecords.rollup() },
       // Usage samples past NESTBOX_USAGE_RETENTION_HOURS, and beyond each sandbox's cap.
       { name: 'usage-retention', everyMs: 60_000, run: () => usage.prune() },
       { name: 'image-gc', everyMs: 10 * 60_000, run: async () => {
@@ -265,6 +273,8 @@ export async function startServer(config: Config, logger: Logger = createLogger(
       } },
     ],
   });
+  // Suspending an organisation stops its sandboxes before the answer (the pass catches the rest).
+  organizations.onSuspended = (organizationId) => background.stopSuspended(organizationId);
   await background.start();
   // Every replica sends webhook deliveries; each attempt is one replica's (SKIP LOCKED + lease).
   const webhookDispatcher = new WebhookDispatcher(db, webhooks, { ...config.webhooks, pollMs: Math.min(1000, config.backgroundIntervalMs) }, logger.child({ component: 'webhooks' }));

@@ -19,6 +19,8 @@ import type { ObjectStore } from '../core/object-store.js';
 import type { CodeInterpreterService } from '../core/services/code-interpreter.js';
 import type { ControlPlaneMetrics } from '../core/metrics.js';
 import type { UsageService } from '../core/services/usage.js';
+import type { UsageRecordService } from '../core/services/usage-records.js';
+import type { OrganizationService } from '../core/services/organizations.js';
 import type { EventService } from '../core/services/events.js';
 import type { WebhookService } from '../core/services/webhooks.js';
 import type { RequestRateLimiter } from '../core/services/rate-limits.js';
@@ -31,6 +33,10 @@ export interface Services extends CompatPort {
   config: Config;
   db: Db;
   auth: AuthService;
+  /** Organisations (the operator's admin API), their limits, suspension and own view. */
+  organizations: OrganizationService;
+  /** Hourly usage per organisation (usage_records) and its rollup pass. */
+  usageRecords: UsageRecordService;
   hosts: HostService;
   sandboxes: SandboxService;
   /** Every operation inside a sandbox (commands, sessions, files, watches), typed. */

@@ -127,6 +127,7 @@ function s3ErrorOf(err: unknown, log?: ErrorLog): S3Error {
       return new S3Error(403, 'QuotaExceeded', e.message);
     case 'forbidden':
     case 'unauthorized':
+    case 'organization_suspended':
       return s3.accessDenied(e.message);
     case 'not_supported':
       return s3.notImplemented(e.message);

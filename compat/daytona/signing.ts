@@ -6,7 +6,7 @@
 // sandbox-tokens.ts): it expires, dies with its key or its sandbox, and a URL it signs acts with
 // that key's scopes for the one operation signed (a read-only key's upload URL is refused).
 import { createHmac, timingSafeEqual } from 'node:crypto';
-import { NestboxError } from '../../core/errors.js';
+import { errors, NestboxError } from '../../core/errors.js';
 import type { Principal, Scope } from '../../core/types.js';
 import type { SandboxTokensPort } from '../../core/compat-port.js';
 
@@ -36,6 +36,7 @@ export async function verifySignedFileUrl(sandboxTokens: Pick<SandboxTokensPort,
   for (const candidate of await sandboxTokens.signatureCandidates('daytona-signing', { sandboxId })) {
     const expected = Buffer.from(fileUrlSignature(candidate.secret, method, path, expires));
     if (expected.length !== given.length || !timingSafeEqual(expected, given)) continue;
+    if (candidate.organizationSuspended) throw errors.organizationSuspended(candidate.principal.organizationId);
     if (!candidate.principal.scopes.has(scope)) throw new NestboxError('forbidden', `signature: the API key that signed this URL lacks the ${scope} scope`);
     // The URL does exactly the one operation it was signed for.
     return { ...candidate.principal, scopes: new Set([scope]) };

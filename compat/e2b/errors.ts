@@ -62,6 +62,7 @@ const CONNECT_CODES: Record<string, Code> = {
   validation_failed: Code.InvalidArgument,
   unauthorized: Code.Unauthenticated,
   forbidden: Code.PermissionDenied,
+  organization_suspended: Code.PermissionDenied,
   not_found: Code.NotFound,
   method_not_allowed: Code.Unimplemented,
   invalid_state: Code.FailedPrecondition,

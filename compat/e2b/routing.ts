@@ -110,6 +110,7 @@ export async function authenticateSignature(
   const candidates = await core.sandboxTokens.signatureCandidates('envd', route.sandboxId ? { sandboxId: route.sandboxId } : { sandboxStates: ['running', 'paused'] });
   const match = candidates.find((c) => fileSignature(q.path, operation, q.username, c.secret, q.expiration) === q.signature);
   if (!match) throw new NestboxError('unauthorized', 'invalid signature');
+  if (match.organizationSuspended) throw errors.organizationSuspended(match.principal.organizationId);
   if (q.expiration !== undefined) {
     const expiry = Number(q.expiration);
     const now = Date.now() / 1000;

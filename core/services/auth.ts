@@ -60,6 +60,17 @@ export class AuthService {
     return organizationRepository(this.db).insert({ id: newOrganizationId(), name });
   }
 
+  /**
+   * A key minted by a caller (the API): `operator` keys act above every organisation, so only a
+   * caller that is an operator itself may mint one, in any organisation.
+   */
+  async mintApiKey(principal: Principal, organizationId: string, input: { name: string; preset: KeyPreset; sandboxIds?: string[] | null }): Promise<CreatedApiKey> {
+    if (!Object.prototype.hasOwnProperty.call(KEY_PRESETS, input.preset)) throw errors.validation('preset', `must be one of ${Object.keys(KEY_PRESETS).join(', ')}`);
+    if (input.preset === 'operator' && !isOperator(principal)) throw errors.forbidden('only an operator key can create an operator key');
+    if (principal.credentialId !== undefined) throw errors.forbidden('a sandbox credential cannot create API keys');
+    return this.createApiKey(organizationId, input);
+  }
+
   async createApiKey(organizationId: string, input: { name: string; preset: KeyPreset; sandboxIds?: string[] | null }, plaintext?: string): Promise<CreatedApiKey> {
     const key = plaintext ?? generateApiKey();
     const record = await apiKeyRepository(this.db).insert({
@@ -88,8 +99,12 @@ export class AuthService {
     if (!token || !isWellFormedApiKey(token)) throw errors.unauthorized();
     // Looking up by the SHA-256 of the key means the database never compares secrets, so
     // there is no timing signal about how much of a guessed key matched.
-    const record = await apiKeyRepository(this.db).findActiveByHash(hashApiKey(token));
-    if (!record) throw errors.unauthorized();
+    const found = await apiKeyRepository(this.db).findActiveByHashWithOrganization(hashApiKey(token));
+    if (!found) throw errors.unauthorized();
+    const { record } = found;
+    // A genuine key of a suspended organisation is told so (403), on every route of every API:
+    // they all authenticate here or through SandboxTokenService, which checks the same.
+    if (found.organizationSuspended) throw errors.organizationSuspended(record.organizationId);
     void apiKeyRepository(this.db).touch(record.id, new Date()).catch(() => undefined);
     return {
       organizationId: record.organizationId,
@@ -130,6 +145,11 @@ export class AuthService {
  */
 export function scopesOfKey(preset: string, storedScopes: readonly Scope[]): readonly Scope[] {
   return KEY_PRESETS[preset as KeyPreset] ?? storedScopes;
+}
+
+/** The platform's operator: a key of the `operator` preset (both platform scopes). */
+export function isOperator(principal: Principal): boolean {
+  return principal.scopes.has('platform:organizations');
 }
 
 export function requireScope(principal: Principal, scope: Scope): void {

@@ -99,6 +99,7 @@ export class BackgroundJobs {
         await this.timed('reconcile', () => this.reconcileOrphans());
         await this.timed('expire', () => this.expireDue());
         await this.timed('idle', () => this.applyIdlePolicy());
+        await this.timed('suspended', () => this.stopSuspended());
         await this.timed('idempotency', () => this.idempotency.removeExpired());
         for (const pass of this.opts.passes ?? []) {
           if (Date.now() - (this.passRanAt.get(pass.name) ?? 0) < pass.everyMs) continue;
@@ -243,6 +244,41 @@ export class BackgroundJobs {
       await this.sandboxes.finishStop(sandbox, sandbox.operationId!, 'idle').catch((err) => log.error(`idle stop failed: ${toNestboxError(err).message}`));
     }
     return toPause.length + toStop.length;
+  }
+
+  /**
+   * Running and paused sandboxes of suspended organisations are stopped (disk kept, reason
+   * `suspended`); run when an organisation is suspended and on every pass, so one that a
+   * replica missed (or that was mid-operation then) is stopped soon after. `organizationId`
+   * limits it to one organisation. Bounded: at most `rounds` claims of 20.
+   */
+  async stopSuspended(organizationId?: string, rounds = 5): Promise<number> {
+    let stopped = 0;
+    for (let round = 0; round < rounds; round++) {
+      let claimedThisRound = 0;
+      for (const from of ['running', 'paused'] as const) {
+        const claimed = await this.lifecycle.claim(OPERATIONS.stop, from, (patch, db) => sandboxRepository(db).claim(
+          {
+            state: from,
+            where: (q) => {
+              q.whereIn('organization_id', (this.db as Knex)('organizations').select('id').whereNotNull('suspended_at'));
+              if (organizationId) q.where({ organization_id: organizationId });
+            },
+          },
+          20,
+          patch,
+        ), 'suspended');
+        claimedThisRound += claimed.length;
+        for (const sandbox of claimed) {
+          const log = this.opts.logger.child({ sandboxId: sandbox.id, operation: 'stop' });
+          log.info('its organisation is suspended; stopping it');
+          await this.sandboxes.finishStop(sandbox, sandbox.operationId!, 'suspended').catch((err) => log.error(`stop of a suspended organisation's sandbox failed: ${toNestboxError(err).message}`));
+        }
+      }
+      stopped += claimedThisRound;
+      if (claimedThisRound === 0) break;
+    }
+    return stopped;
   }
 
   /** Stopped sandboxes with an auto-delete delay that has passed are deleted. */

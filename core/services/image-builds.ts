@@ -210,6 +210,9 @@ export class ImageBuildService {
     for (const key of keys) {
       if (!(await this.objects.head(principal.organizationId, key))) throw errors.validation('contexts', `no uploaded build context "${key.slice(0, 200)}" in this organisation (upload it first)`);
     }
+    // Refused now rather than after the work when the image would not fit the organisation's
+    // limit; the image's registration checks again, atomically (ImageService.register).
+    await this.db.transaction((tx) => this.images.checkImageLimit(tx, principal.organizationId, input.name, tags[0]));
     const totalSteps = spec.stages.reduce((n, s) => n + s.steps.length, 0);
     const build = await buildRepository(this.db).insert({
       id: `bld${randomId(17)}`,

@@ -7,6 +7,7 @@ import { randomId } from '../ids.js';
 import type { Logger } from '../logger.js';
 import type { Principal, Sandbox } from '../types.js';
 import { emptyImageConfig, type Image, type ImageConfig, type ImageSource } from '../images/types.js';
+import { checkWithinLimits, NO_ORGANIZATION_LIMITS, type OrganizationLimits } from './org-limits.js';
 import { requireScope } from './auth.js';
 import type { HostService } from './hosts.js';
 
@@ -57,7 +58,19 @@ export class ImageService {
     private readonly db: Db,
     private readonly hosts: HostService,
     private readonly logger: Logger,
+    /** The server's default organisation limits (images are counted against `maxImages`). */
+    private readonly orgLimits: OrganizationLimits = NO_ORGANIZATION_LIMITS,
   ) {}
+
+  /**
+   * Refuse (429 quota_exceeded) when one more image would go over the organisation's limit.
+   * Building `name:tag` that already names an image replaces it (the old one goes once nothing
+   * uses it), so it asks for none. Inside `tx` with the organisation's row locked.
+   */
+  async checkImageLimit(tx: DbOrTx, organizationId: string, name: string, tag: string): Promise<void> {
+    const replaces = await imageRepository(tx).findByTag(organizationId, name, tag);
+    await checkWithinLimits(tx, organizationId, { images: replaces ? 0 : 1 }, this.orgLimits);
+  }
 
   builtin(organizationId: string, name: BuiltinImageName = BUILTIN_IMAGE): Image {
     return {
@@ -158,6 +171,7 @@ export class ImageService {
   /** Records a finished build's or pull's image and points its tags at it, in one transaction. */
   async register(tx: DbOrTx, input: { organizationId: string; name: string; tags: string[]; hostId: string; base: string; snapshotId: string | null; config: ImageConfig; source: ImageSource; buildId: string | null; sizeBytes: number | null }): Promise<{ image: Image; replaced: string[] }> {
     const id = `img${randomId(17)}`;
+    await this.checkImageLimit(tx, input.organizationId, input.name, input.tags[0] ?? DEFAULT_TAG);
     const repo = imageRepository(tx);
     await repo.insert({ id, organizationId: input.organizationId, name: input.name, hostId: input.hostId, base: input.base, snapshotId: input.snapshotId, config: input.config, source: input.source, buildId: input.buildId, sizeBytes: input.sizeBytes });
     const replaced: string[] = [];

@@ -44,6 +44,8 @@ export interface SignatureCandidate {
   sandboxId: string;
   principal: Principal;
   secret: string;
+  /** Its organisation is suspended: a signature it matches is refused with organization_suspended. */
+  organizationSuspended: boolean;
 }
 
 /**
@@ -137,6 +139,7 @@ export class SandboxTokenService {
     if (!row || row.kind !== 'envd' || (sandboxId !== undefined && row.sandboxId !== sandboxId)) throw errors.unauthorized('invalid sandbox access token');
     if (row.keyRevoked) throw errors.unauthorized('the API key this token was obtained with has been revoked');
     if (row.expiresAt.getTime() <= Date.now()) throw errors.unauthorized('sandbox access token has expired; connect again for a new one');
+    if (row.organizationSuspended) throw errors.organizationSuspended(row.organizationId);
     if (row.sandboxState === 'deleted') throw errors.notFound('sandbox', row.sandboxId);
     return this.principalOf(row);
   }
@@ -152,6 +155,7 @@ export class SandboxTokenService {
       sandboxId: row.sandboxId,
       principal: this.principalOf(row),
       secret: kind === 'envd' ? this.envdToken(row.id, 'access') : this.signingKey(row.id),
+      organizationSuspended: row.organizationSuspended,
     }));
   }
 

@@ -14,6 +14,7 @@ import type { HostRecord, Principal, Sandbox, SandboxKind, Snapshot } from '../t
 import type { Image } from '../images/types.js';
 import { canSeeSandbox, requireScope } from './auth.js';
 import type { HostService, PlacementConstraints } from './hosts.js';
+import { checkWithinLimits, NO_ORGANIZATION_LIMITS, type OrganizationLimits } from './org-limits.js';
 
 export interface SandboxLimits {
   defaultImage: string;
@@ -32,16 +33,8 @@ export interface SandboxLimits {
   diskInodesPerGiB: number;
 }
 
-/** Per-organisation limits, checked atomically at create, fork and resume. */
-export interface OrganizationLimits {
-  /** Sandboxes that are neither stopped nor deleted. */
-  maxSandboxes: number;
-  /** vCPUs and memory of those sandboxes. */
-  maxCpu: number;
-  maxMemoryMiB: number;
-  /** Retry-After of the 429 when a limit is reached. */
-  retryAfterSeconds: number;
-}
+/** Per-organisation limits (core/services/org-limits.ts), checked atomically at create, fork and resume. */
+export type { OrganizationLimits } from './org-limits.js';
 
 export interface LifecyclePolicy {
   /** 0 = never; otherwise pause (or stop) after this long without activity. */
@@ -237,7 +230,7 @@ export class SandboxService {
     private readonly limits: SandboxLimits,
     /** Id of this control-plane instance, recorded as the owner of operations it runs. */
     instanceId: string,
-    private readonly orgLimits: OrganizationLimits = { maxSandboxes: Number.MAX_SAFE_INTEGER, maxCpu: Number.MAX_SAFE_INTEGER, maxMemoryMiB: Number.MAX_SAFE_INTEGER, retryAfterSeconds: 30 },
+    private readonly orgLimits: OrganizationLimits = NO_ORGANIZATION_LIMITS,
     /** Where every state this service writes is published (the server's one bus). */
     events?: SandboxStateEvents,
   ) {
@@ -251,26 +244,9 @@ export class SandboxService {
    * pass on the same spare capacity. Nothing here waits for a host agent (PGlite has one
    * connection; see store/db.ts).
    */
-  private async withinQuota<T>(organizationId: string, ask: { sandboxes: number; cpu: number; memoryMiB: number }, task: (tx: DbOrTx) => Promise<T>, excludeId?: string): Promise<T> {
+  private async withinQuota<T>(organizationId: string, ask: { sandboxes: number; cpu: number; memoryMiB: number; diskGiB: number }, task: (tx: DbOrTx) => Promise<T>, excludeId?: string): Promise<T> {
     return this.db.transaction(async (tx) => {
-      await tx('organizations').where({ id: organizationId }).forUpdate().first('id');
-      const used = await sandboxRepository(tx).usageOf(organizationId, excludeId);
-      const l = this.orgLimits;
-      const retryAfterSeconds = l.retryAfterSeconds;
-      const checks = [
-        { limit: 'sandboxes', max: l.maxSandboxes, current: used.sandboxes, requested: ask.sandboxes, what: 'sandboxes that are not stopped', setting: 'NESTBOX_ORG_MAX_SANDBOXES' },
-        { limit: 'cpu', max: l.maxCpu, current: used.cpu, requested: ask.cpu, what: 'vCPUs', setting: 'NESTBOX_ORG_MAX_CPU' },
-        { limit: 'memoryMiB', max: l.maxMemoryMiB, current: used.memoryMiB, requested: ask.memoryMiB, what: 'MiB of memory', setting: 'NESTBOX_ORG_MAX_MEMORY_MIB' },
-      ];
-      for (const c of checks) {
-        if (c.current + c.requested > c.max) {
-          throw errors.quotaExceeded(
-            c.limit,
-            `organisation limit reached: ${c.current} of ${c.max} ${c.what} in use, this call needs ${c.requested} more (stop or delete sandboxes, or raise ${c.setting})`,
-            { max: c.max, current: c.current, requested: c.requested, retryAfterSeconds },
-          );
-        }
-      }
+      await checkWithinLimits(tx, organizationId, ask, this.orgLimits, excludeId);
       return task(tx);
     });
   }
@@ -309,7 +285,7 @@ export class SandboxService {
     const name = validateName(input.name);
     if (input.everyPort !== undefined && typeof input.everyPort?.public !== 'boolean') throw errors.validation('everyPort.public', 'must be true or false');
     let host!: HostRecord;
-    const created = await this.withinQuota(principal.organizationId, { sandboxes: 1, cpu: spec.cpu, memoryMiB: spec.memoryMiB }, async (tx) => {
+    const created = await this.withinQuota(principal.organizationId, { sandboxes: 1, cpu: spec.cpu, memoryMiB: spec.memoryMiB, diskGiB: spec.diskGiB }, async (tx) => {
       // A snapshot's disk (and an image's layers) live on the host that made them, so their
       // sandboxes are placed there; the rest go where there is room (hosts.place).
       const what = snapshot ? `snapshot ${snapshot.name ?? snapshot.id}` : `the layers of image ${source.image}`;
@@ -580,7 +556,7 @@ export class SandboxService {
    */
   private beginStart(sandbox: Sandbox): Promise<{ sandbox: Sandbox; operationId: string }> {
     assertCanBegin(OPERATIONS.start, sandbox.id, sandbox.state);
-    return this.withinQuota(sandbox.organizationId, { sandboxes: 1, cpu: sandbox.cpu, memoryMiB: sandbox.memoryMiB }, async (tx) => {
+    return this.withinQuota(sandbox.organizationId, { sandboxes: 1, cpu: sandbox.cpu, memoryMiB: sandbox.memoryMiB, diskGiB: 0 }, async (tx) => {
       // Its disk is on its host: that host must be live and have room for its vCPUs and memory again.
       await this.hosts.place(tx, { cpu: sandbox.cpu, memoryMiB: sandbox.memoryMiB, diskGiB: 0, fixed: { hostId: sandbox.hostId!, what: `sandbox ${sandbox.id}'s disk`, existing: sandbox.id } });
       return this.lifecycle.begin(sandbox, OPERATIONS.start, tx);
@@ -780,7 +756,7 @@ export class SandboxService {
     const timeoutSeconds = this.validateTimeout(input.timeoutSeconds ?? this.limits.defaultTimeoutSeconds);
     const operationId = newOperationId();
     const children: Sandbox[] = [];
-    await this.withinQuota(source.organizationId, { sandboxes: count, cpu: source.cpu * count, memoryMiB: source.memoryMiB * count }, async (tx) => {
+    await this.withinQuota(source.organizationId, { sandboxes: count, cpu: source.cpu * count, memoryMiB: source.memoryMiB * count, diskGiB: (source.diskGiB ?? this.limits.defaultDiskGiB) * count }, async (tx) => {
     // Children are copies of the source's disk, so they go to its host, which must take them.
     const childDiskGiB = source.diskGiB ?? this.limits.defaultDiskGiB;
     await this.hosts.place(tx, { cpu: source.cpu * count, memoryMiB: source.memoryMiB * count, diskGiB: childDiskGiB * count, fixed: { hostId: source.hostId!, what: `the disk of sandbox ${source.id}` } });

@@ -7,6 +7,7 @@ import type { Principal, Snapshot } from '../types.js';
 import { requireScope } from './auth.js';
 import type { HostService } from './hosts.js';
 import type { SandboxService } from './sandboxes.js';
+import { checkWithinLimits, NO_ORGANIZATION_LIMITS, type OrganizationLimits } from './org-limits.js';
 
 const NAME = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$/;
 
@@ -20,6 +21,8 @@ export class SnapshotService {
     private readonly db: Db,
     private readonly hosts: HostService,
     private readonly sandboxes: SandboxService,
+    /** The server's default organisation limits (snapshots are counted against `maxSnapshots`). */
+    private readonly orgLimits: OrganizationLimits = NO_ORGANIZATION_LIMITS,
   ) {}
 
   async create(principal: Principal, input: { sandboxId: string; name: string }): Promise<Snapshot> {
@@ -32,13 +35,18 @@ export class SnapshotService {
     const repo = snapshotRepository(this.db);
     let snapshot: Snapshot;
     try {
-      snapshot = await repo.insertCreating({
-        id: `snp${randomId(17)}`,
-        organizationId: principal.organizationId,
-        name: input.name,
-        hostId: source.hostId!,
-        sourceSandboxId: source.id,
-        parentSnapshotId: source.sourceSnapshotId,
+      // The new row counts at once (a snapshot being made holds its name and its place), so the
+      // limit is checked and the row inserted under the organisation's lock.
+      snapshot = await this.db.transaction(async (tx) => {
+        await checkWithinLimits(tx, principal.organizationId, { snapshots: 1 }, this.orgLimits);
+        return snapshotRepository(tx).insertCreating({
+          id: `snp${randomId(17)}`,
+          organizationId: principal.organizationId,
+          name: input.name,
+          hostId: source.hostId!,
+          sourceSandboxId: source.id,
+          parentSnapshotId: source.sourceSnapshotId,
+        });
       });
     } catch (err) {
       if (/unique|duplicate/i.test(String((err as Error).message))) throw new NestboxError('conflict', `name: a snapshot named "${input.name}" already exists`, { field: 'name' });

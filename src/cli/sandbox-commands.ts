@@ -286,7 +286,7 @@ export function registerSandboxCommands(program: Command, config: () => Config):
     .command('create')
     .description('create an API key; prints the key (shown only this once)')
     .requiredOption('--name <name>', 'what the key is for')
-    .addOption(new Option('--preset <preset>', 'what it may do').choices(['read-only', 'sandbox', 'ci', 'admin']).default('sandbox'))
+    .addOption(new Option('--preset <preset>', 'what it may do').choices(['read-only', 'sandbox', 'ci', 'admin', 'operator']).default('sandbox'))
     .option('--sandbox <id>', 'limit it to this sandbox (repeatable)', repeatable)
     .action(act(async ({ client, json }, opts: { name: string; preset: ApiKeyPreset; sandbox?: string[] }) => {
       const created = await client.createApiKey({ name: opts.name, preset: opts.preset, sandboxIds: opts.sandbox });

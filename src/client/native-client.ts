@@ -225,9 +225,47 @@ export interface ApiKey {
   lastUsedAt: string | null;
 }
 
-export type ApiKeyPreset = 'read-only' | 'sandbox' | 'ci' | 'admin';
+export type ApiKeyPreset = 'read-only' | 'sandbox' | 'ci' | 'admin' | 'operator';
 
 export interface CreatedApiKey extends ApiKey { key: string }
+
+export interface OrganizationLimits {
+  maxSandboxes: number;
+  maxCpu: number;
+  maxMemoryMiB: number;
+  maxDiskGiB: number;
+  maxSnapshots: number;
+  maxImages: number;
+}
+
+/** An organisation's own limits: null = the server's default. */
+export type OrganizationLimitOverrides = { [K in keyof OrganizationLimits]: number | null };
+
+export interface Organization {
+  id: string;
+  name: string;
+  createdAt: string;
+  suspended: boolean;
+  suspendedAt: string | null;
+  /** In force: its own, else the server's default. */
+  limits: OrganizationLimits;
+  customLimits: OrganizationLimitOverrides;
+}
+
+export interface OwnOrganization extends Organization {
+  usage: { sandboxes: number; cpu: number; memoryMiB: number; diskGiB: number; snapshots: number; images: number };
+}
+
+export interface UsageRecord {
+  organizationId: string;
+  hourStart: string;
+  sandboxSeconds: number;
+  bySize: { cpu: number; memoryMiB: number; sandboxSeconds: number; cpuSeconds: number }[];
+  cpuSeconds: number;
+  storageGiBHours: number;
+  closed: boolean;
+  updatedAt: string;
+}
 
 export type CodeLanguage = string;
 
@@ -556,6 +594,36 @@ export class NativeClient {
   getHost(hostId: string): Promise<Host> { return this.request('GET', `/hosts/${enc(hostId)}`); }
   /** cordon: no new sandboxes; drain: cordoned and marked draining; uncordon: ready again. */
   setHostState(hostId: string, action: 'cordon' | 'uncordon' | 'drain'): Promise<Host> { return this.request('POST', `/hosts/${enc(hostId)}/${action}`); }
+  // ── organisations (operator keys; `ownOrganization` and `ownUsage` with any key) ──
+  createOrganization(body: { name: string; limits?: Partial<OrganizationLimitOverrides> }): Promise<Organization> {
+    return this.request('POST', '/organizations', { json: body });
+  }
+  async listOrganizations(): Promise<Organization[]> {
+    const all: Organization[] = [];
+    let cursor: string | undefined;
+    // Bounded: 100 pages of 1000.
+    for (let page = 0; page < 100; page++) {
+      const res = await this.request<{ items: Organization[]; nextCursor: string | null }>('GET', '/organizations', { query: { limit: 1000, ...(cursor ? { cursor } : {}) } });
+      all.push(...res.items);
+      if (!res.nextCursor) break;
+      cursor = res.nextCursor;
+    }
+    return all;
+  }
+  getOrganization(id: string): Promise<Organization> { return this.request('GET', `/organizations/${enc(id)}`); }
+  updateOrganization(id: string, body: { name?: string; suspended?: boolean; limits?: Partial<OrganizationLimitOverrides> }): Promise<Organization> {
+    return this.request('PATCH', `/organizations/${enc(id)}`, { json: body });
+  }
+  createOrganizationApiKey(id: string, body: { name?: string; preset?: ApiKeyPreset } = {}): Promise<CreatedApiKey> {
+    return this.request('POST', `/organizations/${enc(id)}/api-keys`, { json: body });
+  }
+  async organizationUsage(id: string, range: { from: string; to: string }): Promise<UsageRecord[]> {
+    return (await this.request<{ items: UsageRecord[] }>('GET', `/organizations/${enc(id)}/usage`, { query: range })).items;
+  }
+  ownOrganization(): Promise<OwnOrganization> { return this.request('GET', '/organization'); }
+  async ownUsage(range: { from: string; to: string }): Promise<UsageRecord[]> {
+    return (await this.request<{ items: UsageRecord[] }>('GET', '/organization/usage', { query: range })).items;
+  }
 
   // ── code interpreter ──
   /** One cell, its events collected into one answer. */

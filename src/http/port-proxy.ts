@@ -395,6 +395,9 @@ export class PortProxy {
     const presented = route.queryToken ?? headerToken ?? cookieToken(req, route);
     const trafficToken = req.headers[E2B_TRAFFIC_TOKEN_HEADER];
     if (!(await ports.admits(lookup, { portToken: presented, trafficToken: typeof trafficToken === 'string' ? trafficToken : undefined }))) return { ok: false, page: pages.unauthorized(route) };
+    // A suspended organisation's ports answer 403 organization_suspended (and its sleeping
+    // sandboxes are not woken); its running ones are being stopped anyway.
+    await this.services.organizations.assertActive(lookup.sandbox.organizationId);
     const sandbox = await ports.readyForTraffic(lookup.sandbox);
     if (!sandbox) return { ok: false, page: pages.unknown(route) };
     if (sandbox.state !== 'running') return { ok: false, page: pages.notRunning(route, sandbox) };

@@ -67,6 +67,8 @@ const NATIVE_GUARDED = new Set([
   // Each starts a Jupyter kernel (tens of MiB that live until deleted or reaped): hundreds of
   // them would exhaust the fuzzed sandbox's memory. Runs still reach the default context.
   'createCodeContext', 'restartCodeContext',
+  // The operator's organisation admin: a fuzzed suspension or limit would change the server for every case.
+  'createOrganization', 'updateOrganization', 'createOrganizationApiKey',
 ]);
 /** Code-interpreter runs: cells and scripts that end at once (the kernel is a real one). */
 const CODE_RUNS = new Set(['runCode', 'runCodeScript']);

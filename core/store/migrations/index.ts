@@ -14,6 +14,7 @@ import * as rateLimitBuckets from './20261204110000_rate_limit_buckets.js';
 import * as pendingSandboxes from './20261204130000_pending_sandboxes.js';
 import * as controlPlaneSettings from './20261204130001_control_plane_settings.js';
 import * as hostCapacity from './20261204120000_host_capacity.js';
+import * as organizations from './20261204100000_organizations.js';
 
 // Migrations are imported modules rather than files knex discovers at run time, so the same
 // list works from TypeScript sources (tests) and compiled JavaScript (the server).
@@ -33,6 +34,7 @@ const MIGRATIONS: Record<string, Knex.Migration> = {
   '20261204130000_pending_sandboxes': pendingSandboxes,
   '20261204130001_control_plane_settings': controlPlaneSettings,
   '20261204120000_host_capacity': hostCapacity,
+  '20261204100000_organizations': organizations,
 };
 
 export const migrationSource: Knex.MigrationSource<string> = {

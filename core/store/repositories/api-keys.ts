@@ -63,6 +63,15 @@ export function apiKeyRepository(db: DbOrTx) {
       const row = await db<ApiKeyRow>('api_keys').where({ key_hash: keyHash }).whereNull('revoked_at').first();
       return row ? fromRow(row as ApiKeyRow) : undefined;
     },
+    /** The key and whether its organisation is suspended, in one read (every request asks). */
+    async findActiveByHashWithOrganization(keyHash: string): Promise<{ record: ApiKeyRecord; organizationSuspended: boolean } | undefined> {
+      const row = (await db('api_keys as k')
+        .join('organizations as o', 'o.id', 'k.organization_id')
+        .where('k.key_hash', keyHash)
+        .whereNull('k.revoked_at')
+        .first('k.*', 'o.suspended_at as organization_suspended_at')) as (ApiKeyRow & { organization_suspended_at: Date | string | null }) | undefined;
+      return row ? { record: fromRow(row), organizationSuspended: row.organization_suspended_at !== null } : undefined;
+    },
     async existsByHash(keyHash: string): Promise<boolean> {
       return (await db<ApiKeyRow>('api_keys').where({ key_hash: keyHash }).first()) !== undefined;
     },

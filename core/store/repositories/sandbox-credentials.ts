@@ -15,6 +15,8 @@ export interface SandboxCredentialRecord {
   keySandboxIds: string[] | null;
   keyRevoked: boolean;
   sandboxState: string;
+  /** Its organisation is suspended (core/services/organizations.ts): the credential is refused. */
+  organizationSuspended: boolean;
 }
 
 interface Row {
@@ -29,6 +31,7 @@ interface Row {
   key_sandbox_ids: string[] | string | null;
   key_revoked_at: Date | string | null;
   sandbox_state: string;
+  organization_suspended_at: Date | string | null;
 }
 
 const json = <T>(v: unknown): T => (typeof v === 'string' ? (JSON.parse(v) as T) : (v as T));
@@ -46,6 +49,7 @@ function fromRow(r: Row): SandboxCredentialRecord {
     keySandboxIds: json(r.key_sandbox_ids),
     keyRevoked: r.key_revoked_at !== null,
     sandboxState: r.sandbox_state,
+    organizationSuspended: r.organization_suspended_at !== null && r.organization_suspended_at !== undefined,
   };
 }
 
@@ -55,6 +59,7 @@ export function sandboxCredentialRepository(db: DbOrTx) {
     db('sandbox_credentials as c')
       .join('api_keys as k', 'k.id', 'c.api_key_id')
       .join('sandboxes as s', 's.id', 'c.sandbox_id')
+      .join('organizations as o', 'o.id', 'c.organization_id')
       .select(
         'c.id',
         'c.kind',
@@ -67,6 +72,7 @@ export function sandboxCredentialRepository(db: DbOrTx) {
         'k.sandbox_ids as key_sandbox_ids',
         'k.revoked_at as key_revoked_at',
         's.state as sandbox_state',
+        'o.suspended_at as organization_suspended_at',
       );
 
   return {

@@ -100,6 +100,14 @@ import { pingWebhook } from './pingWebhook.js';
 import { listWebhookDeliveries } from './listWebhookDeliveries.js';
 import { replayWebhookDelivery } from './replayWebhookDelivery.js';
 import { replayWebhookEvent } from './replayWebhookEvent.js';
+import { createOrganization } from './createOrganization.js';
+import { listOrganizations } from './listOrganizations.js';
+import { getOrganization } from './getOrganization.js';
+import { updateOrganization } from './updateOrganization.js';
+import { createOrganizationApiKey } from './createOrganizationApiKey.js';
+import { getOrganizationUsageRecords } from './getOrganizationUsageRecords.js';
+import { getOwnOrganization } from './getOwnOrganization.js';
+import { getOwnOrganizationUsage } from './getOwnOrganizationUsage.js';
 
 export const nativeHandlers: Record<string, NativeHandler> = {
   listImages,
@@ -202,4 +210,12 @@ export const nativeHandlers: Record<string, NativeHandler> = {
   cordonHost,
   uncordonHost,
   drainHost,
+  createOrganization,
+  listOrganizations,
+  getOrganization,
+  updateOrganization,
+  createOrganizationApiKey,
+  getOrganizationUsageRecords,
+  getOwnOrganization,
+  getOwnOrganizationUsage,
 };
