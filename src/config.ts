@@ -2,6 +2,7 @@
 import { homedir } from 'node:os';
 import { resolve } from 'node:path';
 import { z } from 'zod';
+import type { PlacementPolicy } from '../core/services/hosts.js';
 
 const port = z.coerce.number().int().min(0).max(65535);
 const positiveInt = z.coerce.number().int().positive();
@@ -303,15 +304,7 @@ export interface Config {
     capacityOverride: { cpu?: number; memoryMiB?: number; diskGiB?: number };
   };
   /** Placement over hosts (control plane): overcommit ratios, the reserve per host, when a host is lost. */
-  placement: {
-    cpuOvercommit: number;
-    memoryOvercommit: number;
-    diskOvercommit: number;
-    reserveCpu: number;
-    reserveMemoryMiB: number;
-    hostLostAfterMs: number;
-    retryAfterSeconds: number;
-  };
+  placement: Omit<PlacementPolicy, 'defaultRegion' | 'defaultDiskGiB'>;
   limits: {
     defaultTimeoutSeconds: number;
     maxTimeoutSeconds: number;
