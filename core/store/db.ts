@@ -1,5 +1,6 @@
 import knexFactory, { type Knex } from 'knex';
 import ClientPgLite from 'knex-pglite';
+import { createHash } from 'node:crypto';
 import { mkdirSync } from 'node:fs';
 import { migrationSource } from './migrations/index.js';
 
@@ -68,7 +69,15 @@ export async function rollbackAll(db: Db): Promise<void> {
 export async function withAdvisoryLock<T>(db: Db, target: DatabaseTarget, name: string, fn: () => Promise<T>): Promise<T> {
   if (target.kind === 'pglite') return fn();
   return db.transaction(async (lockTx) => {
-    await lockTx.raw('SELECT pg_advisory_xact_lock(hashtextextended(?, 0))', [name]);
+    await lockTx.raw('SELECT pg_advisory_xact_lock(?::bigint)', [advisoryLockId(name)]);
     return fn();
   });
+}
+
+/**
+ * A lock name's 64-bit id, hashed here rather than by PostgreSQL's hashtextextended: names
+ * carry object keys, whose separator is a NUL, and PostgreSQL refuses a NUL in any text value.
+ */
+export function advisoryLockId(name: string): string {
+  return createHash('sha256').update(name).digest().readBigInt64BE(0).toString();
 }
