@@ -18,6 +18,14 @@ export interface OrganizationLimitOverrides {
   maxDiskGiB: number | null;
   maxSnapshots: number | null;
   maxImages: number | null;
+  /**
+   * Request rates (core/services/rate-limits.ts): the organisation's bucket and each of its
+   * keys' buckets, in requests per second (0: not limited) and burst.
+   */
+  requestsPerSecond: number | null;
+  requestBurst: number | null;
+  keyRequestsPerSecond: number | null;
+  keyRequestBurst: number | null;
 }
 
 export interface Sandbox {

@@ -5,6 +5,7 @@ import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'n
 import { join } from 'node:path';
 import { ConfigError, type Config } from './config.js';
 import { controlPlaneSettingsRepository } from '../core/store/repositories/control-plane-settings.js';
+import { organizationRepository } from '../core/store/repositories/organizations.js';
 import { migrateToLatest, openDatabase, withAdvisoryLock, withStartupLock, type Db } from '../core/store/db.js';
 import { AuthService } from '../core/services/auth.js';
 import { HostService, deriveHostSecret } from '../core/services/hosts.js';
@@ -36,7 +37,7 @@ import type { Logger } from '../core/logger.js';
 import { createLogger } from './logger.js';
 import { logOperations } from '../core/operation-log.js';
 import { ControlPlaneMetrics } from '../core/metrics.js';
-import { fixedRequestLimits, postgresBucketStore, RequestRateLimiter } from '../core/services/rate-limits.js';
+import { organizationRequestLimits, postgresBucketStore, RequestRateLimiter } from '../core/services/rate-limits.js';
 import type { Services } from './services.js';
 import { ImageService } from '../core/services/images.js';
 import { ImageBuildService } from '../core/services/image-builds.js';
@@ -186,15 +187,17 @@ export async function startServer(config: Config, logger: Logger = createLogger(
   const sandboxTokens = new SandboxTokenService(db, hostSecret, { ttlSeconds: config.tokens.sandboxTokenTtlSeconds, signedUrlMaxSeconds: config.tokens.signedUrlMaxSeconds });
   const toolbox = new Toolbox(sandboxes);
   const usage = new UsageService(db, sandboxes, { retentionHours: config.usage.retentionHours, logger: logger.child({ component: 'usage' }) });
-  // Every replica's limiter leases from the same rows; the configured limits apply to every
-  // caller (per-organisation overrides would be another RequestLimitPolicy here).
-  const requestRates = new RequestRateLimiter(postgresBucketStore(db), fixedRequestLimits({ key: config.rateLimits.key, organization: config.rateLimits.organization }), {
+  // Every replica's limiter leases from the same rows; an organisation's own rates (set by the
+  // operator) replace the configured defaults, read at most every few seconds per replica.
+  const requestRateDefaults = { key: config.rateLimits.key, organization: config.rateLimits.organization };
+  const requestRatePolicy = organizationRequestLimits((id) => organizationRepository(db).findById(id), requestRateDefaults, { log: logger.child({ component: 'rate-limits' }) });
+  const requestRates = new RequestRateLimiter(postgresBucketStore(db), requestRatePolicy, {
     leaseTokens: config.rateLimits.leaseTokens,
     log: logger.child({ component: 'rate-limits' }),
     onLimited: (scope, api) => metrics.rateLimited.inc({ scope, api }),
   });
   const usageRecords = new UsageRecordService(db, { sampleSeconds: config.usage.sampleSeconds, logger: logger.child({ component: 'usage-records' }) });
-  const organizations = new OrganizationService(db, auth, config.orgLimits, usageRecords);
+  const organizations = new OrganizationService(db, auth, config.orgLimits, usageRecords, requestRateDefaults);
   const services: Services = {
     config,
     db,

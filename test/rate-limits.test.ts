@@ -150,6 +150,38 @@ const expectRetryAfter = (value: string | null) => {
 };
 
 describe('request rate limits over two replicas', () => {
+  // First, since the operator's calls spend a few of its organisation's 30 tokens, which the next
+  // test drains.
+  it("gives an organisation the operator's own rates (its keys refused at its burst on both replicas), and turning them off takes effect on both", async () => {
+    const operator = { authorization: `Bearer ${a.apiKey}`, 'content-type': 'application/json' };
+    const bad = await fetch(`${a.url}/api/v1/organizations`, { method: 'POST', headers: operator, body: JSON.stringify({ name: 'rates-bad', limits: { keyRequestBurst: 0 } }) });
+    expect(bad.status).toBe(400);
+    expect(((await bad.json()) as Answer['body']).error).toMatchObject({ code: 'validation_failed', details: { field: 'limits.keyRequestBurst' } });
+    const created = await fetch(`${a.url}/api/v1/organizations`, { method: 'POST', headers: operator, body: JSON.stringify({ name: 'rates-own', limits: { keyRequestBurst: 5, keyRequestsPerSecond: 0.05 } }) });
+    expect(created.status).toBe(201);
+    const org = (await created.json()) as { id: string; limits: Record<string, number>; customLimits: Record<string, number | null> };
+    expect(org.limits).toMatchObject({ keyRequestBurst: 5, keyRequestsPerSecond: 0.05, requestBurst: ORG_BURST, requestsPerSecond: 0.1 });
+    expect(org.customLimits).toMatchObject({ keyRequestBurst: 5, keyRequestsPerSecond: 0.05, requestBurst: null });
+    const minted = await fetch(`${b.url}/api/v1/organizations/${org.id}/api-keys`, { method: 'POST', headers: operator, body: JSON.stringify({ name: 'c1', preset: 'admin' }) });
+    expect(minted.status).toBe(201);
+    const c1 = ((await minted.json()) as { key: string }).key;
+
+    const own = await drainAlternately(c1);
+    expect(own.passed).toBeLessThanOrEqual(Math.floor(5 + 0.05 * own.seconds));
+    // Leases are at most a tenth of the burst and at least one token: one per replica unspent.
+    expect(own.passed).toBeGreaterThanOrEqual(5 - REPLICAS);
+    expect(own.refusal.body.error).toMatchObject({ code: 'rate_limited', details: { scope: 'key', burst: 5, perSecond: 0.05 } });
+
+    // A key rate of 0: the organisation's keys are not limited (the organisation still is). Each
+    // replica reads the change within 5 s.
+    const patched = await fetch(`${b.url}/api/v1/organizations/${org.id}`, { method: 'PATCH', headers: operator, body: JSON.stringify({ limits: { keyRequestsPerSecond: 0 } }) });
+    expect(patched.status).toBe(200);
+    expect(((await patched.json()) as typeof org).limits).toMatchObject({ keyRequestsPerSecond: 0, keyRequestBurst: 0 });
+    for (const url of replicaUrls()) {
+      await waitFor(`c1 admitted again by ${url}`, async () => (await nativeGet(url, c1)).status === 200, 20_000, 1000);
+    }
+  });
+
   it('shares one key bucket between both replicas, then a second key of the organisation meets the organisation bucket; another organisation is unaffected', async () => {
     const started = performance.now();
     const first = await drainAlternately(keys.a1);

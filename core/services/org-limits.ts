@@ -50,7 +50,7 @@ export interface OrganizationUsage {
 }
 
 /** Each limit: its usage key, what the message calls it, and the setting of its default. */
-const LIMITS: { field: keyof OrganizationLimitOverrides; usage: keyof OrganizationUsage; what: string; setting: string }[] = [
+const LIMITS: { field: keyof LimitValues; usage: keyof OrganizationUsage; what: string; setting: string }[] = [
   { field: 'maxSandboxes', usage: 'sandboxes', what: 'sandboxes that are not stopped', setting: 'NESTBOX_ORG_MAX_SANDBOXES' },
   { field: 'maxCpu', usage: 'cpu', what: 'vCPUs', setting: 'NESTBOX_ORG_MAX_CPU' },
   { field: 'maxMemoryMiB', usage: 'memoryMiB', what: 'MiB of memory', setting: 'NESTBOX_ORG_MAX_MEMORY_MIB' },

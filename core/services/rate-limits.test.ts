@@ -11,7 +11,10 @@ import {
   fixedRequestLimits,
   leaseSizeOf,
   leaseTokens,
+  organizationRequestLimits,
   postgresBucketStore,
+  requestLimitsOf,
+  requestRatesInForce,
   refilled,
   RequestRateLimiter,
   secondsToToken,
@@ -221,5 +224,64 @@ describe('buckets in PGlite', () => {
     await limiter.admit(caller, 'native');
     // The 9 went back with the next lease, which took 10 again: 99 - 10.
     expect((await postgresBucketStore(db).lease('key:key_ret', 0, 0, slow(100))).tokens).toBeCloseTo(89, 2);
+  });
+
+  describe("an organisation's own request rates", () => {
+    const none = { requestsPerSecond: null, requestBurst: null, keyRequestsPerSecond: null, keyRequestBurst: null };
+    const defaults = { key: { perSecond: 10, burst: 20 }, organization: { perSecond: 50, burst: 100 } };
+
+    it('replaces the defaults value by value; a rate of 0 turns a bucket off; a rate without a default gets two seconds of burst', () => {
+      expect(requestLimitsOf(none, defaults)).toEqual(defaults);
+      expect(requestLimitsOf({ ...none, keyRequestBurst: 3 }, defaults)).toEqual({ key: { perSecond: 10, burst: 3 }, organization: defaults.organization });
+      expect(requestLimitsOf({ ...none, requestsPerSecond: 0 }, defaults)).toEqual({ key: defaults.key, organization: undefined });
+      expect(requestLimitsOf({ ...none, keyRequestsPerSecond: 0.25 }, {})).toEqual({ key: { perSecond: 0.25, burst: 1 }, organization: undefined });
+      expect(requestLimitsOf({ ...none, requestsPerSecond: 7 }, {})).toEqual({ key: undefined, organization: { perSecond: 7, burst: 14 } });
+      expect(requestRatesInForce(requestLimitsOf({ ...none, requestsPerSecond: 0 }, defaults))).toEqual({ requestsPerSecond: 0, requestBurst: 0, keyRequestsPerSecond: 10, keyRequestBurst: 20 });
+    });
+
+    it('reads an organisation once per cache period, shares a read in flight, and falls back to the defaults when the read fails', async () => {
+      let clock = 0;
+      let reads = 0;
+      let own = { ...none, keyRequestBurst: 3 };
+      const policy = organizationRequestLimits(async (id) => {
+        reads++;
+        if (id === 'org_broken') throw new Error('connection lost');
+        return id === 'org_gone' ? undefined : { limits: { maxSandboxes: null, maxCpu: null, maxMemoryMiB: null, maxDiskGiB: null, maxSnapshots: null, maxImages: null, ...own } };
+      }, defaults, { cacheMs: 5000, now: () => clock });
+      const caller = { organizationId: 'org_a', keyId: 'k' };
+      const [first, second] = await Promise.all([policy.limitsFor(caller), policy.limitsFor(caller)]);
+      expect(first).toEqual({ key: { perSecond: 10, burst: 3 }, organization: defaults.organization });
+      expect(second).toEqual(first);
+      expect(reads).toBe(1);
+      own = { ...none, keyRequestBurst: 9 };
+      clock += 4999;
+      expect((await policy.limitsFor(caller)).key?.burst).toBe(3);
+      expect(reads).toBe(1);
+      clock += 2;
+      expect((await policy.limitsFor(caller)).key?.burst).toBe(9);
+      expect(reads).toBe(2);
+      expect(await policy.limitsFor({ organizationId: 'org_gone' })).toEqual(defaults);
+      expect(await policy.limitsFor({ organizationId: 'org_broken' })).toEqual(defaults);
+    });
+
+    it("limits a key by its organisation's burst rather than the server's (two limiters on one database)", async () => {
+      const own = { ...none, keyRequestBurst: 4, keyRequestsPerSecond: 0.01 };
+      const find = async (id: string) => (id === 'org_own' ? { limits: { maxSandboxes: null, maxCpu: null, maxMemoryMiB: null, maxDiskGiB: null, maxSnapshots: null, maxImages: null, ...own } } : undefined);
+      const replicas = [0, 1].map(() => new RequestRateLimiter(postgresBucketStore(db), organizationRequestLimits(find, { key: slow(50) }), { leaseTokens: 10 }));
+      let passed = 0;
+      let refusal: NestboxError | undefined;
+      for (let i = 0; i < 20 && !refusal; i++) {
+        try {
+          await replicas[i % 2].admit({ organizationId: 'org_own', keyId: 'key_own' }, 'native');
+          passed++;
+        } catch (err) {
+          refusal = err as NestboxError;
+        }
+      }
+      expect(passed).toBeLessThanOrEqual(4);
+      expect(refusal?.details).toMatchObject({ scope: 'key', burst: 4 });
+      // Another organisation's key has the server's 50.
+      for (let i = 0; i < 20; i++) await replicas[i % 2].admit({ organizationId: 'org_default', keyId: 'key_default' }, 'native');
+    });
   });
 });

@@ -23,7 +23,7 @@
 import { NestboxError } from '../errors.js';
 import type { Logger } from '../logger.js';
 import type { DbOrTx } from '../store/db.js';
-import type { Principal } from '../types.js';
+import type { Organization, OrganizationLimitOverrides, Principal } from '../types.js';
 
 /** One bucket's limit: tokens added per second, and how many it holds at most (the burst). */
 export interface BucketLimit {
@@ -41,9 +41,9 @@ export interface RequestLimits {
 }
 
 /**
- * Where a caller's limits come from. The server's default is the configuration's values for
- * everyone (`fixedRequestLimits`); per-organisation overrides plug in here (a policy that reads
- * the organisation's row, cached, and falls back to the defaults), with no change to the buckets.
+ * Where a caller's limits come from: the configuration's values for everyone
+ * (`fixedRequestLimits`), or those with each organisation's own rates over them
+ * (`organizationRequestLimits`, what the server uses); the buckets are the same either way.
  */
 export interface RequestLimitPolicy {
   limitsFor(caller: RateLimitedCaller): RequestLimits | Promise<RequestLimits>;
@@ -57,6 +57,91 @@ export type RateLimitedVia = 'native' | 'daytona' | 'e2b';
 
 export function fixedRequestLimits(limits: RequestLimits): RequestLimitPolicy {
   return { limitsFor: () => limits };
+}
+
+/** An organisation's own request rates (null: the server's default); see OrganizationLimitOverrides. */
+export type OwnRequestRates = Pick<OrganizationLimitOverrides, 'requestsPerSecond' | 'requestBurst' | 'keyRequestsPerSecond' | 'keyRequestBurst'>;
+
+/** The rates in force as the API shows them: requests per second (0: not limited) and bursts. */
+export interface RequestRatesInForce {
+  requestsPerSecond: number;
+  requestBurst: number;
+  keyRequestsPerSecond: number;
+  keyRequestBurst: number;
+}
+
+/**
+ * The buckets in force for an organisation: each of its own values replaces the server's default
+ * one by one. A rate of 0 turns the bucket off; a rate set where the server has none gets a
+ * burst of two seconds' worth unless the organisation sets its own.
+ */
+export function requestLimitsOf(own: OwnRequestRates, defaults: RequestLimits): RequestLimits {
+  const bucket = (perSecond: number | null, burst: number | null, fallback: BucketLimit | undefined): BucketLimit | undefined => {
+    const rate = perSecond ?? fallback?.perSecond ?? 0;
+    if (rate <= 0) return undefined;
+    return { perSecond: rate, burst: burst ?? fallback?.burst ?? Math.max(1, Math.ceil(rate * 2)) };
+  };
+  return {
+    key: bucket(own.keyRequestsPerSecond, own.keyRequestBurst, defaults.key),
+    organization: bucket(own.requestsPerSecond, own.requestBurst, defaults.organization),
+  };
+}
+
+export function requestRatesInForce(limits: RequestLimits): RequestRatesInForce {
+  return {
+    requestsPerSecond: limits.organization?.perSecond ?? 0,
+    requestBurst: limits.organization?.burst ?? 0,
+    keyRequestsPerSecond: limits.key?.perSecond ?? 0,
+    keyRequestBurst: limits.key?.burst ?? 0,
+  };
+}
+
+/** How long a replica trusts an organisation's rates it has read (a change reaches every replica within this). */
+export const ORGANIZATION_RATES_CACHE_MS = 5000;
+const MAX_CACHED_ORGANIZATIONS = 10_000;
+
+/**
+ * Per-organisation overrides: the organisation's row, read at most once per
+ * ORGANIZATION_RATES_CACHE_MS by each replica (a request costs no extra query), its own rates
+ * over the server's defaults. An organisation that cannot be read gets the defaults: the limiter
+ * must not refuse requests because of its own lookup, and authentication has already checked
+ * that the organisation exists.
+ */
+export function organizationRequestLimits(
+  findOrganization: (organizationId: string) => Promise<Pick<Organization, 'limits'> | undefined>,
+  defaults: RequestLimits,
+  options: { cacheMs?: number; now?: () => number; log?: Logger } = {},
+): RequestLimitPolicy {
+  const cacheMs = options.cacheMs ?? ORGANIZATION_RATES_CACHE_MS;
+  const now = options.now ?? (() => performance.now());
+  const cache = new Map<string, { limits: RequestLimits; until: number }>();
+  const inFlight = new Map<string, Promise<RequestLimits>>();
+  const read = (organizationId: string): Promise<RequestLimits> => {
+    let pending = inFlight.get(organizationId);
+    if (!pending) {
+      pending = findOrganization(organizationId)
+        .then((org) => (org ? requestLimitsOf(org.limits, defaults) : defaults))
+        .catch((err: unknown) => {
+          options.log?.warn({ err, organizationId }, "could not read the organisation's request rates; its requests count against the server's defaults");
+          return defaults;
+        })
+        .then((limits) => {
+          if (cache.size >= MAX_CACHED_ORGANIZATIONS) cache.clear();
+          cache.set(organizationId, { limits, until: now() + cacheMs });
+          return limits;
+        })
+        .finally(() => inFlight.delete(organizationId));
+      inFlight.set(organizationId, pending);
+    }
+    return pending;
+  };
+  return {
+    limitsFor(caller) {
+      const hit = cache.get(caller.organizationId);
+      if (hit && now() < hit.until) return hit.limits;
+      return read(caller.organizationId);
+    },
+  };
 }
 
 // ---------------------------------------------------------------------------------------------

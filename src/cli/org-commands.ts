@@ -15,6 +15,10 @@ const LIMIT_FLAGS: { flag: string; option: string; field: keyof OrganizationLimi
   { flag: '--max-disk-gib <n>', option: 'maxDiskGib', field: 'maxDiskGiB', what: 'GiB of sandbox disks' },
   { flag: '--max-snapshots <n>', option: 'maxSnapshots', field: 'maxSnapshots', what: 'snapshots' },
   { flag: '--max-images <n>', option: 'maxImages', field: 'maxImages', what: 'images' },
+  { flag: '--requests-per-second <n>', option: 'requestsPerSecond', field: 'requestsPerSecond', what: 'requests per second of the organisation, 0 = none' },
+  { flag: '--request-burst <n>', option: 'requestBurst', field: 'requestBurst', what: "the organisation's request burst" },
+  { flag: '--key-requests-per-second <n>', option: 'keyRequestsPerSecond', field: 'keyRequestsPerSecond', what: 'requests per second of each key, 0 = none' },
+  { flag: '--key-request-burst <n>', option: 'keyRequestBurst', field: 'keyRequestBurst', what: "each key's request burst" },
 ];
 
 /**
@@ -28,8 +32,15 @@ function limitValue(value: string): number | 'default' {
   return n;
 }
 
+/** A rate: a number of requests per second, fractions allowed (0.25: one every 4 s). */
+function rateValue(value: string): number | 'default' {
+  if (value === 'default') return 'default';
+  if (!/^\d+(\.\d+)?$/.test(value)) throw new InvalidArgumentError('must be a number of requests per second (such as 0.5), or "default" for the server\'s default');
+  return Number(value);
+}
+
 function addLimitOptions(cmd: Command): Command {
-  for (const l of LIMIT_FLAGS) cmd.addOption(new Option(l.flag, `limit on ${l.what} (a number, or "default")`).argParser(limitValue));
+  for (const l of LIMIT_FLAGS) cmd.addOption(new Option(l.flag, `limit on ${l.what} (a number, or "default")`).argParser(l.field.endsWith('PerSecond') ? rateValue : limitValue));
   return cmd;
 }
 
@@ -41,12 +52,13 @@ function limitsOf(opts: Record<string, unknown>): Partial<OrganizationLimitOverr
 
 function printOrganization(org: Organization & { usage?: Record<string, number> }): void {
   process.stdout.write(`${org.id} ${org.name}${org.suspended ? ` (suspended ${age(org.suspendedAt)} ago)` : ''}\n`);
-  const usageKey: Record<keyof OrganizationLimitOverrides, string> = { maxSandboxes: 'sandboxes', maxCpu: 'cpu', maxMemoryMiB: 'memoryMiB', maxDiskGiB: 'diskGiB', maxSnapshots: 'snapshots', maxImages: 'images' };
+  // Request rates are limits on a flow, not on something held: no IN USE figure.
+  const usageKey: Partial<Record<keyof OrganizationLimitOverrides, string>> = { maxSandboxes: 'sandboxes', maxCpu: 'cpu', maxMemoryMiB: 'memoryMiB', maxDiskGiB: 'diskGiB', maxSnapshots: 'snapshots', maxImages: 'images' };
   printTable(['LIMIT', 'VALUE', 'SOURCE', ...(org.usage ? ['IN USE'] : [])], LIMIT_FLAGS.map((l) => [
     l.field,
     org.limits[l.field],
     org.customLimits[l.field] === null ? 'default' : 'own',
-    ...(org.usage ? [org.usage[usageKey[l.field]]] : []),
+    ...(org.usage ? [usageKey[l.field] === undefined ? '' : org.usage[usageKey[l.field]!]] : []),
   ]));
 }
 

@@ -236,6 +236,11 @@ export interface OrganizationLimits {
   maxDiskGiB: number;
   maxSnapshots: number;
   maxImages: number;
+  /** Requests per second (0: not limited) and bursts: the organisation's, and each key's. */
+  requestsPerSecond: number;
+  requestBurst: number;
+  keyRequestsPerSecond: number;
+  keyRequestBurst: number;
 }
 
 /** An organisation's own limits: null = the server's default. */

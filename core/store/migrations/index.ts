@@ -15,6 +15,7 @@ import * as pendingSandboxes from './20261204130000_pending_sandboxes.js';
 import * as controlPlaneSettings from './20261204130001_control_plane_settings.js';
 import * as hostCapacity from './20261204120000_host_capacity.js';
 import * as organizations from './20261204100000_organizations.js';
+import * as orgRequestLimits from './20261205100000_org_request_limits.js';
 
 // Migrations are imported modules rather than files knex discovers at run time, so the same
 // list works from TypeScript sources (tests) and compiled JavaScript (the server).
@@ -35,6 +36,7 @@ const MIGRATIONS: Record<string, Knex.Migration> = {
   '20261204130001_control_plane_settings': controlPlaneSettings,
   '20261204120000_host_capacity': hostCapacity,
   '20261204100000_organizations': organizations,
+  '20261205100000_org_request_limits': orgRequestLimits,
 };
 
 export const migrationSource: Knex.MigrationSource<string> = {

@@ -12,6 +12,10 @@ interface OrganizationRow {
   max_disk_gib: number | null;
   max_snapshots: number | null;
   max_images: number | null;
+  requests_per_second: number | null;
+  request_burst: number | null;
+  key_requests_per_second: number | null;
+  key_request_burst: number | null;
 }
 
 /** Limit field → column. */
@@ -22,6 +26,10 @@ export const LIMIT_COLUMNS: Record<keyof OrganizationLimitOverrides, keyof Organ
   maxDiskGiB: 'max_disk_gib',
   maxSnapshots: 'max_snapshots',
   maxImages: 'max_images',
+  requestsPerSecond: 'requests_per_second',
+  requestBurst: 'request_burst',
+  keyRequestsPerSecond: 'key_requests_per_second',
+  keyRequestBurst: 'key_request_burst',
 };
 
 const num = (v: number | string | null | undefined): number | null => (v === null || v === undefined ? null : Number(v));
@@ -38,6 +46,10 @@ const fromRow = (r: OrganizationRow): Organization => ({
     maxDiskGiB: num(r.max_disk_gib),
     maxSnapshots: num(r.max_snapshots),
     maxImages: num(r.max_images),
+    requestsPerSecond: num(r.requests_per_second),
+    requestBurst: num(r.request_burst),
+    keyRequestsPerSecond: num(r.key_requests_per_second),
+    keyRequestBurst: num(r.key_request_burst),
   },
 });
 
