@@ -111,6 +111,30 @@ describe("e2b sandbox ports (any port the sandbox listens on, as E2B's proxy)", 
     }
   });
 
+  it('serves E2B\'s control plane on api.<domain> without the /e2b prefix (what E2B_DOMAIN makes the SDKs call)', async () => {
+    const created = await request(`api.${DOMAIN}:443`, 'POST', '/sandboxes', { 'X-API-KEY': t.apiKey, 'content-type': 'application/json' }, JSON.stringify({ templateID: 'base', timeout: 60, allow_internet_access: false }));
+    expect(created.status, created.text).toBe(201);
+    const sandbox = JSON.parse(created.text) as { sandboxID: string; domain: string };
+    expect(sandbox.domain).toBe(DOMAIN);
+    try {
+      const listed = await request(`api.${DOMAIN}`, 'GET', '/v2/sandboxes?state=running', { 'X-API-KEY': t.apiKey });
+      expect(listed.status).toBe(200);
+      expect((JSON.parse(listed.text) as { sandboxID: string }[]).map((s) => s.sandboxID)).toContain(sandbox.sandboxID);
+      // In E2B's error shape, as at /e2b.
+      const unknown = await request(`API.${DOMAIN.toUpperCase()}`, 'GET', '/sandboxes/nosuchsandbox', { 'X-API-KEY': t.apiKey });
+      expect(unknown.status).toBe(404);
+      expect(JSON.parse(unknown.text)).toMatchObject({ code: 404 });
+      // The native API is not served there (E2B's router answers, wanting its X-API-KEY), and
+      // other hosts keep the native paths.
+      const native = await request(`api.${DOMAIN}`, 'GET', '/api/v1/sandboxes', { authorization: `Bearer ${t.apiKey}` });
+      expect(native.status).toBe(401);
+      expect(JSON.parse(native.text)).toMatchObject({ code: 401 });
+      expect((await request(`elsewhere.${DOMAIN}`, 'GET', '/api/v1/sandboxes', { authorization: `Bearer ${t.apiKey}` })).status).toBe(200);
+    } finally {
+      expect((await request(`api.${DOMAIN}`, 'DELETE', `/sandboxes/${sandbox.sandboxID}`, { 'X-API-KEY': t.apiKey })).status).toBe(204);
+    }
+  });
+
   it('refuses a non-boolean allowPublicTraffic naming the field', async () => {
     const res = await fetch(`${t.url}/e2b/sandboxes`, { method: 'POST', headers: { 'X-API-KEY': t.apiKey, 'content-type': 'application/json' }, body: JSON.stringify({ templateID: 'base', network: { allowPublicTraffic: 'no' } }) });
     expect(res.status).toBe(400);

@@ -100,6 +100,18 @@ export function createApp(services: Services): Express {
     next();
   });
 
+  // E2B SDKs given a domain (E2B_DOMAIN=<NESTBOX_PUBLIC_DOMAIN>) call their control plane at
+  // https://api.<domain>/… with no prefix: that host is E2B's API, so its paths are /e2b's. (Its
+  // envd and port hosts, `<port>-<id>.<domain>`, were routed above.)
+  const e2bApiHost = services.config.ports.publicDomain ? `api.${services.config.ports.publicDomain.toLowerCase()}` : undefined;
+  if (e2bApiHost) {
+    app.use((req, _res, next) => {
+      let host = String(req.headers.host ?? '').toLowerCase();
+      if (!e2bApiHost.includes(':')) host = host.replace(/:\d+$/, '');
+      if (host === e2bApiHost && req.url !== '/e2b' && !req.url.startsWith('/e2b/') && !req.url.startsWith('/e2b?')) req.url = `/e2b${req.url}`;
+      next();
+    });
+  }
   app.use('/api/v1', createNativeRouter(services));
   // Daytona: control plane at /daytona/api, toolbox at /daytona/toolbox (compat/daytona/router.ts).
   app.use('/daytona', createDaytonaRouter(services, daytonaOptionsOf(services)));
