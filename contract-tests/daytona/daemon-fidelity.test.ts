@@ -79,7 +79,8 @@ describe('Daytona daemon and API fidelity', () => {
     const elsewhere = new Daytona({ apiUrl: env.apiUrl, apiKey: env.server.apiKey, target: 'eu' });
     const refused = await elsewhere.create().catch((e: unknown) => e);
     expect(refused).toBeInstanceOf(DaytonaValidationError);
-    expect((refused as Error).message).toMatch(/^target: no host of this server is in region "eu"; its region is "local"/);
+    // The message names the field and the regions the live hosts are in (placement, issue 16).
+    expect((refused as Error).message).toMatch(/^target: no live host satisfies target=eu \(live hosts' regions: local\)/);
 
     const linked = await env.daytona.create({ linkedSandbox: sb.id, autoDeleteInterval: 0 }).catch((e: unknown) => e);
     expect((linked as DaytonaError).statusCode).toBe(501);

@@ -6,6 +6,10 @@ import { Sandbox, type OutputMessage, type Result } from '@e2b/code-interpreter'
 import { NotFoundError, TimeoutError } from 'e2b';
 import { startE2bTestServer, type E2bTestServer } from './helpers.js';
 
+// A hang guard, not a timing claim: each kernel start is seconds of CPU, and integration files
+// run two at a time on a 2-core machine, so a test that starts several kernels gets more room.
+vi.setConfig({ testTimeout: 180_000 });
+
 let t: E2bTestServer;
 let sbx: Sandbox;
 
@@ -218,10 +222,6 @@ plt.show()
   it('gives a pie chart', async () => {
     const execution = await sbx.runCode(`
 import matplotlib.pyplot as plt
-
-// A hang guard, not a timing claim: each kernel start is seconds of CPU, and integration files
-// run two at a time on a 2-core machine, so a test that starts several kernels gets more room.
-vi.setConfig({ testTimeout: 180_000 });
 fig, ax = plt.subplots()
 ax.pie([75, 25], labels=["yes", "no"])
 plt.title("Answers")
