@@ -328,7 +328,14 @@ export class Cluster {
     const problems: string[] = [];
     const restarted = this.hosts.filter((h) => h.process && !isRunning(h.process));
     for (const host of restarted) this.startHost(host.id);
-    if (restarted.length) await this.waitForHosts(restarted.map((h) => h.id), 60_000).catch((err) => problems.push(String(err)));
+    // Its own API answers once its driver has adopted what it still runs (it listens after that);
+    // a replica may be gone too, so that is not waited for.
+    for (const host of restarted) {
+      await waitFor(`host agent ${host.id} answering`, async () => {
+        if (!isRunning(host.process)) throw new Error(`it exited:\n${tail(host.process, 2000)}`);
+        return (await host.client.listImages(), true);
+      }, 60_000, 200).catch((err) => problems.push(String(err)));
+    }
     const live = this.replicas.find((r) => isRunning(r.process));
     const left = this.db ? ((await this.db('sandboxes').whereNot({ state: 'deleted' }).select('id', 'host_id').catch(() => [])) as { id: string; host_id: string | null }[]) : [];
     for (const { id } of left) if (live) await live.http().delete(`/api/v1/sandboxes/${id}`).set(this.auth).catch(() => undefined);
