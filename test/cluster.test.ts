@@ -6,14 +6,16 @@
 // through replica B (exec, files, an SSE stream, a PTY, a hosted port); the control plane reaches
 // each host only at the address it advertised; a host agent killed with SIGKILL has its sandboxes
 // marked error/host_lost while the others run on, and once started again adopts them; and nothing
-// of any sandbox is left on the box afterwards.
-import { execFileSync } from 'node:child_process';
+// of any sandbox is left on the box afterwards. A host agent started with `ip netns exec` (whose
+// mount namespace would keep its sandboxes' namespaces to itself) refuses to start.
+import { execFileSync, spawn } from 'node:child_process';
 import net from 'node:net';
-import { existsSync, readdirSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync } from 'node:fs';
 import { WebSocket } from 'ws';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Cluster } from './cluster-harness.js';
-import { outputOf, readEvents, waitFor } from './harness.js';
+import { outputOf, readEvents, removeDataDir, TEST_IMAGES_DIR, waitFor } from './harness.js';
+import { projectPath } from '../src/paths.js';
 import { residueOf, slotNamesOf, snapshotHostNetwork } from './residue.js';
 
 const LOST_AFTER_MS = 3000;
@@ -84,6 +86,37 @@ describe('three machines, two replicas', () => {
     // way to a host agent is its machine's address over the bridge.
     expect(await probe('127.0.0.1', cluster.agentPort)).toBe('ECONNREFUSED');
     expect(await probe(cluster.machines!.bridgeAddress, cluster.agentPort)).toBe('ECONNREFUSED');
+  });
+
+  it('a host agent started with `ip netns exec` refuses to start, saying why and what to use', async () => {
+    // ip netns exec adds a mount namespace of its own: slot namespaces made in it would be lost.
+    const dataDir = mkdtempSync('/tmp/nbx-cluster-netns-exec-');
+    try {
+      const child = spawn('ip', ['netns', 'exec', cluster.hosts[0].netns, process.execPath, projectPath('dist/src/cli.js'), 'host-agent'], {
+        env: {
+          PATH: process.env.PATH,
+          NESTBOX_DATA_DIR: dataDir,
+          NESTBOX_IMAGES_DIR: TEST_IMAGES_DIR,
+          NESTBOX_HOST_ID: 'netns-exec',
+          NESTBOX_HOST_AGENT_HOST: cluster.hosts[0].address,
+          NESTBOX_CONTROL_PLANE_URL: cluster.replicas[0].url,
+          NESTBOX_HOST_AGENT_SECRET: 'not-a-registered-host-secret',
+          NESTBOX_REFLINK_STORE: 'off',
+          NESTBOX_SLOT_POOL_SIZE: '0',
+        },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      let output = '';
+      child.stdout.on('data', (d) => (output += String(d)));
+      child.stderr.on('data', (d) => (output += String(d)));
+      const code = await new Promise<number | null>((resolve) => child.once('exit', (exitCode) => resolve(exitCode)));
+      expect(code).not.toBe(0);
+      expect(output).toMatch(/\/run\/netns is not shared with the machine's mount namespace.*ip netns exec.*nsenter --net=/s);
+    } finally {
+      removeDataDir(dataDir);
+    }
+    // It never registered.
+    expect((await A().get('/api/v1/hosts/netns-exec').set(auth())).status).toBe(404);
   });
 
   it('spreads creates over the hosts with most room, through either replica', async () => {
