@@ -4,7 +4,8 @@
 // test/cluster-harness.ts. Placement spreads by room and honours region (native `placement`,
 // Daytona `target`) and labels, skipping a full host; a sandbox made through replica A is used
 // through replica B (exec, files, an SSE stream, a PTY, a hosted port); the control plane reaches
-// each host only at the address it advertised; a host agent killed with SIGKILL has its sandboxes
+// each host only at the address it advertised, and a sandbox reaches neither its host agent nor a
+// replica (its machine's isolation rules); a host agent killed with SIGKILL has its sandboxes
 // marked error/host_lost while the others run on, and once started again adopts them; and nothing
 // of any sandbox is left on the box afterwards. A host agent started with `ip netns exec` (whose
 // mount namespace would keep its sandboxes' namespaces to itself) refuses to start.
@@ -17,6 +18,7 @@ import { Cluster } from './cluster-harness.js';
 import { outputOf, readEvents, removeDataDir, TEST_IMAGES_DIR, waitFor } from './harness.js';
 import { projectPath } from '../src/paths.js';
 import { residueOf, slotNamesOf, snapshotHostNetwork } from './residue.js';
+import { TCP_PROBE } from './test-internet.js';
 
 const LOST_AFTER_MS = 3000;
 let cluster: Cluster;
@@ -232,6 +234,17 @@ describe('three machines, two replicas', () => {
       return res.body.sample?.networkRxBytes > 0 ? res.body.sample : undefined;
     }, 20_000, 250);
     expect(usage.networkTxBytes).toBeGreaterThan(0);
+
+    // The isolation rules are its machine's: the sandbox reaches neither its own host agent (the
+    // machine's input chain) nor a replica over the bridge (its deny-all egress, then the blocked
+    // private ranges), though both answer from the root namespace.
+    await A().put(`${api}/files`).query({ path: '/root/probe.py' }).set(auth()).set('content-type', 'application/octet-stream').send(Buffer.from(TCP_PROBE)).expect((res) => expect(res.status).toBeLessThan(300));
+    const replica = new URL(cluster.replicas[0].url);
+    for (const [address, port] of [[host.address, cluster.agentPort], [replica.hostname, Number(replica.port)]] as const) {
+      expect(await probe(address, port)).toBe('connected');
+      const seen = await B().post(`${api}/commands`).set(auth()).send({ cmd: `python3 /root/probe.py ${address} ${port}` });
+      expect(seen.body.stdout.trim(), `${address}:${port} from the sandbox`).toBe('timeout');
+    }
   });
 
   it('a host agent killed with SIGKILL: its sandboxes become error/host_lost, the others run on; started again, it adopts them', async () => {
