@@ -5,11 +5,12 @@
 // comes back the sandboxes it still runs are adopted. One server (with its own local host agent)
 // plus two extra `nestbox host-agent` processes with their own data dirs, ids and labels.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { existsSync, mkdtempSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { removeDataDir, startTestServer, TEST_IMAGES_DIR, waitFor, type TestServer } from './harness.js';
+import { isRunning, spawnNestbox, stopProcess, type NestboxProcess } from './cluster-harness.js';
 import { projectPath } from '../src/paths.js';
 
 const execFileAsync = promisify(execFile);
@@ -22,17 +23,13 @@ interface ExtraAgent {
   id: string;
   dataDir: string;
   env: Record<string, string>;
-  child?: ChildProcess;
-  output: string[];
+  process?: NestboxProcess;
 }
 const extras: ExtraAgent[] = [];
 
 /** A host agent as an operator starts one on another machine: its own id, data dir and labels, the secret from `nestbox host-secret`. */
 function startAgent(agent: ExtraAgent): void {
-  const child = spawn(process.execPath, [projectPath('dist/src/cli.js'), 'host-agent'], { env: agent.env, stdio: ['ignore', 'pipe', 'pipe'] });
-  child.stdout!.on('data', (d) => agent.output.push(String(d)));
-  child.stderr!.on('data', (d) => agent.output.push(String(d)));
-  agent.child = child;
+  agent.process = spawnNestbox(['host-agent'], agent.env);
 }
 
 async function extraAgent(id: string, extra: Record<string, string>): Promise<ExtraAgent> {
@@ -41,7 +38,6 @@ async function extraAgent(id: string, extra: Record<string, string>): Promise<Ex
   const agent: ExtraAgent = {
     id,
     dataDir,
-    output: [],
     env: {
       PATH: process.env.PATH ?? '',
       HOME: process.env.HOME ?? '/root',
@@ -82,7 +78,7 @@ beforeAll(async () => {
   await extraAgent('hx-small', { NESTBOX_HOST_LABELS: 'region=eu-central,tier=small', NESTBOX_HOST_CAPACITY_MEMORY_MIB: '1024' });
   await extraAgent('hx-big', { NESTBOX_HOST_LABELS: 'region=eu-central,disk=ssd' });
   await waitFor('three live hosts', async () => (await t.http.get('/api/v1/health')).body.hostsAvailable === 3, 90_000).catch((err) => {
-    throw new Error(`${(err as Error).message}\n${extras.map((a) => `${a.id}:\n${a.output.join('').slice(-2000)}`).join('\n')}`);
+    throw new Error(`${(err as Error).message}\n${extras.map((a) => `${a.id}:\n${a.process?.output.join('').slice(-2000)}`).join('\n')}`);
   });
   const key = await t.http.post('/api/v1/api-keys').set(t.auth).send({ name: 'org-admin', preset: 'admin' }).expect(201);
   adminAuth = { Authorization: `Bearer ${key.body.key}` };
@@ -91,15 +87,11 @@ beforeAll(async () => {
 afterAll(async () => {
   // Every sandbox is destroyed through its (live) host agent first, so one killed by a failed
   // test is started again; then the extra agents go.
-  for (const agent of extras) if (agent.child && (agent.child.exitCode !== null || agent.child.signalCode !== null)) startAgent(agent);
+  for (const agent of extras) if (agent.process && !isRunning(agent.process)) startAgent(agent);
   if (t) await waitFor('every host agent back', async () => (await t.http.get('/api/v1/health')).body.hostsAvailable === 1 + extras.length, 60_000).catch(() => undefined);
   await t?.close();
   for (const agent of extras) {
-    if (agent.child && agent.child.exitCode === null && agent.child.signalCode === null) {
-      const exited = new Promise((r) => agent.child!.once('exit', r));
-      agent.child.kill('SIGTERM');
-      await exited;
-    }
+    await stopProcess(agent.process);
     removeDataDir(agent.dataDir);
   }
 }, 120_000);
@@ -204,9 +196,7 @@ describe('many host agents', () => {
     expect(onBig.length).toBeGreaterThanOrEqual(2);
     await t.http.post(`/api/v1/sandboxes/${ids.back}/ports`).set(operator()).send({ port: 8080, public: true }).expect(201);
 
-    const exited = new Promise((r) => big.child!.once('exit', r));
-    big.child!.kill('SIGKILL');
-    await exited;
+    await stopProcess(big.process, 'SIGKILL');
     const killedAt = Date.now();
     await waitFor('hx-big lost', async () => (await listHosts()).find((h) => h.id === 'hx-big')!.state === 'lost', 20_000);
     for (const id of onBig) {

@@ -8,7 +8,6 @@
 // Why a host agent of its own rather than one replica's embedded one: the embedded host agent
 // exits with its server, and replica A is the one killed here. Both replicas run with
 // NESTBOX_LOCAL_HOST_AGENT=false; the host agent heartbeats to B and advertises the proxy's URL.
-import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import net from 'node:net';
@@ -19,7 +18,7 @@ import { Daytona } from '@daytonaio/sdk';
 import { Sandbox as E2bSandbox } from 'e2b';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, freePort, outputOf, readEvents, removeDataDir, testEnv, waitFor } from './harness.js';
-import { projectPath } from '../src/paths.js';
+import { isRunning, spawnNestbox, stopProcess, waitForReplica, type NestboxProcess } from './cluster-harness.js';
 import { deriveHostSecret } from '../core/services/hosts.js';
 import { HttpHostClient } from '../host/protocol/client.js';
 import { TRANSITIONAL_STATES } from '../core/state-machine.js';
@@ -85,35 +84,13 @@ class HoldingProxy {
   }
 }
 
-interface Proc {
-  child: ChildProcess;
-  output: string[];
-}
-
-function spawnNestbox(args: string[], env: Record<string, string>): Proc {
-  const output: string[] = [];
-  const child = spawn(process.execPath, [projectPath('dist/src/cli.js'), ...args], { env: { PATH: process.env.PATH, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-  child.stdout!.on('data', (d) => output.push(String(d)));
-  child.stderr!.on('data', (d) => output.push(String(d)));
-  return { child, output };
-}
-
-const running = (p: Proc | undefined): p is Proc => !!p && p.child.exitCode === null && p.child.signalCode === null;
-
-async function kill(p: Proc | undefined, signal: NodeJS.Signals): Promise<void> {
-  if (!running(p)) return;
-  const exited = new Promise((r) => p.child.once('exit', r));
-  p.child.kill(signal);
-  await exited;
-}
-
 let database: { url: string; drop: () => Promise<void> };
 let db: Knex;
 const dataDirs: Record<'a' | 'b' | 'host', string> = { a: '', b: '', host: '' };
 const ports = { a: 0, b: 0, agent: 0, proxy: 0 };
-let a: Proc | undefined;
-let b: Proc | undefined;
-let hostAgent: Proc | undefined;
+let a: NestboxProcess | undefined;
+let b: NestboxProcess | undefined;
+let hostAgent: NestboxProcess | undefined;
 let proxy: HoldingProxy;
 let apiKey: string;
 let hostClient: HttpHostClient;
@@ -125,7 +102,7 @@ const auth = () => ({ Authorization: `Bearer ${apiKey}` });
 const row = async (id: string) => (await db('sandboxes').where({ id }).first()) as Record<string, unknown> | undefined;
 
 /** A replica as an operator runs one: no supervisor (kill -9 is meant for the control plane itself), no host agent. */
-function startReplica(name: 'a' | 'b'): Proc {
+function startReplica(name: 'a' | 'b'): NestboxProcess {
   return spawnNestbox(['server'], testEnv(dataDirs[name], {
     NESTBOX_PORT: String(ports[name]),
     NESTBOX_DATABASE_URL: database.url,
@@ -134,15 +111,6 @@ function startReplica(name: 'a' | 'b'): Proc {
     NESTBOX_SERVER_SUPERVISOR: 'false',
     NESTBOX_INSTANCE_TIMEOUT_MS: String(INSTANCE_TIMEOUT_MS),
   }));
-}
-
-async function waitUp(p: Proc, port: number): Promise<void> {
-  await waitFor(`the replica on port ${port}`, async () => {
-    if (!running(p)) throw new Error('the replica exited');
-    return (await supertest(urlOf(port)).get('/api/v1/health')).status === 200;
-  }, 60_000, 100).catch((err) => {
-    throw new Error(`${(err as Error).message}\n${p.output.join('').slice(-3000)}`);
-  });
 }
 
 const hostsAvailable = async (port: number) => (await supertest(urlOf(port)).get('/api/v1/health')).body.hostsAvailable >= 1;
@@ -159,13 +127,13 @@ beforeAll(async () => {
 
 afterAll(async () => {
   // What a failed test left: delete it through a live replica, then off the host directly.
-  const survivor = running(b) ? B : running(a) ? A : undefined;
+  const survivor = isRunning(b) ? B : isRunning(a) ? A : undefined;
   const left = db ? ((await db('sandboxes').whereNot({ state: 'deleted' }).select('id')) as { id: string }[]) : [];
   if (survivor && apiKey) for (const { id } of left) await survivor().delete(`/api/v1/sandboxes/${id}`).set(auth()).catch(() => undefined);
-  if (running(hostAgent)) for (const { id } of left) await hostClient.destroySandbox(id).catch(() => undefined);
-  await kill(a, 'SIGTERM');
-  await kill(b, 'SIGTERM');
-  await kill(hostAgent, 'SIGTERM');
+  if (isRunning(hostAgent)) for (const { id } of left) await hostClient.destroySandbox(id).catch(() => undefined);
+  await stopProcess(a, 'SIGTERM');
+  await stopProcess(b, 'SIGTERM');
+  await stopProcess(hostAgent, 'SIGTERM');
   await proxy?.close();
   await db?.destroy();
   await database?.drop();
@@ -176,7 +144,7 @@ describe('two control-plane replicas on one PostgreSQL database', () => {
   it('start at the same moment on a fresh database: migrated once, one bootstrap key', async () => {
     a = startReplica('a');
     b = startReplica('b');
-    await Promise.all([waitUp(a, ports.a), waitUp(b, ports.b)]);
+    await Promise.all([waitForReplica(a, urlOf(ports.a)), waitForReplica(b, urlOf(ports.b))]);
     const applied = ((await db('knex_migrations').select('name')) as { name: string }[]).map((m) => m.name).sort();
     expect(applied).toEqual(await migrationSource.getMigrations([]));
     expect(Number((await db('api_keys').count<{ count: string }[]>('* as count'))[0].count)).toBe(1);
@@ -193,7 +161,7 @@ describe('two control-plane replicas on one PostgreSQL database', () => {
 
   it('a replica with a host secret of its own refuses to start, naming NESTBOX_HOST_SECRET', async () => {
     const dir = mkdtempSync('/tmp/nbx-rep-c-');
-    let c: Proc | undefined;
+    let c: NestboxProcess | undefined;
     try {
       c = spawnNestbox(['server'], testEnv(dir, { NESTBOX_PORT: String(await freePort()), NESTBOX_DATABASE_URL: database.url, NESTBOX_LOCAL_HOST_AGENT: 'false', NESTBOX_SERVER_SUPERVISOR: 'false' }));
       const child = c.child;
@@ -201,7 +169,7 @@ describe('two control-plane replicas on one PostgreSQL database', () => {
       expect(code).not.toBe(0);
       expect(c.output.join('')).toMatch(/NESTBOX_HOST_SECRET: differs from the host secret/);
     } finally {
-      await kill(c, 'SIGKILL');
+      await stopProcess(c, 'SIGKILL');
       removeDataDir(dir);
     }
   });
@@ -217,7 +185,7 @@ describe('two control-plane replicas on one PostgreSQL database', () => {
       NESTBOX_HOST_AGENT_SECRET: deriveHostSecret(HOST_SECRET, HOST_ID),
     }));
     await waitFor('the host agent registered, as both replicas see it', async () => {
-      if (!running(hostAgent)) throw new Error('the host agent exited');
+      if (!isRunning(hostAgent)) throw new Error('the host agent exited');
       return (await hostsAvailable(ports.a)) && (await hostsAvailable(ports.b));
     }, 120_000, 200).catch((err) => {
       throw new Error(`${(err as Error).message}\n${hostAgent!.output.join('').slice(-3000)}`);
@@ -327,7 +295,7 @@ describe('two control-plane replicas on one PostgreSQL database', () => {
   /** SIGKILL of replica A once `sandboxId`'s host call is held in the proxy; the held call is dropped. */
   async function killAWhileHeld(sandboxId: string): Promise<void> {
     await waitFor(`the host call for ${sandboxId} held in the proxy`, async () => proxy.holds(sandboxId), 30_000, 20);
-    await kill(a, 'SIGKILL');
+    await stopProcess(a, 'SIGKILL');
     // The kernel closed A's connections; once the proxy has seen that, nothing of A's is left to forward.
     await waitFor('the killed replica\'s held request dropped', async () => !proxy.holds(sandboxId), 10_000, 20);
     proxy.release();
@@ -355,7 +323,7 @@ describe('two control-plane replicas on one PostgreSQL database', () => {
 
   it('kill -9 of A in the middle of a stop: B finishes the stop', async () => {
     a = startReplica('a');
-    await waitUp(a, ports.a);
+    await waitForReplica(a, urlOf(ports.a));
     const created = await A().post('/api/v1/sandboxes').set(auth()).send({ timeoutSeconds: 600, egress: { mode: 'deny-all' } });
     expect(created.status, JSON.stringify(created.body)).toBe(201);
     const stopId = created.body.id as string;

@@ -2,7 +2,7 @@
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { SlotAllocator, canonicalIpv4, parseIpv4Cidr, slotCapacity, slotFor } from './slots.js';
+import { SlotAllocator, assertMachineNetnsMounts, canonicalIpv4, parseIpv4Cidr, parseNetDev, slotCapacity, slotFor } from './slots.js';
 import { renderNftRuleset, renderSlotEgress, renderSlotRemoval, renderSlotSourceCheck } from './nft.js';
 import { resolveEgress } from './egress.js';
 
@@ -153,5 +153,30 @@ describe('egress policy resolution', () => {
     expect(open).toMatchObject({ rules: { mode: 'allow-all', addresses: [], denied: ['93.184.216.40'] }, hasDomains: true });
     expect((await resolveEgress({ mode: 'allow-all', deny: ['198.51.100.7'] }, resolver)).hasDomains).toBe(false);
     expect(canonicalIpv4('10.1.2.3/8')).toBe('10.0.0.0/8');
+  });
+});
+
+describe('the host agent\'s own network namespace', () => {
+  it('reads device counters from /proc/net/dev, the namespace of the reader', () => {
+    const text = [
+      'Inter-|   Receive                                                |  Transmit',
+      ' face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed',
+      '    lo:     100       2    0    0    0     0          0         0      100       2    0    0    0     0       0          0',
+      ' nbxv12: 5120 40 0 0 0 0 0 0 777 9 0 0 0 0 0 0',
+      '  eth0:1234567890 1 0 0 0 0 0 0 42 1 0 0 0 0 0 0',
+      '',
+    ].join('\n');
+    const devices = parseNetDev(text);
+    expect([...devices.keys()]).toEqual(['lo', 'nbxv12', 'eth0']);
+    expect(devices.get('nbxv12')).toEqual({ rxBytes: 5120, txBytes: 777 });
+    expect(devices.get('eth0')).toEqual({ rxBytes: 1234567890, txBytes: 42 });
+  });
+
+  it('accepts a shared /run/netns (or none yet) and refuses the slave one `ip netns exec` makes', () => {
+    const root = '46 27 254:0 /run/netns /run/netns rw,relatime shared:1 - ext4 /dev/vda rw\n47 46 0:4 net:[4026532178] /run/netns/nbx-0 rw shared:2 - nsfs nsfs rw\n';
+    expect(() => assertMachineNetnsMounts(root)).not.toThrow();
+    expect(() => assertMachineNetnsMounts('22 1 254:0 / / rw shared:1 - ext4 /dev/vda rw\n')).not.toThrow();
+    const netnsExec = '612 611 254:0 /run/netns /run/netns rw,relatime master:1 - ext4 /dev/vda rw\n';
+    expect(() => assertMachineNetnsMounts(netnsExec)).toThrow(/not shared with the machine.*master:1.*nsenter --net=/s);
   });
 });

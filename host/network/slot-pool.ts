@@ -215,7 +215,7 @@ export class SlotPool {
    * could not change the namespace's addresses, routes or links.
    */
   private async scrub(slot: Slot): Promise<string | undefined> {
-    const present = slotExists(slot);
+    const present = await slotExists(slot);
     if (!present.netns || !present.veth) return `netns ${present.netns}, veth ${present.veth}`;
     const pids = await netnsPids(slot);
     if (pids.length) return `processes still inside: ${pids.slice(0, 5).join(', ')}`;

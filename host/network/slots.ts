@@ -2,13 +2,22 @@
 // with a /31 carved from the sandbox subnet (host-runtime.md §6). Slot indices are allocated
 // machine-wide with O_EXCL files under /run/nestbox/slots/, so host agents running side by side
 // never hand out the same namespace or addresses; each file names its owner and sandbox.
-import { existsSync } from 'node:fs';
+//
+// A host agent may run in a network namespace of its own (one per "machine" on a shared box, or
+// systemd's NetworkNamespacePath=): the slot veths, routes, sysctls, nft table and conntrack
+// entries are then all in that namespace, since every `ip`/`nft`/`conntrack` call and every
+// /proc/sys/net write acts on the caller's namespace. Only two things are machine-wide and must
+// stay so: the claim files (one index space per machine, so slot namespace names never collide)
+// and /run/netns (the namespaces must outlive the agent and be visible to its restart).
+import { existsSync, readFileSync } from 'node:fs';
 import { mkdir, open, readFile, readdir, rename, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { runCommand } from '../util/run.js';
 
 export const SLOTS_DIR = '/run/nestbox/slots';
 export const NETNS_PREFIX = 'nbx-';
+/** Where `ip netns` keeps named namespaces (bind mounts of their nsfs files). */
+const NETNS_DIR = '/run/netns';
 export const VETH_PREFIX = 'nbxv';
 
 export interface Slot {
@@ -181,11 +190,65 @@ export class SlotAllocator {
 const run = (file: string, args: string[], input?: string) => runCommand(file, args, { timeoutMs: 15_000, input });
 
 
-export function slotExists(slot: Slot): { netns: boolean; veth: boolean } {
+/**
+ * Traffic counters of every network device in this process's namespace, by name. Read from
+ * /proc/self/net/dev, not /sys/class/net: sysfs shows the devices of the namespace it was
+ * mounted from (the machine's root one, unless something remounted it), so a host agent that
+ * joined a namespace of its own (`nsenter --net=`) would see none of its slot veths there.
+ */
+export async function namespaceDevices(): Promise<Map<string, { rxBytes: number; txBytes: number }>> {
+  return parseNetDev(await readFile('/proc/self/net/dev', 'utf8'));
+}
+
+/** `/proc/net/dev` → device → bytes received and sent (two header lines, then `name: 16 counters`). */
+export function parseNetDev(text: string): Map<string, { rxBytes: number; txBytes: number }> {
+  const devices = new Map<string, { rxBytes: number; txBytes: number }>();
+  for (const line of text.split('\n')) {
+    const match = /^\s*([^\s:]+):\s*(.*)$/.exec(line);
+    if (!match) continue;
+    const fields = match[2].trim().split(/\s+/).map(Number);
+    // Receive: bytes packets errs drop fifo frame compressed multicast; transmit starts at 8.
+    if (fields.length < 9 || !fields.every(Number.isFinite)) continue;
+    devices.set(match[1], { rxBytes: fields[0], txBytes: fields[8] });
+  }
+  return devices;
+}
+
+export async function slotExists(slot: Slot): Promise<{ netns: boolean; veth: boolean }> {
   return {
-    netns: existsSync(`/run/netns/${slot.netns}`),
-    veth: existsSync(`/sys/class/net/${slot.hostInterface}`),
+    netns: existsSync(`${NETNS_DIR}/${slot.netns}`),
+    veth: (await namespaceDevices()).has(slot.hostInterface),
   };
+}
+
+/**
+ * Refuses to build slots where their namespaces would not be the machine's: `ip netns exec`
+ * gives the process a mount namespace of its own in which /run/netns is a slave (and /sys a
+ * fresh sysfs without /sys/fs/cgroup), so a namespace this host agent creates is mounted for it
+ * alone: invisible to `ip netns` elsewhere, and gone for its next run, which could then neither
+ * adopt nor clean up its sandboxes. `nsenter --net=` and NetworkNamespacePath= join only the
+ * network namespace and keep the machine's mounts. `mountinfo` defaults to this process's.
+ */
+export function assertMachineNetnsMounts(mountinfo = readFileSyncSafe('/proc/self/mountinfo')): void {
+  // Fields: id parent major:minor root mount-point options [optional tags…] - type source …
+  const netnsMounts = mountinfo.split('\n').map((line) => line.split(' ')).filter((fields) => fields[4] === NETNS_DIR);
+  const top = netnsMounts.at(-1);
+  if (!top) return; // not a mount point yet: the first `ip netns add` makes it a shared one
+  const tags = top.slice(6, top.indexOf('-'));
+  if (tags.some((tag) => tag.startsWith('shared:'))) return;
+  throw new Error(
+    `${NETNS_DIR} is not shared with the machine's mount namespace (propagation: ${tags.join(' ') || 'private'}): network namespaces this host agent ` +
+      'creates for sandboxes would exist for it alone and be lost to its next start. Was it started with `ip netns exec`? ' +
+      'To run a host agent in a network namespace of its own, join only that namespace: `nsenter --net=/run/netns/<name> nestbox host-agent`, or NetworkNamespacePath= in its systemd unit.',
+  );
+}
+
+function readFileSyncSafe(path: string): string {
+  try {
+    return readFileSync(path, 'utf8');
+  } catch {
+    return '';
+  }
 }
 
 /**
@@ -193,7 +256,7 @@ export function slotExists(slot: Slot): { netns: boolean; veth: boolean } {
  * inside a batch file, hence one batch per namespace).
  */
 export async function buildSlot(slot: Slot): Promise<void> {
-  const leftovers = slotExists(slot);
+  const leftovers = await slotExists(slot);
   // Our claim file is fresh, so anything still wired to this index is a crash leftover.
   if (leftovers.netns || leftovers.veth) await teardownSlot(slot);
   await run('ip', ['-batch', '-'], [
@@ -233,12 +296,12 @@ async function hardenHostInterface(hostInterface: string): Promise<void> {
  * namespace still pinned by a process would otherwise keep the pair alive.
  */
 export async function teardownSlot(slot: Slot): Promise<void> {
-  const present = slotExists(slot);
+  const present = await slotExists(slot);
   const commands: string[] = [];
   if (present.veth) commands.push(`link del ${slot.hostInterface}`);
   if (present.netns) commands.push(`netns del ${slot.netns}`);
   if (commands.length) await run('ip', ['-force', '-batch', '-'], `${commands.join('\n')}\n`).catch(() => {});
-  const after = slotExists(slot);
+  const after = await slotExists(slot);
   if (after.netns || after.veth) throw new Error(`could not remove network slot ${slot.index} (netns ${after.netns}, veth ${after.veth})`);
   // A later sandbox on this slot must not inherit NAT/established state of this one.
   await flushSlotConntrack(slot);
@@ -249,10 +312,9 @@ export async function teardownSlot(slot: Slot): Promise<void> {
  * sandbox received, and the other way round. Undefined when the interface is gone.
  */
 export async function slotTrafficBytes(slot: Pick<Slot, 'hostInterface'>): Promise<{ rxBytes: number; txBytes: number } | undefined> {
-  const dir = `/sys/class/net/${slot.hostInterface}/statistics`;
-  const [hostRx, hostTx] = await Promise.all(['rx_bytes', 'tx_bytes'].map((name) => readFile(join(dir, name), 'utf8').then(Number, () => NaN)));
-  if (!Number.isFinite(hostRx) || !Number.isFinite(hostTx)) return undefined;
-  return { rxBytes: hostTx, txBytes: hostRx };
+  const host = (await namespaceDevices().catch(() => undefined))?.get(slot.hostInterface);
+  if (!host) return undefined;
+  return { rxBytes: host.txBytes, txBytes: host.rxBytes };
 }
 
 /** Processes still inside the slot's namespace (a recycled slot must have none). */

@@ -17,7 +17,7 @@ import { join } from 'node:path';
 import { readAgentKeyFile, writeAgentKeyFile } from '../../agent-protocol/key-file.js';
 import { sandboxDnsServers } from '../../network/dns.js';
 import { applyNftRuleset, renderNftRuleset } from '../../network/nft.js';
-import { enableIpForwarding, slotTrafficBytes, VETH_PREFIX } from '../../network/slots.js';
+import { assertMachineNetnsMounts, enableIpForwarding, slotTrafficBytes, VETH_PREFIX } from '../../network/slots.js';
 import { DiskStore } from '../../storage/disk-store.js';
 import { assertSnapshotId, SnapshotStore } from '../../storage/snapshots.js';
 import { removeTree } from '../../util/fs.js';
@@ -42,6 +42,8 @@ export class ChDriver extends ChRecovery implements Driver {
   // ---- setup ----------------------------------------------------------------------------------
 
   async init(): Promise<void> {
+    // First: under `ip netns exec` the probe would fail on a missing cgroup tree, not say why.
+    assertMachineNetnsMounts();
     await this.probe();
     await enableIpForwarding();
     if (this.options.manageHostFirewall !== false) {

@@ -14,7 +14,7 @@ import { dirname, join, resolve } from 'node:path';
 import { sandboxDnsServers } from '../../network/dns.js';
 import { applyNftRuleset, nftAvailable, renderNftRuleset } from '../../network/nft.js';
 import type { SlotPoolStats } from '../../network/slot-pool.js';
-import { enableIpForwarding, slotTrafficBytes, VETH_PREFIX } from '../../network/slots.js';
+import { assertMachineNetnsMounts, enableIpForwarding, slotTrafficBytes, VETH_PREFIX } from '../../network/slots.js';
 import { DiskStore } from '../../storage/disk-store.js';
 import { diskImagePath, readDiskUsage, withDiskFrozen } from '../../storage/disk-quota.js';
 import { assertSnapshotId, SnapshotStore } from '../../storage/snapshots.js';
@@ -38,6 +38,8 @@ export class LocalDriver extends LocalRecovery implements Driver {
   // ---- Driver: setup --------------------------------------------------------------------------
 
   async init(): Promise<void> {
+    // First: under `ip netns exec` the probe would fail on a missing cgroup tree, not say why.
+    assertMachineNetnsMounts();
     await this.probe();
     // The programs that hold the agent's socket and the cgroup descriptors must not be
     // traceable by the sandbox's workloads (same uid), and nothing mounted into a sandbox may
