@@ -10,6 +10,7 @@
 // HTTP-level things a front door also needs (stream caps, upload limit, the logger) are not
 // core's: they come from the shared HTTP kit beside this port, not from here.
 import type { AuthService } from './services/auth.js';
+import type { HostService } from './services/hosts.js';
 import type { IdempotencyService } from './services/idempotency.js';
 import type { PortService } from './services/ports.js';
 import type { SandboxService } from './services/sandboxes.js';
@@ -66,6 +67,8 @@ export type EventsPort = Pick<EventService, 'list' | 'sandboxLogs'>;
 /** Webhooks and their delivery records (services/webhooks.ts). */
 export type WebhooksPort = Pick<WebhookService, 'list' | 'create' | 'get' | 'update' | 'remove' | 'registerScheme' | 'deliveriesOfMessage' | 'replayDelivery'>;
 
+/** Which region each host is in (Daytona's `target` of a sandbox). */
+export type HostRegionsPort = Pick<HostService, 'regionsOf'>;
 /** Request rate limits: every front door counts each authenticated request here before doing anything for it. */
 export type RequestRatesPort = Pick<RequestRateLimiter, 'admit'>;
 /** Sandboxes promised before their image is built, shared by every replica (services/pending-sandboxes.ts). */
@@ -92,4 +95,5 @@ export interface CompatPort {
   events: EventsPort;
   webhooks: WebhooksPort;
   requestRates: RequestRatesPort;
+  hostRegions: HostRegionsPort;
 }

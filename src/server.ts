@@ -229,6 +229,7 @@ export async function startServer(config: Config, logger: Logger = createLogger(
     events,
     webhooks,
     requestRates,
+    hostRegions: hosts,
     streams: new StreamLimits({ perKey: config.limits.maxStreamsPerKey, perSandbox: config.limits.maxStreamsPerSandbox }),
     hostSecret,
     nativeSpecText: readFileSync(projectPath('openapi/native.yaml'), 'utf8'),

@@ -147,6 +147,11 @@ describe('three machines, two replicas', () => {
     }, 60_000);
     expect(started.hostId).toBe('us-big');
     placed['us-big'].push(daytona.body.id);
+    // Daytona reports the region of the sandbox's host as its target, on either replica.
+    expect(daytona.body.target).toBe('us-east');
+    expect((await B().get(`/daytona/api/sandbox/${daytona.body.id}`).set(auth()).expect(200)).body.target).toBe('us-east');
+    const listed = (await A().get('/daytona/api/sandbox').set(auth()).expect(200)).body.items as { id: string; target: string }[];
+    expect(listed.find((s) => s.id === daytona.body.id)?.target).toBe('us-east');
     const nowhere = await create(A, { placement: { region: 'ap-south' } });
     expect(nowhere.status).toBe(400);
     expect(nowhere.body.error.message).toContain('placement.region');

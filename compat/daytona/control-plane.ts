@@ -269,7 +269,7 @@ function listInput(req: Request): ListSandboxesInput {
   return input;
 }
 
-export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 'snapshots' | 'sandboxTokens' | 'ports' | 'images' | 'builds' | 'usage' | 'webhooks' | 'pendingSandboxes'>, options: Pick<DaytonaOptions, 'log' | 'maxTimeoutSeconds' | 'region' | 'objectStorage' | 'defaultSnapshot'>): Router {
+export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 'snapshots' | 'sandboxTokens' | 'ports' | 'images' | 'builds' | 'usage' | 'webhooks' | 'pendingSandboxes' | 'hostRegions'>, options: Pick<DaytonaOptions, 'log' | 'maxTimeoutSeconds' | 'region' | 'objectStorage' | 'defaultSnapshot'>): Router {
   const router = express.Router();
   const { sandboxes, snapshots } = core;
   const pending = new PendingBuildSandboxes(core, options.log);
@@ -293,8 +293,8 @@ export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 's
   const maxSeconds = options.maxTimeoutSeconds;
   /** Sandbox DTOs of one answer; `public` (every preview link open) is read for all of them in one query. */
   const dtos = async (req: Request, principal: Principal, list: Sandbox[], full: boolean) => {
-    const open = await core.ports.everyPortPublic(principal, list.map((s) => s.id));
-    return list.map((s) => renderDaytonaSandbox(s, toolboxProxyUrl(req), { full, region: options.region, public: open.has(s.id) }));
+    const [open, regions] = await Promise.all([core.ports.everyPortPublic(principal, list.map((s) => s.id)), core.hostRegions.regionsOf(list.map((s) => s.hostId))]);
+    return list.map((s) => renderDaytonaSandbox(s, toolboxProxyUrl(req), { full, region: regions.get(s.hostId) ?? options.region, public: open.has(s.id) }));
   };
   const dto = async (req: Request, s: Sandbox, full = true) => (await dtos(req, principalOf(req.res!), [s], full))[0];
   const api = (fn: (req: Request, res: Response, principal: Principal) => Promise<void>) =>

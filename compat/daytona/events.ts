@@ -66,7 +66,7 @@ export interface DaytonaEventStream {
   close(): Promise<void>;
 }
 
-export function createDaytonaEventStream(core: Pick<CompatPort, 'auth' | 'requestRates' | 'sandboxEvents'>, options: Pick<DaytonaOptions, 'streams' | 'log' | 'region'>): DaytonaEventStream {
+export function createDaytonaEventStream(core: Pick<CompatPort, 'auth' | 'requestRates' | 'sandboxEvents' | 'hostRegions'>, options: Pick<DaytonaOptions, 'streams' | 'log' | 'region'>): DaytonaEventStream {
   const io = new Server<Record<string, never>, Record<string, (payload: unknown) => void>, Record<string, never>, SocketData>({
     path: EVENT_STREAM_PATH,
     transports: ['websocket'],
@@ -115,16 +115,18 @@ export function createDaytonaEventStream(core: Pick<CompatPort, 'auth' | 'reques
   }, REAUTHENTICATE_INTERVAL_MS);
   reauthenticate.unref();
 
-  const deliver = (change: SandboxStateChange): void => {
+  const deliver = async (change: SandboxStateChange): Promise<void> => {
     const { sandbox } = change;
     const rooms = io.of('/').adapter.rooms;
+    if (!rooms.get(organisationRoom(sandbox.organizationId))?.size && !rooms.get(sandboxRoom(sandbox.organizationId, sandbox.id))?.size) return;
+    const region = (await core.hostRegions.regionsOf([sandbox.hostId])).get(sandbox.hostId) ?? options.region;
+    // Who is in the rooms once the region is known (a socket may have left meanwhile).
     const targets = new Set<string>([...(rooms.get(organisationRoom(sandbox.organizationId)) ?? []), ...(rooms.get(sandboxRoom(sandbox.organizationId, sandbox.id)) ?? [])]);
-    if (!targets.size) return;
     // One DTO per origin the clients came through (toolboxProxyUrl differs per door).
     const dtos = new Map<string, Record<string, unknown>>();
     const dtoFor = (origin: string) => {
       let dto = dtos.get(origin);
-      if (!dto) dtos.set(origin, (dto = renderDaytonaSandbox(sandbox, `${origin}${DAYTONA_PREFIX}/toolbox`, { full: true, region: options.region })));
+      if (!dto) dtos.set(origin, (dto = renderDaytonaSandbox(sandbox, `${origin}${DAYTONA_PREFIX}/toolbox`, { full: true, region })));
       return dto;
     };
     for (const id of targets) {
@@ -141,7 +143,12 @@ export function createDaytonaEventStream(core: Pick<CompatPort, 'auth' | 'reques
       if (oldDesiredState !== newDesiredState) socket.emit('sandbox.desired-state.updated', { sandbox: dto, oldDesiredState, newDesiredState });
     }
   };
-  const unsubscribe = core.sandboxEvents.subscribe(deliver);
+  // One delivery after another: the region lookup is asynchronous, and a client must see a
+  // sandbox's changes in the order they happened.
+  let delivered = Promise.resolve();
+  const unsubscribe = core.sandboxEvents.subscribe((change) => {
+    delivered = delivered.then(() => deliver(change)).catch((err: unknown) => options.log?.warn({ err, sandboxId: change.sandbox.id }, 'a Daytona sandbox event was not delivered'));
+  });
 
   return {
     handleUpgrade: (req, socket, head) => io.engine.handleUpgrade(req, socket, head),

@@ -90,7 +90,7 @@ export function renderDaytonaSandbox(s: Sandbox, toolboxUrl: string, opts: { ful
     networkBlockAll: s.egress.mode === 'deny-all',
     // Required by the Python SDK's Sandbox model (a strict bool): guests never get /dev/kvm here.
     kvm: false,
-    // The region its host is in (NESTBOX_REGION): what `target` names at create.
+    // The region its host is in (the host's `region` label, else NESTBOX_REGION): what `target` names at create.
     target: opts.region,
     cpu: s.cpu,
     gpu: 0,

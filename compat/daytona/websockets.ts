@@ -180,7 +180,7 @@ export interface DaytonaWebSockets {
   close(): Promise<void>;
 }
 
-export function attachDaytonaWebSockets(server: http.Server, core: Pick<CompatPort, 'auth' | 'requestRates' | 'toolbox' | 'sandboxEvents' | 'sandboxes' | 'images' | 'codeInterpreter'>, options: Pick<DaytonaOptions, 'streams' | 'log' | 'region'>): DaytonaWebSockets {
+export function attachDaytonaWebSockets(server: http.Server, core: Pick<CompatPort, 'auth' | 'requestRates' | 'toolbox' | 'sandboxEvents' | 'sandboxes' | 'images' | 'codeInterpreter' | 'hostRegions'>, options: Pick<DaytonaOptions, 'streams' | 'log' | 'region'>): DaytonaWebSockets {
   const { toolbox } = core;
   const events = createDaytonaEventStream(core, options);
   const workdirs = createWorkdirs(core);

@@ -250,6 +250,28 @@ export class HostService {
     return Boolean((await hostRepository(this.db).findById(hostId))?.lostAt);
   }
 
+  /**
+   * The region of each of these hosts (what Daytona reports as its sandboxes' `target`), read
+   * through the same short cache as host clients: one query for the hosts not seen within it. A
+   * sandbox without a host, or a host unknown here, is in the server's region.
+   */
+  async regionsOf(hostIds: (string | null)[]): Promise<Map<string | null, string>> {
+    const out = new Map<string | null, string>([[null, this.policy.defaultRegion]]);
+    const missing: string[] = [];
+    for (const id of new Set(hostIds)) {
+      if (id === null) continue;
+      const cached = this.records.get(id);
+      if (cached && Date.now() - cached.at < HOST_RECORD_CACHE_MS) out.set(id, this.regionOf(cached.host));
+      else missing.push(id);
+    }
+    for (const host of await hostRepository(this.db).findByIds(missing)) {
+      this.records.set(host.id, { at: Date.now(), host });
+      out.set(host.id, this.regionOf(host));
+    }
+    for (const id of missing) if (!out.has(id)) out.set(id, this.policy.defaultRegion);
+    return out;
+  }
+
   /** A host's region: its `region` label, else the server's region. */
   regionOf(host: HostRecord): string {
     return host.labels.region ?? this.policy.defaultRegion;

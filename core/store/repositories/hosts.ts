@@ -73,6 +73,10 @@ export function hostRepository(db: DbOrTx) {
       const row = await db<HostRow>('hosts').where({ id }).first();
       return row ? fromRow(row as HostRow) : undefined;
     },
+    async findByIds(ids: string[]): Promise<HostRecord[]> {
+      if (!ids.length) return [];
+      return ((await db<HostRow>('hosts').whereIn('id', ids)) as HostRow[]).map(fromRow);
+    },
     async list(): Promise<HostRecord[]> {
       return ((await db<HostRow>('hosts').orderBy('id')) as HostRow[]).map(fromRow);
     },
