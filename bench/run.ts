@@ -5,6 +5,11 @@
 // --usage-sandboxes N (default 50) and --usage-rounds N (default 20) for the host agent's usage sampling,
 // --only code-interpreter, --only usage or --only observability to run just that part (the last: the exec
 // round trip with metrics and tracing off vs on, two servers of its own; it also runs after the rest).
+// Scale-out (bench/placement.ts, bench/replicas.ts; they run last, each on a database of its own on the
+// PostgreSQL server of --postgres, else the test suite's): --only placement (create with 3 host agents
+// vs 1; --placement-creates N per phase, default 10, --placements N calls of the placement step alone,
+// default 200) and --only replicas (GET throughput through 1 vs 2 replicas, limits off and on;
+// --replica-seconds N, default 5, --replica-connections N, default 16, --replica-rounds N, default 2).
 import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { createReadStream, createWriteStream, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -19,6 +24,9 @@ import { unmountReflinkStore } from '../host/storage/disk-store.js';
 import { benchCodeInterpreter } from './code-interpreter.js';
 import { benchObservability } from './observability.js';
 import { benchUsageSampling } from './usage-sampling.js';
+import { benchPlacement } from './placement.js';
+import { benchReplicaThroughput } from './replicas.js';
+import { DEFAULT_BENCH_POSTGRES } from './nestbox-processes.js';
 import { call, ms, quantile, timed } from './measure.js';
 
 const { values } = parseArgs({
@@ -33,12 +41,21 @@ const { values } = parseArgs({
     'code-image': { type: 'string', default: 'code-interpreter' },
     'usage-sandboxes': { type: 'string', default: '50' },
     'usage-rounds': { type: 'string', default: '20' },
+    'placement-creates': { type: 'string', default: '10' },
+    placements: { type: 'string', default: '200' },
+    'replica-seconds': { type: 'string', default: '5' },
+    'replica-connections': { type: 'string', default: '16' },
+    'replica-rounds': { type: 'string', default: '2' },
     only: { type: 'string' },
   },
 });
-const ALONE = ['code-interpreter', 'usage', 'observability'];
+const ALONE = ['code-interpreter', 'usage', 'observability', 'placement', 'replicas'];
 if (values.only !== undefined && !ALONE.includes(values.only)) throw new Error(`--only: the parts that run alone are ${ALONE.join(', ')}, not ${values.only}`);
 const usageSampling = () => benchUsageSampling({ sandboxes: Number(values['usage-sandboxes']), rounds: Number(values['usage-rounds']), imagesDir: values['images-dir']! });
+const scaleOutPostgres = values.postgres ?? DEFAULT_BENCH_POSTGRES;
+const placement = () => benchPlacement({ creates: Number(values['placement-creates']), placements: Number(values.placements), imagesDir: values['images-dir']!, postgres: scaleOutPostgres });
+const replicas = () =>
+  benchReplicaThroughput({ seconds: Number(values['replica-seconds']), connections: Number(values['replica-connections']), rounds: Number(values['replica-rounds']), imagesDir: values['images-dir']!, postgres: scaleOutPostgres });
 const CREATES = Number(values.creates);
 const EXECS = Number(values.execs);
 const MIB = Number(values.mib);
@@ -89,6 +106,8 @@ async function main(): Promise<void> {
   if (values.only === 'observability') return await observability();
   // Needs no control plane: its sandboxes run on a driver of this process (usage-sampling.ts).
   if (values.only === 'usage') return usageSampling();
+  if (values.only === 'placement') return placement();
+  if (values.only === 'replicas') return replicas();
   const dataDir = mkdtempSync('/tmp/nbx-bench-');
   const key = generateApiKey();
   const config = loadConfig({
@@ -502,6 +521,9 @@ async function main(): Promise<void> {
   }
   // 12. Observability's cost on the exec round trip (bench/observability.ts): two servers of its own, after this one is gone.
   await observability();
+  // 13. Scale-out: placement with 3 host agents vs 1, and GET throughput through 1 vs 2 replicas (their own processes and database).
+  await placement();
+  await replicas();
 }
 
 /**
