@@ -12,7 +12,9 @@
 // --code-interpreter boots the `code-interpreter` disk (host/images/vm-code-interpreter-image.ts,
 // built on the VM image's tree) and checks its kernels and libraries in the real guest.
 //
-// Usage: node scripts/vm-smoke.mjs [--images-dir DIR] [--boot-timeout-s N] [--oci | --code-interpreter]
+// Usage: node scripts/vm-smoke.mjs [--images-dir DIR] [--boot-timeout-s N] [--oci | --code-interpreter | --build-only]
+// --build-only builds (or finds) the VM image and exits: `.ci/run` does that once, then boots the
+// default and the OCI variant side by side (two runs must not build the same image at once).
 import { execFileSync, spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -28,6 +30,7 @@ const { values } = parseArgs({
     'boot-timeout-s': { type: 'string', default: '300' },
     oci: { type: 'boolean', default: false },
     'code-interpreter': { type: 'boolean', default: false },
+    'build-only': { type: 'boolean', default: false },
   },
 });
 const { AgentClient } = await import(join(repo, 'dist/host/agent-protocol/client.js'));
@@ -61,6 +64,11 @@ try {
     env: { ...network, PATH: process.env.PATH, NESTBOX_DATA_DIR: join(work, 'data'), NESTBOX_IMAGES_DIR: values['images-dir'] },
     stdio: ['ignore', 'inherit', 'inherit'],
   });
+  if (values['build-only']) {
+    console.log(`vm smoke: image ready after ${since()} (build only)`);
+    cleanup();
+    process.exit(0);
+  }
   const image = join(values['images-dir'], 'vm-default');
   const [kernel, initrd] = ['vmlinuz', 'initrd.img'].map((f) => join(image, f));
   let rootfs = join(image, 'rootfs.img');
