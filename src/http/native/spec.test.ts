@@ -1,6 +1,6 @@
 import { readFileSync, readdirSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { createNativeBackend, loadNativeSpec, describeValidationErrors } from './router.js';
+import { createNativeBackend, loadNativeSpec, describeValidationErrors, precompileOperationMatching } from './router.js';
 import { nativeHandlers } from './handlers/index.js';
 import { projectPath } from '../../paths.js';
 import { SCOPES } from '../../../core/types.js';
@@ -49,5 +49,44 @@ describe('openapi document validity', () => {
     const api = createNativeBackend(spec);
     api.registerSecurityHandler('bearer', () => true);
     expect(() => api.init()).not.toThrow();
+  });
+});
+
+describe('precompiled operation matching', () => {
+  it('matches every request as openapi-backend does: each operation, each method on its path, trailing slashes, unknown paths', async () => {
+    // Each from its own parse: init dereferences the document in place.
+    const fresh = () => loadNativeSpec(readFileSync(projectPath('openapi/native.yaml'), 'utf8'));
+    const library = createNativeBackend(fresh());
+    const fast = createNativeBackend(fresh());
+    await library.init();
+    await fast.init();
+    precompileOperationMatching(fast);
+    const ops = library.router.getOperations();
+    // A concrete path per operation (each template parameter a plausible value), and its neighbours.
+    const paths = new Set<string>(['/', '/nope', '/sandboxes/x/nope', '/sandboxes//x', '/SANDBOXES', '/sandboxes/a.b', '/sandboxes?x=1']);
+    for (const op of ops) {
+      const concrete = op.path.replace(/\{[^}]+\}/g, 'x1');
+      for (const p of [concrete, `${concrete}/`, `${concrete}/extra`, concrete.replace(/\/[^/]*$/, '')]) paths.add(p);
+    }
+    const outcome = (api: typeof library, method: string, path: string, strict: boolean) => {
+      try {
+        return api.router.matchOperation({ method, path, headers: {} }, strict)?.operationId ?? 'none';
+      } catch (err) {
+        return (err as Error).message;
+      }
+    };
+    let compared = 0;
+    for (const path of paths) {
+      for (const method of ['GET', 'POST', 'PUT', 'PATCH', 'DELETE']) {
+        expect(outcome(fast, method, path, true), `${method} ${path}`).toBe(outcome(library, method, path, true));
+        compared++;
+      }
+    }
+    expect(compared).toBeGreaterThan(ops.length * 4 * 5 * 0.5);
+    // Not strict (undefined instead of a throw), and methods in other spellings.
+    for (const [method, path] of [['GET', '/nope'], ['OPTIONS', '/sandboxes'], ['get', '/sandboxes/x1'], ['TRACE', '/sandboxes/x1'], ['delete', '/sandboxes/x1/']]) {
+      for (const strict of [true, false]) expect(outcome(fast, method, path, strict), `${method} ${path} strict=${strict}`).toBe(outcome(library, method, path, strict));
+    }
+    for (const op of ops) expect(fast.router.getOperation(op.operationId!)?.path).toBe(op.path);
   });
 });
