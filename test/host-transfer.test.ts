@@ -20,15 +20,22 @@ let t: TestServer;
 interface ExtraAgent {
   id: string;
   dataDir: string;
+  env: Record<string, string>;
   child?: ChildProcess;
   output: string[];
+}
+
+function startAgent(agent: ExtraAgent): void {
+  const child = spawn(process.execPath, [projectPath('dist/src/cli.js'), 'host-agent'], { env: agent.env, stdio: ['ignore', 'pipe', 'pipe'] });
+  child.stdout!.on('data', (d) => agent.output.push(String(d)));
+  child.stderr!.on('data', (d) => agent.output.push(String(d)));
+  agent.child = child;
 }
 const extras: ExtraAgent[] = [];
 
 async function extraAgent(id: string, extra: Record<string, string>): Promise<ExtraAgent> {
   const secret = (await execFileAsync(process.execPath, [projectPath('dist/src/cli.js'), 'host-secret', id], { env: { PATH: process.env.PATH, NESTBOX_HOST_SECRET: HOST_SECRET } })).stdout.trim();
   const dataDir = mkdtempSync('/tmp/nbx-transfer-');
-  const agent: ExtraAgent = { id, dataDir, output: [] };
   const env = {
     PATH: process.env.PATH ?? '',
     HOME: process.env.HOME ?? '/root',
@@ -45,10 +52,8 @@ async function extraAgent(id: string, extra: Record<string, string>): Promise<Ex
     NESTBOX_LOG_LEVEL: 'warn',
     ...extra,
   };
-  const child = spawn(process.execPath, [projectPath('dist/src/cli.js'), 'host-agent'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
-  child.stdout!.on('data', (d) => agent.output.push(String(d)));
-  child.stderr!.on('data', (d) => agent.output.push(String(d)));
-  agent.child = child;
+  const agent: ExtraAgent = { id, dataDir, env, output: [] };
+  startAgent(agent);
   extras.push(agent);
   return agent;
 }
@@ -77,6 +82,9 @@ beforeAll(async () => {
 }, 150_000);
 
 afterAll(async () => {
+  // A host agent a failed test left dead is started again, so its sandboxes are destroyed through it.
+  for (const agent of extras) if (agent.child && (agent.child.exitCode !== null || agent.child.signalCode !== null)) startAgent(agent);
+  if (t) await waitFor('every host agent back', async () => (await t.http.get('/api/v1/health')).body.hostsAvailable === 1 + extras.length, 60_000).catch(() => undefined);
   await t?.close();
   for (const agent of extras) {
     if (agent.child && agent.child.exitCode === null && agent.child.signalCode === null) {
@@ -195,4 +203,36 @@ describe('host-to-host transfers', () => {
     expect((await move('nosuchsandbox0000000')).status).toBe(404);
     expect((await move(s.body.id, { hostId: 'no-such-host' })).status).toBe(404);
   });
+
+  it('a move whose receiving host agent is killed with SIGKILL mid-copy leaves the sandbox on its source, nothing on the target, and a retry finishes', async () => {
+    const s = await create({ placement: { hostId: 'local' } });
+    expect(s.status, JSON.stringify(s.body)).toBe(201);
+    // Enough bytes that the copy is still streaming when the target's record appears.
+    const sum = await run(s.body.id, 'head -c 402653184 /dev/urandom > /root/big && sha256sum /root/big | cut -d" " -f1');
+    await stop(s.body.id);
+    const target = extras.find((a) => a.id === 'hx-a')!;
+    const record = join(target.dataDir, 'sandboxes', s.body.id, 'record.json');
+    const moving = move(s.body.id, { hostId: 'hx-a' }).then((r) => r);
+    await waitFor('the import to begin on hx-a', async () => existsSync(record), 60_000, 5);
+    const oldUrl = (await t.http.get('/api/v1/hosts/hx-a').set(op()).expect(200)).body.url as string;
+    const exited = new Promise((r) => target.child!.once('exit', r));
+    target.child!.kill('SIGKILL');
+    await exited;
+    const failed = await moving;
+    expect(failed.status, JSON.stringify(failed.body)).toBeGreaterThanOrEqual(500);
+    const after = await t.http.get(`/api/v1/sandboxes/${s.body.id}`).set(op()).expect(200);
+    expect(after.body).toMatchObject({ state: 'stopped', hostId: 'local' });
+    // The host agent comes back: its init removes the half-made copy (a create never finished).
+    startAgent(target);
+    // Back on a new port (NESTBOX_HOST_AGENT_PORT=0): registered once its heartbeat names the new URL.
+    await waitFor('hx-a back', async () => (await t.http.get('/api/v1/hosts/hx-a').set(op())).body.url !== oldUrl, 60_000);
+    await waitFor('no half-made copy on hx-a', async () => !existsSync(join(target.dataDir, 'sandboxes', s.body.id)), 30_000);
+    const retried = await move(s.body.id, { hostId: 'hx-a' });
+    expect(retried.status, JSON.stringify(retried.body)).toBe(200);
+    expect(retried.body).toMatchObject({ fromHostId: 'local', toHostId: 'hx-a' });
+    const resumed = await t.http.post(`/api/v1/sandboxes/${s.body.id}/resume`).set(op());
+    expect(resumed.status, JSON.stringify(resumed.body)).toBe(200);
+    expect(resumed.body.hostId).toBe('hx-a');
+    expect(await run(s.body.id, 'sha256sum /root/big | cut -d" " -f1')).toBe(sum);
+  }, 180_000);
 });
