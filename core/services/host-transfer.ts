@@ -91,7 +91,7 @@ export class HostTransferService {
     if (holders.includes(target.id) && !from) return [];
     let source = from;
     if (!source) {
-      const live = new Set((await hostRepository(this.db).listAlive(60_000)).filter((h) => !h.lostAt).map((h) => h.id));
+      const live = await this.hosts.liveHostIds();
       const id = holders.find((h) => live.has(h));
       if (!id) throw new NestboxError('host_unavailable', `no host holding snapshot ${snapshot.name ?? snapshot.id} (${holders.join(', ')}) is live, so its layers cannot be copied to host ${target.id}; try again once one is back`, { hostIds: holders });
       source = (await hostRepository(this.db).findById(id))!;

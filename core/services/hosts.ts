@@ -259,6 +259,11 @@ export class HostService {
     return host;
   }
 
+  /** Ids of the live hosts (heartbeating and not lost), whatever their admin state: where data can be read from. */
+  async liveHostIds(): Promise<Set<string>> {
+    return new Set((await hostRepository(this.db).listAlive(this.liveWithinMs)).map((h) => h.id));
+  }
+
   /** Whether `hostId` is marked lost (a delete then needs no word from it: it is destroyed there when the host returns). */
   async isLost(hostId: string): Promise<boolean> {
     return Boolean((await hostRepository(this.db).findById(hostId))?.lostAt);

@@ -126,7 +126,13 @@ export async function importSandbox(ctx: TransferContext, sandboxId: string, bod
   const existing = await driver.get(sandboxId);
   if (existing?.status === 'stopped') return { id: existing.id, status: existing.status }; // a retry after it completed
   const res = await fetchExport(body.sourceUrl, `v1/sandboxes/${encodeURIComponent(sandboxId)}/export`, body.token);
-  const info = SandboxDiskInfoHeader.safeParse(JSON.parse(String(res.headers[DISK_INFO_HEADER] ?? 'null')));
+  let header: unknown;
+  try {
+    header = JSON.parse(String(res.headers[DISK_INFO_HEADER] ?? 'null'));
+  } catch {
+    header = null;
+  }
+  const info = SandboxDiskInfoHeader.safeParse(header);
   if (!info.success) {
     res.destroy();
     throw new TransferError(502, 'host_unavailable', `the source host sent no valid ${DISK_INFO_HEADER} header`);
