@@ -82,9 +82,14 @@ beforeAll(async () => {
 }, 150_000);
 
 afterAll(async () => {
-  // A host agent a failed test left dead is started again, so its sandboxes are destroyed through it.
-  for (const agent of extras) if (agent.child && (agent.child.exitCode !== null || agent.child.signalCode !== null)) startAgent(agent);
-  if (t) await waitFor('every host agent back', async () => (await t.http.get('/api/v1/health')).body.hostsAvailable === 1 + extras.length, 60_000).catch(() => undefined);
+  // A host agent a failed test left dead is started again, so its sandboxes are destroyed through
+  // it; it is back once the control plane has its new URL (it listens on a new port).
+  for (const agent of extras) {
+    if (!t || !agent.child || (agent.child.exitCode === null && agent.child.signalCode === null)) continue;
+    const oldUrl = (await t.http.get(`/api/v1/hosts/${agent.id}`).set(op())).body.url as string | undefined;
+    startAgent(agent);
+    await waitFor(`${agent.id} back`, async () => (await t.http.get(`/api/v1/hosts/${agent.id}`).set(op())).body.url !== oldUrl, 60_000).catch(() => undefined);
+  }
   await t?.close();
   for (const agent of extras) {
     if (agent.child && agent.child.exitCode === null && agent.child.signalCode === null) {
