@@ -9,6 +9,9 @@ import { defineConfig } from 'vitest/config';
 // `integration` (real server, real PostgreSQL, real local driver, as root).
 const UNIT = [
   'core/errors.test.ts',
+  'core/transfer-token.test.ts',
+  'core/services/host-transfer.test.ts',
+  'host/storage/transfer.test.ts',
   'core/state-machine.test.ts',
   'core/services/auth.test.ts',
   'core/services/rate-limits.test.ts',

@@ -9,7 +9,9 @@
 // PostgreSQL server of --postgres, else the test suite's): --only placement (create with 3 host agents
 // vs 1; --placement-creates N per phase, default 10, --placements N calls of the placement step alone,
 // default 200) and --only replicas (GET throughput through 1 vs 2 replicas, limits off and on;
-// --replica-seconds N, default 5, --replica-connections N, default 16, --replica-rounds N, default 2).
+// --replica-seconds N, default 5, --replica-connections N, default 16, --replica-rounds N, default 2);
+// --only transfer (a host-to-host move of a stopped sandbox holding --transfer-mib MiB, default 1024, vs a
+// plain cp of the same bytes, median of --transfer-runs moves, default 3, at most 10; also runs last).
 import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { createReadStream, createWriteStream, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -27,6 +29,7 @@ import { benchUsageSampling } from './usage-sampling.js';
 import { benchPlacement } from './placement.js';
 import { benchReplicaThroughput } from './replicas.js';
 import { DEFAULT_BENCH_POSTGRES } from './nestbox-processes.js';
+import { benchHostTransfer } from './host-transfer.js';
 import { call, ms, quantile, timed } from './measure.js';
 
 const { values } = parseArgs({
@@ -46,10 +49,12 @@ const { values } = parseArgs({
     'replica-seconds': { type: 'string', default: '5' },
     'replica-connections': { type: 'string', default: '16' },
     'replica-rounds': { type: 'string', default: '2' },
+    'transfer-runs': { type: 'string', default: '3' },
+    'transfer-mib': { type: 'string', default: '1024' },
     only: { type: 'string' },
   },
 });
-const ALONE = ['code-interpreter', 'usage', 'observability', 'placement', 'replicas'];
+const ALONE = ['code-interpreter', 'usage', 'observability', 'placement', 'replicas', 'transfer'];
 if (values.only !== undefined && !ALONE.includes(values.only)) throw new Error(`--only: the parts that run alone are ${ALONE.join(', ')}, not ${values.only}`);
 const usageSampling = () => benchUsageSampling({ sandboxes: Number(values['usage-sandboxes']), rounds: Number(values['usage-rounds']), imagesDir: values['images-dir']! });
 const scaleOutPostgres = values.postgres ?? DEFAULT_BENCH_POSTGRES;
@@ -104,6 +109,9 @@ async function loopbackBaseline(file: string, scratch: string): Promise<{ up: nu
 async function main(): Promise<void> {
   const observability = () => benchObservability({ execs: EXECS, imagesDir: values['images-dir']!, postgres: values.postgres });
   if (values.only === 'observability') return await observability();
+  // A host-to-host move of a 1 GiB sandbox vs a plain cp (bench/host-transfer.ts): a server and a peer host agent of its own.
+  const hostTransfer = () => benchHostTransfer({ runs: Number(values['transfer-runs']), bytes: Number(values['transfer-mib']) * 2 ** 20, imagesDir: values['images-dir']!, postgres: values.postgres });
+  if (values.only === 'transfer') return await hostTransfer();
   // Needs no control plane: its sandboxes run on a driver of this process (usage-sampling.ts).
   if (values.only === 'usage') return usageSampling();
   if (values.only === 'placement') return placement();
@@ -524,6 +532,7 @@ async function main(): Promise<void> {
   // 13. Scale-out: placement with 3 host agents vs 1, and GET throughput through 1 vs 2 replicas (their own processes and database).
   await placement();
   await replicas();
+  await hostTransfer();
 }
 
 /**

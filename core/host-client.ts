@@ -107,6 +107,14 @@ export interface HostClient {
   snapshotSandbox(id: string, snapshotId: string): Promise<HostSnapshotResult>;
   /** Idempotent; `conflict` while a sandbox or another snapshot on the host uses it. */
   deleteSnapshot(snapshotId: string): Promise<void>;
+  /**
+   * Host-to-host transfers, asked of the RECEIVING host: pull the snapshot (and the parents of
+   * its chain this host lacks) or a stopped sandbox's disk from the source host agent at
+   * `sourceUrl`, showing `token` (core/transfer-token.ts). Streamed; all or nothing; idempotent
+   * (what is already complete here is answered as it is).
+   */
+  importSnapshot(snapshotId: string, source: { url: string; token: string }): Promise<{ snapshotIds: string[] }>;
+  importSandbox(spec: HostSandboxSpec, source: { url: string; token: string }): Promise<HostSandboxRuntime>;
   /** Change the sandbox's egress policy; live when it runs, kept for its next start otherwise. */
   setEgress(id: string, egress: EgressPolicy): Promise<HostEgressResult>;
   /**

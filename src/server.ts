@@ -9,6 +9,7 @@ import { organizationRepository } from '../core/store/repositories/organizations
 import { migrateToLatest, openDatabase, withAdvisoryLock, withStartupLock, type Db } from '../core/store/db.js';
 import { AuthService } from '../core/services/auth.js';
 import { HostService, deriveHostSecret } from '../core/services/hosts.js';
+import { HostTransferService } from '../core/services/host-transfer.js';
 import { SandboxStateEvents } from '../core/sandbox-events.js';
 import { PostgresStateFanOut } from '../core/sandbox-events-postgres.js';
 import { CodeInterpreterService } from '../core/services/code-interpreter.js';
@@ -146,7 +147,14 @@ export async function startServer(config: Config, logger: Logger = createLogger(
   // A span per lifecycle verb (tracing on only), with the ids its operation notices carry.
   if (tracing) traceLifecycle(sandboxes, sandboxEvents);
 
+  // Snapshot copies and moves between hosts: tokens signed with the source host's own secret.
+  const transfers = new HostTransferService(db, hosts, (hostId) => deriveHostSecret(hostSecret, hostId), (s) => sandboxes.hostSpec(s), logger.child({ component: 'transfers' }));
+  sandboxes.transfer = transfers;
+  hosts.onReportedSandboxes = async (hostId, ids) => {
+    for (const id of await transfers.movedAwayFrom(hostId, ids)) await transfers.cleanUpSource(id, hostId);
+  };
   const snapshots = new SnapshotService(db, hosts, sandboxes, config.orgLimits);
+  snapshots.transfer = transfers;
   const images = new ImageService(db, hosts, logger.child({ component: 'images' }), config.orgLimits);
   sandboxes.useImages(images, imageStartHook(images, logger.child({ component: 'images' }), config.builds.readyTimeoutSeconds * 1000));
   // Opening sweeps what a crash left half-written (temp files, abandoned uploads).
@@ -205,6 +213,7 @@ export async function startServer(config: Config, logger: Logger = createLogger(
     organizations,
     usageRecords,
     hosts,
+    transfers,
     sandboxes,
     toolbox,
     codeInterpreter: new CodeInterpreterService(toolbox),

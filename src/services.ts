@@ -24,6 +24,7 @@ import type { OrganizationService } from '../core/services/organizations.js';
 import type { EventService } from '../core/services/events.js';
 import type { WebhookService } from '../core/services/webhooks.js';
 import type { RequestRateLimiter } from '../core/services/rate-limits.js';
+import type { HostTransferService } from '../core/services/host-transfer.js';
 
 /**
  * Everything the native front door may call, built once by the server. It extends CompatPort
@@ -38,6 +39,8 @@ export interface Services extends CompatPort {
   /** Hourly usage per organisation (usage_records) and its rollup pass. */
   usageRecords: UsageRecordService;
   hosts: HostService;
+  /** Snapshot copies and sandbox moves between hosts (operators). */
+  transfers: HostTransferService;
   sandboxes: SandboxService;
   /** Every operation inside a sandbox (commands, sessions, files, watches), typed. */
   toolbox: Toolbox;

@@ -108,3 +108,39 @@ describe('HostService lost hosts', () => {
     expect((await row('g2')).state).toBe('error');
   });
 });
+
+// Where a create from a snapshot goes (host-transfer.ts copies the layers when it is not a holder).
+describe('placement with preferred hosts and exclusions', () => {
+  let db: Db;
+  let drop: () => Promise<void>;
+  let hosts: HostService;
+  beforeAll(async () => {
+    const t = await createTestDatabase();
+    drop = t.drop;
+    db = openDatabase({ kind: 'postgres', url: t.url });
+    await migrateToLatest(db);
+    const policy = { cpuOvercommit: 1, memoryOvercommit: 1, diskOvercommit: 1, reserveCpu: 0, reserveMemoryMiB: 0, hostLostAfterMs: 30_000, retryAfterSeconds: 5, defaultRegion: 'local', defaultDiskGiB: 1 };
+    hosts = new HostService(db, () => { throw new Error('placement must not call the host'); }, 10_000, undefined, undefined, policy);
+    // p-big has the most room, p-small less: spread alone would pick p-big.
+    for (const [id, memoryMiB] of [['p-big', 8192], ['p-small', 2048]] as const) {
+      await hosts.heartbeat({ hostId: id, url: `http://127.0.0.1:1/${id}`, driver: 'local', capabilities: {}, sandboxes: [], capacity: { cpu: 4, memoryMiB, diskGiB: 100 } });
+    }
+  });
+  afterAll(async () => { await db.destroy(); await drop(); });
+  const place = (req: Partial<Parameters<HostService['place']>[1]>) => db.transaction((tx) => hosts.place(tx, { cpu: 1, memoryMiB: 256, diskGiB: 1, ...req }));
+
+  it('takes a ready holder with room over a roomier host, and any host when no holder can take it', async () => {
+    expect((await place({})).id).toBe('p-big');
+    expect((await place({ preferred: { hostIds: ['p-small'] } })).id).toBe('p-small');
+    await db('hosts').where({ id: 'p-small' }).update({ admin_state: 'cordoned' });
+    expect((await place({ preferred: { hostIds: ['p-small'] } })).id).toBe('p-big');
+    await db('hosts').where({ id: 'p-small' }).update({ admin_state: 'ready' });
+    // Too big for the holder: placed where it fits.
+    expect((await place({ memoryMiB: 4096, preferred: { hostIds: ['p-small'] } })).id).toBe('p-big');
+  });
+
+  it('never picks an excluded host (a move\'s source), and says so when nothing else is left', async () => {
+    expect((await place({ excludeHostIds: ['p-big'] })).id).toBe('p-small');
+    await expect(place({ excludeHostIds: ['p-big', 'p-small'] })).rejects.toMatchObject({ code: 'host_unavailable' });
+  });
+});

@@ -81,6 +81,14 @@ export interface PlacementRequest {
    * sandbox already placed there (a cordon does not refuse it, and its own row is not counted).
    */
   fixed?: { hostId: string; what: string; existing?: string };
+  /**
+   * Hosts that hold what the sandbox starts from (a snapshot's layers): one of them is taken if
+   * it is ready, matches and has room; otherwise any host is, and the caller copies the layers
+   * there (host-transfer.ts). Ignored with `fixed`.
+   */
+  preferred?: { hostIds: string[] };
+  /** Never these hosts (a move's source). */
+  excludeHostIds?: string[];
 }
 
 export type HostState = HostAdminState | 'lost';
@@ -103,6 +111,11 @@ export class HostService {
   private readonly records = new Map<string, { at: number; host: HostRecord }>();
   /** Told of every placement that found no host (the metrics' placement failures); set by the composition root. */
   onPlacementFailure?: (reason: PlacementFailureReason) => void;
+  /**
+   * Told of the sandboxes each heartbeat reports, to destroy those that moved away from the host
+   * while it could not be reached (host-transfer.ts); set by the composition root.
+   */
+  onReportedSandboxes?: (hostId: string, sandboxIds: string[]) => Promise<void>;
 
   constructor(
     private readonly db: Db,
@@ -137,6 +150,7 @@ export class HostService {
     // The row as this heartbeat left it says whether the host had been declared lost.
     if (host.lostAt) return this.hostReturned(host, input.sandboxes);
     if (previous) await this.noticeVanishedSandboxes(input.hostId, input.sandboxes, previous.lastHeartbeatAt);
+    await this.onReportedSandboxes?.(input.hostId, input.sandboxes.map((s) => s.id)).catch((err: unknown) => this.logger.warn({ hostId: input.hostId, err: String(err) }, 'cleaning sandboxes moved away from the host failed'));
     return host;
   }
 
@@ -243,6 +257,11 @@ export class HostService {
       throw new NestboxError('host_unavailable', `host ${hostId}, which holds the snapshot, is not available right now`);
     }
     return host;
+  }
+
+  /** Ids of the live hosts (heartbeating and not lost), whatever their admin state: where data can be read from. */
+  async liveHostIds(): Promise<Set<string>> {
+    return new Set((await hostRepository(this.db).listAlive(this.liveWithinMs)).map((h) => h.id));
   }
 
   /** Whether `hostId` is marked lost (a delete then needs no word from it: it is destroyed there when the host returns). */
@@ -352,19 +371,31 @@ export class HostService {
       this.onPlacementFailure?.('no_host_alive');
       throw new NestboxError('host_unavailable', 'no sandbox host is available right now; try again shortly');
     }
-    const matching = alive.filter((h) => this.unmet(h, req.constraints) === undefined);
+    const candidates = req.excludeHostIds?.length ? alive.filter((h) => !req.excludeHostIds!.includes(h.id)) : alive;
+    if (candidates.length === 0) {
+      this.onPlacementFailure?.('no_host_alive');
+      throw new NestboxError('host_unavailable', `no other live host than ${req.excludeHostIds!.join(', ')} is available right now; add a host or try again shortly`);
+    }
+    const matching = candidates.filter((h) => this.unmet(h, req.constraints) === undefined);
     if (matching.length === 0) {
       this.onPlacementFailure?.('constraint_unsatisfied');
-      const unmet = this.unmet(alive[0], req.constraints)!;
+      const unmet = this.unmet(candidates[0], req.constraints)!;
       const field = unmet.slice(0, unmet.indexOf('='));
-      const regions = [...new Set(alive.map((h) => this.regionOf(h)))].sort();
+      const regions = [...new Set(candidates.map((h) => this.regionOf(h)))].sort();
       throw new NestboxError('validation_failed', `${field}: no live host satisfies ${unmet} (live hosts' regions: ${regions.join(', ')})`, { field });
     }
     const ready = matching.filter((h) => h.adminState === 'ready');
     const what = req.constraints && (req.constraints.region || req.constraints.labels || req.constraints.hostId) ? ' matching the placement' : '';
     if (ready.length === 0) throw this.exhausted(`every live host${what} is cordoned or draining (${matching.map((h) => `${h.id}: ${h.adminState}`).join(', ')}); no new sandboxes are placed there`);
     const allocations = await sandboxRepository(tx).allocationsByHost(ready.map((h) => h.id), this.policy.defaultDiskGiB);
-    for (const host of this.bySpread(ready, allocations)) if (this.shortfall(host, req, allocations.get(host.id)).length === 0) return host;
+    return this.pickWithRoom(ready, allocations, req, what);
+  }
+
+  /** The preferred hosts with room first (no copy needed), then any by spread (host-transfer.ts copies what is needed). */
+  private pickWithRoom(ready: HostRecord[], allocations: Map<string, HostResources & { sandboxes: number }>, req: PlacementRequest, what: string): HostRecord {
+    const ordered = this.bySpread(ready, allocations);
+    const preferred = new Set(req.preferred?.hostIds ?? []);
+    for (const host of [...ordered.filter((h) => preferred.has(h.id)), ...ordered.filter((h) => !preferred.has(h.id))]) if (this.shortfall(host, req, allocations.get(host.id)).length === 0) return host;
     const worst = ready.map((h) => `${h.id} lacks ${this.shortfall(h, req, allocations.get(h.id)).join(' and ')}`);
     throw this.exhausted(`no host${what} has room for ${req.cpu} vCPU, ${req.memoryMiB} MiB memory and ${req.diskGiB} GiB disk right now (${worst.join('; ')}); try again later or ask for less`, { cpu: req.cpu, memoryMiB: req.memoryMiB, diskGiB: req.diskGiB });
   }

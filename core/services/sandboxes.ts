@@ -7,6 +7,7 @@ import { assertCanBegin, assertRunning, isTransitional, OPERATIONS, type Sandbox
 import { failureMessage, Lifecycle, timeoutDeadline } from '../lifecycle.js';
 import type { SandboxStateEvents } from '../sandbox-events.js';
 import { snapshotRepository } from '../store/repositories/snapshots.js';
+import type { HostTransferService } from './host-transfer.js';
 import { EVERY_PORT, portRepository } from '../store/repositories/ports.js';
 import type { EgressPolicy, HostClient, HostSandboxSpec } from '../host-client.js';
 import type { GuestClient } from '../guest.js';
@@ -224,6 +225,9 @@ export class SandboxService {
   private images: SandboxImages | undefined;
   private startHook: SandboxStartHook | undefined;
 
+  /** Snapshot copies and moves between hosts (host-transfer.ts); set by the composition root. */
+  transfer?: HostTransferService;
+
   constructor(
     private readonly db: Db,
     private readonly hosts: HostService,
@@ -284,12 +288,16 @@ export class SandboxService {
     const operationId = newOperationId();
     const name = validateName(input.name);
     if (input.everyPort !== undefined && typeof input.everyPort?.public !== 'boolean') throw errors.validation('everyPort.public', 'must be true or false');
+    const snapshotHolders = snapshot && this.transfer && source.imageId === null && source.kind === 'user' ? await this.transfer.holdersOf(snapshot) : undefined;
     let host!: HostRecord;
     const created = await this.withinQuota(principal.organizationId, { sandboxes: 1, cpu: spec.cpu, memoryMiB: spec.memoryMiB, diskGiB: spec.diskGiB }, async (tx) => {
       // A snapshot's disk (and an image's layers) live on the host that made them, so their
       // sandboxes are placed there; the rest go where there is room (hosts.place).
+      // A snapshot of the base image can go anywhere: its layers are copied to the host picked
+      // when it holds none (host-transfer.ts); a snapshot of an OCI image stays where the image is.
       const what = snapshot ? `snapshot ${snapshot.name ?? snapshot.id}` : `the layers of image ${source.image}`;
-      host = await this.hosts.place(tx, { cpu: spec.cpu, memoryMiB: spec.memoryMiB, diskGiB: spec.diskGiB, constraints, ...(source.hostId ? { fixed: { hostId: source.hostId, what } } : {}) });
+      const where = snapshotHolders ? { preferred: { hostIds: snapshotHolders } } : source.hostId ? { fixed: { hostId: source.hostId, what } } : {};
+      host = await this.hosts.place(tx, { cpu: spec.cpu, memoryMiB: spec.memoryMiB, diskGiB: spec.diskGiB, constraints, ...where });
       const inserted = await this.lifecycle.insert(tx, OPERATIONS.create, operationId, {
         id: newSandboxId(),
         organizationId: principal.organizationId,
@@ -316,6 +324,7 @@ export class SandboxService {
     });
     const client = this.hosts.clientForRecord(host);
     try {
+      if (snapshot && snapshotHolders && !snapshotHolders.includes(host.id)) await this.transfer!.ensureSnapshotOn(snapshot, host);
       await client.createSandbox({ ...this.hostSpec(created), ...(snapshot ? { snapshot: snapshot.id } : {}) });
     } catch (err) {
       await this.rollBackCreate(created, OPERATIONS.create, client, operationId, err);
@@ -433,7 +442,8 @@ export class SandboxService {
     return timeoutSeconds;
   }
 
-  private hostSpec(s: Sandbox): HostSandboxSpec {
+  /** What its host agent is told about a sandbox (also the spec a move's target records). */
+  hostSpec(s: Sandbox): HostSandboxSpec {
     const disk = s.diskGiB === null ? {} : { diskGiB: s.diskGiB, diskInodes: Math.max(1024, s.diskGiB * this.limits.diskInodesPerGiB) };
     return { id: s.id, image: s.hostImage ?? s.image, cpu: s.cpu, memoryMiB: s.memoryMiB, env: s.env, egress: s.egress, ...disk };
   }
@@ -554,8 +564,9 @@ export class SandboxService {
    * so the organisation's limits are checked under the same lock as creates. A paused sandbox
    * never stopped counting, so its unpause needs no check.
    */
-  private beginStart(sandbox: Sandbox): Promise<{ sandbox: Sandbox; operationId: string }> {
+  private async beginStart(sandbox: Sandbox): Promise<{ sandbox: Sandbox; operationId: string }> {
     assertCanBegin(OPERATIONS.start, sandbox.id, sandbox.state);
+    await this.transfer?.assertNotMoving(sandbox.id);
     return this.withinQuota(sandbox.organizationId, { sandboxes: 1, cpu: sandbox.cpu, memoryMiB: sandbox.memoryMiB, diskGiB: 0 }, async (tx) => {
       // Its disk is on its host: that host must be live and have room for its vCPUs and memory again.
       await this.hosts.place(tx, { cpu: sandbox.cpu, memoryMiB: sandbox.memoryMiB, diskGiB: 0, fixed: { hostId: sandbox.hostId!, what: `sandbox ${sandbox.id}'s disk`, existing: sandbox.id } });

@@ -5,6 +5,7 @@ import { errors, NestboxError, toNestboxError } from '../errors.js';
 import { randomId } from '../ids.js';
 import type { Principal, Snapshot } from '../types.js';
 import { requireScope } from './auth.js';
+import type { HostTransferService } from './host-transfer.js';
 import type { HostService } from './hosts.js';
 import type { SandboxService } from './sandboxes.js';
 import { checkWithinLimits, NO_ORGANIZATION_LIMITS, type OrganizationLimits } from './org-limits.js';
@@ -17,6 +18,9 @@ const NAME = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$/;
  * still builds on it (the database counts the users; the host refuses too, as a second check).
  */
 export class SnapshotService {
+  /** Copies of snapshots on other hosts (host-transfer.ts), deleted with them; set by the composition root. */
+  transfer?: HostTransferService;
+
   constructor(
     private readonly db: Db,
     private readonly hosts: HostService,
@@ -122,6 +126,7 @@ export class SnapshotService {
       await repo.update(snapshot.id, { state: 'ready' });
       throw toNestboxError(err);
     }
+    await this.transfer?.dropCopies(snapshot.id);
     await repo.update(snapshot.id, { deletedAt: new Date() });
   }
 }

@@ -34,6 +34,8 @@ import type { HostAgentMetrics } from './metrics.js';
 import { forwardableHeaders, proxyHttp, proxyUpgrade, writeRawResponse, type ProxyTarget } from '../protocol/http-proxy.js';
 import { inSampledTrace, inSpan, serveInSpan, tracingEnabled } from '../../core/tracing.js';
 import { GuestSpanRelay, type GuestSpanSink } from './guest-spans.js';
+import { EXPORT_ROUTE, importSandbox, importSnapshotChain, serveExport, TransferError } from './transfer.js';
+import { HostSandboxImportRequest, HostSnapshotImportRequest } from '../protocol/schemas.js';
 
 export interface HostAgentServerOptions {
   hostId: string;
@@ -120,7 +122,7 @@ function sendError(res: http.ServerResponse, err: unknown): void {
     res.destroy();
     return;
   }
-  if (err instanceof HttpError) return sendJson(res, err.status, { error: { code: err.code, message: err.message } });
+  if (err instanceof HttpError || err instanceof TransferError) return sendJson(res, err.status, { error: { code: err.code, message: err.message } });
   if (err instanceof AgentRequestError) return sendJson(res, err.status, { error: { code: err.code, message: err.message } });
   // A pull's failures carry the catalogue's codes (a bad reference, no such tag, refused credentials).
   if (err instanceof ImageError) return sendJson(res, ERROR_CATALOGUE[err.code].status, { error: { code: err.code, message: err.message } });
@@ -192,6 +194,10 @@ export class HostAgentServer {
     res.end(text);
   }
 
+  private transferContext() {
+    return { hostId: this.opts.hostId, secret: this.opts.secret, driver: this.opts.driver, logger: this.opts.logger };
+  }
+
   private withLock<T>(id: string, task: () => Promise<T>): Promise<T> {
     return this.locks.run(id, task);
   }
@@ -199,6 +205,9 @@ export class HostAgentServer {
   private async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
     // Scraped with the metrics token, not the host secret (a Prometheus server must not hold that).
     if (req.url === '/metrics' || req.url?.startsWith('/metrics?')) return this.serveMetrics(req, res);
+    // A peer host agent pulling a transfer shows a token for that data, never the host secret.
+    const exportRoute = EXPORT_ROUTE.exec((req.url ?? '').split('?', 1)[0]);
+    if (exportRoute) return serveExport(this.transferContext(), req, res, exportRoute[1] as 'snapshots' | 'sandboxes', exportRoute[2]);
     if (!this.authorized(req)) throw new HttpError(401, 'unauthorized', 'missing or invalid host secret');
     if (PORT_ROUTE.test(req.url ?? '')) return this.proxyToPort(req, res);
     const url = new URL(req.url ?? '/', 'http://host-agent');
@@ -285,6 +294,11 @@ export class HostAgentServer {
         memoryCopied: result.memoryCopied,
         diskCopy: result.diskCopy,
       });
+    }
+    if (parts.length === 4 && action === 'import' && req.method === 'POST') {
+      const body = await readJson(req, HostSandboxImportRequest);
+      const result = await this.driverCall('import', sandboxId, () => importSandbox(this.transferContext(), sandboxId, body));
+      return sendJson(res, 200, result);
     }
     if (parts.length === 4 && action === 'snapshot' && req.method === 'POST') {
       const body = await readJson(req, HostSnapshotRequest);
@@ -384,6 +398,13 @@ export class HostAgentServer {
   private async handleSnapshots(parts: string[], req: http.IncomingMessage, res: http.ServerResponse, pathname: string): Promise<void> {
     const driver = this.opts.driver;
     if (parts.length === 2 && req.method === 'GET') return sendJson(res, 200, { snapshots: await driver.listSnapshots() });
+    if (parts.length === 4 && parts[3] === 'import') {
+      const id = SnapshotIdParam.safeParse(parts[2]);
+      if (!id.success) throw new HttpError(400, 'validation_failed', `snapshot id: ${id.error.issues[0].message}`);
+      if (req.method !== 'POST') throw new HttpError(405, 'method_not_allowed', `${req.method} not allowed on ${pathname}`);
+      const body = await readJson(req, HostSnapshotImportRequest);
+      return sendJson(res, 200, { snapshotIds: await importSnapshotChain(this.transferContext(), id.data, body) });
+    }
     if (parts.length === 3) {
       const id = SnapshotIdParam.safeParse(parts[2]);
       if (!id.success) throw new HttpError(400, 'validation_failed', `snapshot id: ${id.error.issues[0].message}`);

@@ -94,6 +94,14 @@ export interface SnapshotInfo extends SnapshotResult {
   createdAt: string;
 }
 
+/** What a moved sandbox's disk sits on and how big it is (sent ahead of its data). */
+export interface SandboxDiskInfo {
+  /** Snapshot layers under its upper dir, topmost first (they must be on the receiving host). */
+  layers: string[];
+  /** Its own disk's size and inodes; null for a sandbox older than disk quotas. */
+  disk: { sizeBytes: number; inodes: number } | null;
+}
+
 export interface FileView {
   /** Host-side socket of a guest agent serving the stopped sandbox's files, read-only. */
   agentSocket: string;
@@ -191,6 +199,17 @@ export interface Driver {
   /** Idempotent; throws a `conflict` DriverError while a sandbox or another snapshot uses it. */
   deleteSnapshot(snapshotId: string): Promise<void>;
   listSnapshots(): Promise<SnapshotInfo[]>;
+  /**
+   * Host-to-host transfers (optional; host/storage/transfer.ts). Export streams a snapshot's
+   * layer, or a stopped sandbox's disk, into what `begin` returns (called once the lock is held
+   * and the info is known, so it can write headers); the snapshot or sandbox cannot be deleted
+   * or started meanwhile. Import takes such a stream in, all or nothing.
+   */
+  exportSnapshot?(snapshotId: string, begin: (parents: string[]) => NodeJS.WritableStream): Promise<void>;
+  importSnapshot?(snapshotId: string, source: NodeJS.ReadableStream): Promise<SnapshotInfo>;
+  exportSandbox?(id: string, begin: (info: SandboxDiskInfo) => NodeJS.WritableStream): Promise<void>;
+  /** A stopped sandbox from another host's export; an already complete one (a retry) is answered as it is. */
+  importSandbox?(spec: SandboxSpec, info: SandboxDiskInfo, source: NodeJS.ReadableStream): Promise<SandboxRuntime>;
   /**
    * A guest agent over a read-only view of a stopped sandbox's disk (no network, small limits).
    * Reused while in use; stopped after a while without use and before any lifecycle change.

@@ -64,6 +64,9 @@ async function readAll(res: http.IncomingMessage): Promise<Buffer> {
   return Buffer.concat(chunks);
 }
 
+/** The most a host-to-host transfer may take (a 100 GiB disk at ~120 MB/s is about 15 minutes). */
+const TRANSFER_TIMEOUT_MS = 60 * 60_000;
+
 export class HttpHostClient implements HostClient {
   readonly hostId: string;
   private readonly base: URL;
@@ -263,6 +266,15 @@ export class HttpHostClient implements HostClient {
 
   snapshotSandbox(id: string, snapshotId: string): Promise<HostSnapshotResult> {
     return this.json({ method: 'POST', path: this.sandboxPath(id, '/snapshot'), json: { snapshotId } }, Schemas.HostSnapshotResult);
+  }
+
+  /** Transfers take as long as the bytes do: bounded by TRANSFER_TIMEOUT_MS, not the lifecycle deadline. */
+  importSnapshot(snapshotId: string, source: { url: string; token: string }): Promise<{ snapshotIds: string[] }> {
+    return this.json({ method: 'POST', path: `/v1/snapshots/${encodeURIComponent(snapshotId)}/import`, json: { sourceUrl: source.url, token: source.token }, timeoutMs: TRANSFER_TIMEOUT_MS }, Schemas.HostSnapshotImportResult);
+  }
+
+  importSandbox(spec: HostSandboxSpec, source: { url: string; token: string }): Promise<HostSandboxRuntime> {
+    return this.json({ method: 'POST', path: this.sandboxPath(spec.id, '/import'), json: { sourceUrl: source.url, token: source.token, spec }, timeoutMs: TRANSFER_TIMEOUT_MS }, Schemas.HostSandboxRuntime);
   }
 
   async deleteSnapshot(snapshotId: string): Promise<void> {

@@ -219,3 +219,17 @@ export const PORT_PROXY_AUTH_HEADER = 'x-nestbox-host-authorization';
 export const PORT_PROXY_ERROR_HEADER = 'x-nestbox-port-error';
 /** Control-plane route a host agent heartbeats to (authenticated with its derived secret). */
 export const HEARTBEAT_PATH = '/internal/v1/hosts/heartbeat';
+
+/**
+ * Host-to-host transfers: the control plane asks the RECEIVING host agent to pull from the
+ * source agent at `sourceUrl` (its registered URL) with a short-lived token (core/transfer-token.ts).
+ */
+export const HostSnapshotImportRequest = z.object({ sourceUrl: z.string().url(), token: z.string().min(1).max(4096) }).strict();
+export type HostSnapshotImportRequest = z.infer<typeof HostSnapshotImportRequest>;
+export const HostSandboxImportRequest = z.object({ sourceUrl: z.string().url(), token: z.string().min(1).max(4096), spec: HostSandboxSpec }).strict();
+export type HostSandboxImportRequest = z.infer<typeof HostSandboxImportRequest>;
+/** What a sandbox export's `x-nestbox-disk-info` header carries (drivers/types.ts SandboxDiskInfo). */
+export const SandboxDiskInfoHeader = z.object({ layers: z.array(SnapshotIdParam), disk: z.object({ sizeBytes: z.number().int().min(1), inodes: z.number().int().min(1) }).nullable() }).strict();
+export const HostSnapshotImportResult = z.object({ snapshotIds: z.array(z.string()) });
+export const DISK_INFO_HEADER = 'x-nestbox-disk-info';
+export const SNAPSHOT_PARENTS_HEADER = 'x-nestbox-snapshot-parents';

@@ -117,6 +117,44 @@ export class SnapshotStore {
     }
   }
 
+  /**
+   * The entries a transfer sends (transfer.ts): the meta and either the layer dir or the disk
+   * image (not its read-only mount, which the receiving host mounts itself).
+   */
+  transferEntries(snapshotId: string): string[] {
+    return [META_FILE, existsSync(join(this.dir, snapshotId, DISK_IMAGE_FILE)) ? DISK_IMAGE_FILE : 'layer'];
+  }
+
+  /**
+   * Takes in a snapshot sent by another host: `fill(tempDir)` unpacks what transferEntries
+   * named into a `.tmp-` dir, then it is checked (its meta names this snapshot), a disk image
+   * is mounted read-only, and it appears under its name in one rename, as create() does. A
+   * crash or failure half-way leaves only a `.tmp-` name, which init() removes.
+   */
+  async adopt(snapshotId: string, fill: (tempDir: string) => Promise<void>): Promise<SnapshotMeta> {
+    assertSnapshotId(snapshotId);
+    const temp = join(this.dir, `.tmp-${snapshotId}-${randomBytes(4).toString('hex')}`);
+    await mkdir(temp, { mode: 0o700 });
+    try {
+      await fill(temp);
+      const meta = JSON.parse(await readFile(join(temp, META_FILE), 'utf8')) as SnapshotMeta;
+      if (meta.version !== META_VERSION || meta.snapshotId !== snapshotId) throw new DriverError('validation_failed', `the transferred snapshot is not ${snapshotId} (meta names ${String(meta.snapshotId)})`);
+      if (existsSync(join(temp, DISK_IMAGE_FILE))) await mountDiskImage(temp, { readOnly: true });
+      else if (!existsSync(join(temp, 'layer'))) throw new DriverError('validation_failed', `the transferred snapshot ${snapshotId} has neither a layer nor a disk image`);
+      try {
+        await rename(temp, join(this.dir, snapshotId));
+      } catch (error) {
+        const code = (error as NodeJS.ErrnoException).code;
+        if (code === 'ENOTEMPTY' || code === 'EEXIST') throw new DriverError('conflict', `snapshot ${snapshotId} already exists`);
+        throw error;
+      }
+      return meta;
+    } catch (error) {
+      await removeTree(temp).catch(() => {});
+      throw error;
+    }
+  }
+
   /** Removes a snapshot; a missing one is fine. Reference checks are the caller's job. */
   async remove(snapshotId: string): Promise<void> {
     const trash = join(this.dir, `.trash-${snapshotId}-${randomBytes(4).toString('hex')}`);

@@ -1,4 +1,4 @@
-// `nestbox hosts ls|get|cordon|uncordon|drain`: the operator's view of the host agents (needs a
+// `nestbox hosts ls|get|cordon|uncordon|drain|evacuate|move`: the operator's view of the host agents (needs a
 // key with platform:hosts, e.g. the bootstrap key, which carries the `operator` preset).
 import type { Command } from 'commander';
 import type { Host } from '../client/native-client.js';
@@ -59,7 +59,7 @@ export function registerHostCommands(program: Command, config: () => Config): vo
   for (const [action, what] of [
     ['cordon', 'place no new sandboxes on the host (its sandboxes carry on)'],
     ['uncordon', 'place new sandboxes on the host again'],
-    ['drain', 'cordon the host and mark it draining (moving its stopped sandboxes is not built yet)'],
+    ['drain', 'cordon the host and mark it draining (then `hosts evacuate` moves its stopped sandboxes away)'],
   ] as const) {
     hosts
       .command(action)
@@ -71,4 +71,29 @@ export function registerHostCommands(program: Command, config: () => Config): vo
         else process.stdout.write(`${host.id} ${host.state}\n`);
       }));
   }
+
+  hosts
+    .command('evacuate')
+    .description('move every stopped sandbox of a cordoned or draining host to other hosts (disks copied host to host)')
+    .argument('<hostId>', 'host id')
+    .option('--to <hostId>', 'send them all to this host (default: wherever there is room)')
+    .action(act(async ({ client, json }, hostId: string, opts: { to?: string }) => {
+      const result = await client.evacuateHost(hostId, opts.to);
+      if (json) return printJson(result);
+      for (const m of result.moved) process.stdout.write(`moved   ${m.sandboxId} ${m.fromHostId} → ${m.toHostId} (${m.ms} ms)\n`);
+      for (const f of result.failed) process.stdout.write(`failed  ${f.sandboxId}: ${f.error.code}: ${f.error.message}\n`);
+      for (const k of result.skipped) process.stdout.write(`skipped ${k.sandboxId} (${k.state}: stop it to move it)\n`);
+      if (result.failed.length) process.exitCode = 1;
+    }));
+
+  hosts
+    .command('move')
+    .description('move one stopped sandbox to another host (disk copied host to host)')
+    .argument('<sandboxId>', 'sandbox id')
+    .option('--to <hostId>', 'the target host (default: any ready host with room)')
+    .action(act(async ({ client, json }, sandboxId: string, opts: { to?: string }) => {
+      const result = await client.moveSandbox(sandboxId, opts.to);
+      if (json) return printJson(result);
+      process.stdout.write(`${sandboxId} moved ${result.fromHostId} → ${result.toHostId} in ${result.ms} ms${result.layersCopied.length ? ` (layers copied: ${result.layersCopied.join(', ')})` : ''}\n`);
+    }));
 }

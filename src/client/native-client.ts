@@ -599,6 +599,14 @@ export class NativeClient {
   getHost(hostId: string): Promise<Host> { return this.request('GET', `/hosts/${enc(hostId)}`); }
   /** cordon: no new sandboxes; drain: cordoned and marked draining; uncordon: ready again. */
   setHostState(hostId: string, action: 'cordon' | 'uncordon' | 'drain'): Promise<Host> { return this.request('POST', `/hosts/${enc(hostId)}/${action}`); }
+  /** A stopped sandbox to another host (operators); `hostId` names the target. */
+  moveSandbox(id: string, hostId?: string): Promise<{ sandbox: Sandbox; fromHostId: string; toHostId: string; layersCopied: string[]; ms: number }> {
+    return this.request('POST', `/sandboxes/${enc(id)}/move`, { json: hostId ? { hostId } : {} });
+  }
+  /** Every stopped sandbox of a cordoned or draining host to other hosts (operators). */
+  evacuateHost(hostId: string, toHostId?: string): Promise<{ moved: { sandboxId: string; fromHostId: string; toHostId: string; ms: number }[]; failed: { sandboxId: string; error: { code: string; message: string } }[]; skipped: { sandboxId: string; state: string }[] }> {
+    return this.request('POST', `/hosts/${enc(hostId)}/evacuate`, { json: toHostId ? { hostId: toHostId } : {} });
+  }
   // ── organisations (operator keys; `ownOrganization` and `ownUsage` with any key) ──
   createOrganization(body: { name: string; limits?: Partial<OrganizationLimitOverrides> }): Promise<Organization> {
     return this.request('POST', '/organizations', { json: body });

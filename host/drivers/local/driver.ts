@@ -16,11 +16,12 @@ import { applyNftRuleset, nftAvailable, renderNftRuleset } from '../../network/n
 import type { SlotPoolStats } from '../../network/slot-pool.js';
 import { assertMachineNetnsMounts, enableIpForwarding, slotTrafficBytes, VETH_PREFIX } from '../../network/slots.js';
 import { DiskStore } from '../../storage/disk-store.js';
-import { diskImagePath, readDiskUsage, withDiskFrozen } from '../../storage/disk-quota.js';
+import { diskImagePath, DISK_IMAGE_FILE, mountDiskImage, readDiskUsage, withDiskFrozen } from '../../storage/disk-quota.js';
+import { packEntries, unpackInto } from '../../storage/transfer.js';
 import { assertSnapshotId, SnapshotStore } from '../../storage/snapshots.js';
 import { assertSandboxId, SANDBOX_ID } from '../base/driver-base.js';
 import { DriverError } from '../errors.js';
-import type { Driver, DriverCapabilities, EgressPolicySpec, EgressResult, FileView, ForkResult, SandboxRuntime, SandboxSpec, SandboxUsageCounters, SnapshotResult, StartResult } from '../types.js';
+import type { Driver, DriverCapabilities, EgressPolicySpec, EgressResult, FileView, ForkResult, SandboxDiskInfo, SandboxRuntime, SandboxSpec, SnapshotInfo, SandboxUsageCounters, SnapshotResult, StartResult } from '../types.js';
 import { Cgroups } from './cgroups.js';
 import { FileViews } from './file-view.js';
 import { readRecord, writeRecord, type SandboxRecord } from './records.js';
@@ -403,6 +404,104 @@ export class LocalDriver extends LocalRecovery implements Driver {
       if (users.length) throw new DriverError('conflict', `snapshot ${snapshotId} is in use by ${users.join(', ')}`);
       await store.remove(snapshotId);
     });
+  }
+
+  // ---- Driver: host-to-host transfers ------------------------------------------------------------
+
+  /** Streams a snapshot's meta and layer (or disk image) as tar, under its lock (no delete meanwhile). */
+  async exportSnapshot(snapshotId: string, begin: (parents: string[]) => NodeJS.WritableStream): Promise<void> {
+    this.assertInitialized();
+    assertSnapshotId(snapshotId);
+    await this.withLock(snapshotLockKey(snapshotId), async () => {
+      const store = this.requireSnapshots();
+      const meta = await store.get(snapshotId);
+      if (!meta) throw new DriverError('not_found', `snapshot ${snapshotId} not found`);
+      await this.streamTar(join(store.dir, snapshotId), store.transferEntries(snapshotId), begin(meta.parents));
+    });
+  }
+
+  /** Takes in a snapshot streamed from another host (all or nothing: SnapshotStore.adopt). */
+  async importSnapshot(snapshotId: string, source: NodeJS.ReadableStream): Promise<SnapshotInfo> {
+    this.assertInitialized();
+    assertSnapshotId(snapshotId);
+    return this.withLock(snapshotLockKey(snapshotId), async () => {
+      const store = this.requireSnapshots();
+      const existing = await store.get(snapshotId);
+      const meta = existing ?? (await store.adopt(snapshotId, (temp) => unpackInto(temp, source as import('node:stream').Readable)));
+      this.log.info({ operation: 'import-snapshot', snapshotId, bytes: meta.sizeBytes }, `snapshot ${snapshotId}: ${existing ? 'already here' : 'taken in from another host'}`);
+      return { ...this.snapshotResult(meta), sourceId: meta.sourceId, image: meta.image, createdAt: meta.createdAt };
+    });
+  }
+
+  /**
+   * Streams a stopped sandbox's disk (its disk image, sparse, with its file system frozen so
+   * the image is clean; or an old sandbox's upper dir) under its lock, so it cannot start or be
+   * destroyed while the copy is read.
+   */
+  async exportSandbox(id: string, begin: (info: SandboxDiskInfo) => NodeJS.WritableStream): Promise<void> {
+    await this.withRecord(id, async (record) => {
+      if (record.status !== 'stopped') throw new DriverError('invalid_state', `sandbox ${id} is ${record.status}; only a stopped sandbox's disk is sent to another host`);
+      await this.closeFileView(id);
+      const info: SandboxDiskInfo = { layers: record.layers ?? [], disk: record.disk ? { ...record.disk } : null };
+      const diskDir = this.diskDirOf(record);
+      if (record.disk) await withDiskFrozen(diskDir, () => this.streamTar(diskDir, [DISK_IMAGE_FILE], begin(info)));
+      else await this.streamTar(diskDir, ['upper'], begin(info));
+    });
+  }
+
+  /**
+   * A stopped sandbox from another host's export. Its record is written as `creating` before any
+   * byte arrives, so a failure, or a crash of this host agent half-way, leaves nothing behind:
+   * the failure destroys it, and init() removes a never-finished create entirely. Only when the
+   * disk is complete and mounted does the record say `stopped`.
+   */
+  async importSandbox(spec: SandboxSpec, info: SandboxDiskInfo, source: NodeJS.ReadableStream): Promise<SandboxRuntime> {
+    this.assertInitialized();
+    this.validateSpec(spec);
+    return this.withLock(spec.id, async () => {
+      const existing = this.records.get(spec.id);
+      if (existing?.status === 'stopped') return this.runtimeOf(existing); // a retry of a complete import
+      if (existing) throw new DriverError('conflict', `sandbox ${spec.id} already exists here (${existing.status})`);
+      const store = this.requireSnapshots();
+      for (const layer of info.layers) if (!(await store.get(layer))) throw new DriverError('validation_failed', `snapshot layer ${layer} of sandbox ${spec.id} is not on this host; send it first`);
+      await this.removeRemains(spec.id);
+      const started = Date.now();
+      const record = this.newSandboxRecord(spec);
+      record.layers = info.layers.length ? [...info.layers] : undefined;
+      record.disk = info.disk ? { ...info.disk } : undefined;
+      const diskDir = this.diskDirOf(record);
+      try {
+        await mkdir(join(this.sandboxDir(spec.id), 'rootfs'), { recursive: true, mode: 0o755 });
+        await mkdir(join(this.sandboxDir(spec.id), 'run'), { recursive: true, mode: 0o700 });
+        await mkdir(diskDir, { recursive: true, mode: 0o700 });
+        await writeRecord(this.sandboxDir(spec.id), record);
+        this.records.set(spec.id, record);
+        await unpackInto(diskDir, source as import('node:stream').Readable);
+        if (record.disk) await mountDiskImage(diskDir);
+        await mkdir(this.workDirOf(record), { recursive: true, mode: 0o755 });
+        record.status = 'stopped';
+        await writeRecord(this.sandboxDir(spec.id), record);
+      } catch (error) {
+        await this.destroyUnlocked(spec.id).catch((cleanupError) => this.log.warn({ sandboxId: spec.id, operation: 'import' }, `import: cleanup after failure failed: ${String(cleanupError)}`));
+        throw error;
+      }
+      this.log.info({ sandboxId: spec.id, operation: 'import', ms: Date.now() - started }, `import: disk taken in from another host in ${Date.now() - started} ms`);
+      return this.runtimeOf(record);
+    });
+  }
+
+  /** tar of `entries` under `dir` into `sink`; the tar process dies if the sink goes away. */
+  private async streamTar(dir: string, entries: string[], sink: NodeJS.WritableStream): Promise<void> {
+    const packed = packEntries(dir, entries);
+    const { pipeline } = await import('node:stream/promises');
+    try {
+      await pipeline(packed.stream, sink);
+      await packed.done;
+    } catch (error) {
+      packed.kill();
+      await packed.done.catch(() => {});
+      throw error;
+    }
   }
 
   // ---- Driver: file views -------------------------------------------------------------------------

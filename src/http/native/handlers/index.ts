@@ -5,6 +5,8 @@ import { getHost } from './getHost.js';
 import { cordonHost } from './cordonHost.js';
 import { uncordonHost } from './uncordonHost.js';
 import { drainHost } from './drainHost.js';
+import { evacuateHost } from './evacuateHost.js';
+import { moveSandbox } from './moveSandbox.js';
 import { listImages } from './listImages.js';
 import { getImage } from './getImage.js';
 import { deleteImage } from './deleteImage.js';
@@ -210,6 +212,8 @@ export const nativeHandlers: Record<string, NativeHandler> = {
   cordonHost,
   uncordonHost,
   drainHost,
+  evacuateHost,
+  moveSandbox,
   createOrganization,
   listOrganizations,
   getOrganization,
