@@ -5,7 +5,9 @@
 // Daytona `target`) and labels, skipping a full host; a sandbox made through replica A is used
 // through replica B (exec, files, an SSE stream, a PTY, a hosted port); the control plane reaches
 // each host only at the address it advertised, and a sandbox reaches neither its host agent nor a
-// replica (its machine's isolation rules); a host agent killed with SIGKILL has its sandboxes
+// replica (its machine's isolation rules); a snapshot made on one machine is used on another and a
+// drained machine's stopped sandbox moves to another (host agent to host agent over the bridge);
+// a host agent killed with SIGKILL has its sandboxes
 // marked error/host_lost while the others run on, and once started again adopts them; and nothing
 // of any sandbox is left on the box afterwards. A host agent started with `ip netns exec` (whose
 // mount namespace would keep its sandboxes' namespaces to itself) refuses to start.
@@ -250,6 +252,51 @@ describe('three machines, two replicas', () => {
       const seen = await B().post(`${api}/commands`).set(auth()).send({ cmd: `python3 /root/probe.py ${address} ${port}` });
       expect(seen.body.stdout.trim(), `${address}:${port} from the sandbox`).toBe('timeout');
     }
+  });
+
+  it("a snapshot made on one machine is used on another, and a drained machine's stopped sandbox moves to another with its files (host to host over the bridge)", async () => {
+    const run = async (id: string, cmd: string, via = B) => {
+      const r = await via().post(`/api/v1/sandboxes/${id}/commands`).set(auth()).send({ cmd });
+      expect(r.status, JSON.stringify(r.body)).toBe(200);
+      expect(r.body.exitCode, r.body.stderr).toBe(0);
+      return r.body.stdout as string;
+    };
+    const hostAction = async (hostId: string, action: string, via = A) => via().post(`/api/v1/hosts/${hostId}/${action}`).set(auth()).expect(200);
+
+    const source = await create(A, { placement: { hostId: 'eu-big' } });
+    expect(source.status, JSON.stringify(source.body)).toBe(201);
+    placed['eu-big'].push(source.body.id);
+    await run(source.body.id, 'echo made-on-eu-big > /root/origin.txt');
+    const snap = await A().post('/api/v1/snapshots').set(auth()).send({ sandboxId: source.body.id, name: 'cluster-snap' });
+    expect(snap.status, JSON.stringify(snap.body)).toBe(201);
+    // In another region: the snapshot's layers go from eu-big's machine to us-big's.
+    const child = await create(B, { snapshot: 'cluster-snap', placement: { region: 'us-east' } });
+    expect(child.status, JSON.stringify(child.body)).toBe(201);
+    expect(child.body.hostId).toBe('us-big');
+    placed['us-big'].push(child.body.id);
+    expect(await run(child.body.id, 'cat /root/origin.txt', A)).toBe('made-on-eu-big\n');
+    const holders = (await cluster.db!('snapshot_hosts').where({ snapshot_id: snap.body.id }).select('host_id')) as { host_id: string }[];
+    // The copies are recorded beside the snapshot's own host (eu-big, in its row).
+    expect(holders.map((h) => h.host_id)).toEqual(['us-big']);
+
+    const mover = await create(A, { placement: { hostId: 'eu-big' } });
+    expect(mover.status, JSON.stringify(mover.body)).toBe(201);
+    const sum = await run(mover.body.id, 'head -c 4194304 /dev/urandom > /root/blob && sha256sum /root/blob | cut -d" " -f1');
+    expect((await A().post(`/api/v1/sandboxes/${mover.body.id}/stop`).set(auth())).body.state).toBe('stopped');
+    await hostAction('eu-big', 'drain');
+    try {
+      const moved = await B().post(`/api/v1/sandboxes/${mover.body.id}/move`).set(auth()).send({ hostId: 'us-big' });
+      expect(moved.status, JSON.stringify(moved.body)).toBe(200);
+      expect(moved.body).toMatchObject({ fromHostId: 'eu-big', toHostId: 'us-big' });
+    } finally {
+      await hostAction('eu-big', 'uncordon', B);
+    }
+    placed['us-big'].push(mover.body.id);
+    expect(existsSync(`${cluster.host('eu-big').dataDir}/sandboxes/${mover.body.id}`)).toBe(false);
+    const resumed = await A().post(`/api/v1/sandboxes/${mover.body.id}/resume`).set(auth());
+    expect(resumed.status, JSON.stringify(resumed.body)).toBe(200);
+    expect(resumed.body).toMatchObject({ state: 'running', hostId: 'us-big' });
+    expect(await run(mover.body.id, 'sha256sum /root/blob | cut -d" " -f1')).toBe(sum);
   });
 
   it('a host agent killed with SIGKILL: its sandboxes become error/host_lost, the others run on; started again, it adopts them', async () => {
