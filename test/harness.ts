@@ -1,9 +1,10 @@
 // Shared test plumbing: a real server (control plane + local host agent child process) on a
 // fresh database, real PostgreSQL by default, PGlite on request.
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
 import net from 'node:net';
 import { randomBytes } from 'node:crypto';
+import { promisify } from 'node:util';
 import knexFactory from 'knex';
 import supertest from 'supertest';
 import { loadConfig } from '../src/config.js';
@@ -55,6 +56,37 @@ export interface TestServer {
   http: ReturnType<typeof supertest>;
   auth: { Authorization: string };
   close(): Promise<void>;
+}
+
+/**
+ * The environment of a `nestbox host-agent` a test starts as another machine's would be: its own
+ * id and data dir, its own secret (what `nestbox host-secret <id>` prints on the control plane),
+ * heartbeats to `controlPlaneUrl` twice a second, plain disks, no slot pool, and the code
+ * interpreter's image only when asked for. `extra` adds to it or overrides it.
+ */
+export function extraHostAgentEnv(o: { id: string; dataDir: string; controlPlaneUrl: string; secret: string }, extra: Record<string, string> = {}): Record<string, string> {
+  return {
+    PATH: process.env.PATH ?? '',
+    HOME: process.env.HOME ?? '/root',
+    NESTBOX_DATA_DIR: o.dataDir,
+    NESTBOX_IMAGES_DIR: TEST_IMAGES_DIR,
+    NESTBOX_HOST_ID: o.id,
+    NESTBOX_HOST_AGENT_PORT: '0',
+    NESTBOX_CONTROL_PLANE_URL: o.controlPlaneUrl,
+    NESTBOX_HOST_AGENT_SECRET: o.secret,
+    NESTBOX_HEARTBEAT_INTERVAL_MS: '500',
+    NESTBOX_REFLINK_STORE: 'off',
+    NESTBOX_CODE_INTERPRETER_IMAGE: 'on-demand',
+    NESTBOX_SLOT_POOL_SIZE: '0',
+    NESTBOX_LOG_LEVEL: 'warn',
+    ...extra,
+  };
+}
+
+/** A host's secret as an operator gets it: `nestbox host-secret <id>` with the deployment's NESTBOX_HOST_SECRET. */
+export async function hostSecretFromCli(hostId: string, hostSecret: string): Promise<string> {
+  const { stdout } = await promisify(execFile)(process.execPath, [projectPath('dist/src/cli.js'), 'host-secret', hostId], { env: { PATH: process.env.PATH, NESTBOX_HOST_SECRET: hostSecret } });
+  return stdout.trim();
 }
 
 export function testEnv(dataDir: string, extra: Record<string, string> = {}): Record<string, string> {

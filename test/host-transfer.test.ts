@@ -10,7 +10,7 @@ import { promisify } from 'node:util';
 import { existsSync, mkdtempSync } from 'node:fs';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { removeDataDir, startTestServer, TEST_IMAGES_DIR, waitFor, type TestServer } from './harness.js';
+import { extraHostAgentEnv, hostSecretFromCli, removeDataDir, startTestServer, waitFor, type TestServer } from './harness.js';
 import { projectPath } from '../src/paths.js';
 
 const execFileAsync = promisify(execFile);
@@ -34,24 +34,8 @@ function startAgent(agent: ExtraAgent): void {
 const extras: ExtraAgent[] = [];
 
 async function extraAgent(id: string, extra: Record<string, string>): Promise<ExtraAgent> {
-  const secret = (await execFileAsync(process.execPath, [projectPath('dist/src/cli.js'), 'host-secret', id], { env: { PATH: process.env.PATH, NESTBOX_HOST_SECRET: HOST_SECRET } })).stdout.trim();
   const dataDir = mkdtempSync('/tmp/nbx-transfer-');
-  const env = {
-    PATH: process.env.PATH ?? '',
-    HOME: process.env.HOME ?? '/root',
-    NESTBOX_DATA_DIR: dataDir,
-    NESTBOX_IMAGES_DIR: TEST_IMAGES_DIR,
-    NESTBOX_HOST_ID: id,
-    NESTBOX_HOST_AGENT_PORT: '0',
-    NESTBOX_CONTROL_PLANE_URL: t.url,
-    NESTBOX_HOST_AGENT_SECRET: secret,
-    NESTBOX_HEARTBEAT_INTERVAL_MS: '500',
-    NESTBOX_REFLINK_STORE: 'off',
-    NESTBOX_CODE_INTERPRETER_IMAGE: 'on-demand',
-    NESTBOX_SLOT_POOL_SIZE: '0',
-    NESTBOX_LOG_LEVEL: 'warn',
-    ...extra,
-  };
+  const env = extraHostAgentEnv({ id, dataDir, controlPlaneUrl: t.url, secret: await hostSecretFromCli(id, HOST_SECRET) }, extra);
   const agent: ExtraAgent = { id, dataDir, env, output: [] };
   startAgent(agent);
   extras.push(agent);
