@@ -1,7 +1,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { migrateToLatest, openDatabase, type Db } from '../store/db.js';
-import { AuthService, generateApiKey, hashApiKey, isWellFormedApiKey, KEY_PRESETS } from './auth.js';
+import { AuthService, generateApiKey, hashApiKey, isWellFormedApiKey, KEY_PRESETS, KEY_USE_RECORD_INTERVAL_MS } from './auth.js';
 import { NestboxError } from '../errors.js';
 
 describe('API keys', () => {
@@ -45,6 +45,30 @@ describe('API keys', () => {
       await expect(auth.authenticate(bad)).rejects.toMatchObject({ code: 'unauthorized', status: 401 });
     }
     await expect(auth.revokeApiKey('someoneelse', record.id)).rejects.toBeInstanceOf(NestboxError);
+  });
+
+  it('records a key\'s use at most once a minute per process: the first use, then none until the interval has passed', async () => {
+    let clock = 1_000_000;
+    const auth = new AuthService(db, () => clock);
+    const org = await auth.createOrganization('busy');
+    const { key, record } = await auth.createApiKey(org.id, { name: 'hot', preset: 'admin' });
+    const lastUsed = async () => ((await db('api_keys').where({ id: record.id }).first()) as { last_used_at: Date | string | null }).last_used_at;
+    expect(await lastUsed()).toBeNull();
+    await auth.authenticate(key);
+    // The write is not awaited by authenticate: wait for it (bounded).
+    for (let i = 0; i < 50 && (await lastUsed()) === null; i++) await new Promise((r) => setTimeout(r, 20));
+    const first = await lastUsed();
+    expect(first).not.toBeNull();
+    await db('api_keys').where({ id: record.id }).update({ last_used_at: null });
+    for (let i = 0; i < 20; i++) await auth.authenticate(key);
+    clock += KEY_USE_RECORD_INTERVAL_MS - 1;
+    await auth.authenticate(key);
+    await new Promise((r) => setTimeout(r, 100));
+    expect(await lastUsed()).toBeNull();
+    clock += 1;
+    await auth.authenticate(key);
+    for (let i = 0; i < 50 && (await lastUsed()) === null; i++) await new Promise((r) => setTimeout(r, 20));
+    expect(await lastUsed()).not.toBeNull();
   });
 
   it('bootstraps one admin key on first start only, or the configured one', async () => {

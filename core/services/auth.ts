@@ -53,8 +53,22 @@ export interface CreatedApiKey {
   record: ApiKeyRecord;
 }
 
+/**
+ * How often one process records that a key was used (`lastUsedAt`): at most once per key per
+ * minute, since a write per request would cost more than the request (a replica under load
+ * spends its time in database round trips). `lastUsedAt` is accurate to about a minute.
+ */
+export const KEY_USE_RECORD_INTERVAL_MS = 60_000;
+const MAX_KEYS_REMEMBERED = 10_000;
+
 export class AuthService {
-  constructor(private readonly db: Db) {}
+  /** Key id → when this process last wrote its lastUsedAt (ms on this process's clock). */
+  private readonly keyUseRecorded = new Map<string, number>();
+
+  constructor(
+    private readonly db: Db,
+    private readonly now: () => number = () => performance.now(),
+  ) {}
 
   async createOrganization(name: string): Promise<Organization> {
     return organizationRepository(this.db).insert({ id: newOrganizationId(), name });
@@ -105,13 +119,22 @@ export class AuthService {
     // A genuine key of a suspended organisation is told so (403), on every route of every API:
     // they all authenticate here or through SandboxTokenService, which checks the same.
     if (found.organizationSuspended) throw errors.organizationSuspended(record.organizationId);
-    void apiKeyRepository(this.db).touch(record.id, new Date()).catch(() => undefined);
+    this.recordUse(record.id);
     return {
       organizationId: record.organizationId,
       keyId: record.id,
       scopes: new Set(scopesOfKey(record.preset, record.scopes)),
       sandboxIds: record.sandboxIds ? new Set(record.sandboxIds) : null,
     };
+  }
+
+  private recordUse(keyId: string): void {
+    const now = this.now();
+    const last = this.keyUseRecorded.get(keyId);
+    if (last !== undefined && now - last < KEY_USE_RECORD_INTERVAL_MS) return;
+    if (this.keyUseRecorded.size >= MAX_KEYS_REMEMBERED) this.keyUseRecorded.clear();
+    this.keyUseRecorded.set(keyId, now);
+    void apiKeyRepository(this.db).touch(keyId, new Date()).catch(() => undefined);
   }
 
   /**
