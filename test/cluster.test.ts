@@ -14,10 +14,9 @@
 import { execFileSync, spawn } from 'node:child_process';
 import net from 'node:net';
 import { existsSync, mkdtempSync, readdirSync, readlinkSync, statSync } from 'node:fs';
-import { WebSocket } from 'ws';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Cluster } from './cluster-harness.js';
-import { outputOf, readEvents, removeDataDir, TEST_IMAGES_DIR, waitFor } from './harness.js';
+import { expectTerminalRoundTrip, outputOf, readEvents, removeDataDir, TEST_IMAGES_DIR, waitFor } from './harness.js';
 import { projectPath } from '../src/paths.js';
 import { residueOf, slotNamesOf, snapshotHostNetwork } from './residue.js';
 import { TCP_PROBE } from './test-internet.js';
@@ -201,23 +200,7 @@ describe('three machines, two replicas', () => {
 
     const terminal = await A().post(`${api}/terminals`).set(auth()).send({ cols: 80, rows: 24 });
     expect(terminal.status, JSON.stringify(terminal.body)).toBe(201);
-    const ws = new WebSocket(`${cluster.replicas[1].url.replace('http:', 'ws:')}${api}/commands/${terminal.body.processId}/pty`, { headers: auth() });
-    let screen = '';
-    let exit: { exitCode?: number } | undefined;
-    const closed = new Promise<void>((resolve) => ws.on('close', () => resolve()));
-    ws.on('message', (data, isBinary) => {
-      if (isBinary) screen += Buffer.from(data as Buffer).toString('utf8');
-      else exit = JSON.parse(String(data));
-    });
-    await new Promise((resolve, reject) => {
-      ws.on('open', resolve);
-      ws.on('error', reject);
-    });
-    ws.send(Buffer.from('echo $((6*7))\r'), { binary: true });
-    await waitFor('42 on the terminal', async () => /[\r\n]42\r?\n/.test(screen), 15_000, 50);
-    ws.send(Buffer.from('exit 3\r'), { binary: true });
-    await closed;
-    expect(exit).toMatchObject({ type: 'exit', exitCode: 3 });
+    await expectTerminalRoundTrip(`${cluster.replicas[1].url.replace('http:', 'ws:')}${api}/commands/${terminal.body.processId}/pty`, auth());
 
     // A hosted port: replica B → the host agent at its machine's address → the sandbox's slot.
     await A().post(`${api}/commands`).set(auth()).send({ cmd: 'mkdir -p /tmp/www && echo hello from a machine > /tmp/www/index.html' }).expect(200);

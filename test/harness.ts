@@ -7,6 +7,7 @@ import { randomBytes } from 'node:crypto';
 import { promisify } from 'node:util';
 import knexFactory from 'knex';
 import supertest from 'supertest';
+import { WebSocket } from 'ws';
 import { loadConfig } from '../src/config.js';
 import { createLogger } from '../src/logger.js';
 import { silentLogger } from '../core/logger.js';
@@ -87,6 +88,30 @@ export function extraHostAgentEnv(o: { id: string; dataDir: string; controlPlane
 export async function hostSecretFromCli(hostId: string, hostSecret: string): Promise<string> {
   const { stdout } = await promisify(execFile)(process.execPath, [projectPath('dist/src/cli.js'), 'host-secret', hostId], { env: { PATH: process.env.PATH, NESTBOX_HOST_SECRET: hostSecret } });
   return stdout.trim();
+}
+
+/**
+ * A terminal used over its WebSocket (`wsUrl`: `ws://…/sandboxes/{id}/commands/{processId}/pty`):
+ * `echo $((6*7))` must show 42, then `exit 3` must close it with exit code 3.
+ */
+export async function expectTerminalRoundTrip(wsUrl: string, headers: Record<string, string>): Promise<void> {
+  const ws = new WebSocket(wsUrl, { headers });
+  let screen = '';
+  let exit: { exitCode?: number } | undefined;
+  const closed = new Promise<void>((resolve) => ws.on('close', () => resolve()));
+  ws.on('message', (data, isBinary) => {
+    if (isBinary) screen += Buffer.from(data as Buffer).toString('utf8');
+    else exit = JSON.parse(String(data));
+  });
+  await new Promise((resolve, reject) => {
+    ws.on('open', resolve);
+    ws.on('error', reject);
+  });
+  ws.send(Buffer.from('echo $((6*7))\r'), { binary: true });
+  await waitFor('42 on the terminal', async () => /[\r\n]42\r?\n/.test(screen), 15_000, 50);
+  ws.send(Buffer.from('exit 3\r'), { binary: true });
+  await closed;
+  if (exit?.exitCode !== 3) throw new Error(`the terminal ended with ${JSON.stringify(exit)}, not exit code 3`);
 }
 
 export function testEnv(dataDir: string, extra: Record<string, string> = {}): Record<string, string> {

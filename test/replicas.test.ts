@@ -13,11 +13,10 @@ import { randomBytes } from 'node:crypto';
 import net from 'node:net';
 import knexFactory, { type Knex } from 'knex';
 import supertest from 'supertest';
-import { WebSocket } from 'ws';
 import { Daytona } from '@daytonaio/sdk';
 import { Sandbox as E2bSandbox } from 'e2b';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, freePort, outputOf, readEvents, removeDataDir, testEnv, waitFor } from './harness.js';
+import { createTestDatabase, expectTerminalRoundTrip, freePort, outputOf, readEvents, removeDataDir, testEnv, waitFor } from './harness.js';
 import { isRunning, spawnNestbox, stopProcess, waitForReplica, type NestboxProcess } from './cluster-harness.js';
 import { deriveHostSecret } from '../core/services/hosts.js';
 import { HttpHostClient } from '../host/protocol/client.js';
@@ -227,23 +226,7 @@ describe('two control-plane replicas on one PostgreSQL database', () => {
     // A terminal opened through A, driven over a WebSocket through B.
     const terminal = await A().post(`${api}/terminals`).set(auth()).send({ cols: 80, rows: 24 });
     expect(terminal.status, JSON.stringify(terminal.body)).toBe(201);
-    const ws = new WebSocket(`ws://127.0.0.1:${ports.b}${api}/commands/${terminal.body.processId}/pty`, { headers: auth() });
-    let screen = '';
-    let exit: { exitCode?: number } | undefined;
-    const closed = new Promise<void>((resolve) => ws.on('close', () => resolve()));
-    ws.on('message', (data, isBinary) => {
-      if (isBinary) screen += Buffer.from(data as Buffer).toString('utf8');
-      else exit = JSON.parse(String(data));
-    });
-    await new Promise((resolve, reject) => {
-      ws.on('open', resolve);
-      ws.on('error', reject);
-    });
-    ws.send(Buffer.from('echo $((6*7))\r'), { binary: true });
-    await waitFor('42 on the terminal', async () => /[\r\n]42\r?\n/.test(screen), 15_000, 50);
-    ws.send(Buffer.from('exit 3\r'), { binary: true });
-    await closed;
-    expect(exit).toMatchObject({ type: 'exit', exitCode: 3 });
+    await expectTerminalRoundTrip(`ws://127.0.0.1:${ports.b}${api}/commands/${terminal.body.processId}/pty`, auth());
   });
 
   it('the Daytona SDK creates through A and works through B', async () => {
