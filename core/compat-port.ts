@@ -9,6 +9,7 @@
 //
 // HTTP-level things a front door also needs (stream caps, upload limit, the logger) are not
 // core's: they come from the shared HTTP kit beside this port, not from here.
+import type { SshAccessService } from './services/ssh-access.js';
 import type { AuthService } from './services/auth.js';
 import type { HostService } from './services/hosts.js';
 import type { IdempotencyService } from './services/idempotency.js';
@@ -69,6 +70,7 @@ export type WebhooksPort = Pick<WebhookService, 'list' | 'create' | 'get' | 'upd
 
 /** Which region each host is in (Daytona's `target` of a sandbox). */
 export type HostRegionsPort = Pick<HostService, 'regionsOf'>;
+export type SshAccessPort = Pick<SshAccessService, 'createAccess' | 'revokeAccess' | 'validate' | 'sshCommand'>;
 /** Request rate limits: every front door counts each authenticated request here before doing anything for it. */
 export type RequestRatesPort = Pick<RequestRateLimiter, 'admit'>;
 /** Sandboxes promised before their image is built, shared by every replica (services/pending-sandboxes.ts). */
@@ -96,4 +98,6 @@ export interface CompatPort {
   webhooks: WebhooksPort;
   requestRates: RequestRatesPort;
   hostRegions: HostRegionsPort;
+  /** SSH access tokens (Daytona's createSshAccess / validateSshAccess / revokeSshAccess). */
+  sshAccess: SshAccessPort;
 }

@@ -557,6 +557,14 @@ export interface GuestClient {
   terminalSocket(processId: string): GuestWebSocketTarget;
   /** WebSocket of watch events (same messages as watchFiles); a missing path is the guest's 400. */
   watchSocket(input: Partial<WatchInput>): GuestWebSocketTarget;
+  /** WebSocket carrying one TCP connection the guest opens from inside the sandbox (binary frames = bytes). */
+  tcpSocket(input: TcpConnectInput): GuestWebSocketTarget;
+}
+
+/** Where a TCP connection from inside the sandbox goes (SSH port forwarding). */
+export interface TcpConnectInput {
+  host: string;
+  port: number;
 }
 
 /** Which guest agent answers: the running sandbox's, or the host's read-only view of a stopped sandbox's disk. */

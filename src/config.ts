@@ -222,6 +222,26 @@ const ConfigSchema = z.object({
   NESTBOX_WEBHOOK_TIMEOUT_MS: positiveInt.max(120_000).default(10_000),
   NESTBOX_WEBHOOK_MAX_PER_ORG: positiveInt.max(1000).default(25),
   NESTBOX_WEBHOOK_ALLOW_PRIVATE_TARGETS: z.enum(['true', 'false']).default('false'),
+
+  // SSH gateway (src/ssh/gateway.ts): the port the worker listens on for SSH (0 = no gateway),
+  // on NESTBOX_SSH_LISTEN_HOST (default NESTBOX_HOST). The host key is NESTBOX_SSH_HOST_KEY (an
+  // OpenSSH private key file) or, by default, an Ed25519 key derived from the host secret, so
+  // every replica and every restart shows the same one. `sshCommand` advertises
+  // NESTBOX_SSH_PUBLIC_HOST (default: the host the API request named) and NESTBOX_SSH_PUBLIC_PORT
+  // (default NESTBOX_SSH_PORT). Tokens live NESTBOX_SSH_TOKEN_DEFAULT_MINUTES unless asked (at
+  // most NESTBOX_SSH_TOKEN_MAX_MINUTES); limits on live tokens per sandbox, keys per
+  // organisation, failed logins per client address and minute, concurrent connections.
+  NESTBOX_SSH_PORT: port.default(2222),
+  NESTBOX_SSH_LISTEN_HOST: z.string().min(1).optional(),
+  NESTBOX_SSH_HOST_KEY: z.string().min(1).optional(),
+  NESTBOX_SSH_PUBLIC_HOST: z.string().regex(/^[A-Za-z0-9.:-]{1,253}$/, 'must be a host name or address').optional(),
+  NESTBOX_SSH_PUBLIC_PORT: port.min(1).optional(),
+  NESTBOX_SSH_TOKEN_DEFAULT_MINUTES: positiveInt.max(525_600).default(60),
+  NESTBOX_SSH_TOKEN_MAX_MINUTES: positiveInt.max(525_600).default(1440),
+  NESTBOX_SSH_MAX_TOKENS_PER_SANDBOX: positiveInt.max(10_000).default(10),
+  NESTBOX_SSH_MAX_KEYS_PER_ORG: positiveInt.max(10_000).default(100),
+  NESTBOX_SSH_MAX_AUTH_FAILURES_PER_MINUTE: positiveInt.default(20),
+  NESTBOX_SSH_MAX_CONNECTIONS: positiveInt.default(1000),
   NESTBOX_LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error']).default('info'),
 
   // Hosts and placement (core/services/hosts.ts). Host agent: labels it reports (`k=v,k=v`; a
@@ -342,6 +362,20 @@ export interface Config {
   logLevel: 'debug' | 'info' | 'warn' | 'error';
   /** Prometheus `/metrics` (control plane and host agents); no token = not served. */
   metrics: { token?: string };
+  /** The SSH gateway (port 0 = off) and SSH access tokens and keys. */
+  ssh: {
+    port: number;
+    listenHost: string;
+    hostKeyFile?: string;
+    publicHost?: string;
+    publicPort?: number;
+    defaultExpiryMinutes: number;
+    maxExpiryMinutes: number;
+    maxTokensPerSandbox: number;
+    maxKeysPerOrganization: number;
+    maxAuthFailuresPerMinute: number;
+    maxConnections: number;
+  };
   /** OpenTelemetry traces; no endpoint = off. */
   tracing: { otlpEndpoint?: string; sampleRatio: number };
   /** Per-sandbox usage samples. */
@@ -519,6 +553,19 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     instanceTimeoutMs: e.NESTBOX_INSTANCE_TIMEOUT_MS ?? Math.max(15_000, e.NESTBOX_BACKGROUND_INTERVAL_MS * 5),
     logLevel: e.NESTBOX_LOG_LEVEL,
     metrics: { token: e.NESTBOX_METRICS_TOKEN },
+    ssh: {
+      port: e.NESTBOX_SSH_PORT,
+      listenHost: e.NESTBOX_SSH_LISTEN_HOST ?? e.NESTBOX_HOST,
+      hostKeyFile: e.NESTBOX_SSH_HOST_KEY,
+      publicHost: e.NESTBOX_SSH_PUBLIC_HOST,
+      publicPort: e.NESTBOX_SSH_PUBLIC_PORT,
+      defaultExpiryMinutes: e.NESTBOX_SSH_TOKEN_DEFAULT_MINUTES,
+      maxExpiryMinutes: Math.max(e.NESTBOX_SSH_TOKEN_MAX_MINUTES, e.NESTBOX_SSH_TOKEN_DEFAULT_MINUTES),
+      maxTokensPerSandbox: e.NESTBOX_SSH_MAX_TOKENS_PER_SANDBOX,
+      maxKeysPerOrganization: e.NESTBOX_SSH_MAX_KEYS_PER_ORG,
+      maxAuthFailuresPerMinute: e.NESTBOX_SSH_MAX_AUTH_FAILURES_PER_MINUTE,
+      maxConnections: e.NESTBOX_SSH_MAX_CONNECTIONS,
+    },
     tracing: { otlpEndpoint: e.NESTBOX_OTLP_ENDPOINT?.replace(/\/+$/, ''), sampleRatio: e.NESTBOX_TRACE_SAMPLE_RATIO },
     usage: { sampleSeconds: e.NESTBOX_USAGE_SAMPLE_SECONDS, retentionHours: e.NESTBOX_USAGE_RETENTION_HOURS },
     events: { retentionDays: e.NESTBOX_EVENT_RETENTION_DAYS },

@@ -49,6 +49,8 @@ import { EVENT_TYPES, EventService } from '../core/services/events.js';
 import { WebhookDispatcher, WebhookService } from '../core/services/webhooks.js';
 import { startTracing } from './tracing.js';
 import { traceLifecycle } from '../core/lifecycle-tracing.js';
+import { SshAccessService } from '../core/services/ssh-access.js';
+import { startSshGateway, type SshGateway } from './ssh/gateway.js';
 
 export interface RunningServer {
   url: string;
@@ -239,6 +241,7 @@ export async function startServer(config: Config, logger: Logger = createLogger(
     webhooks,
     requestRates,
     hostRegions: hosts,
+    sshAccess: new SshAccessService(db, sandboxes, config.ssh),
     streams: new StreamLimits({ perKey: config.limits.maxStreamsPerKey, perSandbox: config.limits.maxStreamsPerSandbox }),
     hostSecret,
     nativeSpecText: readFileSync(projectPath('openapi/native.yaml'), 'utf8'),
@@ -258,6 +261,15 @@ export async function startServer(config: Config, logger: Logger = createLogger(
     server.listen(config.port, config.host, () => resolve());
   });
   const port = (server.address() as { port: number }).port;
+  // SSH into sandboxes (NESTBOX_SSH_PORT; 0 = none): a front door over the same core services.
+  let sshGateway: SshGateway | undefined;
+  if (config.ssh.port !== 0) {
+    sshGateway = await startSshGateway(services, logger).catch(async (err: unknown) => {
+      server.close();
+      await db.destroy();
+      throw new ConfigError(`invalid configuration:\n  NESTBOX_SSH_PORT: cannot listen on ${config.ssh.listenHost}:${config.ssh.port} (${err instanceof Error ? err.message : String(err)}); set another port, or 0 for no SSH gateway`);
+    });
+  }
   const url = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${port}`;
   listeningUrl = url;
 
@@ -320,6 +332,7 @@ export async function startServer(config: Config, logger: Logger = createLogger(
       // Upgraded sockets keep server.close() waiting: Daytona's event stream (held open by
       // every SDK client) is closed first.
       await daytonaSockets.close();
+      await sshGateway?.close();
       await stateFanOut?.stop();
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));

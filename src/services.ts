@@ -25,6 +25,7 @@ import type { EventService } from '../core/services/events.js';
 import type { WebhookService } from '../core/services/webhooks.js';
 import type { RequestRateLimiter } from '../core/services/rate-limits.js';
 import type { HostTransferService } from '../core/services/host-transfer.js';
+import type { SshAccessService } from '../core/services/ssh-access.js';
 
 /**
  * Everything the native front door may call, built once by the server. It extends CompatPort
@@ -70,6 +71,8 @@ export interface Services extends CompatPort {
   webhooks: WebhookService;
   /** Request rate limits per API key and per organisation (token buckets shared through the database). */
   requestRates: RequestRateLimiter;
+  /** SSH access tokens and organisations' SSH public keys (the SSH gateway's logins). */
+  sshAccess: SshAccessService;
   /** Caps on concurrent long-lived streams per key and per sandbox. */
   streams: StreamLimits;
   /** Master secret from which host-agent secrets are derived. */

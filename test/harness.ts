@@ -117,6 +117,8 @@ export async function expectTerminalRoundTrip(wsUrl: string, headers: Record<str
 export function testEnv(dataDir: string, extra: Record<string, string> = {}): Record<string, string> {
   return {
     NESTBOX_PORT: '0',
+    // No SSH gateway unless a test asks for one (parallel servers would fight over its port).
+    NESTBOX_SSH_PORT: '0',
     NESTBOX_DATA_DIR: dataDir,
     NESTBOX_IMAGES_DIR: TEST_IMAGES_DIR,
     NESTBOX_HEARTBEAT_INTERVAL_MS: '500',

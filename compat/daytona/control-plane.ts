@@ -11,6 +11,7 @@ import { handle, principalOf, toolboxProxyUrl, type DaytonaOptions } from './con
 import { notSupported } from './errors.js';
 import { DAYTONA_METRICS_MAX_POINTS, instantOf as metricsInstantOf, metricNamesOf, metricSeries } from './metrics.js';
 import { registerWebhookRoutes } from './webhooks.js';
+import { registerSshAccessRoutes, registerSshValidateRoute } from './ssh-access.js';
 import { CORE_STATES_OF, renderDaytonaSandbox, renderDaytonaSnapshot, SANDBOX_USER } from './sandbox-dto.js';
 import { requireScope } from '../../core/services/auth.js';
 import { isIpv4Entry, parseEgressEntry } from '../../core/egress.js';
@@ -269,7 +270,7 @@ function listInput(req: Request): ListSandboxesInput {
   return input;
 }
 
-export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 'snapshots' | 'sandboxTokens' | 'ports' | 'images' | 'builds' | 'usage' | 'webhooks' | 'pendingSandboxes' | 'hostRegions'>, options: Pick<DaytonaOptions, 'log' | 'maxTimeoutSeconds' | 'region' | 'objectStorage' | 'defaultSnapshot'>): Router {
+export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 'snapshots' | 'sandboxTokens' | 'ports' | 'images' | 'builds' | 'usage' | 'webhooks' | 'pendingSandboxes' | 'hostRegions' | 'sshAccess'>, options: Pick<DaytonaOptions, 'log' | 'maxTimeoutSeconds' | 'region' | 'objectStorage' | 'defaultSnapshot'>): Router {
   const router = express.Router();
   const { sandboxes, snapshots } = core;
   const pending = new PendingBuildSandboxes(core, options.log);
@@ -362,6 +363,10 @@ export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 's
     } while (cursor);
     res.json({ items: await dtos(req, principal, all.slice((page - 1) * limit, page * limit), false), total: all.length, page, totalPages: Math.max(1, Math.ceil(all.length / limit)) });
   }));
+
+  // SSH access (ssh-access.ts); validate's literal path first, before `/sandbox/:sandboxId`.
+  registerSshValidateRoute(router, core, api);
+  registerSshAccessRoutes(router, core, api, resolve, (req, s) => dto(req, s));
 
   router.get('/sandbox/:sandboxId', api(async (req, res, principal) => {
     const id = String(req.params.sandboxId);
@@ -537,9 +542,6 @@ export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 's
     res.json(await dto(req, await sandboxes.update(principal, s.id, { egress: egressOf(body) ?? { mode: 'allow-all' } })));
   }));
   unsupportedSandboxRoute('put', '/sandbox/:sandboxId/secrets', 'secrets');
-  unsupportedSandboxRoute('post', '/sandbox/:sandboxId/ssh-access', 'SSH access');
-  unsupportedSandboxRoute('delete', '/sandbox/:sandboxId/ssh-access', 'SSH access');
-  unsupportedSandboxRoute('get', '/sandbox/ssh-access/validate', 'SSH access');
   // Metrics history (getMetrics): from core's usage samples; default range = since creation (the SDK always sends both).
   router.get('/sandbox/:sandboxId/telemetry/metrics', api(async (req, res, principal) => {
     const names = metricNamesOf(req.query.metricNames);

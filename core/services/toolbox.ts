@@ -45,6 +45,7 @@ export const TOOLBOX_OPERATIONS = {
   resizeTerminal: { scope: 'sandboxes:exec', verb: 'resize terminals of' },
   killProcess: { scope: 'sandboxes:exec', verb: 'kill processes of' },
   attachTerminal: { scope: 'sandboxes:exec', verb: 'attach to terminals of' },
+  connectTcp: { scope: 'sandboxes:exec', verb: 'open connections in' },
 
   createSession: { scope: 'sandboxes:exec', verb: 'start sessions in' },
   listSessions: { scope: 'sandboxes:read', verb: 'list sessions of' },
@@ -238,6 +239,11 @@ export class Toolbox {
   /** A WebSocket attached to a pty process's terminal (raw bytes both ways). */
   async attachTerminal(p: Principal, sandboxId: string, processId: string): Promise<Guest.GuestWebSocketTarget> {
     return (await this.guest(p, sandboxId, 'attachTerminal')).terminalSocket(processId);
+  }
+
+  /** A WebSocket carrying one TCP connection opened from inside the sandbox (SSH's `-L`). */
+  async connectTcp(p: Principal, sandboxId: string, input: Guest.TcpConnectInput): Promise<Guest.GuestWebSocketTarget> {
+    return (await this.guest(p, sandboxId, 'connectTcp')).tcpSocket(input);
   }
 
   // ---- sessions -----------------------------------------------------------------------------

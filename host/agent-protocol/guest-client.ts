@@ -566,4 +566,8 @@ export class HttpGuestClient implements Guest.GuestClient {
   watchSocket(input: Partial<Guest.WatchInput>): Guest.GuestWebSocketTarget {
     return this.socketTarget(this.watchPath(input));
   }
+
+  tcpSocket(input: Guest.TcpConnectInput): Guest.GuestWebSocketTarget {
+    return this.socketTarget(`/tcp?${new URLSearchParams({ host: input.host, port: String(input.port) }).toString()}`);
+  }
 }

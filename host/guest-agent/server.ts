@@ -16,6 +16,7 @@ import { parseFileMode, resolveOptionalSandboxPath, resolveSandboxPath } from '.
 import { ProcessService, type ProcessServiceOptions } from './processes/service.js';
 import { DEFAULT_WORKLOAD_OOM_SCORE_ADJ, WorkloadLauncher } from './workload.js';
 import { createUpgradeDispatcher, type UpgradeRoute } from './websocket.js';
+import { tcpForwardRoute } from './tcp-forward.js';
 import { createLspRoutes, LspService } from './lsp.js';
 import { ARCHIVE_EXTRACT_ROUTE, ARCHIVE_ROUTE } from '../agent-protocol/archive.js';
 import { extractArchive, resolveArchiveOwner, sendArchive } from './files-archive.js';
@@ -277,7 +278,7 @@ export function createAgentServer(options: AgentServerOptions): Server {
     },
   );
   // WebSocket routes by path; other features add their UpgradeRoute to this table.
-  const upgradeRoutes: UpgradeRoute[] = [...processes.upgradeRoutes, ...fileRoutes.upgradeRoutes];
+  const upgradeRoutes: UpgradeRoute[] = [...processes.upgradeRoutes, ...fileRoutes.upgradeRoutes, tcpForwardRoute];
   const upgrades = createUpgradeDispatcher(upgradeRoutes, log, (req, status) =>
     resolvedOptions.keys.proofFor(req.headers[AGENT_NONCE_HEADER], req.method, req.url, status),
   );

@@ -97,6 +97,11 @@ import { createWebhook } from './createWebhook.js';
 import { getWebhook } from './getWebhook.js';
 import { updateWebhook } from './updateWebhook.js';
 import { deleteWebhook } from './deleteWebhook.js';
+import { createSshAccess } from './createSshAccess.js';
+import { revokeSshAccess } from './revokeSshAccess.js';
+import { listSshKeys } from './listSshKeys.js';
+import { addSshKey } from './addSshKey.js';
+import { deleteSshKey } from './deleteSshKey.js';
 import { rotateWebhookSecret } from './rotateWebhookSecret.js';
 import { pingWebhook } from './pingWebhook.js';
 import { listWebhookDeliveries } from './listWebhookDeliveries.js';
@@ -202,6 +207,11 @@ export const nativeHandlers: Record<string, NativeHandler> = {
   getWebhook,
   updateWebhook,
   deleteWebhook,
+  createSshAccess,
+  revokeSshAccess,
+  listSshKeys,
+  addSshKey,
+  deleteSshKey,
   rotateWebhookSecret,
   pingWebhook,
   listWebhookDeliveries,
