@@ -270,6 +270,13 @@ export function serveSftp(toolbox: Toolbox, principal: Principal, sandboxId: str
   });
   sftp.on('SYMLINK', (reqid) => sftp.status(reqid, STATUS_CODE.OP_UNSUPPORTED, 'symbolic links cannot be made over SFTP here'));
 
+  // The client's EOF ends the session: our side closes too (the client waits for it), after an
+  // exit-status 0, which `scp` requires (ssh2's SFTP object has no exit(); its channel does).
+  sftp.once('end', () => {
+    const raw = sftp as unknown as { outgoing?: { id: number; state: string }; _protocol?: { exitStatus(id: number, status: number): void } };
+    if (raw.outgoing?.state === 'open') raw._protocol?.exitStatus(raw.outgoing.id, 0);
+    sftp.end();
+  });
   sftp.once('close', () => {
     for (const h of handles.values()) {
       if (h.kind === 'write') h.body.destroy(new Error('the SFTP session ended before the file was closed'));
