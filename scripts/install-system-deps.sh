@@ -28,9 +28,10 @@ with_postgres=false
 # The guest agent's code-interpreter tests run its kernel bridge on the host's own python3
 # against Debian's IPython kernel, jupyter_client, matplotlib and pandas (tests only).
 # The dashboard's tests drive Debian's Chromium with playwright-core (no browser download); the
-# CLI's `shell` test runs it on a terminal under tmux (tests only). The deployment guide's units are
+# CLI's `shell` test runs it on a terminal under tmux (tests only). The SSH gateway's tests run
+# OpenSSH's client (ssh, scp, sftp, ssh-keygen: openssh-client; tests only). The deployment guide's units are
 # checked by `systemd-analyze verify`, from systemd (tests only).
-[[ "${1:-}" == "--with-postgres" ]] && with_postgres=true && packages+=(postgresql docker-registry busybox-static apache2-utils python3 python3-venv socat python3-ipykernel python3-jupyter-client python3-matplotlib python3-pandas chromium tmux systemd)
+[[ "${1:-}" == "--with-postgres" ]] && with_postgres=true && packages+=(postgresql docker-registry busybox-static apache2-utils python3 python3-venv socat python3-ipykernel python3-jupyter-client python3-matplotlib python3-pandas chromium tmux systemd openssh-client)
 
 missing=()
 for p in "${packages[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p"); done
