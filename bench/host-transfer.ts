@@ -37,6 +37,7 @@ export async function benchHostTransfer(o: HostTransferBenchOptions): Promise<vo
   const key = generateApiKey();
   const config = loadConfig({
     NESTBOX_PORT: '0',
+    NESTBOX_SSH_PORT: '0',
     NESTBOX_DATA_DIR: dataDir,
     NESTBOX_IMAGES_DIR: o.imagesDir,
     NESTBOX_BOOTSTRAP_API_KEY: key,

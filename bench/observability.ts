@@ -55,6 +55,7 @@ async function startSide(name: string, o: ObservabilityBenchOptions, extra: Reco
   const key = generateApiKey();
   const config = loadConfig({
     NESTBOX_PORT: '0',
+    NESTBOX_SSH_PORT: '0',
     NESTBOX_DATA_DIR: dataDir,
     NESTBOX_IMAGES_DIR: o.imagesDir,
     NESTBOX_BOOTSTRAP_API_KEY: key,

@@ -62,6 +62,7 @@ export async function benchPlacement(o: PlacementBenchOptions): Promise<void> {
   try {
     const config = loadConfig({
       NESTBOX_PORT: '0',
+      NESTBOX_SSH_PORT: '0',
       NESTBOX_DATA_DIR: dataDir,
       NESTBOX_IMAGES_DIR: o.imagesDir,
       NESTBOX_BOOTSTRAP_API_KEY: key,

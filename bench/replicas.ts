@@ -100,6 +100,7 @@ export async function benchReplicaThroughput(o: ReplicaBenchOptions): Promise<vo
       const dir = mkdtempSync(`/tmp/nbx-bench-rep-${name}-`);
       const proc = spawnNestbox(['server'], {
         NESTBOX_PORT: String(port),
+        NESTBOX_SSH_PORT: '0',
         NESTBOX_HOST: '127.0.0.1',
         NESTBOX_DATA_DIR: dir,
         NESTBOX_IMAGES_DIR: o.imagesDir,

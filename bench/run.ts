@@ -11,7 +11,8 @@
 // default 200) and --only replicas (GET throughput through 1 vs 2 replicas, limits off and on;
 // --replica-seconds N, default 5, --replica-connections N, default 16, --replica-rounds N, default 2);
 // --only transfer (a host-to-host move of a stopped sandbox holding --transfer-mib MiB, default 1024, vs a
-// plain cp of the same bytes, median of --transfer-runs moves, default 3, at most 10; also runs last).
+// plain cp of the same bytes, median of --transfer-runs moves, default 3, at most 10; also runs last);
+// --only ssh (SSH exec round trips vs the API exec, --ssh-runs N each, default 20; bench/ssh.ts).
 import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { createReadStream, createWriteStream, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -30,6 +31,7 @@ import { benchPlacement } from './placement.js';
 import { benchReplicaThroughput } from './replicas.js';
 import { DEFAULT_BENCH_POSTGRES } from './nestbox-processes.js';
 import { benchHostTransfer } from './host-transfer.js';
+import { benchSsh } from './ssh.js';
 import { call, ms, quantile, timed } from './measure.js';
 
 const { values } = parseArgs({
@@ -51,10 +53,11 @@ const { values } = parseArgs({
     'replica-rounds': { type: 'string', default: '2' },
     'transfer-runs': { type: 'string', default: '3' },
     'transfer-mib': { type: 'string', default: '1024' },
+    'ssh-runs': { type: 'string', default: '20' },
     only: { type: 'string' },
   },
 });
-const ALONE = ['code-interpreter', 'usage', 'observability', 'placement', 'replicas', 'transfer'];
+const ALONE = ['code-interpreter', 'usage', 'observability', 'placement', 'replicas', 'transfer', 'ssh'];
 if (values.only !== undefined && !ALONE.includes(values.only)) throw new Error(`--only: the parts that run alone are ${ALONE.join(', ')}, not ${values.only}`);
 const usageSampling = () => benchUsageSampling({ sandboxes: Number(values['usage-sandboxes']), rounds: Number(values['usage-rounds']), imagesDir: values['images-dir']! });
 const scaleOutPostgres = values.postgres ?? DEFAULT_BENCH_POSTGRES;
@@ -112,6 +115,8 @@ async function main(): Promise<void> {
   // A host-to-host move of a 1 GiB sandbox vs a plain cp (bench/host-transfer.ts): a server and a peer host agent of its own.
   const hostTransfer = () => benchHostTransfer({ runs: Number(values['transfer-runs']), bytes: Number(values['transfer-mib']) * 2 ** 20, imagesDir: values['images-dir']!, postgres: values.postgres });
   if (values.only === 'transfer') return await hostTransfer();
+  // SSH exec round trips (new connection, ControlMaster, ssh2 on one connection) vs the API exec (bench/ssh.ts).
+  if (values.only === 'ssh') return await benchSsh({ runs: Number(values['ssh-runs']), imagesDir: values['images-dir']!, postgres: values.postgres });
   // Needs no control plane: its sandboxes run on a driver of this process (usage-sampling.ts).
   if (values.only === 'usage') return usageSampling();
   if (values.only === 'placement') return placement();
@@ -120,6 +125,7 @@ async function main(): Promise<void> {
   const key = generateApiKey();
   const config = loadConfig({
     NESTBOX_PORT: '0',
+    NESTBOX_SSH_PORT: '0',
     NESTBOX_DATA_DIR: dataDir,
     NESTBOX_IMAGES_DIR: values['images-dir'],
     NESTBOX_BOOTSTRAP_API_KEY: key,

@@ -76,6 +76,8 @@ export async function startSshGateway(services: GatewayServices, logger: Logger)
       return;
     }
     open.add(client);
+    // Interactive traffic: small packets go out at once (as sshd does), not after a delayed ACK.
+    (client as unknown as { setNoDelay(on: boolean): void }).setNoDelay(true);
     client.on('close', () => open.delete(client));
     client.on('error', (err) => log.debug({ address, err: err.message }, 'SSH connection error'));
     const grace = setTimeout(() => client.end(), LOGIN_GRACE_MS);
