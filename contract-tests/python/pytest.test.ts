@@ -4,6 +4,7 @@
 // pytest case is reported here as a vitest case of its own, with pytest's output on failure.
 import { execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -43,7 +44,14 @@ let run: { code: number | null; signal: string | null; output: string; timedOut:
 
 beforeAll(async () => {
   // Usage samples every 2 s, so metrics tests (test_e2b_metrics.py) see them move within seconds.
-  server = await startTestServer({ env: { NESTBOX_USAGE_SAMPLE_SECONDS: '2' } });
+  // An SSH gateway on a free port for test_daytona_ssh.py (the harness turns it off by default).
+  const sshPort = await new Promise<number>((resolve) => {
+    const probe = net.createServer().listen(0, '127.0.0.1', () => {
+      const { port } = probe.address() as net.AddressInfo;
+      probe.close(() => resolve(port));
+    });
+  });
+  server = await startTestServer({ env: { NESTBOX_USAGE_SAMPLE_SECONDS: '2', NESTBOX_SSH_PORT: String(sshPort) } });
   const reportDir = mkdtempSync(path.join(tmpdir(), 'nbx-pytest-'));
   const report = path.join(reportDir, 'report.jsonl');
   try {
