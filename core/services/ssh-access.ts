@@ -160,7 +160,7 @@ export class SshAccessService {
   }
 
   private assertEnabled(): void {
-    if (!this.enabled) throw new NestboxError('not_supported', 'this server runs no SSH gateway (NESTBOX_SSH_PORT=0)');
+    if (!this.enabled) throw new NestboxError('not_supported', 'SSH access needs the SSH gateway, which this server does not run (NESTBOX_SSH_PORT=0)');
   }
 
   // ---- tokens -------------------------------------------------------------------------------
