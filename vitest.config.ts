@@ -25,6 +25,7 @@ const UNIT = [
   'src/http/native/spec-docs.test.ts',
   'src/http/port-proxy.test.ts',
   'src/http/stream-limits.test.ts',
+  'src/ssh/host-key.test.ts',
   'contract-tests/daytona/translations.test.ts',
   'contract-tests/daytona/object-storage-proxy.test.ts',
   'host/agent/server.test.ts',
