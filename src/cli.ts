@@ -15,6 +15,7 @@ import { registerSandboxCommands } from './cli/sandbox-commands.js';
 import { registerHostCommands } from './cli/host-commands.js';
 import { registerOrganizationCommands } from './cli/org-commands.js';
 import { registerServerCommands } from './cli/server-commands.js';
+import { registerSshCommands } from './cli/ssh-commands.js';
 
 let parsedConfig: Config | undefined;
 /** Parsed once, when a command first needs it (so `--help` works with a broken environment). */
@@ -38,6 +39,7 @@ function buildProgram(): Command {
   registerCpCommand(program, config);
   registerBuildCommand(program, config);
   registerOrganizationCommands(program, config);
+  registerSshCommands(program, config);
   registerLoginAndCompletion(program, config);
   program
     .command('mcp')

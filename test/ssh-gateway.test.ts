@@ -11,6 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, waitFor, type TestServer } from './harness.js';
+import { projectPath } from '../src/paths.js';
 
 let t: TestServer;
 let work: string;
@@ -249,6 +250,27 @@ describe('a connection wakes its sandbox', () => {
     expect(b, b.stderr).toMatchObject({ code: 0, stdout: 'unpaused\n' });
     expect((await t.http.get(`/api/v1/sandboxes/${sandboxId}`).set(t.auth)).body.state).toBe('running');
   }, 180_000);
+});
+
+describe('the CLI', () => {
+  it('`nestbox ssh <id> <command>` runs it over OpenSSH with a fresh token; `nestbox ssh-keys` lists the keys', async () => {
+    const env = { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: work, XDG_CONFIG_HOME: join(work, 'config'), NESTBOX_DATA_DIR: join(work, 'cli-data'), NESTBOX_URL: t.url, NESTBOX_API_KEY: t.apiKey };
+    const cli = (args: string[]) =>
+      new Promise<Run>((resolve) => {
+        execFile(process.execPath, [projectPath('dist/src/cli.js'), ...args], { env, timeout: 60_000, encoding: 'utf8' }, (error, stdout, stderr) => {
+          resolve({ code: error ? Number((error as { code?: number }).code ?? -1) : 0, stdout, stderr });
+        });
+      });
+    // ssh's own options for a test machine, then the command.
+    const r = await cli(['ssh', '-o', 'UserKnownHostsFile=/dev/null', '-o', 'LogLevel=ERROR', '-o', 'BatchMode=yes', sandboxId, 'echo via-cli; exit 4']);
+    expect(r.stdout, r.stderr).toBe('via-cli\n');
+    expect(r.code).toBe(4);
+    const printed = await cli(['ssh', sandboxId, '--print']);
+    expect(printed.stdout).toMatch(new RegExp(`^ssh -p ${sshPort} [A-Za-z0-9]{32}@127\\.0\\.0\\.1\n$`));
+    const keys = await cli(['ssh-keys', 'ls', '--json']);
+    expect(keys.code, keys.stderr).toBe(0);
+    expect(JSON.parse(keys.stdout).map((k: { comment: string }) => k.comment)).toContain('alice@test');
+  }, 120_000);
 });
 
 describe('failed logins', () => {
