@@ -31,9 +31,9 @@ interface Run { code: number; stdout: string; stderr: string }
 const COMMON = ['-o', 'StrictHostKeyChecking=no', '-o', 'UserKnownHostsFile=/dev/null', '-o', 'BatchMode=yes', '-o', 'LogLevel=ERROR', '-o', 'ConnectTimeout=10'];
 
 /** Run an OpenSSH client binary with a clean HOME (no ~/.ssh keys or config of this machine). */
-function run(bin: string, args: string[], input?: string | Buffer, timeoutMs = 90_000): Promise<Run> {
+function run(bin: string, args: string[], input?: string | Buffer, timeoutMs = 90_000, env: Record<string, string> = {}): Promise<Run> {
   return new Promise((resolve) => {
-    const child = execFile(bin, args, { env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: work }, timeout: timeoutMs, encoding: 'utf8', maxBuffer: 16 * 1024 * 1024 }, (error, stdout, stderr) => {
+    const child = execFile(bin, args, { env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: work, ...env }, timeout: timeoutMs, encoding: 'utf8', maxBuffer: 16 * 1024 * 1024 }, (error, stdout, stderr) => {
       resolve({ code: error ? (typeof (error as { code?: unknown }).code === 'number' ? ((error as { code: number }).code) : -1) : 0, stdout, stderr });
     });
     if (input !== undefined) child.stdin!.end(input);
@@ -91,9 +91,10 @@ describe('SSH with an access token', () => {
 
   it('runs a PTY session (ssh -tt): a command typed in, its output read, the shell\'s exit status', async () => {
     const tok = await token();
-    const r = await ssh(tok, [], ['-tt'], 'echo "tty:$(tty)" "$((6*7))"\nexit 5\n');
+    // The client's TERM travels with its pty request.
+    const r = await run('ssh', [...COMMON, '-p', String(sshPort), '-tt', `${tok}@127.0.0.1`], 'echo "tty:$(tty)" "$((6*7))" "term:$TERM"\nexit 5\n', 90_000, { TERM: 'xterm-nestbox' });
     expect(r.code, r.stdout + r.stderr).toBe(5);
-    expect(r.stdout).toMatch(/tty:\/dev\/pts\/\d+ 42/);
+    expect(r.stdout).toMatch(/tty:\/dev\/pts\/\d+ 42 term:xterm-nestbox/);
   }, 120_000);
 
   it('copies a file both ways with scp (SFTP, OpenSSH\'s default), byte for byte', async () => {
