@@ -160,6 +160,7 @@ export async function startServer(config: Config, logger: Logger = createLogger(
   const images = new ImageService(db, hosts, logger.child({ component: 'images' }), config.orgLimits);
   const secrets = new SecretService(db, hostSecret, config.secrets, logger.child({ component: 'secrets' }));
   sandboxes.useSecrets(secrets);
+  secrets.useSandboxes(sandboxes);
   sandboxes.useImages(images, imageStartHook(images, logger.child({ component: 'images' }), config.builds.readyTimeoutSeconds * 1000));
   // Opening sweeps what a crash left half-written (temp files, abandoned uploads).
   // With PostgreSQL there may be replicas on the same directory (NESTBOX_OBJECT_STORE_DIR on a

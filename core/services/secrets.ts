@@ -20,6 +20,7 @@ import { randomId } from '../ids.js';
 import type { GuestClient } from '../guest.js';
 import type { Logger } from '../logger.js';
 import type { Principal, Sandbox } from '../types.js';
+import { isTransitional } from '../state-machine.js';
 import { requireScope } from './auth.js';
 
 export interface SecretOptions {
@@ -29,6 +30,12 @@ export interface SecretOptions {
   maxValueBytes: number;
   /** Secrets one sandbox may be given. */
   maxPerSandbox: number;
+}
+
+/** What `replaceRefs` needs of SandboxService (declared here: sandboxes.ts imports this module). */
+export interface SecretSandboxes {
+  get(principal: Principal, id: string): Promise<Sandbox>;
+  guestFor(principal: Principal, id: string, operation: string): Promise<GuestClient>;
 }
 
 export interface SecretRecord {
@@ -121,6 +128,7 @@ class ValueBox {
 
 export class SecretService {
   private readonly box: ValueBox;
+  private sandboxes: SecretSandboxes | undefined;
 
   constructor(
     private readonly db: Db,
@@ -129,6 +137,11 @@ export class SecretService {
     private readonly log?: Logger,
   ) {
     this.box = new ValueBox(masterSecret);
+  }
+
+  /** The sandboxes whose secrets `replaceRefs` changes (set once by the composition root). */
+  useSandboxes(sandboxes: SecretSandboxes): void {
+    this.sandboxes = sandboxes;
   }
 
   // ---- validation -------------------------------------------------------------------------
@@ -332,6 +345,29 @@ export class SecretService {
   async refsOf(sandboxId: string): Promise<SecretRef[]> {
     const row = (await this.db('sandbox_secrets').where({ sandbox_id: sandboxId }).first('refs')) as { refs: SecretRef[] | string } | undefined;
     return row ? json(row.refs) : [];
+  }
+
+  /**
+   * Replaces what a sandbox is given (Daytona's updateSecrets). A running sandbox's guest gets
+   * the change at once for later processes (removed variables unset, removed files deleted);
+   * processes already running keep their environment. Otherwise it takes effect at the next start.
+   */
+  async replaceRefs(principal: Principal, sandboxId: string, raw: unknown, field = 'secrets'): Promise<Sandbox> {
+    requireScope(principal, 'secrets:manage');
+    if (!this.sandboxes) throw errors.internal('the secret service has no sandboxes');
+    const sandbox = await this.sandboxes.get(principal, sandboxId);
+    if (isTransitional(sandbox.state)) throw errors.invalidState('sandbox', sandbox.id, sandbox.state, ['running', 'paused', 'stopped', 'error'], 'change the secrets of');
+    const guest = sandbox.state === 'running' ? await this.sandboxes.guestFor(principal, sandbox.id, 'change the secrets of') : undefined;
+    const refs = await this.validateRefs(principal, raw, sandbox.env, field);
+    const before = await this.refsOf(sandbox.id);
+    await this.attach(this.db, sandbox, refs);
+    if (!guest) return sandbox;
+    const gone = before.filter((b) => !refs.some((r) => r.name === b.name && r.env === b.env && r.file === b.file));
+    const unset = gone.map((r) => r.env).filter((e): e is string => e !== undefined && !refs.some((r) => r.env === e));
+    if (unset.length) await guest.setEnv({ env: {}, unset });
+    for (const r of gone) if (r.file && !refs.some((x) => x.file === r.file)) await guest.deleteFile({ path: r.file }).catch(() => undefined);
+    await this.deliver(sandbox, guest);
+    return sandbox;
   }
 
   /** The values of `refs`, decrypted: for `deliver` only. A secret deleted since is left out. */
