@@ -387,7 +387,8 @@ export function createToolboxRouter(core: Pick<CompatPort, 'toolbox' | 'sandboxe
   }));
   // sb.updateEnv(): `unset` removed, then `set` applied, for every later process, session and
   // PTY; kept with the sandbox across stop/start (core/services/sandbox-env.ts).
-  router.post('/env', tb(async (c) => {
+  // The Python toolbox client sends this body without a Content-Type: JSON whatever it says.
+  router.post('/env', express.json({ limit: '1mb', type: () => true }), tb(async (c) => {
     const body = (c.req.body ?? {}) as { set?: unknown; unset?: unknown; unsetValuePrefix?: unknown };
     if (body.unsetValuePrefix !== undefined) throw notSupported('unsetValuePrefix', 'name the variables in unset');
     const sandbox = await core.sandboxEnv.update(c.principal, c.sandboxId, { set: body.set, unset: body.unset });
