@@ -99,6 +99,12 @@ describe('organisation secrets', () => {
     expect(proc.status, proc.text).toBeLessThan(300);
     await new Promise((r) => setTimeout(r, 500));
     expect(await run(sandboxId, 'cat /tmp/p.txt')).toBe(VALUE);
+    // A fork's child gets them too (its processes start afresh; the file comes with the disk).
+    const fork = keep(await t.http.post(`/api/v1/sandboxes/${sandboxId}/fork`).set(t.auth).send({}));
+    expect(fork.status, fork.text).toBe(201);
+    const child = fork.body.sandboxes[0].id as string;
+    expect(await run(child, 'printf %s "$API_TOKEN"; echo; cat /run/secrets/api-token')).toBe(`${VALUE}\n${VALUE}`);
+    expect((await t.http.delete(`/api/v1/sandboxes/${child}`).set(t.auth)).status).toBe(204);
     keep(await t.http.get(`/api/v1/sandboxes/${sandboxId}`).set(t.auth));
     keep(await t.http.get('/api/v1/sandboxes').set(t.auth));
     // Not in the host agent's record either (values go to the guest after the start).

@@ -104,7 +104,7 @@ export interface SandboxImages {
 export type SandboxStartHook = (sandbox: Sandbox, guest: GuestClient, phase: 'create' | 'start') => Promise<void>;
 
 /** The organisation secrets sandboxes are given (core/services/secrets.ts), set by the composition root. */
-export type SandboxSecrets = Pick<SecretService, 'validateRefs' | 'attach' | 'deliver'>;
+export type SandboxSecrets = Pick<SecretService, 'validateRefs' | 'attach' | 'deliver' | 'inherit'>;
 
 export interface UpdateSandboxInput extends LifecyclePolicy {
   labels?: Record<string, string>;
@@ -786,6 +786,7 @@ export class SandboxService {
     const timeoutSeconds = this.validateTimeout(input.timeoutSeconds ?? this.limits.defaultTimeoutSeconds);
     const operationId = newOperationId();
     const children: Sandbox[] = [];
+    let inheritsSecrets = false;
     await this.withinQuota(source.organizationId, { sandboxes: count, cpu: source.cpu * count, memoryMiB: source.memoryMiB * count, diskGiB: (source.diskGiB ?? this.limits.defaultDiskGiB) * count }, async (tx) => {
     // Children are copies of the source's disk, so they go to its host, which must take them.
     const childDiskGiB = source.diskGiB ?? this.limits.defaultDiskGiB;
@@ -821,11 +822,14 @@ export class SandboxService {
         }),
       );
     }
+    if (this.secrets) inheritsSecrets = await this.secrets.inherit(tx, source, children);
     });
     const client = await this.hosts.clientFor(source.hostId!);
     let result;
     try {
       result = await client.forkSandbox(source.id, children.map((c) => this.hostSpec(c)));
+      // The children's processes start afresh (no memory copied here): they get the source's secrets again.
+      if (inheritsSecrets) for (const child of children) await this.secrets!.deliver(child, client.guest(child.id));
     } catch (err) {
       for (const child of children) await this.rollBackCreate(child, OPERATIONS.fork, client, operationId, err);
       throw toNestboxError(err);

@@ -342,6 +342,14 @@ export class SecretService {
       .merge(['refs', 'updated_at']);
   }
 
+  /** A fork's children get what their source was given (in the fork's transaction). */
+  async inherit(db: DbOrTx, source: Pick<Sandbox, 'id'>, children: Pick<Sandbox, 'id' | 'organizationId'>[]): Promise<boolean> {
+    const row = (await db('sandbox_secrets').where({ sandbox_id: source.id }).first('refs')) as { refs: SecretRef[] | string } | undefined;
+    if (!row) return false;
+    for (const child of children) await this.attach(db, child, json(row.refs));
+    return true;
+  }
+
   async refsOf(sandboxId: string): Promise<SecretRef[]> {
     const row = (await this.db('sandbox_secrets').where({ sandbox_id: sandboxId }).first('refs')) as { refs: SecretRef[] | string } | undefined;
     return row ? json(row.refs) : [];
