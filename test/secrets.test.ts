@@ -193,3 +193,25 @@ describe('PATCH /sandboxes/{id}/env', () => {
     expect((await t.http.patch('/api/v1/sandboxes/nosuchsandbox/env').set(t.auth).send({ set: { A: 'x' } })).status).toBe(404);
   });
 });
+
+// PGlite (the single-machine database) answers some statements differently (knex-pglite's
+// delete() gives a result object, not a count): the isolation and the env UPDATE hold there too.
+describe('on PGlite', () => {
+  it('keeps another organisation out and changes env', async () => {
+    const p = await startTestServer({ database: 'pglite' });
+    try {
+      const mine = (await p.http.post('/api/v1/secrets').set(p.auth).send({ name: 'mine', value: VALUE })).body;
+      const org = (await p.http.post('/api/v1/organizations').set(p.auth).send({ name: 'pglite-other' })).body;
+      const key = (await p.http.post(`/api/v1/organizations/${org.id}/api-keys`).set(p.auth).send({})).body.key as string;
+      expect((await p.http.delete(`/api/v1/secrets/${mine.id}`).set({ Authorization: `Bearer ${key}` })).status).toBe(404);
+      expect((await p.http.get(`/api/v1/secrets/${mine.id}`).set(p.auth)).status).toBe(200);
+      expect((await p.http.delete(`/api/v1/secrets/${mine.id}`).set(p.auth)).status).toBe(204);
+      expect((await p.http.delete(`/api/v1/secrets/${mine.id}`).set(p.auth)).status).toBe(404);
+      const id = (await p.http.post('/api/v1/sandboxes').set(p.auth).send({ egress: { mode: 'deny-all' }, env: { A: '1', B: '2' } })).body.id as string;
+      const changed = await p.http.patch(`/api/v1/sandboxes/${id}/env`).set(p.auth).send({ set: { C: '3' }, unset: ['A'] });
+      expect(changed.body.env, changed.text).toEqual({ B: '2', C: '3' });
+    } finally {
+      await p.close();
+    }
+  });
+});

@@ -279,8 +279,9 @@ export class SecretService {
   /** Sandboxes given it go on without it from their next start (the reference stays, resolved to nothing). */
   async remove(principal: Principal, id: string): Promise<void> {
     requireScope(principal, 'secrets:manage');
-    const n = await this.db('secrets').where({ id, organization_id: principal.organizationId }).delete();
-    if (!n) throw errors.notFound('secret', id);
+    // RETURNING, not the count: knex-pglite answers delete() with a result object, never a number.
+    const gone = (await this.db('secrets').where({ id, organization_id: principal.organizationId }).delete().returning('id')) as unknown[];
+    if (gone.length === 0) throw errors.notFound('secret', id);
   }
 
   // ---- sandboxes' secrets --------------------------------------------------------------------
