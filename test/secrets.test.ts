@@ -124,7 +124,7 @@ describe('organisation secrets', () => {
     expect((await t.http.get(`/api/v1/secrets/${secretId}`).set(t.auth)).status).toBe(404);
     expect((await t.http.post(`/api/v1/sandboxes/${sandboxId}/stop`).set(t.auth)).status).toBe(200);
     expect((await t.http.post(`/api/v1/sandboxes/${sandboxId}/resume`).set(t.auth)).status).toBe(200);
-    expect(await run(sandboxId, 'printf "[%s]" "${API_TOKEN-unset}"; echo; echo "$PLAIN"')).toBe('[unset]\np\n');
+    expect(await run(sandboxId, 'printf "[%s]" "${API_TOKEN-unset}"; echo; echo "$PLAIN"; test -e /run/secrets/api-token || echo no-file')).toBe('[unset]\np\nno-file\n');
   });
 
   it('never appear in an API answer or a log line', async () => {

@@ -389,7 +389,8 @@ export class SecretService {
    * Hands a sandbox its secrets, resolved now: env variables into the guest agent's default
    * environment (every later exec, process, session, PTY), files written mode 0400. Run after
    * the host agent has started it, before the create or start answers. A secret deleted since
-   * it was given is skipped (logged by name); a sandbox given none costs one query.
+   * it was given is left out (its variable unset, its file removed; logged by name); a sandbox
+   * given none costs one query.
    */
   async deliver(sandbox: Pick<Sandbox, 'id' | 'organizationId'>, guest: GuestClient): Promise<void> {
     const refs = await this.refsOf(sandbox.id);
@@ -409,7 +410,12 @@ export class SecretService {
     await guest.setEnv({ env, unset });
     for (const ref of refs) {
       const value = values.get(ref.name);
-      if (!ref.file || value === undefined) continue;
+      if (!ref.file) continue;
+      // A deleted secret's file (written at an earlier start, on the kept disk) goes too.
+      if (value === undefined) {
+        await guest.deleteFile({ path: ref.file }).catch(() => undefined);
+        continue;
+      }
       const dir = ref.file.slice(0, ref.file.lastIndexOf('/')) || '/';
       await guest.makeDirectory({ path: dir, mode: '755' }).catch(() => undefined);
       await guest.writeFile(ref.file, Readable.from([Buffer.from(value, 'utf8')]), { mode: '400' });
