@@ -5,7 +5,7 @@
 // see or use it; bad input is a 400 naming the field; limits hold. `PATCH /env` changes what
 // later commands see and survives a stop/start.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestServer, type TestServer } from './harness.js';
+import { startTestServer, waitFor, type TestServer } from './harness.js';
 
 let t: TestServer;
 const VALUE = `s3cr3t-${Math.random().toString(36).slice(2)}-value`;
@@ -191,6 +191,26 @@ describe('PATCH /sandboxes/{id}/env', () => {
     await bad({ unset: ['ok', 'not ok'] }, 'unset[1]');
     await bad({ set: { A: 1 } }, 'set');
     expect((await t.http.patch('/api/v1/sandboxes/nosuchsandbox/env').set(t.auth).send({ set: { A: 'x' } })).status).toBe(404);
+  });
+});
+
+describe('a start cut off after the host started the sandbox', () => {
+  it('is taken over with the secrets handed over', async () => {
+    const value = `takeover-${Math.random().toString(36).slice(2)}`;
+    expect((await t.http.post('/api/v1/secrets').set(t.auth).send({ name: 'takeover', value })).status).toBe(201);
+    const id = (await t.http.post('/api/v1/sandboxes').set(t.auth).send({ egress: { mode: 'deny-all' }, secrets: [{ name: 'takeover', env: 'TAKEOVER' }] })).body.id as string;
+    expect((await t.http.post(`/api/v1/sandboxes/${id}/stop`).set(t.auth)).status).toBe(200);
+    // What a kill -9 between the host's start and the hand-over leaves: the host runs it, the row is
+    // a transitional start owned by a dead control plane.
+    const sandbox = await t.server.services.sandboxes.get(await t.server.services.auth.authenticate(t.apiKey), id);
+    const client = await t.server.services.hosts.clientFor(sandbox.hostId!);
+    await client.startSandbox(t.server.services.sandboxes.hostSpec(sandbox));
+    await t.server.db('sandboxes').where({ id }).update({ state: 'starting', operation: 'start', operation_id: `op-dead-${id}`, operation_owner: 'cp-dead', operation_started_at: new Date() });
+    await waitFor('the start taken over', async () => {
+      const r = await t.server.db('sandboxes').where({ id }).first();
+      return r && r.state === 'running' && r.operation === null ? r : undefined;
+    }, 60_000);
+    expect(await run(id, 'printf %s "$TAKEOVER"')).toBe(value);
   });
 });
 

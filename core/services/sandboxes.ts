@@ -277,6 +277,12 @@ export class SandboxService {
     this.secrets = secrets;
   }
 
+  /** Hands a running sandbox its secrets again (the takeover of an interrupted create, fork or start). */
+  async deliverSecrets(sandbox: Sandbox): Promise<void> {
+    if (!this.secrets || !sandbox.hostId) return;
+    await this.secrets.deliver(sandbox, (await this.hosts.clientFor(sandbox.hostId)).guest(sandbox.id));
+  }
+
   /** Subscribe to the deadlines this process writes (the background jobs arm their timer with them). */
   onDeadline(listener: (at: Date) => void): void {
     this.deadlineListeners.push(listener);
