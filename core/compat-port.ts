@@ -28,6 +28,8 @@ import type { EventService } from './services/events.js';
 import type { WebhookService } from './services/webhooks.js';
 import type { RequestRateLimiter } from './services/rate-limits.js';
 import type { PendingSandboxService } from './services/pending-sandboxes.js';
+import type { SecretService } from './services/secrets.js';
+import type { SandboxEnvService } from './services/sandbox-env.js';
 
 /** Every toolbox method (the class has no other public members). */
 export type ToolboxPort = Pick<Toolbox, keyof Toolbox>;
@@ -76,6 +78,11 @@ export type RequestRatesPort = Pick<RequestRateLimiter, 'admit'>;
 /** Sandboxes promised before their image is built, shared by every replica (services/pending-sandboxes.ts). */
 export type PendingSandboxesPort = Pick<PendingSandboxService, 'insert' | 'get' | 'holds' | 'update' | 'prune'>;
 
+/** Organisation secrets (never their values) and what a sandbox is given (services/secrets.ts). */
+export type SecretsPort = Pick<SecretService, 'create' | 'get' | 'getByIdOrName' | 'list' | 'update' | 'remove' | 'replaceRefs' | 'refsOf'>;
+/** A sandbox's default environment changed at run time (services/sandbox-env.ts). */
+export type SandboxEnvPort = Pick<SandboxEnvService, 'update'>;
+
 export interface CompatPort {
   toolbox: ToolboxPort;
   sandboxes: SandboxesPort;
@@ -100,4 +107,6 @@ export interface CompatPort {
   hostRegions: HostRegionsPort;
   /** SSH access tokens (Daytona's createSshAccess / validateSshAccess / revokeSshAccess). */
   sshAccess: SshAccessPort;
+  secrets: SecretsPort;
+  sandboxEnv: SandboxEnvPort;
 }

@@ -483,6 +483,8 @@ export interface GuestWebSocketTarget {
  */
 export interface GuestClient {
   exec(input: ExecInput, o?: CallOptions): Promise<ExecResult>;
+  /** The default environment of every later exec, process, session and PTY: `unset` removed, then `env` set. */
+  setEnv(input: { env: Record<string, string>; unset?: string[] }, o?: CallOptions): Promise<void>;
 
   startProcess(input: StartProcessInput, o?: CallOptions): Promise<ProcessInfo>;
   /** Answers once the kernel is ready; a language the image has no kernel for is validation_failed (`language`). */

@@ -125,6 +125,8 @@ export const SCOPES = [
   'images:write',
   'keys:manage',
   'webhooks:manage',
+  // Organisation secrets (issue 19): create, list, change, delete, and give them to sandboxes.
+  'secrets:manage',
   // The platform's operator, above every organisation: organisations, their limits and usage;
   // hosts, placement, cordon and drain. Only the `operator` preset carries them.
   'platform:organizations',

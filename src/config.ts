@@ -242,6 +242,11 @@ const ConfigSchema = z.object({
   NESTBOX_SSH_MAX_KEYS_PER_ORG: positiveInt.max(10_000).default(100),
   NESTBOX_SSH_MAX_AUTH_FAILURES_PER_MINUTE: positiveInt.default(20),
   NESTBOX_SSH_MAX_CONNECTIONS: positiveInt.default(1000),
+  // Organisation secrets (issue 19): how many an organisation may store, the size of one value,
+  // and how many one sandbox may be given.
+  NESTBOX_SECRET_MAX_PER_ORG: positiveInt.max(10_000).default(100),
+  NESTBOX_SECRET_MAX_VALUE_BYTES: positiveInt.max(1024 * 1024).default(64 * 1024),
+  NESTBOX_SECRET_MAX_PER_SANDBOX: positiveInt.max(1000).default(50),
   NESTBOX_LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error']).default('info'),
 
   // Hosts and placement (core/services/hosts.ts). Host agent: labels it reports (`k=v,k=v`; a
@@ -383,6 +388,7 @@ export interface Config {
   /** Lifecycle events. */
   events: { retentionDays: number };
   webhooks: { retrySeconds: number; timeoutMs: number; maxPerOrganization: number; allowPrivateTargets: boolean };
+  secrets: { maxPerOrganization: number; maxValueBytes: number; maxPerSandbox: number };
 }
 
 export class ConfigError extends Error {}
@@ -575,5 +581,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       maxPerOrganization: e.NESTBOX_WEBHOOK_MAX_PER_ORG,
       allowPrivateTargets: e.NESTBOX_WEBHOOK_ALLOW_PRIVATE_TARGETS === 'true',
     },
+    secrets: { maxPerOrganization: e.NESTBOX_SECRET_MAX_PER_ORG, maxValueBytes: e.NESTBOX_SECRET_MAX_VALUE_BYTES, maxPerSandbox: e.NESTBOX_SECRET_MAX_PER_SANDBOX },
   };
 }

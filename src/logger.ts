@@ -9,7 +9,8 @@ import type { LogFields, Logger, LogLevel } from '../core/logger.js';
 /**
  * Field names whose values are secrets: API keys (`nbx_…`), sandbox credentials (E2B envd access
  * tokens, Daytona preview tokens, hosted-port tokens), the host secret, webhook signing secrets,
- * passwords (registry credentials), and the headers that carry them. Wherever one appears in a
+ * passwords (registry credentials), organisation secrets' values and environments that may hold
+ * them (`secretValue`, `env`, `envs`, `envVars`), and the headers that carry them. Wherever one appears in a
  * line's fields, up to three objects down (`headers.authorization`, `err.config.headers.…`),
  * pino writes `[redacted]` instead. Sentences are not searched: nothing puts a secret in one
  * (test/logs.test.ts checks the lines of a whole sandbox life for the key and the tokens).
@@ -18,6 +19,7 @@ export const SECRET_FIELDS = [
   'authorization', 'Authorization', 'proxy-authorization', 'cookie', 'set-cookie',
   'x-api-key', 'X-API-Key', 'x-access-token', 'X-Access-Token', 'x-daytona-preview-token', 'x-nestbox-port-token', 'x-amz-security-token',
   'apiKey', 'api_key', 'key', 'secret', 'secrets', 'hostSecret', 'webhookSecret', 'signingSecret', 'password', 'passwd', 'credentials',
+  'secretValue', 'env', 'envs', 'envVars',
   'token', 'accessToken', 'access_token', 'envdAccessToken', 'trafficAccessToken', 'previewToken', 'refreshToken', 'bootstrapApiKey',
 ] as const;
 

@@ -47,6 +47,8 @@ import { buildInputTools } from './images-wiring.js';
 import { FsObjectStore } from './object-store/fs-object-store.js';
 import { EVENT_TYPES, EventService } from '../core/services/events.js';
 import { WebhookDispatcher, WebhookService } from '../core/services/webhooks.js';
+import { SecretService } from '../core/services/secrets.js';
+import { SandboxEnvService } from '../core/services/sandbox-env.js';
 import { startTracing } from './tracing.js';
 import { traceLifecycle } from '../core/lifecycle-tracing.js';
 import { SshAccessService } from '../core/services/ssh-access.js';
@@ -158,6 +160,9 @@ export async function startServer(config: Config, logger: Logger = createLogger(
   const snapshots = new SnapshotService(db, hosts, sandboxes, config.orgLimits);
   snapshots.transfer = transfers;
   const images = new ImageService(db, hosts, logger.child({ component: 'images' }), config.orgLimits);
+  const secrets = new SecretService(db, hostSecret, config.secrets, logger.child({ component: 'secrets' }));
+  sandboxes.useSecrets(secrets);
+  secrets.useSandboxes(sandboxes);
   sandboxes.useImages(images, imageStartHook(images, logger.child({ component: 'images' }), config.builds.readyTimeoutSeconds * 1000));
   // Opening sweeps what a crash left half-written (temp files, abandoned uploads).
   // With PostgreSQL there may be replicas on the same directory (NESTBOX_OBJECT_STORE_DIR on a
@@ -239,6 +244,8 @@ export async function startServer(config: Config, logger: Logger = createLogger(
     usage,
     events,
     webhooks,
+    secrets,
+    sandboxEnv: new SandboxEnvService(db, sandboxes),
     requestRates,
     hostRegions: hosts,
     sshAccess: new SshAccessService(db, sandboxes, config.ssh),

@@ -23,6 +23,8 @@ import type { UsageRecordService } from '../core/services/usage-records.js';
 import type { OrganizationService } from '../core/services/organizations.js';
 import type { EventService } from '../core/services/events.js';
 import type { WebhookService } from '../core/services/webhooks.js';
+import type { SecretService } from '../core/services/secrets.js';
+import type { SandboxEnvService } from '../core/services/sandbox-env.js';
 import type { RequestRateLimiter } from '../core/services/rate-limits.js';
 import type { HostTransferService } from '../core/services/host-transfer.js';
 import type { SshAccessService } from '../core/services/ssh-access.js';
@@ -69,6 +71,9 @@ export interface Services extends CompatPort {
   /** Durable lifecycle events (listing, sandbox logs) and webhooks with their deliveries. */
   events: EventService;
   webhooks: WebhookService;
+  /** Organisation secrets (encrypted at rest) and the sandboxes given them; runtime env changes. */
+  secrets: SecretService;
+  sandboxEnv: SandboxEnvService;
   /** Request rate limits per API key and per organisation (token buckets shared through the database). */
   requestRates: RequestRateLimiter;
   /** SSH access tokens and organisations' SSH public keys (the SSH gateway's logins). */

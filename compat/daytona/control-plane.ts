@@ -8,6 +8,7 @@ import type { SandboxState } from '../../core/state-machine.js';
 import type { Principal, Sandbox, Snapshot } from '../../core/types.js';
 import type { CompatPort } from '../../core/compat-port.js';
 import { handle, principalOf, toolboxProxyUrl, type DaytonaOptions } from './context.js';
+import { daytonaSecretRefs, registerSecretRoutes } from './secrets.js';
 import { notSupported } from './errors.js';
 import { DAYTONA_METRICS_MAX_POINTS, instantOf as metricsInstantOf, metricNamesOf, metricSeries } from './metrics.js';
 import { registerWebhookRoutes } from './webhooks.js';
@@ -114,7 +115,6 @@ function refuseUnsupported(body: CreateBody): void {
   if (body.buildInfo !== undefined && body.snapshot !== undefined) throw errors.validation('snapshot', 'give either a snapshot or an image (buildInfo), not both');
   if (body.gpu) throw notSupported('GPUs', 'this server has no GPU sandboxes');
   if (body.volumes?.length) throw notSupported('volumes');
-  if (body.secrets?.length) throw notSupported('secrets');
   // Daytona places a linked sandbox on its partner's runner and gives the two a local network;
   // Nestbox sandboxes have no network between them, so the link would be a fake.
   if (body.linkedSandbox) throw notSupported('linkedSandbox (a local network between two sandboxes)', 'Nestbox sandboxes cannot reach each other');
@@ -206,6 +206,8 @@ export function createInput(body: CreateBody, maxSeconds: number): CreateSandbox
     ...(egressOf(body) ? { egress: egressOf(body) } : {}),
     // A public sandbox's preview links need no token (every port, as Daytona's proxy does).
     ...(body.public ? { everyPort: { public: true } } : {}),
+    // Organisation secrets as env variables (secrets.ts); checked by core (400 naming secrets[i]).
+    ...(body.secrets?.length ? { secrets: daytonaSecretRefs(body.secrets) } : {}),
   };
 }
 
@@ -270,7 +272,7 @@ function listInput(req: Request): ListSandboxesInput {
   return input;
 }
 
-export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 'snapshots' | 'sandboxTokens' | 'ports' | 'images' | 'builds' | 'usage' | 'webhooks' | 'pendingSandboxes' | 'hostRegions' | 'sshAccess'>, options: Pick<DaytonaOptions, 'log' | 'maxTimeoutSeconds' | 'region' | 'objectStorage' | 'defaultSnapshot'>): Router {
+export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 'snapshots' | 'sandboxTokens' | 'ports' | 'images' | 'builds' | 'usage' | 'webhooks' | 'pendingSandboxes' | 'hostRegions' | 'sshAccess' | 'secrets'>, options: Pick<DaytonaOptions, 'log' | 'maxTimeoutSeconds' | 'region' | 'objectStorage' | 'defaultSnapshot'>): Router {
   const router = express.Router();
   const { sandboxes, snapshots } = core;
   const pending = new PendingBuildSandboxes(core, options.log);
@@ -541,7 +543,13 @@ export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 's
     const s = await resolve(principal, req);
     res.json(await dto(req, await sandboxes.update(principal, s.id, { egress: egressOf(body) ?? { mode: 'allow-all' } })));
   }));
-  unsupportedSandboxRoute('put', '/sandbox/:sandboxId/secrets', 'secrets');
+  // sb.updateSecrets(): the set given replaces the old one; a running sandbox's later processes
+  // see it at once, a stopped one at its next start (core/services/secrets.ts replaceRefs).
+  router.put('/sandbox/:sandboxId/secrets', api(async (req, res, principal) => {
+    const s = await resolve(principal, req);
+    const refs = daytonaSecretRefs((req.body as { secrets?: unknown } | undefined)?.secrets ?? []) ?? [];
+    res.json(await dto(req, await core.secrets.replaceRefs(principal, s.id, refs)));
+  }));
   // Metrics history (getMetrics): from core's usage samples; default range = since creation (the SDK always sends both).
   router.get('/sandbox/:sandboxId/telemetry/metrics', api(async (req, res, principal) => {
     const names = metricNamesOf(req.query.metricNames);
@@ -712,7 +720,7 @@ export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 's
     throw notSupported(feature);
   }));
   unsupportedArea(/^\/volumes(\/.*)?$/ as unknown as string, 'volumes');
-  unsupportedArea(/^\/secret(\/.*)?$/ as unknown as string, 'secrets');
+  registerSecretRoutes(router, core.secrets, api);
   unsupportedArea(/^\/warm-pools(\/.*)?$/ as unknown as string, 'warm pools');
   // daytona-wave2 §2.1: S3 credentials for this organisation's build contexts (object-storage.ts).
   router.get('/object-storage/push-access', api(async (req, res, principal) => {

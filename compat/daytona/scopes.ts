@@ -37,7 +37,7 @@ export const DAYTONA_API_SCOPES: ScopeTable = [
   ['POST /sandbox/:sandboxId/ports/:port/signed-preview-url/:token/expire', 'sandboxes:operate'],
   ['POST /sandbox/:sandboxId/resize', 'sandboxes:operate'],
   ['POST /sandbox/:sandboxId/network-settings', 'sandboxes:operate'],
-  ['PUT /sandbox/:sandboxId/secrets', 'sandboxes:operate'],
+  ['PUT /sandbox/:sandboxId/secrets', 'secrets:manage'],
   ['GET /sandbox/:sandboxId/telemetry/metrics', 'sandboxes:read'],
   ['GET /sandbox/:sandboxId/build-logs-url', 'sandboxes:read'],
   ['GET /sandbox/:sandboxId/build-logs', 'sandboxes:read'],
@@ -49,7 +49,13 @@ export const DAYTONA_API_SCOPES: ScopeTable = [
   ['GET /snapshots/:snapshot/build-logs-url', 'snapshots:read'],
   ['GET /snapshots/:snapshot/build-logs', 'snapshots:read'],
   ['ALL /^\\/volumes(\\/.*)?$/', 'authenticated'],
-  ['ALL /^\\/secret(\\/.*)?$/', 'authenticated'],
+  // Organisation secrets (secrets.ts).
+  ['GET /secret/paginated', 'secrets:manage'],
+  ['GET /secret', 'secrets:manage'],
+  ['POST /secret', 'secrets:manage'],
+  ['GET /secret/:secretId', 'secrets:manage'],
+  ['PATCH /secret/:secretId', 'secrets:manage'],
+  ['DELETE /secret/:secretId', 'secrets:manage'],
   ['ALL /^\\/warm-pools(\\/.*)?$/', 'authenticated'],
   // Contexts are uploaded for builds (snapshot.create, or create({image})): both need this scope.
   ['GET /object-storage/push-access', 'snapshots:write'],
@@ -105,7 +111,7 @@ export const DAYTONA_TOOLBOX_SCOPES: ScopeTable = [
   ['GET /work-dir', 'sandboxes:exec'],
   ['GET /system/metrics', 'sandboxes:exec'],
   ['GET /version', 'sandboxes:read'],
-  ['POST /env', 'authenticated'],
+  ['POST /env', 'sandboxes:exec'],
   // Every git operation is a git command run in the sandbox.
   ['POST /git/clone', 'sandboxes:exec'],
   ['GET /git/status', 'sandboxes:exec'],

@@ -63,7 +63,7 @@ const SESSION_LOG_MAX_BYTES = 64 * 1024 * 1024;
 /** Longest timeout a toolbox command may ask for, as the native API's `timeoutMs` maximum. */
 const MAX_COMMAND_TIMEOUT_SECONDS = 86_400;
 
-export function createToolboxRouter(core: Pick<CompatPort, 'toolbox' | 'sandboxes' | 'images' | 'codeInterpreter'>, options: Pick<DaytonaOptions, 'log' | 'maxUploadBytes'>): Router {
+export function createToolboxRouter(core: Pick<CompatPort, 'toolbox' | 'sandboxes' | 'images' | 'codeInterpreter' | 'sandboxEnv'>, options: Pick<DaytonaOptions, 'log' | 'maxUploadBytes'>): Router {
   const router = express.Router({ mergeParams: true });
   const { sandboxes, toolbox } = core;
   const tb = (fn: (c: ToolboxCall) => Promise<void>) =>
@@ -385,8 +385,14 @@ export function createToolboxRouter(core: Pick<CompatPort, 'toolbox' | 'sandboxe
   router.get('/version', tb(async (c) => {
     c.res.json({ version: 'nestbox' });
   }));
-  router.post('/env', tb(async () => {
-    throw notSupported('updating the environment of a running sandbox (updateEnv)', 'pass env when creating the sandbox, or per command');
+  // sb.updateEnv(): `unset` removed, then `set` applied, for every later process, session and
+  // PTY; kept with the sandbox across stop/start (core/services/sandbox-env.ts).
+  // The Python toolbox client sends this body without a Content-Type: JSON whatever it says.
+  router.post('/env', express.json({ limit: '1mb', type: () => true }), tb(async (c) => {
+    const body = (c.req.body ?? {}) as { set?: unknown; unset?: unknown; unsetValuePrefix?: unknown };
+    if (body.unsetValuePrefix !== undefined) throw notSupported('unsetValuePrefix', 'name the variables in unset');
+    const sandbox = await core.sandboxEnv.update(c.principal, c.sandboxId, { set: body.set, unset: body.unset });
+    c.res.json(sandbox.env);
   }));
 
   router.use('/git', createGitRoutes(toolbox, tb));

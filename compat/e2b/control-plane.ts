@@ -17,6 +17,7 @@ import { rejectNulInJsonBody } from '../../http-kit/request-checks.js';
 import { CODE_INTERPRETER_IMAGE, CODE_INTERPRETER_TEMPLATES, DEFAULT_TEMPLATES } from './template-spec.js';
 import { findTemplateImage, registerTemplateRoutes, templateUploadMiddleware } from './templates.js';
 import { registerEventRoutes } from './events.js';
+import { e2bSecretEnv, registerSecretRoutes } from './secrets.js';
 
 /** E2B's default sandbox lifetime when a create names none (e2b.md (b) create body: "server default 300"). */
 const DEFAULT_TIMEOUT_SECONDS = 300;
@@ -282,6 +283,8 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
     if (autoResume && typeof autoResume === 'object' && autoResume.enabled === true) throw notSupported('lifecycle.autoResume (a sandbox its timeout paused comes back with connect only)');
     const egress = e2bEgressPolicy(b);
     const requested = timeoutOf(b);
+    // envVars values `${e2b.secrets.<name>}` (Secret.fill) are the organisation's secrets (secrets.ts).
+    const envVars = e2bSecretEnv(stringMap(b, 'envVars'));
     let sandbox = await core.sandboxes.create(principal, {
       ...source,
       ...(egress ? { egress } : {}),
@@ -292,7 +295,8 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
       // E2B's 0 is a lifetime of nothing (the sandbox ends at once), Nestbox's 0 is "never":
       // the sandbox gets the default and its timeout is ended right after the create.
       timeoutSeconds: Math.min(requested || DEFAULT_TIMEOUT_SECONDS, deps.maxTimeoutSeconds),
-      env: stringMap(b, 'envVars'),
+      env: envVars.env,
+      ...(envVars.secrets.length ? { secrets: envVars.secrets } : {}),
       labels: stringMap(b, 'metadata'),
       // E2B kills a sandbox at its timeout unless autoPause asks to keep it. Core stops it at
       // its timeout; deleting right after that stop is E2B's kill. With autoPause the stopped
@@ -558,16 +562,14 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
   });
 
   // Template routes the SDK never calls (listing, getting, updating templates; the v1 build
-  // start, the paged build logs): not there yet. Volumes and secrets have no Nestbox counterpart.
+  // start, the paged build logs): not there yet. Volumes have no Nestbox counterpart.
   router.all(['/templates', '/templates/*rest', '/v2/templates', '/v2/templates/*rest', '/v3/templates', '/v3/templates/*rest'], route(async (req) => {
     throw notSupported(`${req.method} ${req.path} (of E2B's template API, Nestbox serves what the SDKs call: build, status, exists, tags, delete)`);
   }));
   router.all(['/volumes', '/volumes/*rest'], route(async () => {
     throw notSupported('volumes');
   }));
-  router.all(['/secrets', '/secrets/*rest'], route(async () => {
-    throw notSupported('secrets');
-  }));
+  registerSecretRoutes(router, deps, route);
 
   router.use((req: Request, res: Response) => {
     renderControlPlaneError(res, new NestboxError('not_found', `no E2B route ${req.method} ${req.path}`));

@@ -56,6 +56,10 @@ export const E2B_CONTROL_PLANE_SCOPES: ScopeTable = [
   ['ALL /v3/templates/*rest', 'authenticated'],
   ['ALL /volumes', 'authenticated'],
   ['ALL /volumes/*rest', 'authenticated'],
-  ['ALL /secrets', 'authenticated'],
-  ['ALL /secrets/*rest', 'authenticated'],
+  // Organisation secrets (secrets.ts).
+  ['GET /secrets', 'secrets:manage'],
+  ['POST /secrets', 'secrets:manage'],
+  ['GET /secrets/:secretID', 'secrets:manage'],
+  ['POST /secrets/:secretID', 'secrets:manage'],
+  ['DELETE /secrets/:secretID', 'secrets:manage'],
 ];

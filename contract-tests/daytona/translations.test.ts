@@ -31,7 +31,10 @@ describe('Daytona translations', () => {
     expect(createInput({}, 86400).egress).toBeUndefined();
     // An image (buildInfo) is built on demand (images.ts), but not next to a snapshot.
     expect(() => createInput({ buildInfo: { dockerfileContent: 'FROM default' }, snapshot: 's' }, 86400)).toThrow(/either a snapshot or an image/);
-    for (const body of [{ gpu: 1 }, { volumes: [{ volumeId: 'v', mountPath: '/d' }] }, { secrets: [{ A: 's' }] }]) {
+    // Organisation secrets: one {ENV: "secretName"} object each, as core's references.
+    expect(createInput({ secrets: [{ A: 's' }, { B: 't' }] }, 86400).secrets).toEqual([{ env: 'A', name: 's' }, { env: 'B', name: 't' }]);
+    expect(() => createInput({ secrets: [{ A: 's', B: 't' }] }, 86400)).toThrow(/secrets\[0\]/);
+    for (const body of [{ gpu: 1 }, { volumes: [{ volumeId: 'v', mountPath: '/d' }] }]) {
       const err = (() => {
         try {
           createInput(body, 86400);

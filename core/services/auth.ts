@@ -20,8 +20,8 @@ export const KEY_PRESETS = {
   'read-only': ['sandboxes:read', 'files:read', 'snapshots:read', 'images:read'],
   sandbox: ['sandboxes:read', 'sandboxes:operate', 'sandboxes:exec', 'files:read', 'files:write', 'snapshots:read'],
   ci: ['sandboxes:read', 'sandboxes:create', 'sandboxes:operate', 'sandboxes:delete', 'sandboxes:exec', 'files:read', 'files:write', 'snapshots:read', 'snapshots:write', 'images:read', 'images:write'],
-  admin: ['sandboxes:read', 'sandboxes:create', 'sandboxes:operate', 'sandboxes:delete', 'sandboxes:exec', 'files:read', 'files:write', 'snapshots:read', 'snapshots:write', 'images:read', 'images:write', 'keys:manage', 'webhooks:manage'],
-  operator: ['sandboxes:read', 'sandboxes:create', 'sandboxes:operate', 'sandboxes:delete', 'sandboxes:exec', 'files:read', 'files:write', 'snapshots:read', 'snapshots:write', 'images:read', 'images:write', 'keys:manage', 'webhooks:manage', 'platform:organizations', 'platform:hosts'],
+  admin: ['sandboxes:read', 'sandboxes:create', 'sandboxes:operate', 'sandboxes:delete', 'sandboxes:exec', 'files:read', 'files:write', 'snapshots:read', 'snapshots:write', 'images:read', 'images:write', 'keys:manage', 'webhooks:manage', 'secrets:manage'],
+  operator: ['sandboxes:read', 'sandboxes:create', 'sandboxes:operate', 'sandboxes:delete', 'sandboxes:exec', 'files:read', 'files:write', 'snapshots:read', 'snapshots:write', 'images:read', 'images:write', 'keys:manage', 'webhooks:manage', 'secrets:manage', 'platform:organizations', 'platform:hosts'],
 } as const satisfies Record<string, readonly Scope[]>;
 export type KeyPreset = keyof typeof KEY_PRESETS;
 

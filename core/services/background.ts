@@ -338,6 +338,11 @@ export class BackgroundJobs {
       view = 'unreachable';
       interrupted = `interrupted ${sandbox.state} and the host is unreachable: ${toNestboxError(err).message}`;
     }
+    // A create, fork or start cut off after the host started it: its secrets may never have
+    // been handed over (they go to the guest after the host call), so they are now.
+    if (view === 'running' && (operation.name === 'create' || operation.name === 'fork' || operation.name === 'start')) {
+      await this.sandboxes.deliverSecrets(sandbox).catch((err) => this.opts.logger.warn({ sandboxId: sandbox.id }, `could not hand over the secrets of a taken-over ${name}: ${toNestboxError(err).message}`));
+    }
     await this.lifecycle.settle(sandbox, operation, view, operationId, interrupted);
   }
 }

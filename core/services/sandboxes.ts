@@ -15,6 +15,7 @@ import type { HostRecord, Principal, Sandbox, SandboxKind, Snapshot } from '../t
 import type { Image } from '../images/types.js';
 import { canSeeSandbox, requireScope } from './auth.js';
 import type { HostService, PlacementConstraints } from './hosts.js';
+import type { SecretService } from './secrets.js';
 import { checkWithinLimits, NO_ORGANIZATION_LIMITS, type OrganizationLimits } from './org-limits.js';
 
 export interface SandboxLimits {
@@ -73,6 +74,8 @@ export interface CreateSandboxInput extends LifecyclePolicy {
    * of `kind` (a build's sandboxes are `build`, kept out of lists). Never set from a request.
    */
   internal?: { kind: SandboxKind; hostImage: string; snapshotId: string | null; hostId: string | null; imageLabel: string };
+  /** Organisation secrets it is given, `[{name, env?, file?}]` (core/services/secrets.ts; checked there). */
+  secrets?: unknown;
 }
 
 /** What a create starts from, resolved from `image`, `snapshot` or `internal`. */
@@ -99,6 +102,9 @@ export interface SandboxImages {
  * and readiness check, core/services/image-start.ts). A create whose hook fails is rolled back.
  */
 export type SandboxStartHook = (sandbox: Sandbox, guest: GuestClient, phase: 'create' | 'start') => Promise<void>;
+
+/** The organisation secrets sandboxes are given (core/services/secrets.ts), set by the composition root. */
+export type SandboxSecrets = Pick<SecretService, 'validateRefs' | 'attach' | 'deliver' | 'inherit'>;
 
 export interface UpdateSandboxInput extends LifecyclePolicy {
   labels?: Record<string, string>;
@@ -224,6 +230,7 @@ export class SandboxService {
   private deadlineListeners: ((at: Date) => void)[] = [];
   private images: SandboxImages | undefined;
   private startHook: SandboxStartHook | undefined;
+  private secrets: SandboxSecrets | undefined;
 
   /** Snapshot copies and moves between hosts (host-transfer.ts); set by the composition root. */
   transfer?: HostTransferService;
@@ -265,6 +272,17 @@ export class SandboxService {
     this.startHook = startHook;
   }
 
+  /** Organisation secrets given to sandboxes (set once by the composition root). */
+  useSecrets(secrets: SandboxSecrets): void {
+    this.secrets = secrets;
+  }
+
+  /** Hands a running sandbox its secrets again (the takeover of an interrupted create, fork or start). */
+  async deliverSecrets(sandbox: Sandbox): Promise<void> {
+    if (!this.secrets || !sandbox.hostId) return;
+    await this.secrets.deliver(sandbox, (await this.hosts.clientFor(sandbox.hostId)).guest(sandbox.id));
+  }
+
   /** Subscribe to the deadlines this process writes (the background jobs arm their timer with them). */
   onDeadline(listener: (at: Date) => void): void {
     this.deadlineListeners.push(listener);
@@ -282,6 +300,8 @@ export class SandboxService {
     const spec = this.validateCreate(input);
     const egress = input.egress === undefined ? { mode: 'allow-all' as const } : validateEgress(input.egress);
     const policy = this.validatePolicy(input);
+    if (input.secrets !== undefined && !this.secrets) throw errors.validation('secrets', 'this server does not give sandboxes secrets');
+    const secretRefs = this.secrets ? await this.secrets.validateRefs(principal, input.secrets, spec.env) : [];
     const constraints = this.hosts.validateConstraints(principal, input.placement);
     const source = await this.sourceOf(principal.organizationId, input);
     const snapshot = source.snapshot;
@@ -315,6 +335,7 @@ export class SandboxService {
         sourceSnapshotId: snapshot?.id ?? null,
         egress,
       });
+      if (secretRefs.length) await this.secrets!.attach(tx, inserted, secretRefs);
       if (input.everyPort) {
         await portRepository(tx).upsert({ sandboxId: inserted.id, port: EVERY_PORT, organizationId: inserted.organizationId, public: input.everyPort.public, tokenHash: null, tokenApiKeyId: null });
       }
@@ -326,6 +347,8 @@ export class SandboxService {
     try {
       if (snapshot && snapshotHolders && !snapshotHolders.includes(host.id)) await this.transfer!.ensureSnapshotOn(snapshot, host);
       await client.createSandbox({ ...this.hostSpec(created), ...(snapshot ? { snapshot: snapshot.id } : {}) });
+      // Before the image's start command, which may need them; values never go in the host spec.
+      if (secretRefs.length) await this.secrets!.deliver(created, client.guest(created.id));
     } catch (err) {
       await this.rollBackCreate(created, OPERATIONS.create, client, operationId, err);
       throw toNestboxError(err);
@@ -610,6 +633,8 @@ export class SandboxService {
     try {
       const client = await this.hosts.clientFor(sandbox.hostId!);
       result = await client.startSandbox(this.hostSpec(sandbox));
+      // Re-resolved at every start: a secret changed or deleted since takes effect now.
+      if (this.secrets) await this.secrets.deliver(sandbox, client.guest(sandbox.id));
     } catch (err) {
       const e = toNestboxError(err);
       await this.lifecycle.finish(sandbox, OPERATIONS.start, 'failed', operationId, { errorMessage: failureMessage(OPERATIONS.start, e) });
@@ -767,6 +792,7 @@ export class SandboxService {
     const timeoutSeconds = this.validateTimeout(input.timeoutSeconds ?? this.limits.defaultTimeoutSeconds);
     const operationId = newOperationId();
     const children: Sandbox[] = [];
+    let inheritsSecrets = false;
     await this.withinQuota(source.organizationId, { sandboxes: count, cpu: source.cpu * count, memoryMiB: source.memoryMiB * count, diskGiB: (source.diskGiB ?? this.limits.defaultDiskGiB) * count }, async (tx) => {
     // Children are copies of the source's disk, so they go to its host, which must take them.
     const childDiskGiB = source.diskGiB ?? this.limits.defaultDiskGiB;
@@ -802,11 +828,14 @@ export class SandboxService {
         }),
       );
     }
+    if (this.secrets) inheritsSecrets = await this.secrets.inherit(tx, source, children);
     });
     const client = await this.hosts.clientFor(source.hostId!);
     let result;
     try {
       result = await client.forkSandbox(source.id, children.map((c) => this.hostSpec(c)));
+      // The children's processes start afresh (no memory copied here): they get the source's secrets again.
+      if (inheritsSecrets) for (const child of children) await this.secrets!.deliver(child, client.guest(child.id));
     } catch (err) {
       for (const child of children) await this.rollBackCreate(child, OPERATIONS.fork, client, operationId, err);
       throw toNestboxError(err);

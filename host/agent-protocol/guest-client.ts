@@ -254,6 +254,10 @@ export class HttpGuestClient implements Guest.GuestClient {
     return (await this.json(ExecResponse, { method: 'POST', path: '/exec', json: input, signal: o.signal })).body;
   }
 
+  async setEnv(input: { env: Record<string, string>; unset?: string[] }, o: Guest.CallOptions = {}): Promise<void> {
+    await this.noContent({ method: 'PUT', path: '/env', json: input, signal: o.signal });
+  }
+
   async startProcess(input: Guest.StartProcessInput, o: Guest.CallOptions = {}): Promise<Guest.ProcessInfo> {
     return (await this.json(Processes.ProcessInfo, { method: 'POST', path: '/processes', json: input, signal: o.signal })).body;
   }

@@ -16,8 +16,8 @@
 //                                       created → FileInfo of the written file
 //   GET  /files/list?path=&depth=    → { entries: FileInfo[] }   (more file routes: files.ts)
 //   GET  /files/stat?path=            → FileInfo
-//   PUT  /env           EnvRequest    → 204: sets (adds or replaces) variables in the environment
-//                                       every later process starts from. Drivers whose guest
+//   PUT  /env           EnvRequest    → 204: removes `unset`, then sets (adds or replaces) `env` in
+//                                       the environment every later process starts from. Drivers whose guest
 //                                       agent is started by the image (VMs) use it to hand over
 //                                       the sandbox's env after boot and after a restore.
 //
@@ -72,7 +72,9 @@ export const ExecResponse = z.object({
 });
 export type ExecResponse = z.infer<typeof ExecResponse>;
 
-export const EnvRequest = z.object({ env: z.record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'must be a valid variable name'), z.string()) }).strict();
+const ENV_VAR_NAME = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'must be a valid variable name');
+// `unset` names are removed before `env` is applied (Daytona's updateEnv; issue 19).
+export const EnvRequest = z.object({ env: z.record(ENV_VAR_NAME, z.string().refine((v) => !v.includes('\0'), 'must not contain NUL')), unset: z.array(ENV_VAR_NAME).max(10_000).optional() }).strict();
 export type EnvRequest = z.infer<typeof EnvRequest>;
 
 export const FileType = z.enum(['file', 'dir', 'symlink', 'other']);

@@ -56,6 +56,11 @@ describe('guest agent server', () => {
     for await (const chunk of bad) chunks.push(chunk as Buffer);
     expect(bad.statusCode).toBe(400);
     expect(JSON.parse(Buffer.concat(chunks).toString()).error.code).toBe('validation_failed');
+    // `unset` is removed before `env` is applied (updateEnv).
+    const both = await client.request({ method: 'PUT', path: '/env', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ env: { NESTBOX_ENV_OTHER: 'o' }, unset: ['NESTBOX_ENV_PROBE', 'NESTBOX_ENV_OTHER'] }) });
+    both.resume();
+    expect(both.statusCode).toBe(204);
+    expect((await client.exec({ cmd: 'echo "${NESTBOX_ENV_PROBE-gone}|$NESTBOX_ENV_OTHER"' })).stdout).toBe('gone|o\n');
   });
 
   it.each(['/', '/nope', '/files/nope', '/files/content/extra', '//files/list'])('answers 404 not_found for unknown route %s', async (path) => {

@@ -116,6 +116,7 @@ function buildRoutes(options: Required<Omit<AgentServerOptions, 'log' | 'process
       // it in place reaches every later start.
       PUT: async ({ req, res }) => {
         const request = await readJsonBody(req, EnvRequest, options.maxJsonBodyBytes);
+        for (const name of request.unset ?? []) delete options.env[name];
         Object.assign(options.env, request.env);
         res.writeHead(204).end();
       },

@@ -1,5 +1,11 @@
 // operationId → handler. A test checks this table against openapi/native.yaml both ways.
 import type { NativeHandler } from '../context.js';
+import { listSecrets } from './listSecrets.js';
+import { createSecret } from './createSecret.js';
+import { getSecret } from './getSecret.js';
+import { updateSecret } from './updateSecret.js';
+import { deleteSecret } from './deleteSecret.js';
+import { updateSandboxEnv } from './updateSandboxEnv.js';
 import { listHosts } from './listHosts.js';
 import { getHost } from './getHost.js';
 import { cordonHost } from './cordonHost.js';
@@ -232,4 +238,10 @@ export const nativeHandlers: Record<string, NativeHandler> = {
   getOrganizationUsageRecords,
   getOwnOrganization,
   getOwnOrganizationUsage,
+  listSecrets,
+  createSecret,
+  getSecret,
+  updateSecret,
+  deleteSecret,
+  updateSandboxEnv,
 };
