@@ -236,6 +236,13 @@ if [ -n "\${NESTBOX_ENTER:-}" ]; then
   mount --bind -o ro,nosuid,nodev "$NESTBOX_ENTER" "$root/.nestbox/bin/nestbox-enter"
 fi
 mount -o remount,ro,nosuid,nodev nestbox "$root/.nestbox"
+# Volumes (LaunchPlan.volumes): one line each, source|subpath|mountPath|ro-or-rw; nestbox-rootfs
+# walks both paths without following symlinks and attaches an idmapped clone by descriptor.
+if [ -n "\${NESTBOX_VOLUMES:-}" ]; then
+  printf '%s\n' "$NESTBOX_VOLUMES" | while IFS='|' read -r vsource vsubpath vpath vmode; do
+    "$NESTBOX_ROOTFS" --volume "$run/userns" "$ids" "$root" "$vsource" "$vsubpath" "$vpath" "$vmode"
+  done
+fi
 exec perl -e 'eval $ENV{NESTBOX_STAGE3}; die $@ if $@;' -- "$root" "$run/agent.sock" "$run/userns" "$@"
 `;
 
@@ -354,6 +361,35 @@ export interface LaunchPlan {
   lastCapability: number;
   /** The guest agent's per-boot proof key, handed over on AGENT_KEY_FD (see handOverAgentKey). */
   agentKey?: Buffer;
+  /** Volumes to mount (issue 19): `source` is the volume's data dir on the host. */
+  volumes?: LaunchVolume[];
+}
+
+export interface LaunchVolume {
+  source: string;
+  /** A directory inside the volume to mount instead of its top (made if missing). */
+  subpath?: string;
+  /** Absolute path inside the sandbox (made if missing). */
+  mountPath: string;
+  readOnly: boolean;
+}
+
+/** Volume mount paths and subpaths: plain components only, so they travel safely through stage 2. */
+const VOLUME_PATH_COMPONENT = /^[A-Za-z0-9_@+=,.~-]{1,255}$/;
+const RESERVED_MOUNT_ROOTS = new Set(['proc', 'sys', 'dev', '.nestbox']);
+
+/** Why a volume mount path (absolute) or subpath (relative) is refused, or undefined if fine. */
+export function volumePathProblem(path: string, kind: 'mountPath' | 'subpath'): string | undefined {
+  if (kind === 'mountPath' && !path.startsWith('/')) return 'must be an absolute path';
+  const parts = path.split('/').filter((part) => part !== '');
+  if (kind === 'mountPath' && parts.length === 0) return 'cannot be /';
+  if (path.length > 1024) return 'must be at most 1024 characters';
+  for (const part of parts) {
+    if (part === '.' || part === '..') return "must not contain '.' or '..' components";
+    if (!VOLUME_PATH_COMPONENT.test(part)) return "may only contain letters, digits and _@+=,.~- between slashes";
+  }
+  if (kind === 'mountPath' && RESERVED_MOUNT_ROOTS.has(parts[0]!)) return `cannot be under /${parts[0]} (the sandbox's own)`;
+  return undefined;
 }
 
 export function assertValidEnv(env: Record<string, string>): void {
@@ -480,6 +516,12 @@ export function launchSandbox(plan: LaunchPlan): ChildProcess {
   }
   (plan.workProcsFiles ?? []).forEach((file, index) => assertSafeHostPath(`workload cgroup ${index}`, file));
   assertValidEnv(plan.env);
+  for (const [index, volume] of (plan.volumes ?? []).entries()) {
+    assertSafeHostPath(`volume ${index}`, volume.source);
+    const problem = volumePathProblem(volume.mountPath, 'mountPath') ?? (volume.subpath ? volumePathProblem(volume.subpath, 'subpath') : undefined);
+    if (problem) throw new Error(`volume ${index}: ${problem}`);
+    if (volume.source.includes('|') || volume.source.includes('\n')) throw new Error(`volume ${index}: invalid source path`);
+  }
   if (plan.hostLoader) {
     assertSafeHostPath('loader', plan.hostLoader.loader);
     for (const lib of plan.hostLoader.libs) {
@@ -514,6 +556,7 @@ export function launchSandbox(plan: LaunchPlan): ChildProcess {
         NESTBOX_ID_COUNT: String(plan.idRange.count),
         ...(plan.enterHelperBinary ? { NESTBOX_ENTER: plan.enterHelperBinary } : {}),
         ...(plan.workProcsFiles?.length ? { NESTBOX_WORK_PROCS: plan.workProcsFiles.join(':') } : {}),
+        ...(plan.volumes?.length ? { NESTBOX_VOLUMES: plan.volumes.map((v) => [v.source, v.subpath ? v.subpath.replace(/^\/+/, '') || '-' : '-', v.mountPath, v.readOnly ? 'ro' : 'rw'].join('|')).join('\n') } : {}),
         ...prefixedEnv(plan.env),
       },
     });
