@@ -16,6 +16,7 @@ import type { PortService } from './services/ports.js';
 import type { SandboxService } from './services/sandboxes.js';
 import type { SandboxTokenService } from './services/sandbox-tokens.js';
 import type { SnapshotService } from './services/snapshots.js';
+import type { VolumeService } from './services/volumes.js';
 import type { Toolbox } from './services/toolbox.js';
 import type { ImageService } from './services/images.js';
 import type { ImageBuildService } from './services/image-builds.js';
@@ -38,6 +39,9 @@ export type SandboxesPort = Pick<
 >;
 
 export type SnapshotsPort = Pick<SnapshotService, 'create' | 'list' | 'get' | 'delete'>;
+
+/** Persistent named volumes (issue 19) and their files. */
+export type VolumesPort = Pick<VolumeService, 'create' | 'list' | 'get' | 'getByName' | 'getByIdOrName' | 'delete' | 'usage' | 'files'>;
 
 export type AuthPort = Pick<AuthService, 'authenticate'>;
 
@@ -78,6 +82,7 @@ export interface CompatPort {
   toolbox: ToolboxPort;
   sandboxes: SandboxesPort;
   snapshots: SnapshotsPort;
+  volumes: VolumesPort;
   auth: AuthPort;
   sandboxTokens: SandboxTokensPort;
   ports: HostedPortsPort;

@@ -16,6 +16,7 @@ import { CodeInterpreterService } from '../core/services/code-interpreter.js';
 import { Toolbox } from '../core/services/toolbox.js';
 import { SandboxService } from '../core/services/sandboxes.js';
 import { BackgroundJobs } from '../core/services/background.js';
+import { VolumeService } from '../core/services/volumes.js';
 import { SnapshotService } from '../core/services/snapshots.js';
 import { IdempotencyService } from '../core/services/idempotency.js';
 import { PendingSandboxService } from '../core/services/pending-sandboxes.js';
@@ -154,6 +155,8 @@ export async function startServer(config: Config, logger: Logger = createLogger(
     for (const id of await transfers.movedAwayFrom(hostId, ids)) await transfers.cleanUpSource(id, hostId);
   };
   const snapshots = new SnapshotService(db, hosts, sandboxes, config.orgLimits);
+  const volumes = new VolumeService(db, hosts, { ...config.volumes, retryAfterSeconds: config.orgLimits.retryAfterSeconds });
+  sandboxes.volumes = volumes;
   snapshots.transfer = transfers;
   const images = new ImageService(db, hosts, logger.child({ component: 'images' }), config.orgLimits);
   sandboxes.useImages(images, imageStartHook(images, logger.child({ component: 'images' }), config.builds.readyTimeoutSeconds * 1000));
@@ -218,6 +221,7 @@ export async function startServer(config: Config, logger: Logger = createLogger(
     toolbox,
     codeInterpreter: new CodeInterpreterService(toolbox),
     snapshots,
+    volumes,
     images,
     builds,
     objects,

@@ -25,6 +25,7 @@ import type { EventService } from '../core/services/events.js';
 import type { WebhookService } from '../core/services/webhooks.js';
 import type { RequestRateLimiter } from '../core/services/rate-limits.js';
 import type { HostTransferService } from '../core/services/host-transfer.js';
+import type { VolumeService } from '../core/services/volumes.js';
 
 /**
  * Everything the native front door may call, built once by the server. It extends CompatPort
@@ -45,6 +46,8 @@ export interface Services extends CompatPort {
   /** Every operation inside a sandbox (commands, sessions, files, watches), typed. */
   toolbox: Toolbox;
   snapshots: SnapshotService;
+  /** Persistent named volumes (issue 19). */
+  volumes: VolumeService;
   /** Images (named, tagged) and their builds. */
   images: ImageService;
   builds: ImageBuildService;

@@ -17,6 +17,7 @@ import * as hostCapacity from './20261204120000_host_capacity.js';
 import * as organizations from './20261204100000_organizations.js';
 import * as orgRequestLimits from './20261205100000_org_request_limits.js';
 import * as hostTransfers from './20261206100000_host_transfers.js';
+import * as volumes from './20261207100000_volumes.js';
 
 // Migrations are imported modules rather than files knex discovers at run time, so the same
 // list works from TypeScript sources (tests) and compiled JavaScript (the server).
@@ -39,6 +40,7 @@ const MIGRATIONS: Record<string, Knex.Migration> = {
   '20261204100000_organizations': organizations,
   '20261205100000_org_request_limits': orgRequestLimits,
   '20261206100000_host_transfers': hostTransfers,
+  '20261207100000_volumes': volumes,
 };
 
 export const migrationSource: Knex.MigrationSource<string> = {
