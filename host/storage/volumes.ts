@@ -56,10 +56,12 @@ export class VolumeStore {
     } else {
       await mountDiskImage(dir, { nodevNosuid: true });
     }
+    // The top is open to every user (0777), whatever uid a sandbox's processes run as (Daytona's
+    // `daytona`, E2B's `user`, root), as those services' volumes are.
     const data = this.dataDir(id);
     if (!existsSync(data)) {
-      await mkdir(data, { mode: 0o755 });
-      await chmod(data, 0o755);
+      await mkdir(data, { mode: 0o777 });
+      await chmod(data, 0o777);
     }
   }
 

@@ -132,10 +132,11 @@ static void set_fd(int fs, const char *key, int fd, const char *label) {
 
 /*
  * Walks `path` (slash-separated, relative) below `base` without following any symlink, making
- * missing directories (0755, with the current file-system ids). Returns an O_PATH descriptor of
- * the last directory. "." and ".." are refused.
+ * missing directories (`mode`, with the current file-system ids; set through the held descriptor,
+ * so no umask and no swapped-in symlink applies). Returns an O_PATH descriptor of the last
+ * directory. "." and ".." are refused.
  */
-static int walk_below(int base, const char *path, const char *label) {
+static int walk_below(int base, const char *path, const char *label, mode_t mode) {
   char buffer[4096];
   if (strlen(path) >= sizeof buffer) {
     errno = ENAMETOOLONG;
@@ -152,8 +153,14 @@ static int walk_below(int base, const char *path, const char *label) {
     }
     int next = openat(dir, part, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (next < 0 && errno == ENOENT) {
-      if (mkdirat(dir, part, 0755) < 0 && errno != EEXIST) fail("mkdir in", label);
+      int made = mkdirat(dir, part, 0700) == 0;
+      if (!made && errno != EEXIST) fail("mkdir in", label);
       next = openat(dir, part, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (next >= 0 && made) {
+        char self[64];
+        snprintf(self, sizeof self, "/proc/self/fd/%d", next);
+        if (chmod(self, mode) < 0) fail("chmod in", label);
+      }
     }
     /* ENOTDIR/ELOOP: a file or a symlink where a directory is wanted. */
     if (next < 0) fail("open (not a directory, or a symlink)", label);
@@ -200,7 +207,8 @@ static int mount_volume(int argc, char **argv) {
   int volume = open(source, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (volume < 0) fail("open volume", source);
   /* The subpath as host root: the volume's own files are unshifted (uid 0 = the sandbox's root). */
-  int from = strcmp(subpath, "-") == 0 ? volume : walk_below(volume, subpath, "volume subpath");
+  /* Subpaths made here are open to every user of the sandbox, like the volume's top (0777). */
+  int from = strcmp(subpath, "-") == 0 ? volume : walk_below(volume, subpath, "volume subpath", 0777);
   int tree = (int)syscall(SYS_open_tree, from, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH);
   if (tree < 0) fail("open_tree", source);
   struct mount_attr attr = {0};
@@ -213,7 +221,7 @@ static int mount_volume(int argc, char **argv) {
   setfsuid((uid_t)base);
   int root = open(target, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (root < 0) fail("open", target);
-  int at = walk_below(root, mount_path, "mount path");
+  int at = walk_below(root, mount_path, "mount path", 0755);
   if (move_mount(tree, "", at, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0) fail("move_mount to", mount_path);
   return 0;
 }
