@@ -17,6 +17,7 @@ import { Toolbox } from '../core/services/toolbox.js';
 import { SandboxService } from '../core/services/sandboxes.js';
 import { BackgroundJobs } from '../core/services/background.js';
 import { VolumeService } from '../core/services/volumes.js';
+import { VolumeTokenService } from '../core/services/volume-tokens.js';
 import { SnapshotService } from '../core/services/snapshots.js';
 import { IdempotencyService } from '../core/services/idempotency.js';
 import { PendingSandboxService } from '../core/services/pending-sandboxes.js';
@@ -222,6 +223,7 @@ export async function startServer(config: Config, logger: Logger = createLogger(
     codeInterpreter: new CodeInterpreterService(toolbox),
     snapshots,
     volumes,
+    volumeTokens: new VolumeTokenService(db, hostSecret),
     images,
     builds,
     objects,

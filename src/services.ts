@@ -26,6 +26,7 @@ import type { WebhookService } from '../core/services/webhooks.js';
 import type { RequestRateLimiter } from '../core/services/rate-limits.js';
 import type { HostTransferService } from '../core/services/host-transfer.js';
 import type { VolumeService } from '../core/services/volumes.js';
+import type { VolumeTokenService } from '../core/services/volume-tokens.js';
 
 /**
  * Everything the native front door may call, built once by the server. It extends CompatPort
@@ -48,6 +49,7 @@ export interface Services extends CompatPort {
   snapshots: SnapshotService;
   /** Persistent named volumes (issue 19). */
   volumes: VolumeService;
+  volumeTokens: VolumeTokenService;
   /** Images (named, tagged) and their builds. */
   images: ImageService;
   builds: ImageBuildService;

@@ -83,3 +83,15 @@ export function volumeRepository(db: DbOrTx) {
     },
   };
 }
+
+/** What a volume token is checked against: its key (revoked or not) and its organisation. */
+export async function volumeTokenKey(db: DbOrTx, keyId: string): Promise<{ organizationId: string; preset: string; scopes: unknown; revoked: boolean; organizationSuspended: boolean } | undefined> {
+  const row = (await db('api_keys as k')
+    .join('organizations as o', 'o.id', 'k.organization_id')
+    .where('k.id', keyId)
+    .first('k.organization_id', 'k.preset', 'k.scopes', 'k.revoked_at', 'o.suspended_at')) as
+    | { organization_id: string; preset: string; scopes: unknown; revoked_at: Date | null; suspended_at: Date | null }
+    | undefined;
+  if (!row) return undefined;
+  return { organizationId: row.organization_id, preset: row.preset, scopes: typeof row.scopes === 'string' ? JSON.parse(row.scopes) : row.scopes, revoked: row.revoked_at !== null, organizationSuspended: row.suspended_at !== null };
+}
