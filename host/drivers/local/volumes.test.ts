@@ -106,6 +106,25 @@ describe.skipIf(!isRoot)('LocalDriver: volumes (real kernel)', () => {
     expect(usage.usedBytes).toBeGreaterThan(40 * MiB);
   }, 240_000);
 
+  it('volumes keep working across a host-agent restart (adoption) and are mounted again after a reboot', async () => {
+    const s = await driver.create(spec(newId('vr'), { volumes: [{ volumeId, mountPath: '/keep', readOnly: false }] }));
+    expect((await sh(s.agentSocket!, 'echo before > /keep/restart.txt && echo ok')).stdout).toBe('ok\n');
+    // A second driver on the same data dir adopts the running sandbox (what a restarted host agent does).
+    const adopted = new LocalDriver({ dataDir, imagesDir: IMAGES_DIR, guestAgentBundle: AGENT_BUNDLE, ownerId, slotPoolSize: 0, watchIntervalMs: 500 });
+    await adopted.init();
+    const runtime = await adopted.get(s.id);
+    expect(runtime?.status).toBe('running');
+    expect((await sh(runtime!.agentSocket!, 'cat /keep/restart.txt')).stdout).toBe('before\n');
+    await adopted.close();
+    // A reboot unmounts everything: stop, unmount the volume's file system, start again.
+    await driver.stop(s.id);
+    execFileSync('umount', [join(driver.volumes.dataDir(volumeId), '..')]);
+    expect(driver.volumes.isMounted(volumeId)).toBe(false);
+    const started = await driver.start(spec(s.id, { volumes: [{ volumeId, mountPath: '/keep', readOnly: false }] }));
+    expect(driver.volumes.isMounted(volumeId)).toBe(true);
+    expect((await sh(started.agentSocket!, 'cat /keep/restart.txt')).stdout).toBe('before\n');
+  }, 240_000);
+
   it('a symlink planted by a sandbox never leads a later mount (mount path or subpath) to a host path', async () => {
     const s = await driver.create(spec(newId('vy'), { volumes: [{ volumeId, mountPath: '/mnt/v', readOnly: false }] }));
     const plant = await sh(s.agentSocket!, `ln -s ${dataDir} /mnt/v/escape && ln -s ${dataDir} /opt/target && echo ok`);
