@@ -31,7 +31,9 @@ describe('Daytona translations', () => {
     expect(createInput({}, 86400).egress).toBeUndefined();
     // An image (buildInfo) is built on demand (images.ts), but not next to a snapshot.
     expect(() => createInput({ buildInfo: { dockerfileContent: 'FROM default' }, snapshot: 's' }, 86400)).toThrow(/either a snapshot or an image/);
-    for (const body of [{ gpu: 1 }, { volumes: [{ volumeId: 'v', mountPath: '/d' }] }, { secrets: [{ A: 's' }] }]) {
+    // Volumes (volumes.ts): by id or name, read-write, the subpath kept.
+    expect(createInput({ volumes: [{ volumeId: 'v', mountPath: '/d', subpath: 'x/y' }] }, 86400).volumes).toEqual([{ volumeId: 'v', mountPath: '/d', readOnly: false, subpath: 'x/y' }]);
+    for (const body of [{ gpu: 1 }, { secrets: [{ A: 's' }] }]) {
       const err = (() => {
         try {
           createInput(body, 86400);

@@ -13,7 +13,8 @@ describe('Daytona: volumes', () => {
   }, 180_000);
   afterAll(async () => {
     if (!env) return;
-    for (const sb of (await env.daytona.list()).items) await sb.delete().catch(() => {});
+    const left = await env.server.http.get('/api/v1/sandboxes?limit=100').set(env.server.auth);
+    for (const sb of (left.body.items ?? []) as { id: string }[]) await env.server.http.delete(`/api/v1/sandboxes/${sb.id}`).set(env.server.auth);
     for (const v of await env.daytona.volume.list()) await env.daytona.volume.delete(v).catch(() => {});
     await env.server.close();
   }, 180_000);

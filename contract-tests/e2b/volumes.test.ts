@@ -52,7 +52,7 @@ describe('E2B: volumes', () => {
     expect(Buffer.from(await connected.readFile('/a/b/c/hello.txt', { format: 'bytes' })).toString()).toBe('hello volume\n');
     await connected.writeFile('/a/b/c/hello.txt', 'overwritten\n');
     expect(await connected.readFile('/a/b/c/hello.txt')).toBe('overwritten\n');
-    await connected.writeFile('/new/dir/file.bin', new Uint8Array([1, 2, 3]), { force: true });
+    await connected.writeFile('/new/dir/file.bin', new Uint8Array([1, 2, 3]).buffer, { force: true });
     expect(await connected.exists('/new/dir/file.bin')).toBe(true);
     expect(await connected.exists('/nope')).toBe(false);
     expect((await connected.getInfo('/a')).type).toBe('directory');
@@ -68,7 +68,7 @@ describe('E2B: volumes', () => {
     await expect(connected.readFile('/../../etc/passwd')).rejects.toThrow(/\.\./);
 
     // A 64 MiB volume: a write past it is a clear 507.
-    const big = new Uint8Array(80 * 2 ** 20);
+    const big = new ArrayBuffer(80 * 2 ** 20);
     await expect(connected.writeFile('/big.bin', big)).rejects.toThrow(/507.*full|volume is full/);
     await connected.remove('/big.bin').catch(() => {});
 

@@ -95,3 +95,21 @@ export class VolumeStore {
     return info.blocks * 512;
   }
 }
+
+/** Volume mount paths and subpaths: plain components only, so they travel safely through stage 2. */
+const VOLUME_PATH_COMPONENT = /^[A-Za-z0-9_@+=,.~-]{1,255}$/;
+const RESERVED_MOUNT_ROOTS = new Set(['proc', 'sys', 'dev', '.nestbox']);
+
+/** Why a volume mount path (absolute) or subpath (relative) is refused, or undefined if fine. */
+export function volumePathProblem(path: string, kind: 'mountPath' | 'subpath'): string | undefined {
+  if (kind === 'mountPath' && !path.startsWith('/')) return 'must be an absolute path';
+  const parts = path.split('/').filter((part) => part !== '');
+  if (kind === 'mountPath' && parts.length === 0) return 'cannot be /';
+  if (path.length > 1024) return 'must be at most 1024 characters';
+  for (const part of parts) {
+    if (part === '.' || part === '..') return "must not contain '.' or '..' components";
+    if (!VOLUME_PATH_COMPONENT.test(part)) return "may only contain letters, digits and _@+=,.~- between slashes";
+  }
+  if (kind === 'mountPath' && RESERVED_MOUNT_ROOTS.has(parts[0]!)) return `cannot be under /${parts[0]} (the sandbox's own)`;
+  return undefined;
+}

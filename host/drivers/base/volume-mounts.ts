@@ -1,9 +1,8 @@
 // Checks of a sandbox spec's volume mounts (issue 19), the same for every driver.
 import { DriverError } from '../errors.js';
-import { volumePathProblem } from '../local/spawn.js';
 import type { SandboxSpec } from '../types.js';
 import type { VolumeStore } from '../../storage/volumes.js';
-import { VOLUME_ID_PATTERN } from '../../storage/volumes.js';
+import { VOLUME_ID_PATTERN, volumePathProblem } from '../../storage/volumes.js';
 
 export const MAX_VOLUME_MOUNTS = 16;
 

@@ -53,6 +53,7 @@ import type { Socket } from 'node:net';
 import { encodeAgentKey } from '../../agent-protocol/auth.js';
 import { IDS_PER_SANDBOX } from './id-ranges.js';
 import { assertSafeHostPath } from '../../util/fs.js';
+import { volumePathProblem } from '../../storage/volumes.js';
 import { basename, dirname, join } from 'node:path';
 
 export const IN_SANDBOX_NODE = '/.nestbox/bin/node';
@@ -374,23 +375,6 @@ export interface LaunchVolume {
   readOnly: boolean;
 }
 
-/** Volume mount paths and subpaths: plain components only, so they travel safely through stage 2. */
-const VOLUME_PATH_COMPONENT = /^[A-Za-z0-9_@+=,.~-]{1,255}$/;
-const RESERVED_MOUNT_ROOTS = new Set(['proc', 'sys', 'dev', '.nestbox']);
-
-/** Why a volume mount path (absolute) or subpath (relative) is refused, or undefined if fine. */
-export function volumePathProblem(path: string, kind: 'mountPath' | 'subpath'): string | undefined {
-  if (kind === 'mountPath' && !path.startsWith('/')) return 'must be an absolute path';
-  const parts = path.split('/').filter((part) => part !== '');
-  if (kind === 'mountPath' && parts.length === 0) return 'cannot be /';
-  if (path.length > 1024) return 'must be at most 1024 characters';
-  for (const part of parts) {
-    if (part === '.' || part === '..') return "must not contain '.' or '..' components";
-    if (!VOLUME_PATH_COMPONENT.test(part)) return "may only contain letters, digits and _@+=,.~- between slashes";
-  }
-  if (kind === 'mountPath' && RESERVED_MOUNT_ROOTS.has(parts[0]!)) return `cannot be under /${parts[0]} (the sandbox's own)`;
-  return undefined;
-}
 
 export function assertValidEnv(env: Record<string, string>): void {
   for (const [name, value] of Object.entries(env)) {
