@@ -17,7 +17,7 @@ import { rejectNulInJsonBody } from '../../http-kit/request-checks.js';
 import { CODE_INTERPRETER_IMAGE, CODE_INTERPRETER_TEMPLATES, DEFAULT_TEMPLATES } from './template-spec.js';
 import { findTemplateImage, registerTemplateRoutes, templateUploadMiddleware } from './templates.js';
 import { registerEventRoutes } from './events.js';
-import { registerVolumeRoutes, volumeContentRouter, volumeMountsOf } from './volumes.js';
+import { registerVolumeRoutes, volumeContentMiddleware, volumeMountsOf } from './volumes.js';
 
 /** E2B's default sandbox lifetime when a create names none (e2b.md (b) create body: "server default 300"). */
 const DEFAULT_TIMEOUT_SECONDS = 300;
@@ -131,7 +131,7 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
   router.use(express.json({ limit: '1mb' }));
   router.use(rejectNulInJsonBody((res, err) => renderControlPlaneError(res, err)));
   // Volume contents carry a volume token (Bearer), not X-API-KEY (volumes.ts).
-  router.use('/volumecontent', volumeContentRouter(deps));
+  router.use(volumeContentMiddleware(deps));
 
   // Every route: the key (401), then the route's declared scope and, for a key limited to some
   // sandboxes, the sandbox in the path (scopes.ts), before any handler runs.

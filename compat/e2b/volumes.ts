@@ -9,7 +9,7 @@
 // NESTBOX_PUBLIC_DOMAIN that host is this server's /e2b (src/http/app.ts).
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import express, { type NextFunction, type Request, type Response, type Router } from 'express';
+import type { NextFunction, Request, Response, Router } from 'express';
 import { errors, NestboxError } from '../../core/errors.js';
 import type { Principal, Volume } from '../../core/types.js';
 import type { E2bDeps } from './deps.js';
@@ -71,66 +71,69 @@ function contentQuery(req: Request, extra: Record<string, string> = {}): Record<
   return q;
 }
 
-/** The content API: `Authorization: Bearer <volume token>`, errors `{code, message}` (404 by status). */
-export function volumeContentRouter(deps: E2bDeps): Router {
+/**
+ * The content API: `Authorization: Bearer <volume token>`, errors `{code, message}` (404 by
+ * status). A middleware before the key check (like the template upload links): its routes carry
+ * their own credential, so they are not in the X-API-KEY scope table.
+ */
+export function volumeContentMiddleware(deps: E2bDeps): (req: Request, res: Response, next: NextFunction) => void {
   const { volumes, volumeTokens } = deps.core;
-  const router = express.Router({ mergeParams: true });
-  const content = (handler: (req: Request, res: Response, principal: Principal, volumeId: string) => Promise<void>) => async (req: Request, res: Response) => {
-    try {
-      const volumeId = String(req.params.volumeID);
-      const header = req.headers.authorization;
-      const token = typeof header === 'string' && /^bearer\s+/i.test(header) ? header.replace(/^bearer\s+/i, '').trim() : undefined;
-      const principal = await volumeTokens.authenticate(token, volumeId);
-      await deps.core.requestRates.admit(principal, 'e2b');
-      await handler(req, res, principal, volumeId);
-    } catch (err) {
-      if (!res.headersSent) req.resume();
-      renderControlPlaneError(res, err, deps.log);
-    }
-  };
+  const ROUTE = /^\/volumecontent\/([^/]+)\/(dir|path|file)\/?$/;
   /** Relays the host's JSON answer (a Stat, a list) in E2B's shape. */
   const relayJson = async (res: Response, answer: import('node:http').IncomingMessage, status: number, map: (body: unknown) => unknown = (b) => b) => {
     const chunks: Buffer[] = [];
     for await (const chunk of answer) chunks.push(chunk as Buffer);
     res.status(status).json(map(JSON.parse(Buffer.concat(chunks).toString('utf8') || 'null')));
   };
-
-  router.get('/:volumeID/dir', content(async (req, res, principal, volumeId) => {
-    const answer = await volumes.files(principal, volumeId, { method: 'GET', op: 'list', query: contentQuery(req) });
-    await relayJson(res, answer, 200, (b) => (b as { entries: unknown[] }).entries);
-  }));
-  router.post('/:volumeID/dir', content(async (req, res, principal, volumeId) => {
-    const answer = await volumes.files(principal, volumeId, { method: 'POST', op: 'mkdir', query: contentQuery(req) });
-    await relayJson(res, answer, 201);
-  }));
-  router.get('/:volumeID/path', content(async (req, res, principal, volumeId) => {
-    const answer = await volumes.files(principal, volumeId, { method: 'GET', op: 'stat', query: contentQuery(req) });
-    await relayJson(res, answer, 200);
-  }));
-  router.patch('/:volumeID/path', content(async (req, res, principal, volumeId) => {
-    const body = req.body && typeof req.body === 'object' ? (req.body as Record<string, unknown>) : {};
-    const json: Record<string, unknown> = {};
-    for (const name of ['uid', 'gid', 'mode'] as const) if (body[name] !== undefined && body[name] !== null) json[name] = body[name];
-    const answer = await volumes.files(principal, volumeId, { method: 'PATCH', op: 'stat', query: contentQuery(req), json });
-    await relayJson(res, answer, 200);
-  }));
-  router.delete('/:volumeID/path', content(async (req, res, principal, volumeId) => {
-    (await volumes.files(principal, volumeId, { method: 'DELETE', op: '', query: contentQuery(req) })).resume();
-    res.status(204).end();
-  }));
-  router.get('/:volumeID/file', content(async (req, res, principal, volumeId) => {
-    const answer = await volumes.files(principal, volumeId, { method: 'GET', op: 'content', query: contentQuery(req) });
-    res.status(200).setHeader('content-type', 'application/octet-stream');
-    if (answer.headers['content-length']) res.setHeader('content-length', answer.headers['content-length']);
-    await pipeline(answer, res);
-  }));
-  router.put('/:volumeID/file', content(async (req, res, principal, volumeId) => {
-    // Streamed through to the host: never held in memory; a full volume is a 507.
-    const answer = await volumes.files(principal, volumeId, { method: 'PUT', op: 'content', query: contentQuery(req), body: req as unknown as Readable });
-    await relayJson(res, answer, 201);
-  }));
-  router.use((req: Request, res: Response, _next: NextFunction) => {
-    renderControlPlaneError(res, new NestboxError('not_found', `no volume content route ${req.method} ${req.path}`));
-  });
-  return router;
+  const handlers: Record<string, (req: Request, res: Response, principal: Principal, volumeId: string) => Promise<void>> = {
+    'GET dir': async (req, res, principal, volumeId) => {
+      const answer = await volumes.files(principal, volumeId, { method: 'GET', op: 'list', query: contentQuery(req) });
+      await relayJson(res, answer, 200, (b) => (b as { entries: unknown[] }).entries);
+    },
+    'POST dir': async (req, res, principal, volumeId) => {
+      await relayJson(res, await volumes.files(principal, volumeId, { method: 'POST', op: 'mkdir', query: contentQuery(req) }), 201);
+    },
+    'GET path': async (req, res, principal, volumeId) => {
+      await relayJson(res, await volumes.files(principal, volumeId, { method: 'GET', op: 'stat', query: contentQuery(req) }), 200);
+    },
+    'PATCH path': async (req, res, principal, volumeId) => {
+      const body = req.body && typeof req.body === 'object' ? (req.body as Record<string, unknown>) : {};
+      const json: Record<string, unknown> = {};
+      for (const name of ['uid', 'gid', 'mode'] as const) if (body[name] !== undefined && body[name] !== null) json[name] = body[name];
+      await relayJson(res, await volumes.files(principal, volumeId, { method: 'PATCH', op: 'stat', query: contentQuery(req), json }), 200);
+    },
+    'DELETE path': async (req, res, principal, volumeId) => {
+      (await volumes.files(principal, volumeId, { method: 'DELETE', op: '', query: contentQuery(req) })).resume();
+      res.status(204).end();
+    },
+    'GET file': async (req, res, principal, volumeId) => {
+      const answer = await volumes.files(principal, volumeId, { method: 'GET', op: 'content', query: contentQuery(req) });
+      res.status(200).setHeader('content-type', 'application/octet-stream');
+      if (answer.headers['content-length']) res.setHeader('content-length', answer.headers['content-length']);
+      await pipeline(answer, res);
+    },
+    'PUT file': async (req, res, principal, volumeId) => {
+      // Streamed through to the host: never held in memory; a full volume is a 507.
+      await relayJson(res, await volumes.files(principal, volumeId, { method: 'PUT', op: 'content', query: contentQuery(req), body: req as unknown as Readable }), 201);
+    },
+  };
+  return (req, res, next) => {
+    if (!req.path.startsWith('/volumecontent/') && req.path !== '/volumecontent') return next();
+    void (async () => {
+      try {
+        const m = ROUTE.exec(req.path);
+        const handler = m ? handlers[`${req.method} ${m[2]}`] : undefined;
+        if (!m || !handler) throw new NestboxError('not_found', `no volume content route ${req.method} ${req.path}`);
+        const volumeId = decodeURIComponent(m[1]!);
+        const header = req.headers.authorization;
+        const token = typeof header === 'string' && /^bearer\s+/i.test(header) ? header.replace(/^bearer\s+/i, '').trim() : undefined;
+        const principal = await volumeTokens.authenticate(token, volumeId);
+        await deps.core.requestRates.admit(principal, 'e2b');
+        await handler(req, res, principal, volumeId);
+      } catch (err) {
+        if (!res.headersSent) req.resume();
+        renderControlPlaneError(res, err, deps.log);
+      }
+    })();
+  };
 }
