@@ -12,6 +12,8 @@
 // --replica-seconds N, default 5, --replica-connections N, default 16, --replica-rounds N, default 2);
 // --only transfer (a host-to-host move of a stopped sandbox holding --transfer-mib MiB, default 1024, vs a
 // plain cp of the same bytes, median of --transfer-runs moves, default 3, at most 10; also runs last).
+// --only volumes: dd of --volume-mib MiB (default 256) conv=fsync into a volume vs the sandbox's own disk,
+// median of --volume-runs (default 3), inside one sandbox (bench/volumes.ts).
 import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { createReadStream, createWriteStream, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -30,6 +32,7 @@ import { benchPlacement } from './placement.js';
 import { benchReplicaThroughput } from './replicas.js';
 import { DEFAULT_BENCH_POSTGRES } from './nestbox-processes.js';
 import { benchHostTransfer } from './host-transfer.js';
+import { benchVolumes } from './volumes.js';
 import { call, ms, quantile, timed } from './measure.js';
 
 const { values } = parseArgs({
@@ -52,9 +55,11 @@ const { values } = parseArgs({
     'transfer-runs': { type: 'string', default: '3' },
     'transfer-mib': { type: 'string', default: '1024' },
     only: { type: 'string' },
+    'volume-runs': { type: 'string', default: '3' },
+    'volume-mib': { type: 'string', default: '256' },
   },
 });
-const ALONE = ['code-interpreter', 'usage', 'observability', 'placement', 'replicas', 'transfer'];
+const ALONE = ['code-interpreter', 'usage', 'observability', 'placement', 'replicas', 'transfer', 'volumes'];
 if (values.only !== undefined && !ALONE.includes(values.only)) throw new Error(`--only: the parts that run alone are ${ALONE.join(', ')}, not ${values.only}`);
 const usageSampling = () => benchUsageSampling({ sandboxes: Number(values['usage-sandboxes']), rounds: Number(values['usage-rounds']), imagesDir: values['images-dir']! });
 const scaleOutPostgres = values.postgres ?? DEFAULT_BENCH_POSTGRES;
@@ -114,6 +119,8 @@ async function main(): Promise<void> {
   if (values.only === 'transfer') return await hostTransfer();
   // Needs no control plane: its sandboxes run on a driver of this process (usage-sampling.ts).
   if (values.only === 'usage') return usageSampling();
+  // Volume writes vs the sandbox's own disk (bench/volumes.ts), on a driver of this process.
+  if (values.only === 'volumes') return benchVolumes({ runs: Number(values['volume-runs']), mib: Number(values['volume-mib']), imagesDir: values['images-dir']! });
   if (values.only === 'placement') return placement();
   if (values.only === 'replicas') return replicas();
   const dataDir = mkdtempSync('/tmp/nbx-bench-');
