@@ -103,13 +103,16 @@ describe('E2B: volumes', () => {
     expect(await c.files.read('/v/from-a.txt')).toBe('from a\n');
 
     // A symlink planted by a sandbox never leads a content call to a host path.
-    await c.commands.run(`ln -s ${hostDir} /v/escape && ln -s ${hostFile} /v/link.txt`, { user: 'root' });
+    await c.commands.run(`ln -s ${hostDir} /v/escape && ln -s ${hostFile} /v/link.txt && mkfifo /v/pipe`, { user: 'root' });
     await c.kill();
     await expect(vol.readFile('/link.txt')).rejects.toThrow(/not a regular file|symlink/);
     await expect(vol.writeFile('/link.txt', 'pwned')).rejects.toThrow(/symlink|regular file/);
     await expect(vol.readFile('/escape/secret.txt')).rejects.toThrow(/symlink/);
     await expect(vol.writeFile('/escape/new.txt', 'pwned')).rejects.toThrow(/symlink/);
     await expect(vol.updateMetadata('/link.txt', { mode: 0o777 })).rejects.toThrow(/symlink/);
+    // A FIFO is no file: a clear 400 (never a hang or a 500).
+    await expect(vol.writeFile('/pipe', 'x')).rejects.toThrow(/400.*not a regular file/);
+    await expect(vol.readFile('/pipe')).rejects.toThrow(/400.*not a regular file/);
     const link = await vol.getInfo('/link.txt');
     expect(link).toMatchObject({ type: 'symlink', target: hostFile });
     await vol.remove('/escape');

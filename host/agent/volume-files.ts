@@ -85,6 +85,10 @@ function mapFsError(error: unknown, path: string): never {
   if (code === 'EISDIR') throw new VolumeFileError(400, 'validation_failed', `path ${path} is a directory`);
   if (code === 'ENOSPC' || code === 'EDQUOT') throw new VolumeFileError(507, 'insufficient_storage', `the volume is full (its size limit is reached) writing ${path}`);
   if (code === 'ENAMETOOLONG') throw new VolumeFileError(400, 'validation_failed', `path ${path}: name too long`);
+  // A FIFO with no reader, a socket: nothing a file call can use.
+  if (code === 'ENXIO' || code === 'EOPNOTSUPP') throw new VolumeFileError(400, 'validation_failed', `path ${path} is not a regular file or directory`);
+  if (code === 'EPERM' || code === 'EACCES') throw new VolumeFileError(403, 'forbidden', `path ${path}: operation not permitted`);
+  if (code === 'EINVAL') throw new VolumeFileError(400, 'validation_failed', `path ${path}: invalid operation`);
   throw error;
 }
 
