@@ -13,6 +13,8 @@
 // --only transfer (a host-to-host move of a stopped sandbox holding --transfer-mib MiB, default 1024, vs a
 // plain cp of the same bytes, median of --transfer-runs moves, default 3, at most 10; also runs last);
 // --only ssh (SSH exec round trips vs the API exec, --ssh-runs N each, default 20; bench/ssh.ts).
+// --only volumes: dd of --volume-mib MiB (default 256) conv=fsync into a volume vs the sandbox's own disk,
+// median of --volume-runs (default 3), inside one sandbox (bench/volumes.ts).
 import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { createReadStream, createWriteStream, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -32,6 +34,7 @@ import { benchReplicaThroughput } from './replicas.js';
 import { DEFAULT_BENCH_POSTGRES } from './nestbox-processes.js';
 import { benchHostTransfer } from './host-transfer.js';
 import { benchSsh } from './ssh.js';
+import { benchVolumes } from './volumes.js';
 import { call, ms, quantile, timed } from './measure.js';
 
 const { values } = parseArgs({
@@ -55,9 +58,11 @@ const { values } = parseArgs({
     'transfer-mib': { type: 'string', default: '1024' },
     'ssh-runs': { type: 'string', default: '20' },
     only: { type: 'string' },
+    'volume-runs': { type: 'string', default: '3' },
+    'volume-mib': { type: 'string', default: '256' },
   },
 });
-const ALONE = ['code-interpreter', 'usage', 'observability', 'placement', 'replicas', 'transfer', 'ssh'];
+const ALONE = ['code-interpreter', 'usage', 'observability', 'placement', 'replicas', 'transfer', 'ssh', 'volumes'];
 if (values.only !== undefined && !ALONE.includes(values.only)) throw new Error(`--only: the parts that run alone are ${ALONE.join(', ')}, not ${values.only}`);
 const usageSampling = () => benchUsageSampling({ sandboxes: Number(values['usage-sandboxes']), rounds: Number(values['usage-rounds']), imagesDir: values['images-dir']! });
 const scaleOutPostgres = values.postgres ?? DEFAULT_BENCH_POSTGRES;
@@ -119,6 +124,8 @@ async function main(): Promise<void> {
   if (values.only === 'ssh') return await benchSsh({ runs: Number(values['ssh-runs']), imagesDir: values['images-dir']!, postgres: values.postgres });
   // Needs no control plane: its sandboxes run on a driver of this process (usage-sampling.ts).
   if (values.only === 'usage') return usageSampling();
+  // Volume writes vs the sandbox's own disk (bench/volumes.ts), on a driver of this process.
+  if (values.only === 'volumes') return benchVolumes({ runs: Number(values['volume-runs']), mib: Number(values['volume-mib']), imagesDir: values['images-dir']! });
   if (values.only === 'placement') return placement();
   if (values.only === 'replicas') return replicas();
   const dataDir = mkdtempSync('/tmp/nbx-bench-');

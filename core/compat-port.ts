@@ -17,6 +17,8 @@ import type { PortService } from './services/ports.js';
 import type { SandboxService } from './services/sandboxes.js';
 import type { SandboxTokenService } from './services/sandbox-tokens.js';
 import type { SnapshotService } from './services/snapshots.js';
+import type { VolumeService } from './services/volumes.js';
+import type { VolumeTokenService } from './services/volume-tokens.js';
 import type { Toolbox } from './services/toolbox.js';
 import type { ImageService } from './services/images.js';
 import type { ImageBuildService } from './services/image-builds.js';
@@ -41,6 +43,11 @@ export type SandboxesPort = Pick<
 >;
 
 export type SnapshotsPort = Pick<SnapshotService, 'create' | 'list' | 'get' | 'delete'>;
+
+/** Persistent named volumes (issue 19) and their files. */
+export type VolumesPort = Pick<VolumeService, 'create' | 'list' | 'get' | 'getByName' | 'getByIdOrName' | 'delete' | 'usage' | 'files'>;
+/** Credentials for one volume's contents (E2B's volume token). */
+export type VolumeTokensPort = Pick<VolumeTokenService, 'mint' | 'authenticate'>;
 
 export type AuthPort = Pick<AuthService, 'authenticate'>;
 
@@ -87,6 +94,8 @@ export interface CompatPort {
   toolbox: ToolboxPort;
   sandboxes: SandboxesPort;
   snapshots: SnapshotsPort;
+  volumes: VolumesPort;
+  volumeTokens: VolumeTokensPort;
   auth: AuthPort;
   sandboxTokens: SandboxTokensPort;
   ports: HostedPortsPort;

@@ -129,6 +129,22 @@ export interface HostClient {
   deleteImage(id: string): Promise<void>;
   /** Hosted-port traffic goes through the host agent that owns the sandbox. */
   portProxyTarget(id: string, port: number): PortProxyTarget;
+  /** Volumes (issue 19): create the volume's file system on this host (idempotent), measure it, remove it (idempotent). */
+  ensureVolume(id: string, sizeBytes: number): Promise<HostVolumeInfo>;
+  volumeInfo(id: string): Promise<HostVolumeInfo>;
+  deleteVolume(id: string): Promise<void>;
+  /**
+   * A file operation on a volume's contents, served by the host agent itself (host/agent/volume-files.ts):
+   * `op` is `list`, `stat`, `content`, `mkdir` or '' (remove). The answer is returned as it came
+   * (2xx); an error answer is thrown as its NestboxError.
+   */
+  volumeFiles(id: string, o: { method: string; op: string; query: Record<string, string>; body?: import('node:stream').Readable; json?: unknown }): Promise<import('node:http').IncomingMessage>;
+}
+
+export interface HostVolumeInfo {
+  id: string;
+  sizeBytes: number;
+  usedBytes: number;
 }
 
 /** Registry credentials for one pull; never stored, never logged. */

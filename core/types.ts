@@ -78,6 +78,33 @@ export interface Sandbox {
   imageId: string | null;
   /** What its host starts it from when that is not `image` (an image's base: `default` or `sha256:…`). */
   hostImage: string | null;
+  /** Volumes mounted at every start (issue 19); absent or empty = none. */
+  volumeMounts?: SandboxVolumeMount[];
+}
+
+/** A volume mounted into a sandbox (core/services/volumes.ts). */
+export interface SandboxVolumeMount {
+  volumeId: string;
+  /** The volume's name when the sandbox was created (names never change). */
+  name: string;
+  mountPath: string;
+  readOnly: boolean;
+  subpath?: string;
+}
+
+/** A persistent named volume of an organisation; its data lives on one host. */
+export interface Volume {
+  id: string;
+  organizationId: string;
+  name: string;
+  hostId: string;
+  sizeBytes: number;
+  state: 'creating' | 'ready' | 'deleting' | 'error';
+  errorMessage: string | null;
+  createdAt: Date;
+  updatedAt: Date;
+  lastUsedAt: Date | null;
+  deletedAt: Date | null;
 }
 
 export type SandboxKind = 'user' | 'build';
@@ -127,6 +154,9 @@ export const SCOPES = [
   'webhooks:manage',
   // Organisation secrets (issue 19): create, list, change, delete, and give them to sandboxes.
   'secrets:manage',
+  // Persistent named volumes (issue 19): list and read them; create and delete them.
+  'volumes:read',
+  'volumes:write',
   // The platform's operator, above every organisation: organisations, their limits and usage;
   // hosts, placement, cordon and drain. Only the `operator` preset carries them.
   'platform:organizations',

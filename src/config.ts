@@ -147,6 +147,13 @@ const ConfigSchema = z.object({
   NESTBOX_OBJECT_STORE_DIR: z.string().min(1).optional(),
   // Retry-After of a 429 for an organisation limit (a sandbox has to stop before a retry can pass).
   NESTBOX_QUOTA_RETRY_AFTER_SECONDS: positiveInt.max(3600).default(30),
+  // Volumes (issue 19): the size of a volume created without one (Daytona and E2B never give
+  // one; images are sparse, so a host only gives what is written), the largest size, and per
+  // organisation how many live volumes and how many GiB of volume sizes in all.
+  NESTBOX_VOLUME_DEFAULT_MIB: positiveInt.min(64).default(10_240),
+  NESTBOX_VOLUME_MAX_MIB: positiveInt.min(64).default(1_048_576),
+  NESTBOX_ORG_MAX_VOLUMES: positiveInt.default(100),
+  NESTBOX_ORG_MAX_VOLUME_GIB: positiveInt.default(4096),
   // Concurrent long-lived streams (WebSockets, SSE, Connect server streams, hosted-port
   // upgrades): per API key and per sandbox; beyond them a stream is refused with 429.
   NESTBOX_MAX_STREAMS_PER_KEY: positiveInt.default(256),
@@ -277,6 +284,8 @@ const ConfigSchema = z.object({
   .strict();
 
 export interface Config {
+  /** Volumes (issue 19): default and largest size, per-organisation count and total size. */
+  volumes: { defaultSizeBytes: number; maxSizeBytes: number; maxVolumesPerOrganization: number; maxTotalBytesPerOrganization: number };
   port: number;
   host: string;
   dataDir: string;
@@ -505,6 +514,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       maxUserNamespaces: e.NESTBOX_USERNS_MAX,
       labels: hostLabels(e.NESTBOX_HOST_LABELS),
       capacityOverride: { cpu: e.NESTBOX_HOST_CAPACITY_CPU, memoryMiB: e.NESTBOX_HOST_CAPACITY_MEMORY_MIB, diskGiB: e.NESTBOX_HOST_CAPACITY_DISK_GIB },
+    },
+    volumes: {
+      defaultSizeBytes: e.NESTBOX_VOLUME_DEFAULT_MIB * 2 ** 20,
+      maxSizeBytes: e.NESTBOX_VOLUME_MAX_MIB * 2 ** 20,
+      maxVolumesPerOrganization: e.NESTBOX_ORG_MAX_VOLUMES,
+      maxTotalBytesPerOrganization: e.NESTBOX_ORG_MAX_VOLUME_GIB * 2 ** 30,
     },
     placement: {
       cpuOvercommit: e.NESTBOX_CPU_OVERCOMMIT,

@@ -16,6 +16,8 @@ import { CodeInterpreterService } from '../core/services/code-interpreter.js';
 import { Toolbox } from '../core/services/toolbox.js';
 import { SandboxService } from '../core/services/sandboxes.js';
 import { BackgroundJobs } from '../core/services/background.js';
+import { VolumeService } from '../core/services/volumes.js';
+import { VolumeTokenService } from '../core/services/volume-tokens.js';
 import { SnapshotService } from '../core/services/snapshots.js';
 import { IdempotencyService } from '../core/services/idempotency.js';
 import { PendingSandboxService } from '../core/services/pending-sandboxes.js';
@@ -158,6 +160,8 @@ export async function startServer(config: Config, logger: Logger = createLogger(
     for (const id of await transfers.movedAwayFrom(hostId, ids)) await transfers.cleanUpSource(id, hostId);
   };
   const snapshots = new SnapshotService(db, hosts, sandboxes, config.orgLimits);
+  const volumes = new VolumeService(db, hosts, { ...config.volumes, retryAfterSeconds: config.orgLimits.retryAfterSeconds });
+  sandboxes.volumes = volumes;
   snapshots.transfer = transfers;
   const images = new ImageService(db, hosts, logger.child({ component: 'images' }), config.orgLimits);
   const secrets = new SecretService(db, hostSecret, config.secrets, logger.child({ component: 'secrets' }));
@@ -225,6 +229,8 @@ export async function startServer(config: Config, logger: Logger = createLogger(
     toolbox,
     codeInterpreter: new CodeInterpreterService(toolbox),
     snapshots,
+    volumes,
+    volumeTokens: new VolumeTokenService(db, hostSecret),
     images,
     builds,
     objects,

@@ -28,6 +28,8 @@ import type { SandboxEnvService } from '../core/services/sandbox-env.js';
 import type { RequestRateLimiter } from '../core/services/rate-limits.js';
 import type { HostTransferService } from '../core/services/host-transfer.js';
 import type { SshAccessService } from '../core/services/ssh-access.js';
+import type { VolumeService } from '../core/services/volumes.js';
+import type { VolumeTokenService } from '../core/services/volume-tokens.js';
 
 /**
  * Everything the native front door may call, built once by the server. It extends CompatPort
@@ -48,6 +50,9 @@ export interface Services extends CompatPort {
   /** Every operation inside a sandbox (commands, sessions, files, watches), typed. */
   toolbox: Toolbox;
   snapshots: SnapshotService;
+  /** Persistent named volumes (issue 19). */
+  volumes: VolumeService;
+  volumeTokens: VolumeTokenService;
   /** Images (named, tagged) and their builds. */
   images: ImageService;
   builds: ImageBuildService;

@@ -154,6 +154,13 @@ export async function destroyAllSandboxes(server: RunningServer): Promise<void> 
     await client.destroySandbox(row.id).catch((err) => console.error(`cleanup of sandbox ${row.id} failed: ${String(err)}`));
     await server.db('sandboxes').where({ id: row.id }).update({ state: 'deleted', deleted_at: new Date() });
   }
+  // Volumes are loop-mounted images on their host: removed there too, so no mount outlives the test.
+  const volumes = (await server.db('volumes').whereNull('deleted_at').select('id', 'host_id')) as { id: string; host_id: string }[];
+  for (const v of volumes) {
+    const client = await server.services.hosts.clientFor(v.host_id).catch(() => undefined);
+    await client?.deleteVolume(v.id).catch((err) => console.error(`cleanup of volume ${v.id} failed: ${String(err)}`));
+    await server.db('volumes').where({ id: v.id }).update({ deleted_at: new Date() });
+  }
 }
 
 export async function startTestServer(opts: { database?: 'postgres' | 'pglite'; env?: Record<string, string> } = {}): Promise<TestServer> {

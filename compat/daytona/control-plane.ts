@@ -1,4 +1,5 @@
 // Daytona control plane (daytona.md (b)) → core's sandbox and snapshot services.
+import { registerVolumeRoutes } from './volumes.js';
 import type { EgressPolicy } from '../../core/host-client.js';
 import express, { type Request, type Response, type Router } from 'express';
 import { z } from 'zod';
@@ -114,7 +115,6 @@ function unknownOptions(body: CreateBody): string[] {
 function refuseUnsupported(body: CreateBody): void {
   if (body.buildInfo !== undefined && body.snapshot !== undefined) throw errors.validation('snapshot', 'give either a snapshot or an image (buildInfo), not both');
   if (body.gpu) throw notSupported('GPUs', 'this server has no GPU sandboxes');
-  if (body.volumes?.length) throw notSupported('volumes');
   // Daytona places a linked sandbox on its partner's runner and gives the two a local network;
   // Nestbox sandboxes have no network between them, so the link would be a fake.
   if (body.linkedSandbox) throw notSupported('linkedSandbox (a local network between two sandboxes)', 'Nestbox sandboxes cannot reach each other');
@@ -208,6 +208,8 @@ export function createInput(body: CreateBody, maxSeconds: number): CreateSandbox
     ...(body.public ? { everyPort: { public: true } } : {}),
     // Organisation secrets as env variables (secrets.ts); checked by core (400 naming secrets[i]).
     ...(body.secrets?.length ? { secrets: daytonaSecretRefs(body.secrets) } : {}),
+    // `volumeId` may be an id or a name (daytona-wave2 §3); Daytona mounts are read-write.
+    ...(body.volumes?.length ? { volumes: body.volumes.map((v) => ({ volumeId: v.volumeId, mountPath: v.mountPath, readOnly: false, ...(v.subpath ? { subpath: v.subpath } : {}) })) } : {}),
   };
 }
 
@@ -272,7 +274,7 @@ function listInput(req: Request): ListSandboxesInput {
   return input;
 }
 
-export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 'snapshots' | 'sandboxTokens' | 'ports' | 'images' | 'builds' | 'usage' | 'webhooks' | 'pendingSandboxes' | 'hostRegions' | 'sshAccess' | 'secrets'>, options: Pick<DaytonaOptions, 'log' | 'maxTimeoutSeconds' | 'region' | 'objectStorage' | 'defaultSnapshot'>): Router {
+export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 'snapshots' | 'sandboxTokens' | 'ports' | 'images' | 'builds' | 'usage' | 'webhooks' | 'pendingSandboxes' | 'hostRegions' | 'sshAccess' | 'secrets' | 'volumes'>, options: Pick<DaytonaOptions, 'log' | 'maxTimeoutSeconds' | 'region' | 'objectStorage' | 'defaultSnapshot'>): Router {
   const router = express.Router();
   const { sandboxes, snapshots } = core;
   const pending = new PendingBuildSandboxes(core, options.log);
@@ -719,7 +721,7 @@ export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 's
   const unsupportedArea = (path: string, feature: string) => router.all(path, api(async () => {
     throw notSupported(feature);
   }));
-  unsupportedArea(/^\/volumes(\/.*)?$/ as unknown as string, 'volumes');
+  registerVolumeRoutes(router, core.volumes, api);
   registerSecretRoutes(router, core.secrets, api);
   unsupportedArea(/^\/warm-pools(\/.*)?$/ as unknown as string, 'warm pools');
   // daytona-wave2 §2.1: S3 credentials for this organisation's build contexts (object-storage.ts).

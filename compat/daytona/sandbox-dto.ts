@@ -123,7 +123,7 @@ export function renderDaytonaSandbox(s: Sandbox, toolboxUrl: string, opts: { ful
   if (opts.full) {
     dto.env = s.env;
     Object.assign(dto, daytonaAllowLists(s.egress));
-    dto.volumes = [];
+    dto.volumes = (s.volumeMounts ?? []).map((m) => ({ volumeId: m.volumeId, mountPath: m.mountPath, ...(m.subpath ? { subpath: m.subpath } : {}) }));
   }
   return dto;
 }

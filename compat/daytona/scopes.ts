@@ -48,7 +48,11 @@ export const DAYTONA_API_SCOPES: ScopeTable = [
   ['POST /snapshots', 'snapshots:write'],
   ['GET /snapshots/:snapshot/build-logs-url', 'snapshots:read'],
   ['GET /snapshots/:snapshot/build-logs', 'snapshots:read'],
-  ['ALL /^\\/volumes(\\/.*)?$/', 'authenticated'],
+  ['GET /volumes', 'volumes:read'],
+  ['GET /volumes/by-name/:name', 'volumes:read'],
+  ['GET /volumes/:volumeId', 'volumes:read'],
+  ['POST /volumes', 'volumes:write'],
+  ['DELETE /volumes/:volumeId', 'volumes:write'],
   // Organisation secrets (secrets.ts).
   ['GET /secret/paginated', 'secrets:manage'],
   ['GET /secret', 'secrets:manage'],

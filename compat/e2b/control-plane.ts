@@ -18,6 +18,7 @@ import { CODE_INTERPRETER_IMAGE, CODE_INTERPRETER_TEMPLATES, DEFAULT_TEMPLATES }
 import { findTemplateImage, registerTemplateRoutes, templateUploadMiddleware } from './templates.js';
 import { registerEventRoutes } from './events.js';
 import { e2bSecretEnv, registerSecretRoutes } from './secrets.js';
+import { registerVolumeRoutes, volumeContentMiddleware, volumeMountsOf } from './volumes.js';
 
 /** E2B's default sandbox lifetime when a create names none (e2b.md (b) create body: "server default 300"). */
 const DEFAULT_TIMEOUT_SECONDS = 300;
@@ -130,6 +131,8 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
   router.use(templateUploadMiddleware(deps));
   router.use(express.json({ limit: '1mb' }));
   router.use(rejectNulInJsonBody((res, err) => renderControlPlaneError(res, err)));
+  // Volume contents carry a volume token (Bearer), not X-API-KEY (volumes.ts).
+  router.use(volumeContentMiddleware(deps));
 
   // Every route: the key (401), then the route's declared scope and, for a key limited to some
   // sandboxes, the sandbox in the path (scopes.ts), before any handler runs.
@@ -249,7 +252,7 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
       diskSizeMB: (s.diskGiB ?? 0) * 1024,
       envdVersion: ENVD_VERSION,
       metadata: s.labels,
-      volumeMounts: [],
+      volumeMounts: (s.volumeMounts ?? []).map((m) => ({ name: m.name, path: m.mountPath })),
     };
     if (!detail) return listed;
     return {
@@ -274,7 +277,6 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
   const create: Handler = async (req, res, principal) => {
     const b = body(req);
     const source = await templateSource(principal, b.templateID);
-    if (b.volumeMounts !== undefined && Array.isArray(b.volumeMounts) && b.volumeMounts.length > 0) throw notSupported('volumeMounts');
     if (b.mcp !== undefined && b.mcp !== null) throw notSupported('mcp');
     // A timeout keeps the disk (core stops the sandbox), never the memory; and only connect
     // brings a sandbox its timeout paused back. Asking for more is refused, not ignored.
@@ -302,6 +304,8 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
       // its timeout; deleting right after that stop is E2B's kill. With autoPause the stopped
       // sandbox stays and lists as paused (connect resumes it, without its memory).
       autoDeleteSeconds: b.autoPause === true ? null : 0,
+      // e2b-wave2 §2.3: volumes by name, read-write.
+      ...(volumeMountsOf(b.volumeMounts)?.length ? { volumes: volumeMountsOf(b.volumeMounts) } : {}),
     });
     if (requested === 0) sandbox = await core.sandboxes.expireNow(principal, sandbox.id);
     res.status(201).json(await sandboxResponse(principal, sandbox, await templateNames(principal, [sandbox])));
@@ -566,9 +570,7 @@ export function createControlPlaneRouter(deps: E2bDeps): Router {
   router.all(['/templates', '/templates/*rest', '/v2/templates', '/v2/templates/*rest', '/v3/templates', '/v3/templates/*rest'], route(async (req) => {
     throw notSupported(`${req.method} ${req.path} (of E2B's template API, Nestbox serves what the SDKs call: build, status, exists, tags, delete)`);
   }));
-  router.all(['/volumes', '/volumes/*rest'], route(async () => {
-    throw notSupported('volumes');
-  }));
+  registerVolumeRoutes(router, deps, route, options.publicDomain);
   registerSecretRoutes(router, deps, route);
 
   router.use((req: Request, res: Response) => {

@@ -25,8 +25,8 @@ export type { E2bOptions } from './deps.js';
 
 /** Only core's port, named entry by entry: whatever else the caller's object holds stays out of reach. */
 function depsOf(core: CompatPort, options: E2bOptions): E2bDeps {
-  const { toolbox, sandboxes, snapshots, auth, sandboxTokens, ports, idempotency, sandboxEvents, images, builds, objects, codeInterpreter, usage, events, webhooks, requestRates, secrets } = core;
-  return { ...options, core: { toolbox, sandboxes, snapshots, auth, sandboxTokens, ports, idempotency, sandboxEvents, images, builds, objects, codeInterpreter, usage, events, webhooks, requestRates, secrets } };
+  const { toolbox, sandboxes, snapshots, volumes, volumeTokens, auth, sandboxTokens, ports, idempotency, sandboxEvents, images, builds, objects, codeInterpreter, usage, events, webhooks, requestRates, secrets } = core;
+  return { ...options, core: { toolbox, sandboxes, snapshots, volumes, volumeTokens, auth, sandboxTokens, ports, idempotency, sandboxEvents, images, builds, objects, codeInterpreter, usage, events, webhooks, requestRates, secrets } };
 }
 
 const RPC_PATH = /^\/(process\.Process|filesystem\.Filesystem)\//;

@@ -54,8 +54,10 @@ export const E2B_CONTROL_PLANE_SCOPES: ScopeTable = [
   ['ALL /v2/templates/*rest', 'authenticated'],
   ['ALL /v3/templates', 'authenticated'],
   ['ALL /v3/templates/*rest', 'authenticated'],
-  ['ALL /volumes', 'authenticated'],
-  ['ALL /volumes/*rest', 'authenticated'],
+  ['POST /volumes', 'volumes:write'],
+  ['GET /volumes', 'volumes:read'],
+  ['GET /volumes/:volumeID', 'volumes:read'],
+  ['DELETE /volumes/:volumeID', 'volumes:write'],
   // Organisation secrets (secrets.ts).
   ['GET /secrets', 'secrets:manage'],
   ['POST /secrets', 'secrets:manage'],

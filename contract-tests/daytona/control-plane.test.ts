@@ -177,9 +177,7 @@ describe('Daytona control plane with @daytonaio/sdk', () => {
     expect(both.status).toBe(400);
     expect(((await both.json()) as { message: string }).message).toMatch(/autoStopInterval/);
 
-    await expect(env.daytona.create({ volumes: [{ volumeId: 'v1', mountPath: '/data' }] })).rejects.toThrow(/volumes is not supported/);
-    await expect(env.daytona.volume.list()).rejects.toThrow(/volumes is not supported/);
-    await expect(env.daytona.volume.get('vol1', true)).rejects.toThrow(/volumes is not supported/);
+    // Volumes (create({volumes}), daytona.volume.*) are supported: volumes.test.ts.
     // Images (create({image}), snapshot.create) are built: images.test.ts.
 
     const sb = await env.daytona.create();

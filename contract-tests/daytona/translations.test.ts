@@ -34,7 +34,9 @@ describe('Daytona translations', () => {
     // Organisation secrets: one {ENV: "secretName"} object each, as core's references.
     expect(createInput({ secrets: [{ A: 's' }, { B: 't' }] }, 86400).secrets).toEqual([{ env: 'A', name: 's' }, { env: 'B', name: 't' }]);
     expect(() => createInput({ secrets: [{ A: 's', B: 't' }] }, 86400)).toThrow(/secrets\[0\]/);
-    for (const body of [{ gpu: 1 }, { volumes: [{ volumeId: 'v', mountPath: '/d' }] }]) {
+    // Volumes (volumes.ts): by id or name, read-write, the subpath kept.
+    expect(createInput({ volumes: [{ volumeId: 'v', mountPath: '/d', subpath: 'x/y' }] }, 86400).volumes).toEqual([{ volumeId: 'v', mountPath: '/d', readOnly: false, subpath: 'x/y' }]);
+    for (const body of [{ gpu: 1 }]) {
       const err = (() => {
         try {
           createInput(body, 86400);

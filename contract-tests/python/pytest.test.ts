@@ -62,6 +62,8 @@ beforeAll(async () => {
           E2B_API_KEY: server.apiKey,
           E2B_API_URL: `${server.url}/e2b`,
           E2B_SANDBOX_URL: server.url,
+          // Volume contents (test_volumes.py): the SDK's content base URL.
+          E2B_VOLUME_API_URL: `${server.url}/e2b`,
           DAYTONA_API_KEY: server.apiKey,
           DAYTONA_API_URL: `${server.url}/daytona/api`,
           NESTBOX_PYTEST_REPORT: report,

@@ -17,11 +17,11 @@ const API_KEY_PATTERN = /^nbx_[a-zA-Z0-9]{40}$/;
  * its organisation that also manages organisations and hosts; only an operator can mint one.
  */
 export const KEY_PRESETS = {
-  'read-only': ['sandboxes:read', 'files:read', 'snapshots:read', 'images:read'],
-  sandbox: ['sandboxes:read', 'sandboxes:operate', 'sandboxes:exec', 'files:read', 'files:write', 'snapshots:read'],
-  ci: ['sandboxes:read', 'sandboxes:create', 'sandboxes:operate', 'sandboxes:delete', 'sandboxes:exec', 'files:read', 'files:write', 'snapshots:read', 'snapshots:write', 'images:read', 'images:write'],
-  admin: ['sandboxes:read', 'sandboxes:create', 'sandboxes:operate', 'sandboxes:delete', 'sandboxes:exec', 'files:read', 'files:write', 'snapshots:read', 'snapshots:write', 'images:read', 'images:write', 'keys:manage', 'webhooks:manage', 'secrets:manage'],
-  operator: ['sandboxes:read', 'sandboxes:create', 'sandboxes:operate', 'sandboxes:delete', 'sandboxes:exec', 'files:read', 'files:write', 'snapshots:read', 'snapshots:write', 'images:read', 'images:write', 'keys:manage', 'webhooks:manage', 'secrets:manage', 'platform:organizations', 'platform:hosts'],
+  'read-only': ['sandboxes:read', 'files:read', 'snapshots:read', 'images:read', 'volumes:read'],
+  sandbox: ['sandboxes:read', 'sandboxes:operate', 'sandboxes:exec', 'files:read', 'files:write', 'snapshots:read', 'volumes:read'],
+  ci: ['sandboxes:read', 'sandboxes:create', 'sandboxes:operate', 'sandboxes:delete', 'sandboxes:exec', 'files:read', 'files:write', 'snapshots:read', 'snapshots:write', 'images:read', 'images:write', 'volumes:read', 'volumes:write'],
+  admin: ['sandboxes:read', 'sandboxes:create', 'sandboxes:operate', 'sandboxes:delete', 'sandboxes:exec', 'files:read', 'files:write', 'snapshots:read', 'snapshots:write', 'images:read', 'images:write', 'keys:manage', 'webhooks:manage', 'secrets:manage', 'volumes:read', 'volumes:write'],
+  operator: ['sandboxes:read', 'sandboxes:create', 'sandboxes:operate', 'sandboxes:delete', 'sandboxes:exec', 'files:read', 'files:write', 'snapshots:read', 'snapshots:write', 'images:read', 'images:write', 'keys:manage', 'webhooks:manage', 'secrets:manage', 'volumes:read', 'volumes:write', 'platform:organizations', 'platform:hosts'],
 } as const satisfies Record<string, readonly Scope[]>;
 export type KeyPreset = keyof typeof KEY_PRESETS;
 

@@ -147,6 +147,7 @@ export class HostTransferService {
     const found = await repo.findById(sandboxId);
     if (!found || found.state === 'deleted') throw errors.notFound('sandbox', sandboxId);
     if (found.state !== 'stopped') throw errors.invalidState('sandbox', sandboxId, found.state, ['stopped'], 'move (stop it first)');
+    if (found.volumeMounts?.length) throw new NestboxError('conflict', `sandbox ${sandboxId} mounts volumes (${found.volumeMounts.map((m) => m.name).join(', ')}) that live on its host; it cannot be moved`, { field: 'volumes' });
     const fromHostId = found.hostId!;
     if (input.hostId !== undefined) await this.checkTarget(input.hostId, fromHostId, sandboxId);
     const source = await hostRepository(this.db).findById(fromHostId);

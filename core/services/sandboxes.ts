@@ -8,6 +8,7 @@ import { failureMessage, Lifecycle, timeoutDeadline } from '../lifecycle.js';
 import type { SandboxStateEvents } from '../sandbox-events.js';
 import { snapshotRepository } from '../store/repositories/snapshots.js';
 import type { HostTransferService } from './host-transfer.js';
+import type { VolumeMountInput, VolumeService } from './volumes.js';
 import { EVERY_PORT, portRepository } from '../store/repositories/ports.js';
 import type { EgressPolicy, HostClient, HostSandboxSpec } from '../host-client.js';
 import type { GuestClient } from '../guest.js';
@@ -69,6 +70,8 @@ export interface CreateSandboxInput extends LifecyclePolicy {
    * traffic token. Written in the same transaction as the sandbox, so it never exists without it.
    */
   everyPort?: { public: boolean };
+  /** Volumes to mount at every start (core/services/volumes.ts): by id or name, a path, read-only or not. */
+  volumes?: VolumeMountInput[];
   /**
    * Core only (image builds): start from a host image and layer snapshot directly, as a sandbox
    * of `kind` (a build's sandboxes are `build`, kept out of lists). Never set from a request.
@@ -234,6 +237,13 @@ export class SandboxService {
 
   /** Snapshot copies and moves between hosts (host-transfer.ts); set by the composition root. */
   transfer?: HostTransferService;
+  /** Volumes mounted at create (volumes.ts); set by the composition root. */
+  volumes?: VolumeService;
+
+  private requireVolumes(): VolumeService {
+    if (!this.volumes) throw new NestboxError('not_supported', 'volumes are not available on this server');
+    return this.volumes;
+  }
 
   constructor(
     private readonly db: Db,
@@ -309,6 +319,11 @@ export class SandboxService {
     const name = validateName(input.name);
     if (input.everyPort !== undefined && typeof input.everyPort?.public !== 'boolean') throw errors.validation('everyPort.public', 'must be true or false');
     const snapshotHolders = snapshot && this.transfer && source.imageId === null && source.kind === 'user' ? await this.transfer.holdersOf(snapshot) : undefined;
+    // Volumes: the sandbox runs on their host (volumes.ts), so their rows are held while it is placed.
+    const volumeMounts = input.volumes === undefined ? undefined : await this.requireVolumes().resolveMounts(principal, input.volumes);
+    if (volumeMounts && source.hostId && !snapshotHolders && source.hostId !== volumeMounts.hostId) {
+      throw errors.validation('volumes', `${volumeMounts.what} is on host ${volumeMounts.hostId}, but ${snapshot ? `snapshot ${snapshot.name ?? snapshot.id}` : `image ${source.image}`} is on host ${source.hostId}; a sandbox runs where both are`);
+    }
     let host!: HostRecord;
     const created = await this.withinQuota(principal.organizationId, { sandboxes: 1, cpu: spec.cpu, memoryMiB: spec.memoryMiB, diskGiB: spec.diskGiB }, async (tx) => {
       // A snapshot's disk (and an image's layers) live on the host that made them, so their
@@ -316,7 +331,8 @@ export class SandboxService {
       // A snapshot of the base image can go anywhere: its layers are copied to the host picked
       // when it holds none (host-transfer.ts); a snapshot of an OCI image stays where the image is.
       const what = snapshot ? `snapshot ${snapshot.name ?? snapshot.id}` : `the layers of image ${source.image}`;
-      const where = snapshotHolders ? { preferred: { hostIds: snapshotHolders } } : source.hostId ? { fixed: { hostId: source.hostId, what } } : {};
+      const where = volumeMounts ? { fixed: { hostId: volumeMounts.hostId, what: volumeMounts.what } } : snapshotHolders ? { preferred: { hostIds: snapshotHolders } } : source.hostId ? { fixed: { hostId: source.hostId, what } } : {};
+      if (volumeMounts) await this.requireVolumes().lockForMount(tx, principal.organizationId, volumeMounts);
       host = await this.hosts.place(tx, { cpu: spec.cpu, memoryMiB: spec.memoryMiB, diskGiB: spec.diskGiB, constraints, ...where });
       const inserted = await this.lifecycle.insert(tx, OPERATIONS.create, operationId, {
         id: newSandboxId(),
@@ -334,6 +350,7 @@ export class SandboxService {
         autoDeleteSeconds: policy.autoDeleteSeconds ?? null,
         sourceSnapshotId: snapshot?.id ?? null,
         egress,
+        ...(volumeMounts ? { volumeMounts: volumeMounts.mounts } : {}),
       });
       if (secretRefs.length) await this.secrets!.attach(tx, inserted, secretRefs);
       if (input.everyPort) {
@@ -468,7 +485,8 @@ export class SandboxService {
   /** What its host agent is told about a sandbox (also the spec a move's target records). */
   hostSpec(s: Sandbox): HostSandboxSpec {
     const disk = s.diskGiB === null ? {} : { diskGiB: s.diskGiB, diskInodes: Math.max(1024, s.diskGiB * this.limits.diskInodesPerGiB) };
-    return { id: s.id, image: s.hostImage ?? s.image, cpu: s.cpu, memoryMiB: s.memoryMiB, env: s.env, egress: s.egress, ...disk };
+    const volumes = s.volumeMounts?.length ? { volumes: s.volumeMounts.map((m) => ({ volumeId: m.volumeId, mountPath: m.mountPath, readOnly: m.readOnly, ...(m.subpath ? { subpath: m.subpath } : {}) })) } : {};
+    return { id: s.id, image: s.hostImage ?? s.image, cpu: s.cpu, memoryMiB: s.memoryMiB, env: s.env, egress: s.egress, ...disk, ...volumes };
   }
 
   /** The only way handlers load a sandbox: another organisation's (or a key's unlisted) sandbox is simply not found. */
@@ -789,6 +807,7 @@ export class SandboxService {
     const name = validateName(input.name);
     if (name !== undefined && count !== 1) throw errors.validation('name', 'can only be given when forking one sandbox');
     if (!['running', 'paused', 'stopped'].includes(source.state)) throw errors.invalidState('sandbox', id, source.state, ['running', 'paused', 'stopped'], 'fork');
+    if (source.volumeMounts?.length) throw new NestboxError('conflict', `sandbox ${id} mounts volumes (${source.volumeMounts.map((m) => m.name).join(', ')}); a sandbox with volume mounts cannot be forked (create a new sandbox that mounts them instead)`, { field: 'volumes' });
     const timeoutSeconds = this.validateTimeout(input.timeoutSeconds ?? this.limits.defaultTimeoutSeconds);
     const operationId = newOperationId();
     const children: Sandbox[] = [];

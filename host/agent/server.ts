@@ -36,6 +36,7 @@ import { inSampledTrace, inSpan, serveInSpan, tracingEnabled } from '../../core/
 import { GuestSpanRelay, type GuestSpanSink } from './guest-spans.js';
 import { EXPORT_ROUTE, importSandbox, importSnapshotChain, serveExport, TransferError } from './transfer.js';
 import { HostSandboxImportRequest, HostSnapshotImportRequest } from '../protocol/schemas.js';
+import { handleVolumeRoute } from './volumes.js';
 
 export interface HostAgentServerOptions {
   hostId: string;
@@ -220,6 +221,7 @@ export class HostAgentServer {
     }
     if (parts[1] === 'snapshots') return this.handleSnapshots(parts, req, res, url.pathname);
     if (parts[1] === 'images') return this.handleImages(parts, req, res, url.pathname);
+    if (parts[1] === 'volumes') return handleVolumeRoute(driver, parts, req, res, url);
     if (parts[1] !== 'sandboxes') throw new HttpError(404, 'not_found', `no route ${url.pathname}`);
 
     if (parts.length === 2) {

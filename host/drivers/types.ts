@@ -4,6 +4,7 @@
 // kill -9 of the host agent: a driver keeps its own per-sandbox record on disk and `init()`
 // adopts what is still running and reports what is not.
 import type { HostImage, HostImageConfig } from '../../core/host-client.js';
+import type { VolumeStore } from '../storage/volumes.js';
 
 export interface DriverCapabilities {
   /** Stop can keep memory (resume continues running processes). */
@@ -41,6 +42,17 @@ export interface SandboxSpec {
   diskGiB?: number;
   /** Inode limit of that disk (default: the driver's inodes per GiB × diskGiB). */
   diskInodes?: number;
+  /** Volumes of this host (issue 19) mounted into the sandbox at every start; they must exist here. */
+  volumes?: SandboxVolumeMount[];
+}
+
+export interface SandboxVolumeMount {
+  volumeId: string;
+  /** Absolute path inside the sandbox. */
+  mountPath: string;
+  readOnly: boolean;
+  /** A directory inside the volume to mount instead of its top. */
+  subpath?: string;
 }
 
 /** Outbound network policy of a sandbox (isolation rules apply whatever it says). */
@@ -174,6 +186,8 @@ export interface SandboxUsageCounters {
 
 export interface Driver {
   readonly name: 'local' | 'cloud-hypervisor';
+  /** Persistent named volumes on this host (issue 19); absent = the driver has none. */
+  readonly volumes?: VolumeStore;
   /** Probe the machine, reclaim leftovers of crashed runs, adopt sandboxes that still run. */
   init(): Promise<void>;
   capabilities(): DriverCapabilities;

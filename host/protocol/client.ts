@@ -55,7 +55,7 @@ interface RequestOptions {
 
 /** A host-agent path as a span names it: the sandbox id and the query left out. */
 function routeTemplate(path: string): string {
-  return path.split('?', 1)[0].replace(/^\/v1\/(sandboxes|snapshots|images)\/[^/]+/, '/v1/$1/{id}');
+  return path.split('?', 1)[0].replace(/^\/v1\/(sandboxes|snapshots|images|volumes)\/[^/]+/, '/v1/$1/{id}');
 }
 
 async function readAll(res: http.IncomingMessage): Promise<Buffer> {
@@ -281,6 +281,24 @@ export class HttpHostClient implements HostClient {
     await this.call({ method: 'DELETE', path: `/v1/snapshots/${encodeURIComponent(snapshotId)}` });
   }
 
+
+  ensureVolume(id: string, sizeBytes: number): Promise<Schemas.HostVolumeInfo> {
+    return this.json({ method: 'PUT', path: `/v1/volumes/${encodeURIComponent(id)}`, json: { sizeBytes } }, Schemas.HostVolumeInfo);
+  }
+
+  volumeInfo(id: string): Promise<Schemas.HostVolumeInfo> {
+    return this.json({ method: 'GET', path: `/v1/volumes/${encodeURIComponent(id)}`, timeoutMs: 10_000 }, Schemas.HostVolumeInfo);
+  }
+
+  async deleteVolume(id: string): Promise<void> {
+    await this.call({ method: 'DELETE', path: `/v1/volumes/${encodeURIComponent(id)}` });
+  }
+
+  volumeFiles(id: string, o: { method: string; op: string; query: Record<string, string>; body?: Readable; json?: unknown }): Promise<http.IncomingMessage> {
+    const path = `/v1/volumes/${encodeURIComponent(id)}/files${o.op ? `/${o.op}` : ''}?${new URLSearchParams(o.query).toString()}`;
+    // Streams take as long as their bytes: no lifecycle deadline on a content read or write.
+    return this.send({ method: o.method, path, body: o.body, json: o.json, ...(o.body ? { headers: { 'content-type': 'application/octet-stream' } } : {}), ...(o.body || o.op === 'content' ? { timeoutMs: 0 } : {}) });
+  }
 
   async getSandbox(id: string): Promise<HostSandboxRuntime | undefined> {
     try {

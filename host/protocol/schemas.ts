@@ -34,6 +34,21 @@ export const HostEgressResult = z.object({
   applied: z.boolean(),
 });
 
+// ---- volumes (issue 19) -------------------------------------------------------------------------
+export const VolumeIdParam = z.string().regex(/^[a-z0-9][a-z0-9-]{0,63}$/, 'must be 1-64 lowercase letters, digits or -');
+export const HostVolumeMount = z
+  .object({
+    volumeId: VolumeIdParam,
+    mountPath: z.string().min(2).max(1024),
+    readOnly: z.boolean(),
+    subpath: z.string().min(1).max(1024).optional(),
+  })
+  .strict();
+/** `PUT /v1/volumes/{id}`: creates the volume's file system (idempotent). */
+export const HostVolumeCreate = z.object({ sizeBytes: z.number().int().min(64 * 2 ** 20).max(2 ** 50) }).strict();
+export const HostVolumeInfo = z.object({ id: z.string(), sizeBytes: z.number().int().nonnegative(), usedBytes: z.number().int().nonnegative() });
+export type HostVolumeInfo = z.infer<typeof HostVolumeInfo>;
+
 export const HostSandboxSpec = z
   .object({
     id: SandboxIdParam,
@@ -45,6 +60,7 @@ export const HostSandboxSpec = z
     egress: EgressPolicy.optional(),
     diskGiB: z.number().int().min(1).max(16_384).optional(),
     diskInodes: z.number().int().min(1024).max(2 ** 32 - 1).optional(),
+    volumes: z.array(HostVolumeMount).max(16).optional(),
   })
   .strict();
 export type HostSandboxSpec = z.infer<typeof HostSandboxSpec>;

@@ -48,7 +48,7 @@ export function diskMountPoint(diskDir: string): string {
  * mounts it. Inode tables and the journal are not zeroed: a sparse file reads as zeros already,
  * and zeroing would allocate host blocks for nothing.
  */
-export async function createDiskImage(diskDir: string, quota: DiskQuota): Promise<void> {
+export async function createDiskImage(diskDir: string, quota: DiskQuota, mountOptions: { nodevNosuid?: boolean } = {}): Promise<void> {
   if (!Number.isSafeInteger(quota.sizeBytes) || quota.sizeBytes < MIN_DISK_BYTES) throw new Error(`disk size must be at least ${MIN_DISK_BYTES} bytes, got ${quota.sizeBytes}`);
   if (!Number.isSafeInteger(quota.inodes) || quota.inodes < MIN_INODES) throw new Error(`disk inodes must be at least ${MIN_INODES}, got ${quota.inodes}`);
   const image = diskImagePath(diskDir);
@@ -67,7 +67,7 @@ export async function createDiskImage(diskDir: string, quota: DiskQuota): Promis
     await rm(temp, { force: true }).catch(() => {});
     throw error;
   }
-  await mountDiskImage(diskDir);
+  await mountDiskImage(diskDir, mountOptions);
 }
 
 /**
@@ -75,7 +75,7 @@ export async function createDiskImage(diskDir: string, quota: DiskQuota): Promis
  * a host-agent restart). A file system left frozen by a host agent that died during a fork or
  * snapshot is thawed.
  */
-export async function mountDiskImage(diskDir: string, options: { readOnly?: boolean } = {}): Promise<void> {
+export async function mountDiskImage(diskDir: string, options: { readOnly?: boolean; nodevNosuid?: boolean } = {}): Promise<void> {
   const mountPoint = diskMountPoint(diskDir);
   if (isMountPoint(mountPoint)) {
     if (!options.readOnly) await run('fsfreeze', ['--unfreeze', mountPoint]).catch(() => {});
@@ -85,7 +85,7 @@ export async function mountDiskImage(diskDir: string, options: { readOnly?: bool
   // `-o loop` sets autoclear (the loop device goes with the last unmount); `discard` gives the
   // blocks of deleted files back to the host; `noinit_itable` keeps ext4 from zeroing inode
   // tables in the background (see createDiskImage).
-  const flags = options.readOnly ? 'loop,ro,noload' : 'loop,discard,noinit_itable';
+  const flags = (options.readOnly ? 'loop,ro,noload' : 'loop,discard,noinit_itable') + (options.nodevNosuid ? ',nodev,nosuid' : '');
   await run('mount', ['-t', 'ext4', '-o', flags, '--', diskImagePath(diskDir), mountPoint]);
 }
 

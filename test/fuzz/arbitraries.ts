@@ -106,7 +106,8 @@ export function fromSchema(schema: Schema | undefined, ctx: SchemaContext, depth
       const min = typeof schema.minimum === 'number' ? schema.minimum : -1000;
       const max = typeof schema.maximum === 'number' ? schema.maximum : 100_000;
       return fc.oneof(
-        { weight: 4, arbitrary: fc.integer({ min: Math.max(min, -1e6), max: Math.min(max, 1e6) }) },
+        // A minimum above the usual range (a volume's 64 MiB) still gives a non-empty range.
+        { weight: 4, arbitrary: fc.integer({ min: Math.max(min, -1e6), max: Math.max(Math.max(min, -1e6), Math.min(max, 1e6)) }) },
         { weight: 1, arbitrary: fc.constantFrom(min - 1, max + 1, 1.5, -1, 2 ** 31, 2 ** 63, '5') },
       );
     }
@@ -160,7 +161,7 @@ function validFromSchema(schema: Schema, ctx: SchemaContext, depth: number): fc.
       return typeof schema.format === 'string' && schema.format === 'date-time' ? fc.date({ noInvalidDate: true }).map((d) => d.toISOString()) : fc.oneof({ weight: 3, arbitrary: plainString }, { weight: 1, arbitrary: fuzzText.filter((s) => s.length > 0 && s.length < 200 && !s.includes('\0')) });
     case 'integer':
     case 'number':
-      return fc.integer({ min: typeof schema.minimum === 'number' ? schema.minimum : 0, max: typeof schema.maximum === 'number' ? Math.min(schema.maximum, 1e6) : 1000 });
+      return fc.integer({ min: typeof schema.minimum === 'number' ? schema.minimum : 0, max: Math.max(typeof schema.minimum === 'number' ? schema.minimum : 0, typeof schema.maximum === 'number' ? Math.min(schema.maximum, 1e6) : 1000) });
     case 'boolean':
       return fc.boolean();
     case 'array':

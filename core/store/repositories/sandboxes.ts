@@ -43,6 +43,7 @@ interface SandboxRow {
   kind: string | null;
   image_id: string | null;
   host_image: string | null;
+  volume_mounts?: unknown;
 }
 
 /**
@@ -100,6 +101,7 @@ function fromRow(r: SandboxRow): Sandbox {
     kind: r.kind === 'build' ? 'build' : 'user',
     imageId: r.image_id ?? null,
     hostImage: r.host_image ?? null,
+    ...(r.volume_mounts ? { volumeMounts: json<NonNullable<Sandbox['volumeMounts']>>(r.volume_mounts) } : {}),
   };
 }
 
@@ -189,6 +191,8 @@ export interface NewSandbox {
   kind?: Sandbox['kind'];
   imageId?: string | null;
   hostImage?: string | null;
+  /** Volumes mounted at every start (core/services/volumes.ts). */
+  volumeMounts?: Sandbox['volumeMounts'];
 }
 
 export interface ListFilter {
@@ -272,6 +276,7 @@ export function sandboxRepository(db: DbOrTx) {
           kind: s.kind ?? 'user',
           image_id: s.imageId ?? null,
           host_image: s.hostImage ?? null,
+          ...(s.volumeMounts?.length ? { volume_mounts: JSON.stringify(s.volumeMounts) } : {}),
           last_activity_at: new Date(),
           // Set here, not by the column's now(): PostgreSQL keeps microseconds, a paging cursor
           // carries a JS Date (milliseconds), and rows created within the same millisecond

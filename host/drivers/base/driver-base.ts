@@ -2,6 +2,7 @@
 // sandbox (and per snapshot), the checks every Driver method starts with, the disk and snapshot
 // stores, and the shape of the runtime they report. A driver subclass supplies what differs
 // (how a sandbox runs, pauses, is torn down and adopted); the Driver interface stays its own.
+import { VolumeStore } from '../../storage/volumes.js';
 import { existsSync } from 'node:fs';
 import { readdir } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
@@ -58,6 +59,8 @@ function imageInfoOf(meta: OciImageMeta): ImageInfo {
 export abstract class DriverBase<R extends BaseRecord> {
   protected readonly dataDir: string;
   protected readonly sandboxesDir: string;
+  /** Persistent named volumes on this host (host/storage/volumes.ts), `<dataDir>/volumes`. */
+  readonly volumes: VolumeStore;
   /** Lines about one sandbox carry its id as `sandboxId` (and the `operation` when there is one). */
   protected readonly log: Logger;
   protected readonly records = new Map<string, R>();
@@ -84,6 +87,7 @@ export abstract class DriverBase<R extends BaseRecord> {
   ) {
     this.dataDir = resolve(dataDir);
     this.sandboxesDir = join(this.dataDir, 'sandboxes');
+    this.volumes = new VolumeStore(join(this.dataDir, 'volumes'));
     this.log = logger ?? silentLogger;
   }
 

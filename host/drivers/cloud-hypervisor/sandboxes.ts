@@ -252,6 +252,8 @@ export abstract class ChSandboxes extends DriverBase<ChRecord> {
   protected validateSpec(spec: SandboxSpec): void {
     assertSandboxId(spec.id);
     const invalid = (message: string) => new DriverError('validation_failed', message);
+    // Volumes (issue 19) reach microVMs only once virtio-fs is wired (virtiofsd per volume and VM): refused, never ignored.
+    if (spec.volumes?.length) throw new DriverError('not_supported', 'the cloud-hypervisor driver cannot mount volumes yet (virtio-fs is not wired); run sandboxes with volumes on a local-driver host');
     if (spec.image !== 'default' && spec.image !== CODE_INTERPRETER_IMAGE && !IMAGE_ID.test(spec.image)) throw invalid(`unknown image "${spec.image}" (the cloud-hypervisor driver knows "default", "${CODE_INTERPRETER_IMAGE}" and pulled OCI images by id, sha256:<64 hex>)`);
     if (spec.diskGiB !== undefined && (!Number.isInteger(spec.diskGiB) || spec.diskGiB < 1 || spec.diskGiB > MAX_DISK_GIB)) throw invalid(`diskGiB must be an integer from 1 to ${MAX_DISK_GIB}, got ${spec.diskGiB}`);
     if (!(spec.cpu > 0) || spec.cpu > 256) throw invalid(`cpu must be between 0 and 256 vCPUs, got ${spec.cpu}`);

@@ -66,7 +66,10 @@ export abstract class LocalRuntime extends LocalSandboxes {
     await writeAgentKeyFile(dir, agentKey);
     this.agentKeys.set(id, agentKey);
     await appendLog(join(dir, 'sandbox.log'), `--- nestbox: starting ${id} at ${new Date().toISOString()} ---\n`);
+    // Volumes are mounted on the host (again after a reboot) before the launcher binds them in.
+    for (const volume of record.spec.volumes ?? []) await this.volumes.ensure(volume.volumeId);
     const child = launchSandbox({
+      volumes: (record.spec.volumes ?? []).map((volume) => ({ source: this.volumes.dataDir(volume.volumeId), subpath: volume.subpath, mountPath: volume.mountPath, readOnly: volume.readOnly })),
       netnsPath: `/run/netns/${slot.netns}`,
       cgroupProcsFiles: cgroups.procsFiles(agent),
       workProcsFiles: cgroups.procsFiles(work),

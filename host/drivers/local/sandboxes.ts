@@ -3,6 +3,7 @@
 // (upper/ and work/ on the sandbox's own disk, snapshot layers below them), and the checks
 // every call makes. The lifecycle builds on it: runtime.ts (launch, teardown, egress,
 // watching), recovery.ts (adoption at init), driver.ts (the Driver methods).
+import { validateVolumeMounts } from '../base/volume-mounts.js';
 import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { lstat, mkdir } from 'node:fs/promises';
@@ -172,6 +173,7 @@ export abstract class LocalSandboxes extends DriverBase<SandboxRecord> {
     } catch (error) {
       throw invalid((error as Error).message);
     }
+    validateVolumeMounts(spec, this.volumes);
     assertSafeHostPath('data dir', this.sandboxDir(spec.id));
     const socket = join(this.sandboxDir(spec.id), 'run', 'agent.sock');
     if (Buffer.byteLength(socket) > SUN_PATH_MAX) {

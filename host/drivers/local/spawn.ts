@@ -53,6 +53,7 @@ import type { Socket } from 'node:net';
 import { encodeAgentKey } from '../../agent-protocol/auth.js';
 import { IDS_PER_SANDBOX } from './id-ranges.js';
 import { assertSafeHostPath } from '../../util/fs.js';
+import { volumePathProblem } from '../../storage/volumes.js';
 import { basename, dirname, join } from 'node:path';
 
 export const IN_SANDBOX_NODE = '/.nestbox/bin/node';
@@ -236,6 +237,13 @@ if [ -n "\${NESTBOX_ENTER:-}" ]; then
   mount --bind -o ro,nosuid,nodev "$NESTBOX_ENTER" "$root/.nestbox/bin/nestbox-enter"
 fi
 mount -o remount,ro,nosuid,nodev nestbox "$root/.nestbox"
+# Volumes (LaunchPlan.volumes): one line each, source|subpath|mountPath|ro-or-rw; nestbox-rootfs
+# walks both paths without following symlinks and attaches an idmapped clone by descriptor.
+if [ -n "\${NESTBOX_VOLUMES:-}" ]; then
+  printf '%s\n' "$NESTBOX_VOLUMES" | while IFS='|' read -r vsource vsubpath vpath vmode; do
+    "$NESTBOX_ROOTFS" --volume "$run/userns" "$ids" "$root" "$vsource" "$vsubpath" "$vpath" "$vmode"
+  done
+fi
 exec perl -e 'eval $ENV{NESTBOX_STAGE3}; die $@ if $@;' -- "$root" "$run/agent.sock" "$run/userns" "$@"
 `;
 
@@ -354,7 +362,19 @@ export interface LaunchPlan {
   lastCapability: number;
   /** The guest agent's per-boot proof key, handed over on AGENT_KEY_FD (see handOverAgentKey). */
   agentKey?: Buffer;
+  /** Volumes to mount (issue 19): `source` is the volume's data dir on the host. */
+  volumes?: LaunchVolume[];
 }
+
+export interface LaunchVolume {
+  source: string;
+  /** A directory inside the volume to mount instead of its top (made if missing). */
+  subpath?: string;
+  /** Absolute path inside the sandbox (made if missing). */
+  mountPath: string;
+  readOnly: boolean;
+}
+
 
 export function assertValidEnv(env: Record<string, string>): void {
   for (const [name, value] of Object.entries(env)) {
@@ -480,6 +500,12 @@ export function launchSandbox(plan: LaunchPlan): ChildProcess {
   }
   (plan.workProcsFiles ?? []).forEach((file, index) => assertSafeHostPath(`workload cgroup ${index}`, file));
   assertValidEnv(plan.env);
+  for (const [index, volume] of (plan.volumes ?? []).entries()) {
+    assertSafeHostPath(`volume ${index}`, volume.source);
+    const problem = volumePathProblem(volume.mountPath, 'mountPath') ?? (volume.subpath ? volumePathProblem(volume.subpath, 'subpath') : undefined);
+    if (problem) throw new Error(`volume ${index}: ${problem}`);
+    if (volume.source.includes('|') || volume.source.includes('\n')) throw new Error(`volume ${index}: invalid source path`);
+  }
   if (plan.hostLoader) {
     assertSafeHostPath('loader', plan.hostLoader.loader);
     for (const lib of plan.hostLoader.libs) {
@@ -514,6 +540,7 @@ export function launchSandbox(plan: LaunchPlan): ChildProcess {
         NESTBOX_ID_COUNT: String(plan.idRange.count),
         ...(plan.enterHelperBinary ? { NESTBOX_ENTER: plan.enterHelperBinary } : {}),
         ...(plan.workProcsFiles?.length ? { NESTBOX_WORK_PROCS: plan.workProcsFiles.join(':') } : {}),
+        ...(plan.volumes?.length ? { NESTBOX_VOLUMES: plan.volumes.map((v) => [v.source, v.subpath ? v.subpath.replace(/^\/+/, '') || '-' : '-', v.mountPath, v.readOnly ? 'ro' : 'rw'].join('|')).join('\n') } : {}),
         ...prefixedEnv(plan.env),
       },
     });

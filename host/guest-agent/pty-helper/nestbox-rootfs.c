@@ -22,6 +22,17 @@
  *      layers. DISK_DIR "-" makes a read-only root of the LAYERs alone (file views).
  *      Because the layers are detached mounts, /proc/self/mountinfo inside the sandbox shows no
  *      host path for them.
+ *
+ *   nestbox-rootfs --volume USERNS_FILE ID_BASE TARGET SOURCE SUBPATH|- MOUNTPATH ro|rw
+ *
+ *   Mounts a volume (issue 19) into the root built above, after it: an idmapped clone (the
+ *   sandbox's mapping, so volume files keep unshifted ids on disk and every sandbox sharing the
+ *   volume sees them as its own) of SOURCE, or of SOURCE/SUBPATH, at TARGET/MOUNTPATH, nosuid,
+ *   nodev, read-only for `ro`. Both SUBPATH and MOUNTPATH are walked one component at a time
+ *   with O_NOFOLLOW from a descriptor of their base (missing directories are made): the volume
+ *   and the sandbox's disk are written by sandboxes, so a symlink or `..` in either must never
+ *   lead the mount to a host path. The mount is attached by descriptor (move_mount
+ *   MOVE_MOUNT_T_EMPTY_PATH), never by a path lookup.
  * Exit status 0 on success, 1 on failure (with a message on stderr).
  */
 #define _GNU_SOURCE
@@ -119,7 +130,104 @@ static void set_fd(int fs, const char *key, int fd, const char *label) {
   if (fsconfig(fs, FSCONFIG_SET_FD, key, NULL, fd) < 0) fail("overlay layer", label);
 }
 
+/*
+ * Walks `path` (slash-separated, relative) below `base` without following any symlink, making
+ * missing directories (`mode`, with the current file-system ids; set through the held descriptor,
+ * so no umask and no swapped-in symlink applies). Returns an O_PATH descriptor of the last
+ * directory. "." and ".." are refused.
+ */
+static int walk_below(int base, const char *path, const char *label, mode_t mode) {
+  char buffer[4096];
+  if (strlen(path) >= sizeof buffer) {
+    errno = ENAMETOOLONG;
+    fail("path too long:", label);
+  }
+  strcpy(buffer, path);
+  int dir = dup(base);
+  if (dir < 0) fail("dup", label);
+  char *save = NULL;
+  for (char *part = strtok_r(buffer, "/", &save); part; part = strtok_r(NULL, "/", &save)) {
+    if (strcmp(part, ".") == 0 || strcmp(part, "..") == 0) {
+      errno = EINVAL;
+      fail("'.' or '..' in", label);
+    }
+    int next = openat(dir, part, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (next < 0 && errno == ENOENT) {
+      int made = mkdirat(dir, part, 0700) == 0;
+      if (!made && errno != EEXIST) fail("mkdir in", label);
+      next = openat(dir, part, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (next >= 0 && made) {
+        char self[64];
+        snprintf(self, sizeof self, "/proc/self/fd/%d", next);
+        if (chmod(self, mode) < 0) fail("chmod in", label);
+      }
+    }
+    /* ENOTDIR/ELOOP: a file or a symlink where a directory is wanted. */
+    if (next < 0) fail("open (not a directory, or a symlink)", label);
+    close(dir);
+    dir = next;
+  }
+  return dir;
+}
+
+static int mount_volume(int argc, char **argv) {
+  if (argc != 9) {
+    fprintf(stderr, "usage: nestbox-rootfs --volume USERNS_FILE ID_BASE TARGET SOURCE SUBPATH|- MOUNTPATH ro|rw\n");
+    return 1;
+  }
+  const char *userns_file = argv[2];
+  long base = parse_number(argv[3], "ID_BASE");
+  const char *target = argv[4], *source = argv[5], *subpath = argv[6], *mount_path = argv[7];
+  int read_only = strcmp(argv[8], "ro") == 0;
+  if (!read_only && strcmp(argv[8], "rw") != 0) {
+    fprintf(stderr, "nestbox-rootfs: mode must be ro or rw\n");
+    return 1;
+  }
+  if (base < 1) {
+    fprintf(stderr, "nestbox-rootfs: the id range must be above host root\n");
+    return 1;
+  }
+  /* Refused here too (the driver refuses them first): those are the launcher's own mounts. */
+  const char *reserved[] = {"proc", "sys", "dev", ".nestbox"};
+  const char *first = mount_path;
+  while (*first == '/') first++;
+  if (!*first) {
+    fprintf(stderr, "nestbox-rootfs: a volume cannot be mounted at /\n");
+    return 1;
+  }
+  for (size_t i = 0; i < sizeof reserved / sizeof *reserved; i++) {
+    size_t n = strlen(reserved[i]);
+    if (strncmp(first, reserved[i], n) == 0 && (first[n] == '/' || first[n] == 0)) {
+      fprintf(stderr, "nestbox-rootfs: /%s is reserved\n", reserved[i]);
+      return 1;
+    }
+  }
+  int userns = open(userns_file, O_RDONLY | O_CLOEXEC);
+  if (userns < 0) fail("open", userns_file);
+  int volume = open(source, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (volume < 0) fail("open volume", source);
+  /* The subpath as host root: the volume's own files are unshifted (uid 0 = the sandbox's root). */
+  /* Subpaths made here are open to every user of the sandbox, like the volume's top (0777). */
+  int from = strcmp(subpath, "-") == 0 ? volume : walk_below(volume, subpath, "volume subpath", 0777);
+  int tree = (int)syscall(SYS_open_tree, from, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH);
+  if (tree < 0) fail("open_tree", source);
+  struct mount_attr attr = {0};
+  attr.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID | (read_only ? MOUNT_ATTR_RDONLY : 0);
+  attr.userns_fd = (unsigned long long)userns;
+  if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof attr) < 0) fail("idmap", source);
+  /* The mount point is made in the sandbox's root as the sandbox's root (see main). */
+  if (prctl(PR_SET_SECUREBITS, SECBIT_NO_SETUID_FIXUP, 0, 0, 0) < 0) fail("keep capabilities across setfsuid", NULL);
+  setfsgid((gid_t)base);
+  setfsuid((uid_t)base);
+  int root = open(target, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (root < 0) fail("open", target);
+  int at = walk_below(root, mount_path, "mount path", 0755);
+  if (move_mount(tree, "", at, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0) fail("move_mount to", mount_path);
+  return 0;
+}
+
 int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "--volume") == 0) return mount_volume(argc, argv);
   if (argc < 7) {
     fprintf(stderr, "usage: nestbox-rootfs USERNS_FILE ID_BASE ID_COUNT TARGET DISK_DIR|- LAYER [LAYER...]\n");
     return 1;

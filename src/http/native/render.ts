@@ -1,4 +1,4 @@
-import type { ApiKeyRecord, Principal, Sandbox, Snapshot } from '../../../core/types.js';
+import type { ApiKeyRecord, Principal, Sandbox, Snapshot, Volume } from '../../../core/types.js';
 import type { HostView } from '../../../core/services/hosts.js';
 import type { PublishedPort } from '../../../core/services/ports.js';
 import type { BuildLogLine, Image, ImageBuild } from '../../../core/images/types.js';
@@ -41,6 +41,20 @@ export function renderSandbox(s: Sandbox, viewer?: Principal) {
     snapshotId: s.sourceSnapshotId,
     forkedFrom: s.forkedFrom,
     egress: s.egress,
+    volumes: (s.volumeMounts ?? []).map((m) => ({ volumeId: m.volumeId, name: m.name, mountPath: m.mountPath, readOnly: m.readOnly, ...(m.subpath ? { subpath: m.subpath } : {}) })),
+  };
+}
+
+export function renderVolume(v: Volume, usage?: { usedBytes: number }) {
+  return {
+    id: v.id,
+    name: v.name,
+    state: v.state,
+    sizeBytes: v.sizeBytes,
+    ...(usage ? { usedBytes: usage.usedBytes } : {}),
+    createdAt: v.createdAt.toISOString(),
+    updatedAt: v.updatedAt.toISOString(),
+    lastUsedAt: iso(v.lastUsedAt),
   };
 }
 

@@ -33,6 +33,10 @@ import { createFileWatcher } from './createFileWatcher.js';
 import { createSandbox } from './createSandbox.js';
 import { createSession } from './createSession.js';
 import { createSnapshot } from './createSnapshot.js';
+import { createVolume } from './createVolume.js';
+import { deleteVolume } from './deleteVolume.js';
+import { getVolume } from './getVolume.js';
+import { listVolumes } from './listVolumes.js';
 import { createTerminal } from './createTerminal.js';
 import { deleteApiKey } from './deleteApiKey.js';
 import { deleteFile } from './deleteFile.js';
@@ -244,4 +248,8 @@ export const nativeHandlers: Record<string, NativeHandler> = {
   updateSecret,
   deleteSecret,
   updateSandboxEnv,
+  createVolume,
+  listVolumes,
+  getVolume,
+  deleteVolume,
 };
