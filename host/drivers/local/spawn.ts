@@ -188,6 +188,15 @@ for entry in kcore keys timer_list sched_debug; do
   if [ -f "$root/proc/$entry" ]; then mount --bind /dev/null "$root/proc/$entry"; fi
 done
 mount -t sysfs -o ro,nosuid,nodev,noexec sysfs "$root/sys"
+# The sandbox's own limits (lxcfs.ts): LXCFS's files over /proc's and /sys's, read-only.
+if [ -n "\${NESTBOX_LXCFS:-}" ]; then
+  for entry in $NESTBOX_LXCFS_FILES; do
+    if [ -f "$NESTBOX_LXCFS/$entry" ] && [ -f "$root/$entry" ]; then
+      mount --bind "$NESTBOX_LXCFS/$entry" "$root/$entry"
+      mount -o remount,bind,ro,nosuid,nodev,noexec "$root/$entry"
+    fi
+  done
+fi
 # tmpfs and devpts get the sandbox's root (and tty group) as owners, so they look like a
 # normal system's from inside instead of belonging to "nobody".
 mount -t tmpfs -o nosuid,noexec,mode=755,size=1m,uid=$ids,gid=$ids dev "$root/dev"
@@ -354,6 +363,8 @@ export interface LaunchPlan {
   lastCapability: number;
   /** The guest agent's per-boot proof key, handed over on AGENT_KEY_FD (see handOverAgentKey). */
   agentKey?: Buffer;
+  /** The host's LXCFS mount point (lxcfs.ts) and its files to bind over /proc and /sys; absent = none. */
+  lxcfs?: { mountPoint: string; files: readonly string[] };
 }
 
 export function assertValidEnv(env: Record<string, string>): void {
@@ -479,6 +490,10 @@ export function launchSandbox(plan: LaunchPlan): ChildProcess {
     assertSafeHostPath(label, path);
   }
   (plan.workProcsFiles ?? []).forEach((file, index) => assertSafeHostPath(`workload cgroup ${index}`, file));
+  if (plan.lxcfs) {
+    assertSafeHostPath('lxcfs', plan.lxcfs.mountPoint);
+    for (const file of plan.lxcfs.files) if (!/^[a-z]+(\/[a-z]+)*$/.test(file)) throw new Error(`invalid lxcfs file ${file}`);
+  }
   assertValidEnv(plan.env);
   if (plan.hostLoader) {
     assertSafeHostPath('loader', plan.hostLoader.loader);
@@ -514,6 +529,7 @@ export function launchSandbox(plan: LaunchPlan): ChildProcess {
         NESTBOX_ID_COUNT: String(plan.idRange.count),
         ...(plan.enterHelperBinary ? { NESTBOX_ENTER: plan.enterHelperBinary } : {}),
         ...(plan.workProcsFiles?.length ? { NESTBOX_WORK_PROCS: plan.workProcsFiles.join(':') } : {}),
+        ...(plan.lxcfs ? { NESTBOX_LXCFS: plan.lxcfs.mountPoint, NESTBOX_LXCFS_FILES: plan.lxcfs.files.join(' ') } : {}),
         ...prefixedEnv(plan.env),
       },
     });
