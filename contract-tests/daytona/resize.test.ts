@@ -16,7 +16,8 @@ afterAll(async () => {
 
 describe('Daytona resize', () => {
   it('resizes memory and CPU of a started sandbox live, and grows the disk of a stopped one', async () => {
-    const sb = await env.daytona.create({ resources: { cpu: 1, memory: 1, disk: 2 } });
+    // The SDK's types tie `resources` to an image; the default snapshot takes them as well.
+    const sb = await env.daytona.create({ resources: { cpu: 1, memory: 1, disk: 2 } } as unknown as Parameters<typeof env.daytona.create>[0]);
     try {
       const run = async (cmd: string) => (await sb.process.executeCommand(cmd, undefined, undefined, 60)).result.trim();
       expect(await run("free -m | awk '/^Mem:/ {print $2}'")).toBe('1024');
