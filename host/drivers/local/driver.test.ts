@@ -329,6 +329,8 @@ describe.skipIf(!isRoot)('LocalDriver (real kernel)', () => {
     const driver = newDriver({ dataDir: longDir });
     await driver.init();
     await expect(driver.create(spec(uniqueId('long')))).rejects.toThrow(longDir);
+    // Its lxcfs mount lives in the data dir: close() takes it down (no sandbox uses it).
+    await driver.close();
     rmSync(longDir, { recursive: true, force: true });
   });
 });
