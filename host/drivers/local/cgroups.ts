@@ -139,9 +139,10 @@ export class Cgroups {
     await writeFile(join(dir('cpu'), 'cpu.cfs_period_us'), String(CFS_PERIOD_US));
     await writeFile(join(dir('cpu'), 'cpu.cfs_quota_us'), String(cpuQuotaUs(limits.cpus)));
     await writeFile(join(dir('pids'), 'pids.max'), String(limits.pidsMax));
-    if (this.hasCpuset && limits.cpusetCpus) {
+    if (this.hasCpuset) {
+      // A v1 cpuset takes no task without CPUs: groups without a set of their own (file views) get all.
       await this.prepareCpusetAncestors(relativePath);
-      await this.writeCpuset(dir(V1_CPUSET), limits.cpusetCpus);
+      await this.writeCpuset(dir(V1_CPUSET), limits.cpusetCpus ?? formatCpuList(await this.machineCpus()));
     }
   }
 

@@ -144,12 +144,22 @@ export class LocalDriver extends LocalRecovery implements Driver {
     for (const child of this.children.values()) child.removeAllListeners('exit');
     this.children.clear();
     // LXCFS serves running sandboxes (they outlive us); with none left it goes too.
-    await this.lxcfs?.close(![...this.records.values()].some((record) => isLive(record) || record.status === 'starting' || record.status === 'creating'));
+    // (Records on disk, not in memory: another driver instance on this data dir may have destroyed them.)
+    if (this.lxcfs) await this.lxcfs.close(!(await this.anyLiveOnDisk()));
     // Running sandboxes outlive us and keep their groups; with none left, this owner's
     // directory (in every hierarchy) would stay behind empty forever.
     if (this.cgroups) {
       await this.cgroups.removeIfEmpty(join('nestbox', this.ownerKey)).catch((error) => this.log.warn({ owner: this.ownerKey }, `close: could not remove the empty cgroup of ${this.ownerKey}: ${String(error)}`));
     }
+  }
+
+  private async anyLiveOnDisk(): Promise<boolean> {
+    for (const entry of await readdir(this.sandboxesDir).catch(() => [] as string[])) {
+      if (!SANDBOX_ID.test(entry)) continue;
+      const record = await readRecord(this.sandboxDir(entry)).catch(() => undefined);
+      if (record && (isLive(record) || record.status === 'starting' || record.status === 'creating')) return true;
+    }
+    return false;
   }
 
   protected async probe(): Promise<void> {
