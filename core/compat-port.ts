@@ -39,7 +39,7 @@ export type ToolboxPort = Pick<Toolbox, keyof Toolbox>;
 /** Lifecycle and lookups of sandboxes; the guest never through here. */
 export type SandboxesPort = Pick<
   SandboxService,
-  'create' | 'get' | 'getByIdOrName' | 'getMany' | 'list' | 'update' | 'delete' | 'stop' | 'resume' | 'pause' | 'unpause' | 'keepAlive' | 'expireNow' | 'fork'
+  'create' | 'get' | 'getByIdOrName' | 'getMany' | 'list' | 'update' | 'delete' | 'stop' | 'resume' | 'pause' | 'unpause' | 'keepAlive' | 'expireNow' | 'fork' | 'resize'
 >;
 
 export type SnapshotsPort = Pick<SnapshotService, 'create' | 'list' | 'get' | 'delete'>;

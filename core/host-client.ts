@@ -115,6 +115,8 @@ export interface HostClient {
    */
   importSnapshot(snapshotId: string, source: { url: string; token: string }): Promise<{ snapshotIds: string[] }>;
   importSandbox(spec: HostSandboxSpec, source: { url: string; token: string }): Promise<HostSandboxRuntime>;
+  /** Resize: CPU and memory live when it runs, the disk grown while it is stopped (drivers without it: not_supported). */
+  resizeSandbox(id: string, change: { cpu?: number; memoryMiB?: number; diskGiB?: number }): Promise<{ cpu: number; memoryMiB: number; diskGiB: number | null; live: boolean }>;
   /** Change the sandbox's egress policy; live when it runs, kept for its next start otherwise. */
   setEgress(id: string, egress: EgressPolicy): Promise<HostEgressResult>;
   /**

@@ -18,7 +18,8 @@ fi
 # xfsprogs formats the loop-mounted reflink store; e2fsprogs (mkfs.ext4) formats each sandbox's disk.
 # skopeo pulls OCI/Docker images from registries and umoci unpacks them into root filesystems
 # (host/images/oci/); ADD of a bzip2, xz or zstd tarball is decompressed with bzip2, xz and zstd.
-packages=(debootstrap nftables tini iproute2 util-linux e2fsprogs procps psmisc ca-certificates gcc libc6-dev libseccomp-dev xfsprogs conntrack tar perl-base skopeo umoci bzip2 xz-utils zstd)
+# lxcfs gives each sandbox its own /proc/meminfo, cpuinfo, stat, uptime… (host/drivers/local/lxcfs.ts).
+packages=(debootstrap nftables tini iproute2 util-linux e2fsprogs procps psmisc ca-certificates gcc libc6-dev libseccomp-dev xfsprogs conntrack tar perl-base skopeo umoci bzip2 xz-utils zstd lxcfs)
 with_postgres=false
 # Tests only: the image tests run Debian's Distribution registry (docker-registry) on loopback,
 # build their images from busybox-static's binary and protect one registry with an htpasswd

@@ -176,6 +176,10 @@ const CreateSnapshotBody = z
   .passthrough();
 
 /** `sb.updateNetworkSettings()`: the SDK requires at least one of these. */
+const ResizeBody = z
+  .object({ cpu: z.number().int().min(1).optional(), memory: z.number().int().min(1).optional(), disk: z.number().int().min(1).optional() })
+  .strict();
+
 const NetworkSettingsBody = z
   .object({ networkBlockAll: z.boolean().optional(), networkAllowList: z.string().optional(), domainAllowList: z.string().optional() })
   .strict();
@@ -536,7 +540,15 @@ export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 's
   }));
   // Expiring one signed URL early would need stored revocations; refused rather than faked.
   unsupportedSandboxRoute('post', '/sandbox/:sandboxId/ports/:port/signed-preview-url/:token/expire', 'expiring a signed preview URL early', 'signed URLs end at their expiry time');
-  unsupportedSandboxRoute('post', '/sandbox/:sandboxId/resize', 'resizing a sandbox');
+  // sandbox.resize({cpu, memory, disk}) (daytona-wave2 §7): cores and GiB, each ≥ 1. Synchronous
+  // (core/services/sandbox-resize.ts): the answer is already started or stopped, never
+  // `resizing`, which the SDK's wait accepts at once. CPU and memory change live, decreases too.
+  router.post('/sandbox/:sandboxId/resize', api(async (req, res, principal) => {
+    const body = parseBody(ResizeBody, req.body);
+    if (body.cpu === undefined && body.memory === undefined && body.disk === undefined) throw errors.validation('cpu', 'No resource changes specified');
+    const s = await resolve(principal, req);
+    res.json(await dto(req, await sandboxes.resize(principal, s.id, { cpu: body.cpu, memoryMiB: body.memory === undefined ? undefined : body.memory * 1024, diskGiB: body.disk })));
+  }));
   // sb.updateNetworkSettings(): the new posture replaces the old one, as Daytona's runner does
   // (block all; else the lists given; else, with networkBlockAll false or empty lists, open
   // again), in force at once on a running sandbox.

@@ -400,6 +400,20 @@ export class HostService {
     throw this.exhausted(`no host${what} has room for ${req.cpu} vCPU, ${req.memoryMiB} MiB memory and ${req.diskGiB} GiB disk right now (${worst.join('; ')}); try again later or ask for less`, { cpu: req.cpu, memoryMiB: req.memoryMiB, diskGiB: req.diskGiB });
   }
 
+  /**
+   * Resize: the host of a sandbox must have room for what the sandbox grows by (under the same
+   * host row locks as placements, inside the caller's transaction); a shrink always fits.
+   */
+  async assertRoomToGrow(tx: DbOrTx, hostId: string, sandboxId: string, grow: { cpu: number; memoryMiB: number; diskGiB: number }): Promise<void> {
+    const ask = { cpu: Math.max(0, grow.cpu), memoryMiB: Math.max(0, grow.memoryMiB), diskGiB: Math.max(0, grow.diskGiB) };
+    if (ask.cpu === 0 && ask.memoryMiB === 0 && ask.diskGiB === 0) return;
+    const [host] = await hostRepository(tx).lockAlive(this.liveWithinMs, [hostId]);
+    if (!host) throw new NestboxError('host_unavailable', `host ${hostId}, which holds sandbox ${sandboxId}, is not available right now`, { hostId });
+    const used = (await sandboxRepository(tx).allocationsByHost([host.id], this.policy.defaultDiskGiB)).get(host.id);
+    const lacking = this.shortfall(host, ask, used);
+    if (lacking.length) throw this.exhausted(`host ${host.id}, which holds sandbox ${sandboxId}, has no room to grow it (it lacks ${lacking.join(' and ')}); ask for less, or stop other sandboxes there`, { hostId: host.id });
+  }
+
   private async placeOnFixed(tx: DbOrTx, req: PlacementRequest, fixed: NonNullable<PlacementRequest['fixed']>): Promise<HostRecord> {
     const [host] = await hostRepository(tx).lockAlive(this.liveWithinMs, [fixed.hostId]);
     if (!host) {

@@ -18,6 +18,7 @@ import { canSeeSandbox, requireScope } from './auth.js';
 import type { HostService, PlacementConstraints } from './hosts.js';
 import type { SecretService } from './secrets.js';
 import { checkWithinLimits, NO_ORGANIZATION_LIMITS, type OrganizationLimits } from './org-limits.js';
+import { resizeSandbox, type ResizeSandboxInput } from './sandbox-resize.js';
 
 export interface SandboxLimits {
   defaultImage: string;
@@ -584,6 +585,11 @@ export class SandboxService {
     }
     if (Object.keys(patch).length === 0) return this.noted(extended) ?? (await this.repo().findById(id)) ?? sandbox;
     return this.noted(await this.repo().update(id, patch)) ?? sandbox;
+  }
+
+  /** Resize: new vCPUs, memory and disk (sandbox-resize.ts). */
+  resize(principal: Principal, id: string, input: ResizeSandboxInput): Promise<Sandbox> {
+    return resizeSandbox({ db: this.db, hosts: this.hosts, limits: this.limits, orgLimits: this.orgLimits, load: (p, i) => this.load(p, i), clientFor: (hostId) => this.hosts.clientFor(hostId) }, principal, id, input);
   }
 
   /**

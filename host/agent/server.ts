@@ -35,7 +35,7 @@ import { forwardableHeaders, proxyHttp, proxyUpgrade, writeRawResponse, type Pro
 import { inSampledTrace, inSpan, serveInSpan, tracingEnabled } from '../../core/tracing.js';
 import { GuestSpanRelay, type GuestSpanSink } from './guest-spans.js';
 import { EXPORT_ROUTE, importSandbox, importSnapshotChain, serveExport, TransferError } from './transfer.js';
-import { HostSandboxImportRequest, HostSnapshotImportRequest } from '../protocol/schemas.js';
+import { HostResizeSpec, HostSandboxImportRequest, HostSnapshotImportRequest } from '../protocol/schemas.js';
 import { handleVolumeRoute } from './volumes.js';
 
 export interface HostAgentServerOptions {
@@ -238,6 +238,15 @@ export class HostAgentServer {
     const id = SandboxIdParam.safeParse(parts[2]);
     if (!id.success) throw new HttpError(400, 'validation_failed', `sandbox id: ${id.error.issues[0].message}`);
     const sandboxId = id.data;
+
+    if (parts.length === 4 && parts[3] === 'resize') {
+      if (req.method !== 'POST') throw new HttpError(405, 'method_not_allowed', `${req.method} not allowed on ${url.pathname}`);
+      const change = await readJson(req, HostResizeSpec);
+      if (!driver.resize) throw new HttpError(501, 'not_supported', `the ${driver.name} driver cannot resize sandboxes`);
+      if (!(await driver.get(sandboxId))) throw new HttpError(404, 'not_found', `sandbox ${sandboxId} not found on host ${this.opts.hostId}`);
+      const result = await this.withLock(sandboxId, () => driver.resize!(sandboxId, change));
+      return sendJson(res, 200, result);
+    }
 
     if (parts.length === 4 && parts[3] === 'egress') {
       if (req.method !== 'POST') throw new HttpError(405, 'method_not_allowed', `${req.method} not allowed on ${url.pathname}`);

@@ -55,6 +55,21 @@ export interface SandboxVolumeMount {
   subpath?: string;
 }
 
+/** New sizes of a sandbox (resize); absent fields stay as they are. */
+export interface ResizeSpec {
+  cpu?: number;
+  memoryMiB?: number;
+  diskGiB?: number;
+}
+
+/** The sizes in force after a resize, and whether they were applied to a running sandbox. */
+export interface ResizeResult {
+  cpu: number;
+  memoryMiB: number;
+  diskGiB: number | null;
+  live: boolean;
+}
+
 /** Outbound network policy of a sandbox (isolation rules apply whatever it says). */
 export interface EgressPolicySpec {
   mode: 'allow-all' | 'deny-all' | 'allow-list';
@@ -241,6 +256,12 @@ export interface Driver {
    * no process started, no lock taken): the host agent calls it every few seconds.
    */
   usage(): Promise<SandboxUsageCounters[]>;
+  /**
+   * Resize (issue 19): CPU and memory of a running sandbox changed live, the disk of a stopped
+   * one grown; a stopped sandbox's CPU and memory only change its spec (its next start uses
+   * them). Optional: drivers without it answer 501.
+   */
+  resize?(id: string, change: ResizeSpec): Promise<ResizeResult>;
   /** Change the egress policy of a sandbox, live if it runs (optional: drivers without it answer 501). */
   setEgress?(id: string, egress: EgressPolicySpec): Promise<EgressResult>;
   /**

@@ -109,6 +109,10 @@ export class HttpHostClient implements HostClient {
     return { url: url.toString(), headers: { authorization: `Bearer ${this.opts.secret}` } };
   }
 
+  resizeSandbox(id: string, change: Schemas.HostResizeSpec): Promise<Schemas.HostResizeResult> {
+    return this.json({ method: 'POST', path: this.sandboxPath(id, '/resize'), json: change, timeoutMs: 600_000 }, Schemas.HostResizeResult);
+  }
+
   setEgress(id: string, egress: EgressPolicy): Promise<HostEgressResult> {
     return this.json({ method: 'POST', path: this.sandboxPath(id, '/egress'), json: egress, timeoutMs: 60_000 }, Schemas.HostEgressResult);
   }

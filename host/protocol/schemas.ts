@@ -49,6 +49,19 @@ export const HostVolumeCreate = z.object({ sizeBytes: z.number().int().min(64 * 
 export const HostVolumeInfo = z.object({ id: z.string(), sizeBytes: z.number().int().nonnegative(), usedBytes: z.number().int().nonnegative() });
 export type HostVolumeInfo = z.infer<typeof HostVolumeInfo>;
 
+/** POST /v1/sandboxes/:id/resize: new sizes (absent = unchanged). */
+export const HostResizeSpec = z
+  .object({
+    cpu: z.number().positive().max(1024).optional(),
+    memoryMiB: z.number().int().min(64).optional(),
+    diskGiB: z.number().int().min(1).max(16_384).optional(),
+  })
+  .strict();
+export type HostResizeSpec = z.infer<typeof HostResizeSpec>;
+
+export const HostResizeResult = z.object({ cpu: z.number(), memoryMiB: z.number(), diskGiB: z.number().nullable(), live: z.boolean() });
+export type HostResizeResult = z.infer<typeof HostResizeResult>;
+
 export const HostSandboxSpec = z
   .object({
     id: SandboxIdParam,

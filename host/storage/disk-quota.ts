@@ -139,3 +139,32 @@ export function inodesFor(sizeBytes: number, perGiB: number): number {
   return Math.max(MIN_INODES, Math.round((sizeBytes / 2 ** 30) * perGiB));
 }
 
+
+/**
+ * Grows a stopped sandbox's disk to `sizeBytes` (never shrinks: a smaller size is an error),
+ * offline: unmounted, the sparse image extended, checked (e2fsck -f, which resize2fs wants
+ * first) and grown (resize2fs adds block groups, inodes with them), then mounted again. Online
+ * growth would need CAP_SYS_RESOURCE, which a host agent in a container may lack. Every step is
+ * idempotent, so a grow interrupted by a crash is finished by running it again.
+ */
+export async function growDiskImage(diskDir: string, sizeBytes: number): Promise<void> {
+  const image = diskImagePath(diskDir);
+  await unmountDiskImage(diskDir);
+  try {
+    const handle = await open(image, 'r+');
+    try {
+      const { size } = await handle.stat();
+      if (size > sizeBytes) throw new Error(`disk image ${image} is ${size} bytes, more than ${sizeBytes}: disks only grow`);
+      if (size < sizeBytes) await handle.truncate(sizeBytes);
+    } finally {
+      await handle.close();
+    }
+    // -p: fix what is safe without asking; exit 1 means "errors corrected", still fine.
+    await run('e2fsck', ['-f', '-p', image], 300_000).catch((error: Error & { code?: number }) => {
+      if (!/exit code 1\b/.test(String(error.message)) && (error as { code?: number }).code !== 1) throw error;
+    });
+    await run('resize2fs', [image], 300_000);
+  } finally {
+    await mountDiskImage(diskDir);
+  }
+}

@@ -129,6 +129,10 @@ export type SandboxPatch = Partial<{
   idleAction: 'pause' | 'stop';
   autoDeleteSeconds: number | null;
   egress: Sandbox['egress'];
+  /** Resize (sandbox-resize.ts). */
+  cpu: number;
+  memoryMiB: number;
+  diskGiB: number | null;
 }>;
 
 const COLUMN: Record<keyof SandboxPatch, string> = {
@@ -155,6 +159,9 @@ const COLUMN: Record<keyof SandboxPatch, string> = {
   idleAction: 'idle_action',
   autoDeleteSeconds: 'auto_delete_seconds',
   egress: 'egress',
+  cpu: 'cpu',
+  memoryMiB: 'memory_mib',
+  diskGiB: 'disk_gib',
 };
 
 function toColumns(patch: SandboxPatch): Record<string, unknown> {

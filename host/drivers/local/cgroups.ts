@@ -14,6 +14,8 @@ export interface CgroupLimits {
   /** Whole or fractional vCPUs; turned into a CFS quota of cpus × period. */
   cpus: number;
   pidsMax: number;
+  /** v1 cpuset CPUs of the sandbox (e.g. "0-1"), so `nproc` shows its vCPUs; absent = no cpuset. */
+  cpusetCpus?: string;
 }
 
 /** The directories of one sandbox's group (one per v1 controller, or a single v2 directory). */
@@ -29,6 +31,12 @@ const V1_CONTROLLERS = ['memory', 'cpu', 'pids', 'freezer'] as const;
  * the four above, so their indexes stay put), which is what per-sandbox CPU usage is read from.
  */
 const V1_CPUACCT = 'cpuacct';
+/**
+ * The v1 cpuset hierarchy, when the machine has it (appended last, so the other indexes stay):
+ * a sandbox's tasks get an affinity of its own vCPU count, which is what `nproc` (and
+ * sched_getaffinity) and LXCFS's cpuinfo report; the CFS quota stays the real limit.
+ */
+const V1_CPUSET = 'cpuset';
 const CFS_PERIOD_US = 100_000;
 const DRAIN_TIMEOUT_MS = 5_000;
 const FREEZE_TIMEOUT_MS = 2_000;
@@ -44,7 +52,13 @@ export class Cgroups {
     readonly swapLimit: boolean,
   ) {
     const separateCpuacct = version === 1 && !existsSync(join(root, 'cpu', 'cpuacct.usage')) && existsSync(join(root, V1_CPUACCT, 'cpuacct.usage'));
-    this.v1Controllers = separateCpuacct ? [...V1_CONTROLLERS, V1_CPUACCT] : V1_CONTROLLERS;
+    const cpuset = version === 1 && existsSync(join(root, V1_CPUSET, 'cpuset.cpus'));
+    this.v1Controllers = [...V1_CONTROLLERS, ...(separateCpuacct ? [V1_CPUACCT] : []), ...(cpuset ? [V1_CPUSET] : [])];
+  }
+
+  /** Whether sandbox groups get a cpuset (v1 with a cpuset hierarchy). */
+  get hasCpuset(): boolean {
+    return this.v1Controllers.includes(V1_CPUSET);
   }
 
   /** Finds a usable layout: v1 with our four controllers, or v2 with memory/cpu/pids delegated. */
@@ -85,22 +99,30 @@ export class Cgroups {
    * while the agent still has memory, pids and CPU to answer and to kill it.
    */
   async createSandbox(relativePath: string, limits: CgroupLimits): Promise<SandboxCgroups> {
-    const group = await this.create(relativePath, limits);
     const reserve = agentReserve(limits);
+    // The workloads get the sandbox's whole memory (what `free` shows them through LXCFS, which
+    // reads the reader's group); the agent's reserve comes on top, in the sandbox group.
+    const group = await this.create(relativePath, { ...limits, memoryBytes: limits.memoryBytes + reserve.memoryBytes });
     const agent = this.groupFor(join(relativePath, 'agent'));
     const work = this.groupFor(join(relativePath, 'work'));
     for (const path of [...agent.paths, ...work.paths]) await mkdir(path, { recursive: true });
-    const workMemory = String(limits.memoryBytes - reserve.memoryBytes);
+    if (this.hasCpuset && limits.cpusetCpus) for (const child of [agent, work]) await this.writeCpuset(this.v1Dir(child, V1_CPUSET), limits.cpusetCpus);
+    const workMemory = String(limits.memoryBytes);
     const workPids = String(Math.max(1, limits.pidsMax - reserve.pids));
     if (this.version === 1) {
       const [agentDir, workDir] = [agent, work].map((g) => (controller: string) => g.paths[V1_CONTROLLERS.indexOf(controller as (typeof V1_CONTROLLERS)[number])]);
-      await writeFile(join(workDir('memory'), 'memory.limit_in_bytes'), workMemory);
-      if (this.swapLimit) await writeFile(join(workDir('memory'), 'memory.memsw.limit_in_bytes'), workMemory);
+      // The agent's group gets the same cap as the workloads': LXCFS answers from the cgroups of
+      // the reader's init (tini, in `agent`), so this is the memory `free` shows inside.
+      for (const dir of [workDir('memory'), agentDir('memory')]) {
+        await writeFile(join(dir, 'memory.limit_in_bytes'), workMemory);
+        if (this.swapLimit) await writeFile(join(dir, 'memory.memsw.limit_in_bytes'), workMemory);
+      }
       await writeFile(join(agentDir('cpu'), 'cpu.shares'), String(AGENT_CPU_SHARES));
       await writeFile(join(workDir('cpu'), 'cpu.shares'), String(WORK_CPU_SHARES));
       await writeFile(join(workDir('pids'), 'pids.max'), workPids);
     } else {
       await writeFile(join(work.paths[0], 'memory.max'), workMemory);
+      await writeFile(join(agent.paths[0], 'memory.max'), workMemory);
       if (existsSync(join(work.paths[0], 'memory.swap.max'))) await writeFile(join(work.paths[0], 'memory.swap.max'), '0');
       await writeFile(join(agent.paths[0], 'cpu.weight'), String(AGENT_CPU_SHARES / 10));
       await writeFile(join(work.paths[0], 'cpu.weight'), String(WORK_CPU_SHARES / 10));
@@ -117,7 +139,138 @@ export class Cgroups {
     await writeFile(join(dir('cpu'), 'cpu.cfs_period_us'), String(CFS_PERIOD_US));
     await writeFile(join(dir('cpu'), 'cpu.cfs_quota_us'), String(cpuQuotaUs(limits.cpus)));
     await writeFile(join(dir('pids'), 'pids.max'), String(limits.pidsMax));
+    if (this.hasCpuset) {
+      // A v1 cpuset takes no task without CPUs: groups without a set of their own (file views) get all.
+      await this.prepareCpusetAncestors(relativePath);
+      await this.writeCpuset(dir(V1_CPUSET), limits.cpusetCpus ?? formatCpuList(await this.machineCpus()));
+    }
   }
+
+  private v1Dir(group: CgroupGroup, controller: string): string {
+    return group.paths[this.v1Controllers.indexOf(controller)];
+  }
+
+  /** A v1 cpuset takes no task until it has mems and cpus; a child's must lie within its parent's. */
+  private async writeCpuset(dir: string, cpus: string): Promise<void> {
+    const mems = (await readFile(join(this.root, V1_CPUSET, 'cpuset.mems'), 'utf8')).trim();
+    if ((await readFile(join(dir, 'cpuset.mems'), 'utf8')).trim() === '') await writeFile(join(dir, 'cpuset.mems'), mems);
+    await writeFile(join(dir, 'cpuset.cpus'), cpus);
+  }
+
+  /** `nestbox` and `nestbox/<owner>` get every CPU of the machine (their children pick from them). */
+  private async prepareCpusetAncestors(relativePath: string): Promise<void> {
+    const all = (await readFile(join(this.root, V1_CPUSET, 'cpuset.effective_cpus'), 'utf8').catch(() => readFile(join(this.root, V1_CPUSET, 'cpuset.cpus'), 'utf8'))).trim();
+    const parts = relativePath.split('/').filter(Boolean);
+    let current = join(this.root, V1_CPUSET);
+    for (const part of parts.slice(0, -1)) {
+      current = join(current, part);
+      if ((await readFile(join(current, 'cpuset.cpus'), 'utf8')).trim() !== all) await this.writeCpuset(current, all);
+    }
+  }
+
+  /** The machine's CPUs a cpuset can use (v1 cpuset root), e.g. [0, 1]. */
+  async machineCpus(): Promise<number[]> {
+    const text = await readFile(join(this.root, V1_CPUSET, 'cpuset.effective_cpus'), 'utf8').catch(() => readFile(join(this.root, V1_CPUSET, 'cpuset.cpus'), 'utf8'));
+    return parseCpuList(text);
+  }
+
+  /**
+   * `count` CPUs for a sandbox, spreading sandboxes over the machine: the CPUs fewest other
+   * sandbox cpusets (of every owner under nestbox/) hold, lowest number first. `keep` (a resize)
+   * stays in the set: growing adds to it, shrinking keeps its first CPUs, so the new set is a
+   * superset or a subset of the old one and can be written parents-first or children-first.
+   */
+  async pickCpus(count: number, keep: number[] = [], self?: string): Promise<string> {
+    const machine = await this.machineCpus();
+    const want = Math.max(1, Math.min(machine.length, count));
+    if (keep.length >= want) return formatCpuList(keep.slice(0, want));
+    const load = new Map(machine.map((cpu) => [cpu, 0]));
+    const base = join(this.root, V1_CPUSET, 'nestbox');
+    for (const owner of await readdir(base, { withFileTypes: true }).catch(() => [])) {
+      if (!owner.isDirectory()) continue;
+      for (const sandbox of await readdir(join(base, owner.name), { withFileTypes: true }).catch(() => [])) {
+        if (!sandbox.isDirectory() || join('nestbox', owner.name, sandbox.name) === self) continue;
+        const cpus = await readFile(join(base, owner.name, sandbox.name, 'cpuset.cpus'), 'utf8').catch(() => '');
+        for (const cpu of parseCpuList(cpus)) load.set(cpu, (load.get(cpu) ?? 0) + 1);
+      }
+    }
+    const others = machine.filter((cpu) => !keep.includes(cpu)).sort((a, b) => (load.get(a)! - load.get(b)!) || a - b);
+    return formatCpuList([...keep, ...others.slice(0, want - keep.length)]);
+  }
+
+  /** The cpuset of a sandbox group (empty when it has none). */
+  async cpusetOf(relativePath: string): Promise<number[]> {
+    if (!this.hasCpuset) return [];
+    return parseCpuList(await readFile(join(this.root, V1_CPUSET, relativePath, 'cpuset.cpus'), 'utf8').catch(() => ''));
+  }
+
+  /**
+   * Live resize of a sandbox's groups (createSandbox's layout): memory (workloads get
+   * `memoryBytes`, the sandbox group that plus the agent's reserve), CFS quota and cpuset.
+   * Growing writes parents first, shrinking children first (v1 refuses a child above its parent
+   * for cpusets; memsw must stay ≥ memory). A memory limit below what the workloads use now is
+   * refused by the kernel (v1: EBUSY after it tried to reclaim; v2 is checked first, since it
+   * would OOM-kill instead): then every value is put back and `MemoryInUseError` is thrown.
+   */
+  async resizeSandbox(relativePath: string, from: CgroupLimits, to: CgroupLimits): Promise<void> {
+    const group = this.groupFor(relativePath);
+    const agent = this.groupFor(join(relativePath, 'agent'));
+    const work = this.groupFor(join(relativePath, 'work'));
+    if (to.memoryBytes !== from.memoryBytes) {
+      try {
+        await this.writeMemory(group, [work, agent], to);
+      } catch (error) {
+        await this.writeMemory(group, [work, agent], from).catch(() => {});
+        throw error;
+      }
+    }
+    if (to.cpus !== from.cpus) {
+      if (this.version === 1) await writeFile(join(this.v1Dir(group, 'cpu'), 'cpu.cfs_quota_us'), String(cpuQuotaUs(to.cpus)));
+      else await writeFile(join(group.paths[0], 'cpu.max'), `${cpuQuotaUs(to.cpus)} ${CFS_PERIOD_US}`);
+    }
+    if (this.hasCpuset && to.cpusetCpus && to.cpusetCpus !== from.cpusetCpus) {
+      const growing = parseCpuList(to.cpusetCpus).length >= parseCpuList(from.cpusetCpus ?? '').length;
+      const dirs = [group, agent, work].map((g) => this.v1Dir(g, V1_CPUSET));
+      for (const dir of growing ? dirs : dirs.reverse()) await this.writeCpuset(dir, to.cpusetCpus);
+    }
+  }
+
+  private async writeMemory(group: CgroupGroup, children: CgroupGroup[], to: CgroupLimits): Promise<void> {
+    if (to.memoryBytes < 0) return;
+    const groupBytes = to.memoryBytes + agentReserve(to).memoryBytes;
+    const key = this.version === 1 ? 'memory.limit_in_bytes' : 'memory.max';
+    const groupDir = this.version === 1 ? this.v1Dir(group, 'memory') : group.paths[0];
+    const childDirs = children.map((child) => (this.version === 1 ? this.v1Dir(child, 'memory') : child.paths[0]));
+    const write = async (dir: string, bytes: number) => {
+      if (this.version === 2) {
+        // v2 would OOM-kill instead of refusing: check what the group uses first.
+        const current = await readNumber(join(dir, 'memory.current'));
+        if (current !== undefined && current > bytes) throw new MemoryInUseError(current, bytes);
+        await writeFile(join(dir, 'memory.max'), String(bytes));
+        return;
+      }
+      const current = (await readNumber(join(dir, 'memory.limit_in_bytes'))) ?? 0;
+      // memsw ≥ memory at every moment: raise memsw first, lower it last.
+      const files = this.swapLimit ? (bytes >= current ? ['memory.memsw.limit_in_bytes', 'memory.limit_in_bytes'] : ['memory.limit_in_bytes', 'memory.memsw.limit_in_bytes']) : ['memory.limit_in_bytes'];
+      for (const file of files) {
+        try {
+          await writeFile(join(dir, file), String(bytes));
+        } catch (error) {
+          if ((error as NodeJS.ErrnoException).code === 'EBUSY') throw new MemoryInUseError((await readNumber(join(dir, 'memory.usage_in_bytes'))) ?? bytes, bytes);
+          throw error;
+        }
+      }
+    };
+    const growing = groupBytes >= ((await readNumber(join(groupDir, key))) ?? 0);
+    if (growing) {
+      await write(groupDir, groupBytes);
+      for (const dir of childDirs) await write(dir, to.memoryBytes);
+    } else {
+      for (const dir of childDirs) await write(dir, to.memoryBytes);
+      await write(groupDir, groupBytes);
+    }
+  }
+
 
   private async writeV2Limits(path: string, limits: CgroupLimits): Promise<void> {
     await writeFile(join(path, 'memory.max'), String(limits.memoryBytes));
@@ -361,6 +514,39 @@ export class Cgroups {
     }
     return [...names];
   }
+}
+
+/** A memory limit below what the sandbox's workloads use now (the kernel could not reclaim enough). */
+export class MemoryInUseError extends Error {
+  constructor(
+    readonly usedBytes: number,
+    readonly limitBytes: number,
+  ) {
+    super(`the sandbox uses ${Math.ceil(usedBytes / 2 ** 20)} MiB of memory now, more than the ${Math.floor(limitBytes / 2 ** 20)} MiB asked for, and the kernel could not reclaim enough; free some memory in it (or stop it) and resize again`);
+  }
+}
+
+/** "0-2,5" → [0, 1, 2, 5]. */
+export function parseCpuList(text: string): number[] {
+  const out: number[] = [];
+  for (const part of text.trim().split(',').filter(Boolean)) {
+    const [a, b] = part.split('-').map(Number);
+    for (let cpu = a; cpu <= (b ?? a); cpu++) out.push(cpu);
+  }
+  return out;
+}
+
+/** [0, 1, 2, 5] → "0-2,5". */
+export function formatCpuList(cpus: number[]): string {
+  const sorted = [...new Set(cpus)].sort((a, b) => a - b);
+  const ranges: string[] = [];
+  for (let i = 0; i < sorted.length; ) {
+    let j = i;
+    while (j + 1 < sorted.length && sorted[j + 1] === sorted[j] + 1) j++;
+    ranges.push(i === j ? String(sorted[i]) : `${sorted[i]}-${sorted[j]}`);
+    i = j + 1;
+  }
+  return ranges.join(',');
 }
 
 /** A group's counters (see Cgroups.usage); absent = not readable here. */

@@ -223,11 +223,12 @@ describe.skipIf(!isRoot)('LocalDriver (real kernel)', () => {
 
     const limits = cgroups.groupFor(`nestbox/${ownerId}/${id}`);
     if (cgroups.version === 1) {
-      expect(readFileSync(join(limits.paths[0], 'memory.limit_in_bytes'), 'utf8').trim()).toBe(String(128 * 1024 * 1024));
+      // The agent's reserve (32 MiB of 128) comes on top of the workloads' 128 MiB.
+      expect(readFileSync(join(limits.paths[0], 'memory.limit_in_bytes'), 'utf8').trim()).toBe(String(160 * 1024 * 1024));
       expect(readFileSync(join(limits.paths[1], 'cpu.cfs_quota_us'), 'utf8').trim()).toBe('100000');
       expect(readFileSync(join(limits.paths[2], 'pids.max'), 'utf8').trim()).toBe('1024');
-      // Workloads get the limits minus the agent's reserve (32 MiB of 128, 64 pids).
-      expect(readFileSync(join(limits.paths[0], 'work', 'memory.limit_in_bytes'), 'utf8').trim()).toBe(String(96 * 1024 * 1024));
+      // Workloads get the sandbox's memory and its pids minus the agent's reserve (64 pids).
+      expect(readFileSync(join(limits.paths[0], 'work', 'memory.limit_in_bytes'), 'utf8').trim()).toBe(String(128 * 1024 * 1024));
       expect(readFileSync(join(limits.paths[2], 'work', 'pids.max'), 'utf8').trim()).toBe('960');
     }
     const hog = await sh(socket, "python3 -c \"x = b'x' * (400 * 1024 * 1024); print('allocated')\"", 30_000);
@@ -328,6 +329,8 @@ describe.skipIf(!isRoot)('LocalDriver (real kernel)', () => {
     const driver = newDriver({ dataDir: longDir });
     await driver.init();
     await expect(driver.create(spec(uniqueId('long')))).rejects.toThrow(longDir);
+    // Its lxcfs mount lives in the data dir: close() takes it down (no sandbox uses it).
+    await driver.close();
     rmSync(longDir, { recursive: true, force: true });
   });
 });

@@ -21,13 +21,15 @@ import { packEntries, unpackInto } from '../../storage/transfer.js';
 import { assertSnapshotId, SnapshotStore } from '../../storage/snapshots.js';
 import { assertSandboxId, SANDBOX_ID } from '../base/driver-base.js';
 import { DriverError } from '../errors.js';
-import type { Driver, DriverCapabilities, EgressPolicySpec, EgressResult, FileView, ForkResult, SandboxDiskInfo, SandboxRuntime, SandboxSpec, SnapshotInfo, SandboxUsageCounters, SnapshotResult, StartResult } from '../types.js';
+import type { Driver, DriverCapabilities, EgressPolicySpec, EgressResult, FileView, ForkResult, SandboxDiskInfo, ResizeResult, ResizeSpec, SandboxRuntime, SandboxSpec, SnapshotInfo, SandboxUsageCounters, SnapshotResult, StartResult } from '../types.js';
 import { Cgroups } from './cgroups.js';
 import { FileViews } from './file-view.js';
+import { LxcfsDaemon, lxcfsAvailable } from './lxcfs.js';
 import { readRecord, writeRecord, type SandboxRecord } from './records.js';
 import { LocalRecovery } from './recovery.js';
 import { DEFAULT_RUNTIME_DIR, executeOnlyCopy, hostLoaderFor, runtimeCopy } from './runtime-binaries.js';
-import { isLive, snapshotLockKey } from './sandboxes.js';
+import { DEFAULT_PIDS_MAX, isLive, snapshotLockKey } from './sandboxes.js';
+import { resizeRecord, type ResizeContext } from './resize.js';
 import { lastCapability, syscallNumbers } from './spawn.js';
 
 export type { LocalDriverOptions } from './sandboxes.js';
@@ -61,6 +63,11 @@ export class LocalDriver extends LocalRecovery implements Driver {
     this.diskStore = await DiskStore.open({ dataDir: this.dataDir, reflinkStore: this.options.reflinkStore, logger: this.log });
     if (this.diskStore.root !== this.dataDir) await mkdir(join(this.diskStore.root, 'sandboxes'), { recursive: true, mode: 0o700 });
     if (this.diskStore.mode === 'copy') this.log.warn('disk store: the data dir cannot reflink and NESTBOX_REFLINK_STORE is off, so every fork and snapshot writes a full copy of its source disk (disk quotas still hold)');
+    if (this.options.lxcfs ?? lxcfsAvailable()) {
+      const daemon = new LxcfsDaemon(join(this.dataDir, 'lxcfs'), this.log);
+      await daemon.start();
+      this.lxcfs = daemon;
+    }
     this.snapshotStore = new SnapshotStore(join(this.diskStore.root, 'snapshots'));
     await this.snapshotStore.init();
     this.fileViews = new FileViews({
@@ -121,7 +128,7 @@ export class LocalDriver extends LocalRecovery implements Driver {
       fork: true,
       pause: true,
       nestedVirt: false,
-      hotResize: false,
+      hotResize: true,
       maxVcpus: cpus().length,
       probes: { ...this.capabilityProbes, ...(this.diskStore?.probes ?? {}), slotPoolSize: this.pool.stats().size, slotPoolIdle: this.pool.stats().idle, egressPolicy: true },
     };
@@ -136,11 +143,23 @@ export class LocalDriver extends LocalRecovery implements Driver {
     await this.fileViews?.closeAll((id) => this.sandboxDir(id));
     for (const child of this.children.values()) child.removeAllListeners('exit');
     this.children.clear();
+    // LXCFS serves running sandboxes (they outlive us); with none left it goes too.
+    // (Records on disk, not in memory: another driver instance on this data dir may have destroyed them.)
+    if (this.lxcfs) await this.lxcfs.close(!(await this.anyLiveOnDisk()));
     // Running sandboxes outlive us and keep their groups; with none left, this owner's
     // directory (in every hierarchy) would stay behind empty forever.
     if (this.cgroups) {
       await this.cgroups.removeIfEmpty(join('nestbox', this.ownerKey)).catch((error) => this.log.warn({ owner: this.ownerKey }, `close: could not remove the empty cgroup of ${this.ownerKey}: ${String(error)}`));
     }
+  }
+
+  private async anyLiveOnDisk(): Promise<boolean> {
+    for (const entry of await readdir(this.sandboxesDir).catch(() => [] as string[])) {
+      if (!SANDBOX_ID.test(entry)) continue;
+      const record = await readRecord(this.sandboxDir(entry)).catch(() => undefined);
+      if (record && (isLive(record) || record.status === 'starting' || record.status === 'creating')) return true;
+    }
+    return false;
   }
 
   protected async probe(): Promise<void> {
@@ -559,6 +578,22 @@ export class LocalDriver extends LocalRecovery implements Driver {
     });
   }
 
+  // ---- Driver: resize (resize.ts) ------------------------------------------------------------------
+
+  async resize(id: string, change: ResizeSpec): Promise<ResizeResult> {
+    return this.withRecord(id, async (record) => {
+      if (change.cpu !== undefined || change.memoryMiB !== undefined) this.validateSpec({ ...record.spec, ...change });
+      if (change.diskGiB !== undefined) await this.closeFileView(id);
+      const result = await resizeRecord(this.resizeContext(record), record, change);
+      this.log.info({ sandboxId: id, operation: 'resize', ...result }, `resize: ${result.cpu} vCPU, ${result.memoryMiB} MiB, ${result.diskGiB ?? '-'} GiB disk (${result.live ? 'live' : 'stopped'})`);
+      return result;
+    });
+  }
+
+  protected resizeContext(record: SandboxRecord): ResizeContext {
+    return { cgroups: this.requireCgroups(), cgroupPath: this.cgroupPath(record.id), sandboxDir: this.sandboxDir(record.id), diskDir: this.diskDirOf(record), pidsMax: this.options.pidsMax ?? DEFAULT_PIDS_MAX };
+  }
+
   // ---- Driver: usage ----------------------------------------------------------------------------
 
   /**
@@ -582,7 +617,8 @@ export class LocalDriver extends LocalRecovery implements Driver {
           cpuLimit: record.spec.cpu,
           memoryUsedBytes: cgroup.memoryUsedBytes,
           memoryCacheBytes: cgroup.memoryCacheBytes,
-          memoryLimitBytes: cgroup.memoryLimitBytes ?? record.spec.memoryMiB * 2 ** 20,
+          // The workloads' limit (the sandbox group adds the agent's reserve: cgroups.ts).
+          memoryLimitBytes: record.spec.memoryMiB * 2 ** 20,
           diskUsedBytes: disk?.usedBytes,
           diskTotalBytes: disk?.sizeBytes,
           netRxBytes: traffic?.rxBytes,

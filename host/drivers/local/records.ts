@@ -21,7 +21,8 @@ export type RecordStatus = 'creating' | 'starting' | 'running' | 'paused' | 'sto
  * sandbox for a consistent fork or snapshot: thaw it).
  */
 export interface RecordOperation {
-  kind: 'pause' | 'unpause' | 'copy';
+  /** `resize`: the record's spec and disk already hold the new sizes; init applies them again. */
+  kind: 'pause' | 'unpause' | 'copy' | 'resize';
   startedAt: string;
 }
 

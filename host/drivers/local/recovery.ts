@@ -14,7 +14,8 @@ import { removeRecordTempFiles } from '../base/records.js';
 import { SANDBOX_ID } from '../base/driver-base.js';
 import { writeRecord, type SandboxRecord } from './records.js';
 import { assertAgentSocket, LocalRuntime } from './runtime.js';
-import { HEALTH_TIMEOUT_MS, isLive } from './sandboxes.js';
+import { DEFAULT_PIDS_MAX, HEALTH_TIMEOUT_MS, isLive } from './sandboxes.js';
+import { applyRecordSizes } from './resize.js';
 
 export abstract class LocalRecovery extends LocalRuntime {
   // ---- adoption and reclaim -------------------------------------------------------------------
@@ -38,6 +39,8 @@ export abstract class LocalRecovery extends LocalRuntime {
     }
     this.records.set(id, record);
     const launcherAlive = isProcessAlive(record.pid, record.pidStartTime);
+    // A resize the previous host agent died in: the record holds the target, put it in force.
+    if (record.operation?.kind === 'resize') await this.finishResize(record, launcherAlive);
     if (launcherAlive && (record.status === 'running' || record.status === 'paused')) {
       // Finish a pause or unpause the previous host agent was in the middle of, and undo the
       // freeze of an interrupted fork/snapshot copy; with no operation, the status decides.
@@ -67,6 +70,16 @@ export abstract class LocalRecovery extends LocalRuntime {
     record.status = 'stopped';
     record.operation = undefined;
     await writeRecord(this.sandboxDir(id), record);
+  }
+
+  private async finishResize(record: SandboxRecord, launcherAlive: boolean): Promise<void> {
+    const ctx = { cgroups: this.requireCgroups(), cgroupPath: this.cgroupPath(record.id), sandboxDir: this.sandboxDir(record.id), diskDir: this.diskDirOf(record), pidsMax: this.options.pidsMax ?? DEFAULT_PIDS_MAX };
+    const live = launcherAlive && (record.status === 'running' || record.status === 'paused');
+    await applyRecordSizes(ctx, { ...record, status: live ? record.status : 'stopped' }, undefined, !live)
+      .then(() => this.log.info({ sandboxId: record.id, operation: 'init' }, 'init: finished an interrupted resize'))
+      .catch((error) => this.log.warn({ sandboxId: record.id, operation: 'init' }, `init: finishing an interrupted resize failed: ${String(error)}`));
+    record.operation = undefined;
+    await writeRecord(this.sandboxDir(record.id), record);
   }
 
   private async loadAgentKey(record: SandboxRecord): Promise<boolean> {

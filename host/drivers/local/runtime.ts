@@ -20,6 +20,7 @@ import { readTail } from './file-view.js';
 import { readRecord, writeRecord, type SandboxRecord } from './records.js';
 import { DEFAULT_EGRESS_REFRESH_MS, DEFAULT_PIDS_MAX, isLive, LocalSandboxes, MOUNT_OPTIONS_MAX, type SandboxImage } from './sandboxes.js';
 import { launchSandbox, overlayLowerOption, SANDBOX_PATH } from './spawn.js';
+import { LXCFS_FILES } from './lxcfs.js';
 
 export abstract class LocalRuntime extends LocalSandboxes {
   /** What each live sandbox's allow list resolved to, to notice when a refresh changes it. */
@@ -53,6 +54,8 @@ export abstract class LocalRuntime extends LocalSandboxes {
       memoryBytes: record.spec.memoryMiB * 1024 * 1024,
       cpus: record.spec.cpu,
       pidsMax: this.options.pidsMax ?? DEFAULT_PIDS_MAX,
+      // As many CPUs as vCPUs (rounded up), so nproc inside shows them (resize.ts).
+      cpusetCpus: cgroups.hasCpuset ? await cgroups.pickCpus(Math.ceil(record.spec.cpu), [], this.cgroupPath(id)) : undefined,
     });
     record.cgroup = { version: group.version, paths: group.paths };
     await writeRecord(dir, record);
@@ -93,6 +96,7 @@ export abstract class LocalRuntime extends LocalSandboxes {
       logFile: join(dir, 'sandbox.log'),
       lastCapability: this.lastCap,
       agentKey,
+      lxcfs: this.lxcfs ? { mountPoint: this.lxcfs.mountPoint, files: LXCFS_FILES } : undefined,
     });
     const exited = new Promise<never>((_, reject) => {
       child.once('exit', (code, signal) => reject(new Error(`sandbox ${id} exited during start (${signal ?? `exit ${code}`})`)));

@@ -20,6 +20,7 @@ import { createDiskImage, diskImagePath, diskMountPoint, inodesFor, mountDiskIma
 import { assertSnapshotId, type SnapshotMeta } from '../../storage/snapshots.js';
 import type { Cgroups, CgroupGroup } from './cgroups.js';
 import type { FileViews } from './file-view.js';
+import type { LxcfsDaemon } from './lxcfs.js';
 import { DEFAULT_ID_BASE, DEFAULT_MAX_ID_RANGES, IdRangeAllocator } from './id-ranges.js';
 import { newRecord, readRecord, type SandboxRecord } from './records.js';
 import type { HostLoader } from './runtime-binaries.js';
@@ -90,6 +91,8 @@ export interface LocalDriverOptions {
   egressRefreshMs?: number;
   /** Where the driver's lines go (none when unset). */
   logger?: Logger;
+  /** Sandboxes see their own limits in /proc through LXCFS (lxcfs.ts); default: when lxcfs and /dev/fuse exist. */
+  lxcfs?: boolean;
 }
 
 /**
@@ -126,6 +129,8 @@ export abstract class LocalSandboxes extends DriverBase<SandboxRecord> {
   protected lastCap = 40;
   protected dnsServers: string[] = [];
   protected fileViews?: FileViews;
+  /** The host's LXCFS daemon (lxcfs.ts), when sandboxes get their own /proc files. */
+  protected lxcfs?: LxcfsDaemon;
 
   constructor(protected readonly options: LocalDriverOptions) {
     super('LocalDriver', options.dataDir, options.logger);

@@ -189,6 +189,15 @@ for entry in kcore keys timer_list sched_debug; do
   if [ -f "$root/proc/$entry" ]; then mount --bind /dev/null "$root/proc/$entry"; fi
 done
 mount -t sysfs -o ro,nosuid,nodev,noexec sysfs "$root/sys"
+# The sandbox's own limits (lxcfs.ts): LXCFS's files over /proc's and /sys's, read-only.
+if [ -n "\${NESTBOX_LXCFS:-}" ]; then
+  for entry in $NESTBOX_LXCFS_FILES; do
+    if [ -f "$NESTBOX_LXCFS/$entry" ] && [ -f "$root/$entry" ]; then
+      mount --bind "$NESTBOX_LXCFS/$entry" "$root/$entry"
+      mount -o remount,bind,ro,nosuid,nodev,noexec "$root/$entry"
+    fi
+  done
+fi
 # tmpfs and devpts get the sandbox's root (and tty group) as owners, so they look like a
 # normal system's from inside instead of belonging to "nobody".
 mount -t tmpfs -o nosuid,noexec,mode=755,size=1m,uid=$ids,gid=$ids dev "$root/dev"
@@ -364,6 +373,8 @@ export interface LaunchPlan {
   agentKey?: Buffer;
   /** Volumes to mount (issue 19): `source` is the volume's data dir on the host. */
   volumes?: LaunchVolume[];
+  /** The host's LXCFS mount point (lxcfs.ts) and its files to bind over /proc and /sys; absent = none. */
+  lxcfs?: { mountPoint: string; files: readonly string[] };
 }
 
 export interface LaunchVolume {
@@ -499,6 +510,10 @@ export function launchSandbox(plan: LaunchPlan): ChildProcess {
     assertSafeHostPath(label, path);
   }
   (plan.workProcsFiles ?? []).forEach((file, index) => assertSafeHostPath(`workload cgroup ${index}`, file));
+  if (plan.lxcfs) {
+    assertSafeHostPath('lxcfs', plan.lxcfs.mountPoint);
+    for (const file of plan.lxcfs.files) if (!/^[a-z]+(\/[a-z]+)*$/.test(file)) throw new Error(`invalid lxcfs file ${file}`);
+  }
   assertValidEnv(plan.env);
   for (const [index, volume] of (plan.volumes ?? []).entries()) {
     assertSafeHostPath(`volume ${index}`, volume.source);
@@ -541,6 +556,7 @@ export function launchSandbox(plan: LaunchPlan): ChildProcess {
         ...(plan.enterHelperBinary ? { NESTBOX_ENTER: plan.enterHelperBinary } : {}),
         ...(plan.workProcsFiles?.length ? { NESTBOX_WORK_PROCS: plan.workProcsFiles.join(':') } : {}),
         ...(plan.volumes?.length ? { NESTBOX_VOLUMES: plan.volumes.map((v) => [v.source, v.subpath ? v.subpath.replace(/^\/+/, '') || '-' : '-', v.mountPath, v.readOnly ? 'ro' : 'rw'].join('|')).join('\n') } : {}),
+        ...(plan.lxcfs ? { NESTBOX_LXCFS: plan.lxcfs.mountPoint, NESTBOX_LXCFS_FILES: plan.lxcfs.files.join(' ') } : {}),
         ...prefixedEnv(plan.env),
       },
     });
