@@ -181,7 +181,9 @@ describe('Daytona control plane with @daytonaio/sdk', () => {
     // Images (create({image}), snapshot.create) are built: images.test.ts.
 
     const sb = await env.daytona.create();
-    await expect(sb.resize({ cpu: 2 })).rejects.toThrow(/resizing a sandbox is not supported/);
+    // Resize is live (resize.test.ts has the rest): the SDK applies the answered DTO.
+    await sb.resize({ cpu: 2 });
+    expect(sb.cpu).toBe(2);
     const preview = await sb.getPreviewLink(3000);
     expect(preview.url).toContain(sb.id);
     expect(preview.url).toContain('3000');
