@@ -149,6 +149,19 @@ const UNSIZED_FILESYSTEMS = new Set<number>([
   0xcafe4a11, // bpf
   0xde5e81e4, // efivarfs
 ]);
+const FUSE_MAGIC = 0x65735546;
+
+/**
+ * LXCFS (host/drivers/local/lxcfs.ts) binds FUSE files over /proc/meminfo, /proc/cpuinfo and
+ * friends: their st_size is computed for whoever stats them, not for the read that follows, so a
+ * FUSE file under /proc or /sys is as unsized as procfs itself. (Other FUSE files keep their size:
+ * sshfs and the like report it truly, and Range requests need it.)
+ */
+function sizeUntrusted(absolutePath: string, fsType: number | undefined): boolean {
+  if (fsType === undefined) return false;
+  if (UNSIZED_FILESYSTEMS.has(fsType)) return true;
+  return fsType === FUSE_MAGIC && /^\/(proc|sys)\//.test(absolutePath);
+}
 
 export interface OpenedFile {
   handle: FileHandle;
@@ -177,7 +190,7 @@ export async function openForReading(absolutePath: string): Promise<OpenedFile> 
     if (info.isDirectory()) throw validationFailed('path', `path is a directory: ${absolutePath}`);
     if (!info.isFile()) throw validationFailed('path', `not a regular file: ${absolutePath}`);
     const fsType = info.size === 0 ? undefined : (await statfs(absolutePath).catch(() => undefined))?.type;
-    const sizeKnown = info.size > 0 && !(fsType !== undefined && UNSIZED_FILESYSTEMS.has(fsType));
+    const sizeKnown = info.size > 0 && !sizeUntrusted(absolutePath, fsType);
     return { handle, size: info.size, sizeKnown };
   } catch (error) {
     await handle.close().catch(() => {});
@@ -256,8 +269,15 @@ export async function sendFile(req: IncomingMessage, res: ServerResponse, absolu
   }
   // The stream owns and closes the handle; pipeline destroys it if the client goes away.
   const fileStream = handle.createReadStream({ start, end });
-  fileStream.on('data', (chunk: string | Buffer) => noteStreamedBytes(chunk.length));
+  let sent = 0;
+  fileStream.on('data', (chunk: string | Buffer) => {
+    sent += chunk.length;
+    noteStreamedBytes(chunk.length);
+  });
   await pipeline(fileStream, res);
+  // A file that shrank after the stat ends the stream short of the Content-Length promised: the
+  // client would wait forever for the rest on a kept-alive connection, so the connection goes.
+  if (sent !== end - start + 1) res.destroy();
 }
 
 /** Where a write really lands: through a symlink that resolves, onto the path itself otherwise. */

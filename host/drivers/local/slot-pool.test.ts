@@ -222,7 +222,9 @@ describe.skipIf(!isRoot)('slot pool (real kernel)', () => {
     expect(othersBefore).toHaveLength(1);
 
     // Not in `drivers`: it "crashes", so nothing may close it later (its slots become the next run's).
-    const crashed = new LocalDriver({ dataDir, imagesDir: IMAGES_DIR, guestAgentBundle: AGENT_BUNDLE, ownerId, slotPoolSize: 2 });
+    // Without LXCFS: a dropped driver's supervisor would keep running in this process and start
+    // the daemon again on the data dir after the others stopped it (a real crash ends it).
+    const crashed = new LocalDriver({ dataDir, imagesDir: IMAGES_DIR, guestAgentBundle: AGENT_BUNDLE, ownerId, slotPoolSize: 2, lxcfs: false });
     await crashed.init();
     await crashed.waitForSlotPool();
     const poolIndices = claimsOf(ownerId).map((claim) => claim.index);

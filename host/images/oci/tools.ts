@@ -64,12 +64,13 @@ export function toolMessage(stderr: string): string {
   return stderr.trim().split('\n').slice(-5).join('\n');
 }
 
-function classifyFailure(program: string, verb: string, stderr: string, how: string): ImageError {
+export function classifyFailure(program: string, verb: string, stderr: string, how: string): ImageError {
   const message = toolMessage(stderr);
   if (/^setpriv: failed to execute/m.test(stderr)) return new ImageError('internal', `${program} could not run: ${message} (is it installed? see scripts/install-system-deps.sh)`);
   const text = `${program} ${verb} failed (${how}): ${message}`;
-  if (/manifest unknown|name unknown|not found|404/i.test(message)) return new ImageError('not_found', text);
-  if (/unauthorized|authentication required|401|403|denied/i.test(message)) return new ImageError('unauthorized', text);
+  // Status codes as whole words only: a registry's port (127.0.0.1:40412) is in most messages.
+  if (/manifest unknown|name unknown|not found|\b404\b/i.test(message)) return new ImageError('not_found', text);
+  if (/unauthorized|authentication required|\b40[13]\b|denied/i.test(message)) return new ImageError('unauthorized', text);
   if (/connection refused|no such host|i\/o timeout|network is unreachable|server gave HTTP response to HTTPS client|tls:|x509:/i.test(message)) return new ImageError('host_unavailable', text);
   return new ImageError('internal', text);
 }
