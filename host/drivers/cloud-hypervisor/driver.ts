@@ -30,8 +30,9 @@ import { patchSnapshotConfig, VIRTIO_MEM_BLOCK_MIB } from './config.js';
 import { transition } from './lifecycle.js';
 import { writeChRecord, type ChRecord } from './records.js';
 import { ChRecovery } from './recovery.js';
+import { findVirtiofsd } from './virtiofs.js';
 import { isOciImage, lastChainElement, resizeExt4 } from './sandboxes.js';
-import { removeOciVmDisk } from '../../images/vm-image-oci.js';
+import { OCI_VM_BUSYBOX, removeOciVmDisk } from '../../images/vm-image-oci.js';
 import { CODE_INTERPRETER_IMAGE } from '../../images/code-interpreter-image.js';
 
 export type { ChDriverOptions } from './sandboxes.js';
@@ -83,6 +84,10 @@ export class ChDriver extends ChRecovery implements Driver {
       userfaultfd: uffd,
       memoryRestoreMode: this.restoreMode,
       subnet: this.subnet,
+      // Volumes need one (virtiofs.ts); without it a create with volumes is refused (501).
+      virtiofsd: (await findVirtiofsd(this.options.virtiofsdBinary)) ?? 'missing',
+      resizeMaxVcpus: this.resizeCeiling().maxVcpus,
+      resizeMaxMemoryMiB: this.resizeCeiling().maxMemoryMiB,
     };
   }
 
@@ -292,6 +297,7 @@ export class ChDriver extends ChRecovery implements Driver {
         if (Object.keys(body).length) {
           const vm = this.requireLive(record);
           await vm.api.resizeVm(body);
+          await this.onlineHotplugged(record, body.desired_vcpus);
         }
         if (change.diskGiB !== undefined && change.diskGiB * 2 ** 30 > diskBytes) {
           await resizeExt4(this.diskPath(record), change.diskGiB * 2 ** 30);
@@ -315,6 +321,32 @@ export class ChDriver extends ChRecovery implements Driver {
       this.log.info({ sandboxId: id, operation: 'resize', ...result }, `resize: ${result.cpu} vCPU, ${result.memoryMiB} MiB, ${diskGiB} GiB disk (${live ? 'live' : 'stopped'})`);
       return result;
     });
+  }
+
+  /**
+   * Hotplugged vCPUs and memory blocks arrive offline in the guest. The VM image's udev onlines
+   * them (vm-image.ts, 66-nestbox-hotplug.rules); an image VM has no udev, so its busybox does it
+   * here, until the guest has the vCPUs asked for (the ACPI event is asynchronous; bounded).
+   */
+  private async onlineHotplugged(record: ChRecord, vcpus: number | undefined): Promise<void> {
+    if (!isOciImage(record.diskImage ?? record.spec.image)) return;
+    const script = [
+      `B=${OCI_VM_BUSYBOX}; i=0`,
+      'while [ $i -lt 50 ]; do',
+      '  for f in /sys/devices/system/cpu/cpu[0-9]*/online; do [ -e "$f" ] && [ "$($B cat "$f")" = 0 ] && echo 1 > "$f"; done',
+      '  for f in /sys/devices/system/memory/memory[0-9]*/state; do [ -e "$f" ] && [ "$($B cat "$f")" = offline ] && echo online > "$f"; done',
+      `  [ ! -e /sys/devices/system/cpu/online ] || [ "$($B nproc --all 2>/dev/null || echo 0)" -ge ${vcpus ?? 0} ] && break`,
+      '  $B sleep 0.1; i=$((i+1))',
+      'done; true',
+    ].join('\n');
+    const client = this.agentClient(record.id);
+    try {
+      await client.exec({ argv: [OCI_VM_BUSYBOX, 'sh', '-c', script], timeoutMs: 15_000 });
+    } catch (error) {
+      this.log.warn({ sandboxId: record.id, operation: 'resize' }, `resize: onlining hotplugged vCPUs/memory failed: ${(error as Error).message}`);
+    } finally {
+      client.close();
+    }
   }
 
   /** The disk image of a named snapshot (not found: `not_found`). */

@@ -101,8 +101,9 @@ export async function stopVirtiofsds(runDir: string): Promise<void> {
  * is unmounted, so the guest sees only the subpath. The subpath is resolved in the guest: a
  * symbolic link a sandbox planted in the volume leads within the guest's view, never the host's.
  */
-export function guestMountScript(mounts: Array<SandboxVolumeMount & { tag: string }>): string {
-  const lines = ['set -e'];
+export function guestMountScript(mounts: Array<SandboxVolumeMount & { tag: string }>, options: { busybox?: string } = {}): string {
+  // An image VM's root may have no mount/mkdir of its own: its busybox's applets then.
+  const lines = ['set -e', ...(options.busybox ? ['mkdir mount mountpoint umount rmdir'.split(' ').map((name) => `${name}() { ${options.busybox} ${name} "$@"; }`).join('\n')] : [])];
   for (const mount of mounts) {
     const mode = mount.readOnly ? 'ro' : 'rw';
     const sub = (mount.subpath ?? '').replace(/^\/+|\/+$/g, '');

@@ -110,10 +110,11 @@ export abstract class ChVms extends ChSandboxes {
   protected async mountVolumesInGuest(record: ChRecord): Promise<void> {
     const mounts = (record.spec.volumes ?? []).map((mount, index) => ({ ...mount, tag: volumeTag(index) }));
     if (!mounts.length) return;
-    const shell = isOciImage(record.diskImage ?? record.spec.image) ? [OCI_VM_BUSYBOX, 'sh'] : ['/bin/sh'];
+    const oci = isOciImage(record.diskImage ?? record.spec.image);
+    const shell = oci ? [OCI_VM_BUSYBOX, 'sh'] : ['/bin/sh'];
     const client = this.agentClient(record.id);
     try {
-      const result = await client.exec({ argv: [...shell, '-c', guestMountScript(mounts)], timeoutMs: 30_000 });
+      const result = await client.exec({ argv: [...shell, '-c', guestMountScript(mounts, oci ? { busybox: OCI_VM_BUSYBOX } : {})], timeoutMs: 30_000 });
       if (result.exitCode !== 0) throw new Error(`exit ${result.exitCode}: ${result.stderr.trim()}`);
     } catch (error) {
       throw new Error(`sandbox ${record.id}: the guest could not mount its volumes: ${(error as Error).message}`);
