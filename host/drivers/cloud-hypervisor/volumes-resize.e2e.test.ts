@@ -151,6 +151,29 @@ describe.skipIf(!isRoot)('cloud-hypervisor driver: volumes over virtio-fs and re
     expect(readFileSync(join(hostDir, 'from-b'), 'utf8')).toBe('written by b\n');
   });
 
+  it('a VMM killed with -9 takes its virtiofsd along: the watcher\'s check tears the rest down, a start shares again', async () => {
+    await driver.volumes.ensure('chcrash', MIN_VOLUME_BYTES);
+    const hostDir = driver.volumes.dataDir('chcrash');
+    const spec = base('chvk', { volumes: [{ volumeId: 'chcrash', mountPath: join(mountBase, 'k', 'data'), readOnly: false }] });
+    await driver.create(spec);
+    // QEMU's daemon forks into its sandbox once the VMM connects: a parent and a child.
+    expect(virtiofsdsSharing(hostDir).length).toBeGreaterThanOrEqual(1);
+    const run = join(root, 'data', 'sandboxes', 'chvk', 'run');
+    expect(existsSync(join(run, 'virtiofsd-0.pid'))).toBe(true);
+    process.kill(driver.inspect('chvk')!.pid!, 'SIGKILL');
+    // Bounded: the check below is what matters, not how fast the kernel reaps.
+    for (let i = 0; i < 200 && (await driver.checkAlive('chvk')); i++) await new Promise((resolve) => setTimeout(resolve, 25));
+    expect(driver.inspect('chvk')?.status).toBe('stopped');
+    expect(virtiofsdsSharing(hostDir)).toEqual([]);
+    expect(existsSync(join(run, 'virtiofsd-0.pid'))).toBe(false);
+    expect(existsSync(join(run, 'fs0.sock'))).toBe(false);
+    await driver.start(spec);
+    await ok('chvk', `echo again > ${join(mountBase, 'k', 'data')}/after-crash`);
+    expect(readFileSync(join(hostDir, 'after-crash'), 'utf8')).toBe('again\n');
+    await driver.destroy('chvk');
+    expect(virtiofsdsSharing(hostDir)).toEqual([]);
+  });
+
   it('resizes CPU and memory of a running VM live (vm.resize), refuses beyond its max, grows a stopped disk seen after start', async () => {
     await driver.create(base('chrs'));
     const limits = async () => ({
