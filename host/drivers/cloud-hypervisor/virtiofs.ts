@@ -121,6 +121,7 @@ export function guestMountScript(mounts: Array<SandboxVolumeMount & { tag: strin
       `  mount --bind '${stage}/${sub}' '${mount.mountPath}'`,
       ...(mount.readOnly ? [`  mount -o remount,bind,ro '${mount.mountPath}'`] : []),
       `  umount '${stage}' && rmdir '${stage}'`,
+      '  rmdir /run/nestbox-volumes 2>/dev/null || true',
       'fi',
     );
   }
