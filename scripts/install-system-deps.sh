@@ -19,7 +19,11 @@ fi
 # skopeo pulls OCI/Docker images from registries and umoci unpacks them into root filesystems
 # (host/images/oci/); ADD of a bzip2, xz or zstd tarball is decompressed with bzip2, xz and zstd.
 # lxcfs gives each sandbox its own /proc/meminfo, cpuinfo, stat, uptime… (host/drivers/local/lxcfs.ts).
+# qemu-system-common ships Debian 12's virtiofsd (/usr/lib/qemu/virtiofsd), which shares volumes
+# with microVMs over virtio-fs (host/drivers/cloud-hypervisor/virtiofs.ts); from Debian 13 on the
+# standalone, maintained `virtiofsd` package is installed instead when the archive has it.
 packages=(debootstrap nftables tini iproute2 util-linux e2fsprogs procps psmisc ca-certificates gcc libc6-dev libseccomp-dev xfsprogs conntrack tar perl-base skopeo umoci bzip2 xz-utils zstd lxcfs)
+if apt-cache show virtiofsd >/dev/null 2>&1; then packages+=(virtiofsd); else packages+=(qemu-system-common); fi
 with_postgres=false
 # Tests only: the image tests run Debian's Distribution registry (docker-registry) on loopback,
 # build their images from busybox-static's binary and protect one registry with an htpasswd

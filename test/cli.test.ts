@@ -281,6 +281,19 @@ describe('nestbox CLI', () => {
     }
   });
 
+  it('resize: CPU and memory change live (PATCH), the disk only while stopped, no size is a one-line error', async () => {
+    const resized = await cli(['resize', id, '--cpu', '2', '--memory', '768']);
+    expect(resized.code, resized.stderr).toBe(0);
+    expect(resized.stdout).toMatch(new RegExp(`^${id} 2 vCPU 768 MiB \\S+ GiB\n$`));
+    expect(JSON.parse((await cli(['get', id, '--json'])).stdout)).toMatchObject({ cpu: 2, memoryMiB: 768, state: 'running' });
+    const back = await cli(['resize', id, '--memory', '512', '--json']);
+    expect(back.code, back.stderr).toBe(0);
+    expect(JSON.parse(back.stdout)).toMatchObject({ id, cpu: 2, memoryMiB: 512 });
+    expectOneLineError(await cli(['resize', id]), /--cpu, --memory and --disk/);
+    expectOneLineError(await cli(['resize', id, '--disk', '100']), /^error: (invalid_state|validation_failed): /);
+    expectOneLineError(await cli(['resize', id, '--cpu', 'two']), /cpu/);
+  });
+
   it('pause and unpause, stop and resume: the sandbox keeps its disk across them; rm deletes it', async () => {
     expect((await cli(['exec', id, '--', 'echo kept > /root/kept.txt'])).code).toBe(0);
     expect(await cli(['pause', id])).toMatchObject({ code: 0, stdout: `${id} paused\n` });

@@ -40,9 +40,12 @@ export const OCI_VM_AGENT_START = '/.nestbox/agent-start';
 export const OCI_VM_RESYNC = '/.nestbox/bin/nestbox-resync';
 export const OCI_VM_BUSYBOX = '/.nestbox/bin/busybox';
 /** Bump when the layout or scripts below change: every image's disk is rebuilt at next use. */
-export const OCI_VM_LAYOUT_VERSION = 2;
-/** Kernel modules an image VM loads itself (the default image's udev does it there). */
-export const OCI_VM_KERNEL_MODULES = ['vmw_vsock_virtio_transport', 'virtio_net', 'virtio_console'];
+export const OCI_VM_LAYOUT_VERSION = 3;
+/**
+ * Kernel modules an image VM loads itself (the default image's udev does it there): vsock,
+ * network, console, and virtio-fs (volumes) and virtio-mem (live memory resize).
+ */
+export const OCI_VM_KERNEL_MODULES = ['vmw_vsock_virtio_transport', 'virtio_net', 'virtio_console', 'virtiofs', 'virtio_mem'];
 const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 const MIB = 1024 * 1024;
 const HOST_LIBS = '/.nestbox/lib/host';

@@ -267,6 +267,8 @@ export async function installGuestFiles(tree: string, options: Pick<EnsureVmImag
   await put('etc/systemd/network/10-eth0.network', '[Match]\nName=eth0\n\n[Network]\nAddress=169.254.0.21/30\nGateway=169.254.0.22\n');
   await put('etc/modules-load.d/nestbox.conf', '# hybrid vsock to the host agent\nvmw_vsock_virtio_transport\n');
   await put('etc/udev/rules.d/65-nestbox-kvm.rules', '# Nested virtualization: the sandbox user may use /dev/kvm.\nKERNEL=="kvm", GROUP="kvm", MODE="0666"\n');
+  // Live resize (vm.resize): vCPUs and memory blocks CH hotplugs arrive offline; online them.
+  await put('etc/udev/rules.d/66-nestbox-hotplug.rules', '# Live resize: hotplugged vCPUs and memory come online at once.\nSUBSYSTEM=="cpu", ACTION=="add", TEST=="online", ATTR{online}=="0", ATTR{online}="1"\nSUBSYSTEM=="memory", ACTION=="add", TEST=="state", ATTR{state}=="offline", ATTR{state}="online"\n');
   await put('usr/local/bin/nestbox-resync', RESYNC_SCRIPT, 0o755);
   await put('etc/fstab', '/dev/vda / ext4 rw,discard,errors=remount-ro 0 1\n');
   await put('etc/hostname', 'nestbox\n');

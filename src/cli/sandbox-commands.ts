@@ -107,6 +107,20 @@ export function registerSandboxCommands(program: Command, config: () => Config):
   }
 
   program
+    .command('resize')
+    .description('new vCPUs, memory or disk for a sandbox: CPU and memory live while it runs, the disk grows while it is stopped')
+    .argument('<id>', 'sandbox id')
+    .option('--cpu <n>', 'vCPUs', positiveInteger)
+    .option('--memory <MiB>', 'memory in MiB', positiveInteger)
+    .option('--disk <GiB>', 'disk in GiB (grows only; the sandbox must be stopped)', positiveInteger)
+    .action(act(async ({ client, json }, id: string, opts: { cpu?: number; memory?: number; disk?: number }) => {
+      if (opts.cpu === undefined && opts.memory === undefined && opts.disk === undefined) throw new CliError('resize: give at least one of --cpu, --memory and --disk');
+      const sandbox = await client.updateSandbox(id, { cpu: opts.cpu, memoryMiB: opts.memory, diskGiB: opts.disk });
+      if (json) printJson(sandbox);
+      else process.stdout.write(`${sandbox.id} ${sandbox.cpu} vCPU ${sandbox.memoryMiB} MiB ${sandbox.diskGiB ?? '-'} GiB\n`);
+    }));
+
+  program
     .command('fork')
     .description('new sandboxes with a copy of this one\'s disk; prints their ids')
     .argument('<id>', 'sandbox id')

@@ -99,6 +99,11 @@ export interface UpdateSandboxRequest {
   idleAction?: 'pause' | 'stop';
   autoDeleteSeconds?: number | null;
   egress?: EgressPolicy;
+  /** Resize (issue 19): live on a running sandbox, at the next start of a stopped one. */
+  cpu?: number;
+  memoryMiB?: number;
+  /** Grows only, only while the sandbox is stopped. */
+  diskGiB?: number;
 }
 
 export interface SandboxList { items: Sandbox[]; nextCursor: string | null }

@@ -33,6 +33,10 @@ export interface CpusConfig {
 }
 export interface MemoryConfig {
   size: number;
+  /** Room for memory hotplug above `size` (address space only, nothing is allocated). */
+  hotplug_size?: number;
+  hotplugged_size?: number;
+  hotplug_method?: 'Acpi' | 'VirtioMem';
   shared?: boolean;
   thp?: boolean;
   mergeable?: boolean;
@@ -74,8 +78,17 @@ export interface RngConfig {
   src: string;
   id?: string;
 }
+/** A virtio-fs device backed by a vhost-user-fs daemon (virtiofsd) on `socket`. */
+export interface FsConfig {
+  tag: string;
+  socket: string;
+  num_queues: number;
+  queue_size: number;
+  id?: string;
+}
 export interface VmConfig {
   cpus?: CpusConfig;
+  fs?: FsConfig[];
   memory?: MemoryConfig;
   payload: PayloadConfig;
   disks?: DiskConfig[];

@@ -3,7 +3,7 @@
 // `tap0` inside its own network namespace), so only per-sandbox *paths* differ between VMs:
 // the rootfs disk, the vsock socket and the serial log. Those are exactly the fields a restored
 // or forked VM must get patched, because CH opens whatever config.json names.
-import type { VmConfig } from './api.js';
+import type { FsConfig, VmConfig } from './api.js';
 
 /** Locally administered, fixed: the MAC lives in guest memory and state.json anyway. */
 export const GUEST_MAC = '02:6e:62:00:00:02';
@@ -29,6 +29,14 @@ export interface VmShape {
   /** Pass the host's VMX/SVM through so the sandbox can run its own VMs. */
   nested: boolean;
   cmdline?: string;
+  /**
+   * Ceilings of a live resize (vm.resize): vCPUs up to `maxVcpus` (CPU hotplug), memory up to
+   * `maxMemoryMiB` (virtio-mem hotplug above the boot size). Default: the boot size (no room).
+   */
+  maxVcpus?: number;
+  maxMemoryMiB?: number;
+  /** virtio-fs shares (volumes), one virtiofsd each; their presence makes guest memory shared. */
+  fs?: Array<{ tag: string; socket: string }>;
 }
 
 const MIB = 1024 * 1024;
@@ -38,11 +46,22 @@ export function buildVmConfig(shape: VmShape, paths: VmPaths): VmConfig {
   if (!Number.isInteger(shape.memoryMiB) || shape.memoryMiB < 64) throw new Error(`memoryMiB must be an integer ≥ 64, got ${shape.memoryMiB}`);
   // A VM gets whole vCPUs; a fractional request (0.5) still needs one.
   const vcpus = Math.max(1, Math.ceil(shape.cpu));
+  const maxVcpus = Math.max(vcpus, shape.maxVcpus ?? vcpus);
+  // virtio-mem plugs (and unplugs) memory in blocks of 128 MiB in CH: the room is a multiple of that.
+  const hotplugMiB = Math.floor(Math.max(0, (shape.maxMemoryMiB ?? shape.memoryMiB) - shape.memoryMiB) / HOTPLUG_BLOCK_MIB) * HOTPLUG_BLOCK_MIB;
+  const fs: FsConfig[] = (shape.fs ?? []).map((share) => ({ tag: share.tag, socket: share.socket, num_queues: 1, queue_size: 1024, id: share.tag }));
   return {
-    cpus: { boot_vcpus: vcpus, max_vcpus: vcpus, nested: shape.nested },
+    cpus: { boot_vcpus: vcpus, max_vcpus: maxVcpus, nested: shape.nested },
     // Private memory: snapshots copy it out, OnDemand restores fault it back in (no shared
-    // mapping needed, and clones must not share writable memory anyway).
-    memory: { size: shape.memoryMiB * MIB, shared: false, thp: true },
+    // mapping needed, and clones must not share writable memory anyway). virtio-fs is the
+    // exception: virtiofsd maps guest memory to serve its queues, so it must be shared
+    // (such VMs stop cold, see driver.ts, so no clone ever shares it).
+    memory: {
+      size: shape.memoryMiB * MIB,
+      ...(hotplugMiB > 0 ? { hotplug_size: hotplugMiB * MIB, hotplug_method: 'VirtioMem' as const } : {}),
+      shared: fs.length > 0,
+      thp: true,
+    },
     payload: { kernel: paths.kernel, initramfs: paths.initramfs, cmdline: shape.cmdline ?? DEFAULT_CMDLINE },
     // image_type explicitly: autodetection is deprecated since v52 and a raw image must never be
     // probed as qcow2 (a guest could write a qcow2 header into its own disk).
@@ -53,7 +72,18 @@ export function buildVmConfig(shape: VmShape, paths: VmPaths): VmConfig {
     serial: { mode: 'File', file: paths.serialLog },
     console: { mode: 'Off' },
     rng: { src: '/dev/urandom' },
+    ...(fs.length ? { fs } : {}),
   };
+}
+
+/** The hotplug room is a whole number of these (ACPI hotplug's alignment; virtio-mem's is finer). */
+export const HOTPLUG_BLOCK_MIB = 128;
+/** CH's default virtio-mem block: a live memory resize plugs or unplugs whole blocks above the boot size. */
+export const VIRTIO_MEM_BLOCK_MIB = 2;
+
+/** The virtio-fs tag of a sandbox's n-th volume mount (at most 36 bytes in virtio-fs). */
+export function volumeTag(index: number): string {
+  return `nbvol${index}`;
 }
 
 export interface SnapshotPatch {

@@ -24,14 +24,15 @@ import { removeTree } from '../../util/fs.js';
 import { isProcessAlive, processCpuNs } from '../../util/process.js';
 import { assertSandboxId } from '../base/driver-base.js';
 import { DriverError } from '../errors.js';
-import type { Driver, DriverCapabilities, FileView, ForkResult, SandboxRuntime, SandboxSpec, SandboxUsageCounters, SnapshotResult, StartResult } from '../types.js';
-import type { VmConfig } from './api.js';
-import { patchSnapshotConfig } from './config.js';
+import type { Driver, DriverCapabilities, FileView, ForkResult, ResizeResult, ResizeSpec, SandboxRuntime, SandboxSpec, SandboxUsageCounters, SnapshotResult, StartResult } from '../types.js';
+import { ChApiError, type VmConfig } from './api.js';
+import { patchSnapshotConfig, VIRTIO_MEM_BLOCK_MIB } from './config.js';
 import { transition } from './lifecycle.js';
 import { writeChRecord, type ChRecord } from './records.js';
 import { ChRecovery } from './recovery.js';
-import { isOciImage, lastChainElement } from './sandboxes.js';
-import { removeOciVmDisk } from '../../images/vm-image-oci.js';
+import { findVirtiofsd } from './virtiofs.js';
+import { isOciImage, lastChainElement, resizeExt4 } from './sandboxes.js';
+import { OCI_VM_BUSYBOX, removeOciVmDisk } from '../../images/vm-image-oci.js';
 import { CODE_INTERPRETER_IMAGE } from '../../images/code-interpreter-image.js';
 
 export type { ChDriverOptions } from './sandboxes.js';
@@ -83,6 +84,10 @@ export class ChDriver extends ChRecovery implements Driver {
       userfaultfd: uffd,
       memoryRestoreMode: this.restoreMode,
       subnet: this.subnet,
+      // Volumes need one (virtiofs.ts); without it a create with volumes is refused (501).
+      virtiofsd: (await findVirtiofsd(this.options.virtiofsdBinary)) ?? 'missing',
+      resizeMaxVcpus: this.resizeCeiling().maxVcpus,
+      resizeMaxMemoryMiB: this.resizeCeiling().maxMemoryMiB,
     };
   }
 
@@ -92,7 +97,7 @@ export class ChDriver extends ChRecovery implements Driver {
       fork: true,
       pause: true,
       nestedVirt: this.nestedVirt,
-      hotResize: false,
+      hotResize: true,
       maxVcpus: cpus().length,
       probes: { ...this.probes, ...(this.diskStore?.probes ?? {}) },
     };
@@ -149,7 +154,14 @@ export class ChDriver extends ChRecovery implements Driver {
       const started = Date.now();
       const vm = this.live.get(id);
       let memorySaved = false;
-      if (vm && isProcessAlive(record.pid, record.pidStartTime)) {
+      // A VM with volumes stops cold: its virtiofsds hold the FUSE state of the guest's open
+      // files (inode handles) outside the VM's snapshot, and a restored guest would talk to
+      // fresh ones that know none of it. Its disk and its volumes keep everything written.
+      if (vm && isProcessAlive(record.pid, record.pidStartTime) && record.spec.volumes?.length) {
+        const client = this.agentClient(id);
+        await client.exec({ argv: this.guestHelper(record, 'sync'), timeoutMs: 10_000 }).catch(() => {});
+        client.close();
+      } else if (vm && isProcessAlive(record.pid, record.pidStartTime)) {
         record.operation = { kind: 'stop', startedAt: new Date().toISOString() };
         await writeChRecord(this.sandboxDir(id), record);
         try {
@@ -187,7 +199,8 @@ export class ChDriver extends ChRecovery implements Driver {
       await writeChRecord(this.sandboxDir(spec.id), record);
       let reason: string;
       const snapshot = record.memorySnapshot;
-      if (snapshot && existsSync(join(snapshot.dir, 'snapshot.json'))) {
+      const resized = snapshot ? await this.resizedSince(snapshot.dir, spec) : false;
+      if (snapshot && existsSync(join(snapshot.dir, 'snapshot.json')) && !resized) {
         try {
           const started = Date.now();
           await this.copyDisk(join(snapshot.dir, 'rootfs.img'), this.diskPath(record), { replace: true });
@@ -205,7 +218,7 @@ export class ChDriver extends ChRecovery implements Driver {
           this.log.warn({ sandboxId: spec.id, operation: 'start' }, `start: restore failed, cold boot instead: ${(error as Error).message}`);
         }
       } else {
-        reason = snapshot ? 'memory_snapshot_missing' : 'stopped_without_memory_snapshot';
+        reason = resized ? 'resized_while_stopped' : snapshot ? 'memory_snapshot_missing' : 'stopped_without_memory_snapshot';
       }
       try {
         await this.bootVm(record, image);
@@ -223,6 +236,117 @@ export class ChDriver extends ChRecovery implements Driver {
       }
       return { ...this.runtimeOf(record), memoryRestored: false, resumeReason: reason };
     });
+  }
+
+  /**
+   * Whether a stopped VM's sizes changed since its memory snapshot (a resize while stopped only
+   * changes its spec): its memory image is of another machine then, so it boots cold.
+   */
+  private async resizedSince(snapshotDir: string, spec: SandboxSpec): Promise<boolean> {
+    const config = await readFile(join(snapshotDir, 'config.json'), 'utf8').then((text) => JSON.parse(text) as VmConfig, () => undefined);
+    if (!config?.cpus || !config.memory) return false;
+    const memoryMiB = (config.memory.size + (config.memory.hotplugged_size ?? 0)) / 2 ** 20;
+    return config.cpus.boot_vcpus !== Math.max(1, Math.ceil(spec.cpu)) || memoryMiB !== spec.memoryMiB;
+  }
+
+  // ---- resize -----------------------------------------------------------------------------------
+
+  /**
+   * CPU and memory of a running VM change live with vm.resize: vCPUs are hotplugged up to the
+   * max_vcpus it was created with, memory is plugged by virtio-mem above its boot size up to its
+   * hotplug room (vm.ts resizeCeiling). Memory below the boot size cannot be unplugged: that is
+   * refused, and a stop/start (cold boot at the new size) does it. The disk grows only while the
+   * VM is stopped: the image file and its ext4 are grown offline (resizeExt4), the memory
+   * snapshot is dropped (it holds the old file system's size), and the next start boots cold.
+   */
+  async resize(id: string, change: ResizeSpec): Promise<ResizeResult> {
+    return this.withRecord(id, async (record) => {
+      const status = this.effectiveStatus(record);
+      const live = status === 'running';
+      if (!live && status !== 'stopped') throw new DriverError('invalid_state', `sandbox ${id} is ${status}; only a running or stopped VM is resized`);
+      const target = { ...record.spec, ...(change.cpu !== undefined ? { cpu: change.cpu } : {}), ...(change.memoryMiB !== undefined ? { memoryMiB: change.memoryMiB } : {}) };
+      this.validateSpec(target);
+      const diskBytes = (await stat(this.diskPath(record))).size;
+      if (change.diskGiB !== undefined) {
+        if (live) throw new DriverError('invalid_state', `sandbox ${id} is running; its disk grows only while it is stopped`);
+        if (change.diskGiB * 2 ** 30 < diskBytes) throw new DriverError('validation_failed', `diskGiB: disks only grow (sandbox ${id} has ${Math.ceil(diskBytes / 2 ** 30)} GiB)`);
+      }
+      const vcpus = Math.max(1, Math.ceil(target.cpu));
+      const body: { desired_vcpus?: number; desired_ram?: number } = {};
+      if (live) {
+        const shape = record.vmShape;
+        const cpuChanged = change.cpu !== undefined && vcpus !== Math.max(1, Math.ceil(record.spec.cpu));
+        const memoryChanged = change.memoryMiB !== undefined && change.memoryMiB !== record.spec.memoryMiB;
+        if ((cpuChanged || memoryChanged) && !shape) throw new DriverError('invalid_state', `sandbox ${id} was booted without room for live resize; stop it, resize, and start it`);
+        if (cpuChanged && shape) {
+          if (vcpus > shape.maxVcpus) throw new DriverError('validation_failed', `cpu: ${target.cpu} is beyond the ${shape.maxVcpus} vCPUs this VM can hotplug (its max_vcpus); stop it to resize beyond that`);
+          body.desired_vcpus = vcpus;
+        }
+        if (memoryChanged && shape) {
+          if (target.memoryMiB > shape.maxMemoryMiB) throw new DriverError('validation_failed', `memoryMiB: ${target.memoryMiB} is beyond the ${shape.maxMemoryMiB} MiB this VM can hotplug; stop it to resize beyond that`);
+          if (target.memoryMiB < shape.bootMemoryMiB) throw new DriverError('invalid_state', `memoryMiB: a running VM cannot unplug memory below the ${shape.bootMemoryMiB} MiB it booted with; stop it, resize, and start it`);
+          if ((target.memoryMiB - shape.bootMemoryMiB) % VIRTIO_MEM_BLOCK_MIB !== 0) throw new DriverError('validation_failed', `memoryMiB: a running VM's memory changes in ${VIRTIO_MEM_BLOCK_MIB} MiB blocks above its boot size of ${shape.bootMemoryMiB} MiB`);
+          body.desired_ram = target.memoryMiB * 2 ** 20;
+        }
+      }
+      const oldSpec = record.spec;
+      record.spec = { ...target, ...(change.diskGiB !== undefined ? { diskGiB: change.diskGiB } : {}) };
+      record.operation = { kind: 'resize', startedAt: new Date().toISOString() };
+      await writeChRecord(this.sandboxDir(id), record);
+      try {
+        if (Object.keys(body).length) {
+          const vm = this.requireLive(record);
+          await vm.api.resizeVm(body);
+          await this.onlineHotplugged(record, body.desired_vcpus);
+        }
+        if (change.diskGiB !== undefined && change.diskGiB * 2 ** 30 > diskBytes) {
+          await resizeExt4(this.diskPath(record), change.diskGiB * 2 ** 30);
+          // The memory image holds the old file system's size: the next start boots cold.
+          if (record.memorySnapshot) {
+            await removeTree(record.memorySnapshot.dir).catch(() => {});
+            record.memorySnapshot = undefined;
+          }
+        }
+      } catch (error) {
+        record.spec = oldSpec;
+        record.operation = undefined;
+        await writeChRecord(this.sandboxDir(id), record);
+        if (error instanceof ChApiError && !error.unreachable) throw new DriverError('conflict', `cloud-hypervisor refused the resize: ${lastChainElement(error)}`);
+        throw error;
+      }
+      record.operation = undefined;
+      await writeChRecord(this.sandboxDir(id), record);
+      const diskGiB = (await stat(this.diskPath(record))).size / 2 ** 30;
+      const result: ResizeResult = { cpu: record.spec.cpu, memoryMiB: record.spec.memoryMiB, diskGiB, live };
+      this.log.info({ sandboxId: id, operation: 'resize', ...result }, `resize: ${result.cpu} vCPU, ${result.memoryMiB} MiB, ${diskGiB} GiB disk (${live ? 'live' : 'stopped'})`);
+      return result;
+    });
+  }
+
+  /**
+   * Hotplugged vCPUs and memory blocks arrive offline in the guest. The VM image's udev onlines
+   * them (vm-image.ts, 66-nestbox-hotplug.rules); an image VM has no udev, so its busybox does it
+   * here, until the guest has the vCPUs asked for (the ACPI event is asynchronous; bounded).
+   */
+  private async onlineHotplugged(record: ChRecord, vcpus: number | undefined): Promise<void> {
+    if (!isOciImage(record.diskImage ?? record.spec.image)) return;
+    const script = [
+      `B=${OCI_VM_BUSYBOX}; i=0`,
+      'while [ $i -lt 50 ]; do',
+      '  for f in /sys/devices/system/cpu/cpu[0-9]*/online; do [ -e "$f" ] && [ "$($B cat "$f")" = 0 ] && echo 1 > "$f"; done',
+      '  for f in /sys/devices/system/memory/memory[0-9]*/state; do [ -e "$f" ] && [ "$($B cat "$f")" = offline ] && echo online > "$f"; done',
+      `  [ ! -e /sys/devices/system/cpu/online ] || [ "$($B nproc --all 2>/dev/null || echo 0)" -ge ${vcpus ?? 0} ] && break`,
+      '  $B sleep 0.1; i=$((i+1))',
+      'done; true',
+    ].join('\n');
+    const client = this.agentClient(record.id);
+    try {
+      await client.exec({ argv: [OCI_VM_BUSYBOX, 'sh', '-c', script], timeoutMs: 15_000 });
+    } catch (error) {
+      this.log.warn({ sandboxId: record.id, operation: 'resize' }, `resize: onlining hotplugged vCPUs/memory failed: ${(error as Error).message}`);
+    } finally {
+      client.close();
+    }
   }
 
   /** The disk image of a named snapshot (not found: `not_found`). */
@@ -282,7 +406,10 @@ export class ChDriver extends ChRecovery implements Driver {
       // stop left. Without one (a cold-stopped source), children boot cold from a disk copy.
       let snapshotDir: string | undefined;
       let temporary = false;
-      if (sourceStatus === 'running' || sourceStatus === 'paused') {
+      // A source with volumes forks cold, for the reason it stops cold (see stop).
+      if (source.spec.volumes?.length) {
+        snapshotDir = undefined;
+      } else if (sourceStatus === 'running' || sourceStatus === 'paused') {
         snapshotDir = (await this.takeMemorySnapshot(source, this.requireLive(source), 'fork', { resumeAfter: sourceStatus === 'running' })).dir;
         temporary = true;
       } else if (source.memorySnapshot && existsSync(join(source.memorySnapshot.dir, 'snapshot.json'))) {

@@ -49,8 +49,14 @@ export interface ChRecord {
   /** The snapshot a running VM was restored from (OnDemand keeps reading its memory-ranges). */
   restoredFrom?: string;
   lastError?: ChLastError;
+  /**
+   * What the running VM was created with (vm.create): its boot memory (virtio-mem can plug
+   * above it, never unplug below) and the ceilings of a live resize. Absent = no resize room
+   * (a VM booted before live resize existed).
+   */
+  vmShape?: { bootVcpus: number; bootMemoryMiB: number; maxVcpus: number; maxMemoryMiB: number };
   /** The operation in flight, so init() can finish or roll it back after a crash. */
-  operation?: { kind: 'pause' | 'unpause' | 'stop' | 'fork-source' | 'snapshot'; startedAt: string };
+  operation?: { kind: 'pause' | 'unpause' | 'stop' | 'fork-source' | 'snapshot' | 'resize'; startedAt: string };
   forkedFrom?: string;
   /**
    * The image the disk was made from (`default` or an OCI image id): a create from a snapshot or a

@@ -19,6 +19,7 @@ import type { ReflinkStoreOptions } from '../../storage/disk-store.js';
 import { assertSnapshotId, type SnapshotMeta } from '../../storage/snapshots.js';
 import { isProcessAlive } from '../../util/process.js';
 import { assertSandboxId, DriverBase, SUN_PATH_MAX } from '../base/driver-base.js';
+import { validateVolumeMounts } from '../base/volume-mounts.js';
 import { DriverError } from '../errors.js';
 import type { SandboxRuntime, SandboxSpec, SnapshotResult } from '../types.js';
 import { ChApi, ChApiError } from './api.js';
@@ -61,6 +62,14 @@ export interface ChDriverOptions {
   guestRuntime?: GuestRuntimeFiles;
   /** Disk of an image VM whose spec names no diskGiB (default 10 GiB, as the local driver's). */
   defaultDiskGiB?: number;
+  /** The virtiofsd serving volumes (default: the first of VIRTIOFSD_CANDIDATES that exists). */
+  virtiofsdBinary?: string;
+  /**
+   * Ceilings of a live resize: every VM is created with room to hotplug up to this many vCPUs
+   * and MiB (default: the host's CPUs and its total memory, which no sandbox could exceed anyway).
+   */
+  maxVcpus?: number;
+  maxMemoryMiB?: number;
 }
 
 export const DEFAULT_DISK_GIB = 10;
@@ -252,8 +261,8 @@ export abstract class ChSandboxes extends DriverBase<ChRecord> {
   protected validateSpec(spec: SandboxSpec): void {
     assertSandboxId(spec.id);
     const invalid = (message: string) => new DriverError('validation_failed', message);
-    // Volumes (issue 19) reach microVMs only once virtio-fs is wired (virtiofsd per volume and VM): refused, never ignored.
-    if (spec.volumes?.length) throw new DriverError('not_supported', 'the cloud-hypervisor driver cannot mount volumes yet (virtio-fs is not wired); run sandboxes with volumes on a local-driver host');
+    // Volumes (issue 19) reach the guest over virtio-fs (virtiofs.ts), one virtiofsd each.
+    validateVolumeMounts(spec, this.volumes);
     if (spec.image !== 'default' && spec.image !== CODE_INTERPRETER_IMAGE && !IMAGE_ID.test(spec.image)) throw invalid(`unknown image "${spec.image}" (the cloud-hypervisor driver knows "default", "${CODE_INTERPRETER_IMAGE}" and pulled OCI images by id, sha256:<64 hex>)`);
     if (spec.diskGiB !== undefined && (!Number.isInteger(spec.diskGiB) || spec.diskGiB < 1 || spec.diskGiB > MAX_DISK_GIB)) throw invalid(`diskGiB must be an integer from 1 to ${MAX_DISK_GIB}, got ${spec.diskGiB}`);
     if (!(spec.cpu > 0) || spec.cpu > 256) throw invalid(`cpu must be between 0 and 256 vCPUs, got ${spec.cpu}`);

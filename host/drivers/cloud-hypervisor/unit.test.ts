@@ -10,7 +10,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AgentClient } from '../../agent-protocol/client.js';
 import { loadChSchemas, type ChSchemaValidator } from '../../sim/ch/schema.js';
 import { ChApi, ChApiError, parseErrorChain, type VmConfig } from './api.js';
-import { buildVmConfig, GUEST_MAC, patchSnapshotConfig } from './config.js';
+import { buildVmConfig, GUEST_MAC, patchSnapshotConfig, volumeTag } from './config.js';
+import { guestMountScript, virtiofsdCommand } from './virtiofs.js';
 import { expectState, transition, VmOperationError } from './lifecycle.js';
 import { EventStreamParser, launchCommand } from './process.js';
 import { dialHybridVsock, HybridVsockAgent, VsockDialError } from './vsock.js';
@@ -59,6 +60,70 @@ describe('VmConfig builder', () => {
     const badFormat = { ...config, disks: [{ ...config.disks![0], pci_device_id: 300 }] };
     expect(schemas.validate('VmConfig', badFormat).join()).toMatch(/pci_device_id/);
     expect(schemas.validate('RestoreConfig', { source_url: 'file:///x', memory_restore_mode: 'Lazy' }).length).toBeGreaterThan(0);
+  });
+});
+
+describe('VmConfig builder: volumes and resize room (issue 19)', () => {
+  it('passes one fs entry per share and makes guest memory shared, as virtio-fs needs', () => {
+    const fs = [
+      { tag: volumeTag(0), socket: '/var/lib/nestbox/sandboxes/a/run/fs0.sock' },
+      { tag: volumeTag(1), socket: '/var/lib/nestbox/sandboxes/a/run/fs1.sock' },
+    ];
+    const config = buildVmConfig({ cpu: 1, memoryMiB: 512, nested: false, fs }, PATHS);
+    expect(schemas.validate('VmConfig', config)).toEqual([]);
+    expect(config.fs).toEqual([
+      { tag: 'nbvol0', socket: fs[0]!.socket, num_queues: 1, queue_size: 1024, id: 'nbvol0' },
+      { tag: 'nbvol1', socket: fs[1]!.socket, num_queues: 1, queue_size: 1024, id: 'nbvol1' },
+    ]);
+    expect(config.memory?.shared).toBe(true);
+    for (const entry of config.fs ?? []) expect(schemas.validate('FsConfig', entry)).toEqual([]);
+    // Without shares: no fs field at all, private memory.
+    const plain = buildVmConfig({ cpu: 1, memoryMiB: 512, nested: false }, PATHS);
+    expect(plain.fs).toBeUndefined();
+    expect(plain.memory?.shared).toBe(false);
+  });
+
+  it('sets max_vcpus and a virtio-mem hotplug room from the ceilings, in 128 MiB steps', () => {
+    const config = buildVmConfig({ cpu: 1.5, memoryMiB: 512, nested: false, maxVcpus: 8, maxMemoryMiB: 4096 + 100 }, PATHS);
+    expect(schemas.validate('VmConfig', config)).toEqual([]);
+    expect(config.cpus).toMatchObject({ boot_vcpus: 2, max_vcpus: 8 });
+    expect(config.memory).toMatchObject({ size: 512 * 2 ** 20, hotplug_size: 3584 * 2 ** 20, hotplug_method: 'VirtioMem' });
+    // A ceiling below the boot size gives no room rather than a config CH refuses.
+    const none = buildVmConfig({ cpu: 4, memoryMiB: 2048, nested: false, maxVcpus: 2, maxMemoryMiB: 1024 }, PATHS);
+    expect(none.cpus).toMatchObject({ boot_vcpus: 4, max_vcpus: 4 });
+    expect(none.memory?.hotplug_size).toBeUndefined();
+    expect(none.memory?.hotplug_method).toBeUndefined();
+  });
+
+  it('the closed schema refuses a misspelt fs field', () => {
+    const config = buildVmConfig({ cpu: 1, memoryMiB: 256, nested: false, fs: [{ tag: 'nbvol0', socket: '/x.sock' }] }, PATHS);
+    (config.fs![0] as unknown as Record<string, unknown>).queue_sise = 8;
+    expect(schemas.validate('VmConfig', config).join('\n')).toMatch(/queue_sise/);
+  });
+});
+
+describe('virtio-fs helpers', () => {
+  it('runs virtiofsd in its own mount namespace, its share a read-only bind for ro mounts', () => {
+    const share = { tag: 'nbvol0', socket: '/d/run/fs0.sock', source: '/d/volumes/v/mnt/data', readOnly: true };
+    const qemu = virtiofsdCommand('/usr/lib/qemu/virtiofsd', share);
+    expect(qemu.file).toBe('unshare');
+    expect(qemu.args.slice(0, 4)).toEqual(['--mount', '--propagation', 'private', '--']);
+    expect(qemu.args.join(' ')).toContain('mount -o remount,bind,ro "$1" "$1"');
+    expect(qemu.args.slice(-7)).toEqual(['/usr/lib/qemu/virtiofsd', '--socket-path=/d/run/fs0.sock', '-o', 'source=/d/volumes/v/mnt/data', '-o', 'sandbox=namespace', '-o', 'cache=auto'].slice(-7));
+    const rust = virtiofsdCommand('/usr/libexec/virtiofsd', { ...share, readOnly: false });
+    expect(rust.args).toContain('--shared-dir=/d/volumes/v/mnt/data');
+    expect(rust.args.join(' ')).not.toContain('remount');
+  });
+
+  it('the guest mount script mounts each tag, a subpath through a stage, ro remounted', () => {
+    const script = guestMountScript([
+      { volumeId: 'v', tag: 'nbvol0', mountPath: '/data', readOnly: false },
+      { volumeId: 'v', tag: 'nbvol1', mountPath: '/ro', readOnly: true, subpath: 'sub/dir' },
+    ]);
+    expect(script).toContain("mount -t virtiofs -o rw nbvol0 '/data'");
+    expect(script).toContain("mount -t virtiofs -o ro nbvol1 '/run/nestbox-volumes/nbvol1'");
+    expect(script).toContain("mount --bind '/run/nestbox-volumes/nbvol1/sub/dir' '/ro'");
+    expect(script).toContain("mount -o remount,bind,ro '/ro'");
   });
 });
 

@@ -4,7 +4,7 @@
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises';
-import { cpus } from 'node:os';
+import { cpus, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { newAgentKey } from '../../agent-protocol/auth.js';
 import { readAgentKeyFile, removeAgentKeyFile, writeAgentKeyFile } from '../../agent-protocol/key-file.js';
@@ -13,13 +13,16 @@ import { buildSlot, teardownSlot } from '../../network/slots.js';
 import { removeTree } from '../../util/fs.js';
 import { isProcessAlive } from '../../util/process.js';
 import { ChApi, type RestoreConfig, type VmConfig } from './api.js';
-import { AGENT_VSOCK_PORT, buildVmConfig, patchSnapshotConfig } from './config.js';
+import { AGENT_VSOCK_PORT, buildVmConfig, patchSnapshotConfig, volumeTag } from './config.js';
 import { transition } from './lifecycle.js';
 import { addVmNetworking } from './network.js';
 import { EventFileReader, killProcess, launchVmm, readPidFile, readTail, stopVmm } from './process.js';
 import { readChRecord, writeChRecord, type ChRecord } from './records.js';
-import { ChSandboxes, SNAPSHOT_TIMEOUT_MS, type LiveVm } from './sandboxes.js';
+import { ChSandboxes, isOciImage, SNAPSHOT_TIMEOUT_MS, type LiveVm } from './sandboxes.js';
 import { VsockForwarder } from './vsock.js';
+import { findVirtiofsd, guestMountScript, launchVirtiofsd, stopVirtiofsds, VIRTIOFSD_CANDIDATES } from './virtiofs.js';
+import { DriverError } from '../errors.js';
+import { OCI_VM_BUSYBOX } from '../../images/vm-image-oci.js';
 
 export abstract class ChVms extends ChSandboxes {
   /**
@@ -49,20 +52,75 @@ export abstract class ChVms extends ChSandboxes {
 
   /** Slot + TAP, VMM, vm.create → Created, vm.boot → Running, guest agent answers. */
   protected async bootVm(record: ChRecord, image: VmImage, onProgress?: (line: string) => void): Promise<void> {
+    // Volumes mounted on the host before the VMM's private mount namespace is made (it copies them).
+    for (const mount of record.spec.volumes ?? []) await this.volumes.ensure(mount.volumeId);
     const vm = await this.launchRuntime(record, onProgress);
+    const fs = await this.startVolumeShares(record);
+    if (fs.length) onProgress?.(`virtio-fs: ${fs.length} volume share(s)`);
+    const ceiling = this.resizeCeiling();
     const config = buildVmConfig(
-      { cpu: record.spec.cpu, memoryMiB: record.spec.memoryMiB, nested: this.nestedVirt, cmdline: this.cmdlineFor(record) },
+      { cpu: record.spec.cpu, memoryMiB: record.spec.memoryMiB, nested: this.nestedVirt, cmdline: this.cmdlineFor(record), maxVcpus: ceiling.maxVcpus, maxMemoryMiB: ceiling.maxMemoryMiB, fs },
       { kernel: image.kernel, initramfs: image.initramfs, rootfsDisk: this.diskPath(record), vsockSocket: this.vsockPath(record.id), serialLog: this.serialPath(record.id) },
     );
+    record.vmShape = {
+      bootVcpus: config.cpus!.boot_vcpus,
+      bootMemoryMiB: record.spec.memoryMiB,
+      maxVcpus: config.cpus!.max_vcpus,
+      maxMemoryMiB: record.spec.memoryMiB + (config.memory!.hotplug_size ?? 0) / 2 ** 20,
+    };
+    await writeChRecord(this.sandboxDir(record.id), record);
     await transition(vm.api, 'vm.create', () => vm.api.createVm(config), 'Created');
     await transition(vm.api, 'vm.boot', () => vm.api.bootVm(), 'Running');
     onProgress?.('vm booted; waiting for the guest agent');
     await this.waitForAgent(record);
     await this.handOverAgentKey(record, undefined);
+    await this.mountVolumesInGuest(record);
     await this.postBootFixups(record);
     record.status = 'running';
     record.lastError = undefined;
     await writeChRecord(this.sandboxDir(record.id), record);
+  }
+
+  /**
+   * The ceilings every VM is created with (vm.create's max_vcpus and hotplug_size): the host's
+   * CPUs and total memory unless configured lower. Room to hotplug costs address space only.
+   */
+  protected resizeCeiling(): { maxVcpus: number; maxMemoryMiB: number } {
+    return { maxVcpus: this.options.maxVcpus ?? cpus().length, maxMemoryMiB: this.options.maxMemoryMiB ?? Math.floor(totalmem() / 2 ** 20) };
+  }
+
+  /** One virtiofsd per volume mount (virtiofs.ts), before vm.create names their sockets. */
+  protected async startVolumeShares(record: ChRecord): Promise<Array<{ tag: string; socket: string }>> {
+    const mounts = record.spec.volumes ?? [];
+    if (!mounts.length) return [];
+    const binary = await findVirtiofsd(this.options.virtiofsdBinary);
+    if (!binary) throw new DriverError('not_supported', `this host has no virtiofsd (looked for ${this.options.virtiofsdBinary ?? VIRTIOFSD_CANDIDATES.join(', ')}): install Debian's qemu-system-common (or virtiofsd) to mount volumes into VMs`);
+    const run = this.runDir(record.id);
+    const shares: Array<{ tag: string; socket: string }> = [];
+    for (const [index, mount] of mounts.entries()) {
+      await this.volumes.ensure(mount.volumeId);
+      const share = { tag: volumeTag(index), socket: join(run, `fs${index}.sock`), source: this.volumes.dataDir(mount.volumeId), readOnly: mount.readOnly };
+      await launchVirtiofsd(binary, share, { pidFile: join(run, `virtiofsd-${index}.pid`), logFile: join(this.sandboxDir(record.id), `virtiofsd-${index}.log`) });
+      shares.push({ tag: share.tag, socket: share.socket });
+    }
+    return shares;
+  }
+
+  /** The guest mounts its volumes' tags (after every cold boot; volume VMs are never restored). */
+  protected async mountVolumesInGuest(record: ChRecord): Promise<void> {
+    const mounts = (record.spec.volumes ?? []).map((mount, index) => ({ ...mount, tag: volumeTag(index) }));
+    if (!mounts.length) return;
+    const oci = isOciImage(record.diskImage ?? record.spec.image);
+    const shell = oci ? [OCI_VM_BUSYBOX, 'sh'] : ['/bin/sh'];
+    const client = this.agentClient(record.id);
+    try {
+      const result = await client.exec({ argv: [...shell, '-c', guestMountScript(mounts, oci ? { busybox: OCI_VM_BUSYBOX } : {})], timeoutMs: 30_000 });
+      if (result.exitCode !== 0) throw new Error(`exit ${result.exitCode}: ${result.stderr.trim()}`);
+    } catch (error) {
+      throw new Error(`sandbox ${record.id}: the guest could not mount its volumes: ${(error as Error).message}`);
+    } finally {
+      client.close();
+    }
   }
 
   /** New VMM, vm.restore → Paused, vm.resume → Running, guest agent answers, clock + entropy resync. */
@@ -74,6 +132,8 @@ export abstract class ChVms extends ChSandboxes {
     await rm(this.vsockPath(record.id), { force: true });
     const vm = await this.launchRuntime(record);
     const restore: RestoreConfig = { source_url: `file://${snapshotDir}`, memory_restore_mode: this.restoreMode, resume: false };
+    const restored = patchSnapshotConfig(original, this.patchFor(record));
+    record.vmShape = shapeOf(restored);
     await transition(vm.api, 'vm.restore', () => vm.api.restoreVm(restore, SNAPSHOT_TIMEOUT_MS), 'Paused');
     await transition(vm.api, 'vm.resume', () => vm.api.resumeVm(), 'Running');
     await this.waitForAgent(record);
@@ -217,6 +277,8 @@ export abstract class ChVms extends ChSandboxes {
       const api = vm?.api ?? new ChApi(join(this.runDir(record.id), 'api.sock'));
       await stopVmm(api, pid, startTime, { graceMs: 3_000 }).catch(async () => killProcess(pid, startTime, 1_000));
     }
+    // After the VMM: with its connection gone each virtiofsd exits by itself; this makes sure.
+    await stopVirtiofsds(this.runDir(record.id));
     for (const { slot } of await this.slots.heldBy(this.options.ownerId, record.id, record.slot)) {
       await teardownSlot(slot);
       await this.slots.release(slot.index);
@@ -224,6 +286,7 @@ export abstract class ChVms extends ChSandboxes {
     record.slot = undefined;
     record.pid = undefined;
     record.pidStartTime = undefined;
+    record.vmShape = undefined;
     // OnDemand restores read memory-ranges until the VMM exits; now that it has, it can go.
     if (record.restoredFrom) {
       await removeTree(record.restoredFrom).catch(() => {});
@@ -255,6 +318,13 @@ export abstract class ChVms extends ChSandboxes {
       if (path !== record.memorySnapshot?.dir && path !== record.restoredFrom) await removeTree(path);
     }
   }
+}
+
+/** Boot sizes and resize ceilings of a VM from its config (a snapshot's config.json). */
+export function shapeOf(config: VmConfig): ChRecord['vmShape'] {
+  if (!config.cpus || !config.memory) return undefined;
+  const bootMemoryMiB = config.memory.size / 2 ** 20;
+  return { bootVcpus: config.cpus.boot_vcpus, bootMemoryMiB, maxVcpus: config.cpus.max_vcpus, maxMemoryMiB: bootMemoryMiB + (config.memory.hotplug_size ?? 0) / 2 ** 20 };
 }
 
 async function cpuModel(): Promise<string> {

@@ -42,6 +42,37 @@ const FAKE_IMAGE_RESYNC = `#!${IMAGE_BUSYBOX} sh
 echo "$(${IMAGE_BUSYBOX} date +%s) $*" >> /.nestbox-sim/resync.log
 `;
 
+/**
+ * The simulated guest kernel's virtio-fs: `mount -t virtiofs [-o MODE] TAG DIR` (what the
+ * driver's guest mount script runs) binds the directory the tag's virtiofsd shares, read-only
+ * for `ro`; every other mount is the real one, in the guest's private mount namespace.
+ */
+function fakeMount(tagsFile: string): string {
+  return `#!/bin/sh
+if [ "$1" = -t ] && [ "$2" = virtiofs ]; then
+  shift 2
+  opts=rw
+  if [ "$1" = -o ]; then opts=$2; shift 2; fi
+  source=$(sed -n "s|^$1=||p" '${tagsFile}')
+  [ -n "$source" ] || { echo "mount: $1: no virtio-fs device with this tag" >&2; exit 32; }
+  /bin/mount --bind "$source" "$2" || exit 32
+  case ",$opts," in *,ro,*) /bin/mount -o remount,bind,ro "$2" || exit 32 ;; esac
+  exit 0
+fi
+exec /bin/mount "$@"
+`;
+}
+
+export interface GuestShare {
+  tag: string;
+  source: string;
+}
+
+export interface GuestLimits {
+  vcpus: number;
+  memoryBytes: number;
+}
+
 export interface GuestOptions {
   workDir: string;
   agentBundle: string;
@@ -55,6 +86,7 @@ export class SimulatedGuest {
   readonly home: string;
   readonly agentSocket: string;
   private stopped = false;
+  private ext4Disk = false;
 
   constructor(private readonly options: GuestOptions) {
     this.home = join(options.workDir, 'home');
@@ -62,16 +94,32 @@ export class SimulatedGuest {
   }
 
   /** Fills HOME from the disk, sets the boot id, starts the agent (unless told never to answer). */
-  async start(diskPath: string, bootId: string, options: { agentNeverReady?: boolean }): Promise<void> {
+  async start(diskPath: string, bootId: string, options: { agentNeverReady?: boolean; shares?: GuestShare[]; limits?: GuestLimits }): Promise<void> {
     if (await isImageDisk(diskPath)) return this.startImageGuest(diskPath, bootId, options);
     await rm(this.home, { recursive: true, force: true });
     await mkdir(join(this.home, '.nestbox-sim'), { recursive: true });
-    await loadFilesFromDisk(diskPath, this.home);
+    // An ext4 disk (a VM image built the real way, or a grown one) keeps the guest's files as
+    // ext4; the small fake images of the tests keep them as a tar archive.
+    this.ext4Disk = await isExt4(diskPath);
+    if (this.ext4Disk) execFileSync('debugfs', ['-R', `rdump / ${this.home}`, diskPath], { stdio: 'ignore', timeout: 300_000 });
+    else await loadFilesFromDisk(diskPath, this.home);
+    await mkdir(join(this.home, '.nestbox-sim'), { recursive: true });
     await writeFile(join(this.home, '.nestbox-sim', 'boot_id'), `${bootId}\n`);
+    if (options.limits) await this.setLimits(options.limits);
+    // What `df /` in the guest would show as the root file system's size.
+    await writeFile(join(this.home, '.nestbox-sim', 'rootfs-bytes'), `${this.ext4Disk ? ext4Bytes(diskPath) : (await stat(diskPath)).size}\n`);
     const bin = join(this.options.workDir, 'bin');
     await mkdir(bin, { recursive: true });
     await writeFile(join(bin, 'nestbox-resync'), FAKE_RESYNC);
     await chmod(join(bin, 'nestbox-resync'), 0o755);
+    const shares = options.shares ?? [];
+    await rm(join(bin, 'mount'), { force: true });
+    if (shares.length) {
+      const tagsFile = join(this.options.workDir, 'virtiofs-tags');
+      await writeFile(tagsFile, shares.map((share) => `${share.tag}=${share.source}\n`).join(''));
+      await writeFile(join(bin, 'mount'), fakeMount(tagsFile));
+      await chmod(join(bin, 'mount'), 0o755);
+    }
     if (options.agentNeverReady) {
       this.options.log('guest: agent start suppressed (fault injection: agent never ready)');
       return;
@@ -79,7 +127,12 @@ export class SimulatedGuest {
     await rm(this.agentSocket, { force: true });
     const serial = this.options.serialLog ? await open(this.options.serialLog, 'a') : undefined;
     // --pdeathsig: if the VMM dies (kill -9 included), its guest dies with it, as with real CH.
-    this.agent = spawn('setpriv', ['--pdeathsig', 'KILL', '--', this.options.nodeBinary, this.options.agentBundle, '--socket', this.agentSocket], {
+    // With virtio-fs shares the guest gets a private mount namespace, so what it mounts (its
+    // volumes) is its own and goes with it. The mount points themselves are directories on
+    // the machine's file system (this guest has no root of its own): the tests pick fresh ones.
+    const agentArgv = [this.options.nodeBinary, this.options.agentBundle, '--socket', this.agentSocket];
+    const argv = shares.length ? ['unshare', '--mount', '--propagation', 'private', '--', ...agentArgv] : agentArgv;
+    this.agent = spawn('setpriv', ['--pdeathsig', 'KILL', '--', ...argv], {
       cwd: this.home,
       env: { PATH: `${bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin`, HOME: this.home, LANG: 'C.UTF-8' },
       stdio: ['ignore', serial?.fd ?? 'ignore', serial?.fd ?? 'ignore'],
@@ -91,6 +144,18 @@ export class SimulatedGuest {
     });
   }
 
+  /**
+   * What the guest kernel would report after a boot or a vm.resize (its online CPUs, MemTotal),
+   * in `.nestbox-sim/vcpus` and `.nestbox-sim/memory-bytes`: the agent runs on the machine's
+   * own kernel, whose nproc and free say nothing of the simulated VM.
+   */
+  async setLimits(limits: GuestLimits): Promise<void> {
+    const dir = this.imageRoot ? join(this.imageRoot, '.nestbox-sim') : join(this.home, '.nestbox-sim');
+    await mkdir(dir, { recursive: true });
+    await writeFile(join(dir, 'vcpus'), `${limits.vcpus}\n`);
+    await writeFile(join(dir, 'memory-bytes'), `${limits.memoryBytes}\n`);
+  }
+
   listenerFor(port: number): string | undefined {
     if (port !== AGENT_PORT || !this.agent || this.agent.exitCode !== null) return undefined;
     const socket = this.imageRoot ? join(this.imageRoot, IMAGE_AGENT_SOCKET) : this.agentSocket;
@@ -100,7 +165,8 @@ export class SimulatedGuest {
   /** The guest's root when it runs an OCI image's disk. */
   private imageRoot?: string;
 
-  private async startImageGuest(diskPath: string, bootId: string, options: { agentNeverReady?: boolean }): Promise<void> {
+  private async startImageGuest(diskPath: string, bootId: string, options: { agentNeverReady?: boolean; shares?: GuestShare[]; limits?: GuestLimits }): Promise<void> {
+    if (options.shares?.length) throw new Error('virtio-fs shares are simulated for the VM image guest only, not for OCI image disks');
     const root = join(this.options.workDir, 'root');
     await rm(root, { recursive: true, force: true });
     await mkdir(root, { recursive: true });
@@ -109,6 +175,7 @@ export class SimulatedGuest {
     this.imageRoot = root;
     await mkdir(join(root, '.nestbox-sim'), { recursive: true });
     await writeFile(join(root, '.nestbox-sim', 'boot_id'), `${bootId}\n`);
+    if (options.limits) await this.setLimits(options.limits);
     // The disk's resync would set the clock and hostname of the machine running the simulator.
     await writeFile(join(root, IMAGE_RESYNC), FAKE_IMAGE_RESYNC);
     await chmod(join(root, IMAGE_RESYNC), 0o755);
@@ -148,6 +215,10 @@ export class SimulatedGuest {
       execFileSync('mkfs.ext4', ['-q', '-F', '-L', 'rootfs', '-b', '4096', '-E', 'root_owner=0:0', '-d', this.imageRoot, diskPath], { stdio: 'ignore', timeout: 300_000 });
       return;
     }
+    if (this.ext4Disk) {
+      execFileSync('mkfs.ext4', ['-q', '-F', '-L', 'rootfs', '-b', '4096', '-E', 'root_owner=0:0', '-d', this.home, diskPath], { stdio: 'ignore', timeout: 300_000 });
+      return;
+    }
     await saveFilesToDisk(this.home, diskPath);
   }
 
@@ -168,6 +239,25 @@ export class SimulatedGuest {
       // Gone.
     }
   }
+}
+
+async function isExt4(diskPath: string): Promise<boolean> {
+  const handle = await open(diskPath, 'r');
+  const magic = Buffer.alloc(2);
+  try {
+    await handle.read(magic, 0, 2, 1080);
+  } finally {
+    await handle.close();
+  }
+  return magic.readUInt16LE(0) === 0xef53;
+}
+
+/** The size of an ext4's file system (block count × block size, what df reports as its size). */
+function ext4Bytes(diskPath: string): number {
+  const out = execFileSync('dumpe2fs', ['-h', diskPath], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'], timeout: 30_000 });
+  const blocks = Number(/^Block count:\s+(\d+)/m.exec(out)?.[1]);
+  const size = Number(/^Block size:\s+(\d+)/m.exec(out)?.[1]);
+  return blocks * size;
 }
 
 /** An ext4 (magic 0xEF53 at byte 1080) holding /.nestbox/agent-start: a disk of an OCI image. */

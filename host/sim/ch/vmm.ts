@@ -6,7 +6,8 @@
 // machine, real snapshot directories, restore by reading config.json, and fault injection.
 import { createHash } from 'node:crypto';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
-import { mkdir, open, readFile, rm, stat, unlink, writeFile } from 'node:fs/promises';
+import { mkdir, open, readdir, readFile, readlink, rm, stat, unlink, writeFile } from 'node:fs/promises';
+import { createConnection, type Socket } from 'node:net';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { dirname, basename, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -20,8 +21,9 @@ type VmState = 'Created' | 'Running' | 'Paused' | 'Shutdown';
 
 interface VmConfigLike {
   payload?: { kernel?: string; initramfs?: string };
-  memory?: { size?: number };
-  cpus?: { boot_vcpus?: number };
+  memory?: { size?: number; shared?: boolean; hugepages?: boolean; hotplug_size?: number; hotplugged_size?: number; hotplug_method?: string };
+  cpus?: { boot_vcpus?: number; max_vcpus?: number };
+  fs?: Array<{ tag?: string; socket?: string; id?: string }>;
   disks?: Array<{ id?: string; path?: string; readonly?: boolean }>;
   net?: Array<{ id?: string; tap?: string; mac?: string }>;
   vsock?: { id?: string; cid?: number; socket?: string };
@@ -85,6 +87,7 @@ export class SimulatedVmm {
   private bootId = '';
   private heldLocks: string[] = [];
   private hotplugCounter = 0;
+  private fsConnections: VirtiofsConnection[] = [];
   private readonly routes: Record<string, Route>;
 
   constructor(private readonly options: VmmOptions) {
@@ -103,7 +106,7 @@ export class SimulatedVmm {
       'vm.reboot': { method: 'PUT', handler: async () => this.reboot() },
       'vm.power-button': { method: 'PUT', handler: async () => this.powerButton() },
       'vm.delete': { method: 'PUT', handler: async () => this.deleteVm() },
-      'vm.resize': { method: 'PUT', body: 'VmResize', handler: async () => this.requireVm('resized') },
+      'vm.resize': { method: 'PUT', body: 'VmResize', handler: async (body) => this.resize(body as { desired_vcpus?: number; desired_ram?: number; desired_balloon?: number }) },
       'vm.resize-disk': { method: 'PUT', body: 'VmResizeDisk', handler: async () => this.requireVm('resized') },
       'vm.add-disk': { method: 'PUT', body: 'DiskConfig', handler: async (body) => this.addDevice('disks', 'disk', body as { id?: string }) },
       'vm.add-net': { method: 'PUT', body: 'NetConfig', handler: async (body) => this.addDevice('net', 'net', body as { id?: string }) },
@@ -241,6 +244,7 @@ export class SimulatedVmm {
   private async create(config: VmConfigLike): Promise<{ status: 204 }> {
     if (this.state) throw wrongState('created', 'VM is already created');
     this.checkDuplicates(config);
+    validateVmConfig(config);
     this.config = config;
     this.state = 'Created';
     return { status: 204 };
@@ -249,7 +253,7 @@ export class SimulatedVmm {
   private checkDuplicates(config: VmConfigLike): void {
     const ids = new Set<string>();
     const paths = new Set<string>();
-    for (const device of [...(config.disks ?? []), ...(config.net ?? []), ...(config.vsock ? [config.vsock] : []), ...(config.rng ? [config.rng] : [])]) {
+    for (const device of [...(config.disks ?? []), ...(config.net ?? []), ...(config.fs ?? []), ...(config.vsock ? [config.vsock] : []), ...(config.rng ? [config.rng] : [])]) {
       const id = (device as { id?: string }).id;
       if (id && ids.has(id)) throw new ApiError(409, ['Error from API', 'The VM could not be created', `Identifier ${id} is not unique`]);
       if (id) ids.add(id);
@@ -304,6 +308,40 @@ export class SimulatedVmm {
     this.muxer?.wake();
     this.event('vm', 'resumed');
     return { status: 204 };
+  }
+
+  /**
+   * vm.resize as CH does it: vCPUs hot(un)plugged within max_vcpus, memory plugged above the
+   * boot size within hotplug_size (virtio-mem: back down to the boot size too, in 2 MiB blocks;
+   * ACPI: grow only), the new sizes written into the config (config.json of a later snapshot
+   * shows them) and shown to the guest (guest.ts setLimits).
+   */
+  private async resize(body: { desired_vcpus?: number; desired_ram?: number; desired_balloon?: number }): Promise<{ status: 204 }> {
+    if (!this.state || !this.config) throw notCreated('resized');
+    const failed = (detail: string) => new ApiError(500, ['Error from API', 'The VM could not be resized', detail]);
+    const cpus = this.config.cpus ?? {};
+    const memory = this.config.memory ?? {};
+    if (body.desired_balloon !== undefined) throw failed('Error resizing VM: No balloon device');
+    if (body.desired_vcpus !== undefined && body.desired_vcpus > (cpus.max_vcpus ?? 1)) throw failed(`Error resizing VM: Desired vCPUs count (${body.desired_vcpus}) exceeds max vCPUs count (${cpus.max_vcpus ?? 1})`);
+    if (body.desired_ram !== undefined) {
+      const boot = memory.size ?? 0;
+      const room = memory.hotplug_size ?? 0;
+      if (!room) throw failed('Error resizing VM: Memory hotplug is not enabled (no hotplug_size)');
+      if (body.desired_ram > boot + room) throw failed(`Error resizing VM: Desired memory (${body.desired_ram}) exceeds boot size plus hotplug_size (${boot + room})`);
+      if (body.desired_ram < boot) throw failed(`Error resizing VM: Desired memory (${body.desired_ram}) is below the boot memory (${boot})`);
+      const plugged = body.desired_ram - boot;
+      if ((memory.hotplug_method ?? 'Acpi') === 'Acpi' && plugged < (memory.hotplugged_size ?? 0)) throw failed('Error resizing VM: ACPI memory hot-unplug is not supported');
+      if (plugged % (2 * 1024 * 1024) !== 0) throw failed(`Error resizing VM: Invalid size ${plugged} for virtio-mem: not a multiple of the 2 MiB block size`);
+      this.config.memory = { ...memory, hotplugged_size: plugged };
+    }
+    if (body.desired_vcpus !== undefined) this.config.cpus = { ...cpus, boot_vcpus: body.desired_vcpus };
+    await this.guest?.setLimits(this.limitsOf(this.config));
+    this.event('vm', 'resized', { desired_vcpus: body.desired_vcpus ?? null, desired_ram: body.desired_ram ?? null });
+    return { status: 204 };
+  }
+
+  private limitsOf(config: VmConfigLike): { vcpus: number; memoryBytes: number } {
+    return { vcpus: config.cpus?.boot_vcpus ?? 1, memoryBytes: (config.memory?.size ?? 512 * 1024 * 1024) + (config.memory?.hotplugged_size ?? 0) };
   }
 
   private async snapshot(body: { destination_url?: string }): Promise<{ status: 204 }> {
@@ -455,13 +493,23 @@ export class SimulatedVmm {
     }
     const vsockPath = config.vsock?.socket;
     if (vsockPath && existsSync(vsockPath)) throw wrongState(verb, `Error creating vsock device: cannot bind ${vsockPath}: Address in use`);
+    // virtio-fs: like CH, connect to each device's vhost-user backend and keep the connection for
+    // the VM's life; a socket nobody serves fails the boot.
+    const shares: VirtiofsConnection[] = [];
+    try {
+      for (const fs of config.fs ?? []) shares.push(await connectVirtiofsd(fs.tag!, fs.socket!));
+    } catch (error) {
+      for (const share of shares) share.connection.destroy();
+      throw wrongState(verb, `Error creating virtio-fs device: ${(error as Error).message}`);
+    }
+    this.fsConnections = shares;
     await this.lockDisks(config, verb);
     const workDir = join(dirname(this.options.apiSocket), 'sim');
     await mkdir(workDir, { recursive: true });
     this.guest = new SimulatedGuest({ workDir, agentBundle: this.options.agentBundle, nodeBinary: this.options.nodeBinary, serialLog: config.serial?.mode === 'File' ? config.serial.file : undefined, log: (line) => this.log(line) });
     const disk = this.rootDisk(config);
     try {
-      if (disk) await this.guest.start(disk, bootId, { agentNeverReady: this.faults().agentNeverReady });
+      if (disk) await this.guest.start(disk, bootId, { agentNeverReady: this.faults().agentNeverReady, shares: shares.map(({ tag, source }) => ({ tag, source })), limits: this.limitsOf(config) });
       if (vsockPath) {
         const guest = this.guest;
         this.muxer = new HybridVsockMuxer(vsockPath, { listenerFor: (port) => guest.listenerFor(port), paused: () => this.state !== 'Running' }, (line) => this.log(line));
@@ -479,6 +527,9 @@ export class SimulatedVmm {
     if (this.guest && options.flush && disk && existsSync(disk)) await this.guest.flushToDisk(disk).catch((error: Error) => this.log(`flush failed: ${error.message}`));
     await this.guest?.stop();
     this.guest = undefined;
+    // The VMM lets go of its vhost-user backends: a virtiofsd exits when its VMM disconnects.
+    for (const share of this.fsConnections) share.connection.destroy();
+    this.fsConnections = [];
     await this.muxer?.close();
     this.muxer = undefined;
     await this.unlockDisks();
@@ -507,6 +558,101 @@ export class SimulatedVmm {
     for (const lock of this.heldLocks) await rm(lock, { force: true });
     this.heldLocks = [];
   }
+}
+
+/** What CH's VmConfig::validate refuses that the schema cannot say (the subset we use). */
+function validateVmConfig(config: VmConfigLike): void {
+  const invalid = (detail: string) => new ApiError(400, ['Error from API', 'The VM could not be created', `Invalid VM config: ${detail}`]);
+  if ((config.cpus?.max_vcpus ?? 1) < (config.cpus?.boot_vcpus ?? 1)) throw invalid('Max vCPUs lower than boot vCPUs');
+  if (config.fs?.length && !config.memory?.shared && !config.memory?.hugepages) throw invalid('Using vhost-user requires using shared memory or huge pages');
+  const tags = new Set<string>();
+  for (const fs of config.fs ?? []) {
+    if (!fs.tag || Buffer.byteLength(fs.tag) > 36) throw invalid(`virtio-fs tag "${fs.tag}" must be 1 to 36 bytes`);
+    if (tags.has(fs.tag)) throw invalid(`Duplicate virtio-fs tag ${fs.tag}`);
+    tags.add(fs.tag);
+  }
+  if (config.memory?.hotplug_method === 'VirtioMem' && (config.memory.hotplug_size ?? 0) % (2 * 1024 * 1024) !== 0) throw invalid('hotplug_size must be a multiple of the virtio-mem block size (2 MiB)');
+}
+
+interface VirtiofsConnection {
+  tag: string;
+  /** The directory the listening virtiofsd shares (from its command line). */
+  source: string;
+  connection: Socket;
+}
+
+const VHOST_USER_GET_FEATURES = 1;
+const VHOST_USER_VERSION = 0x1;
+const VHOST_USER_REPLY = 0x4;
+
+/**
+ * Proves a real vhost-user backend serves `socket`: finds the process listening on it (its
+ * shared directory is on its command line), connects, and asks VHOST_USER_GET_FEATURES, which a
+ * virtiofsd answers with its feature bits. The connection stays open, as CH's does.
+ */
+async function connectVirtiofsd(tag: string, socket: string): Promise<VirtiofsConnection> {
+  if (!existsSync(socket)) throw new Error(`vhost-user socket ${socket} (tag ${tag}) does not exist`);
+  const source = await listenerSharedDir(socket);
+  const connection = createConnection(socket);
+  try {
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`no VHOST_USER_GET_FEATURES answer on ${socket}`)), 5_000);
+      connection.once('error', (error) => {
+        clearTimeout(timer);
+        reject(new Error(`cannot connect to ${socket}: ${error.message}`));
+      });
+      connection.once('connect', () => {
+        const header = Buffer.alloc(12);
+        header.writeUInt32LE(VHOST_USER_GET_FEATURES, 0);
+        header.writeUInt32LE(VHOST_USER_VERSION, 4);
+        header.writeUInt32LE(0, 8);
+        connection.write(header);
+      });
+      let received = Buffer.alloc(0);
+      const onData = (chunk: Buffer) => {
+        received = Buffer.concat([received, chunk]);
+        if (received.length < 20) return;
+        clearTimeout(timer);
+        connection.off('data', onData);
+        const request = received.readUInt32LE(0);
+        const flags = received.readUInt32LE(4);
+        const size = received.readUInt32LE(8);
+        if (request !== VHOST_USER_GET_FEATURES || !(flags & VHOST_USER_REPLY) || size !== 8) reject(new Error(`${socket} answered GET_FEATURES with request ${request}, flags ${flags}, size ${size}: not a vhost-user backend`));
+        else resolve();
+      };
+      connection.on('data', onData);
+    });
+  } catch (error) {
+    connection.destroy();
+    throw error;
+  }
+  connection.on('error', () => {});
+  return { tag, source, connection };
+}
+
+/** The shared directory of the process listening on a Unix socket path (via /proc/net/unix and fds). */
+async function listenerSharedDir(socket: string): Promise<string> {
+  // /proc/net is per network namespace, and the VMM runs in the slot's while virtiofsd runs in
+  // the host's: init's table is the host's.
+  const table = (await readFile('/proc/net/unix', 'utf8')) + (await readFile('/proc/1/net/unix', 'utf8').catch(() => ''));
+  const inodes = new Set(table.split('\n').map((line) => line.trim().split(/\s+/)).filter((fields) => fields[7] === socket).map((fields) => fields[6]));
+  if (!inodes.size) throw new Error(`nobody listens on ${socket}`);
+  for (const pid of await readdir('/proc')) {
+    if (!/^\d+$/.test(pid)) continue;
+    const fds = await readdir(`/proc/${pid}/fd`).catch(() => [] as string[]);
+    for (const fd of fds) {
+      const target = await readlink(`/proc/${pid}/fd/${fd}`).catch(() => '');
+      const inode = /^socket:\[(\d+)\]$/.exec(target)?.[1];
+      if (!inode || !inodes.has(inode)) continue;
+      const argv = (await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '')).split('\0');
+      for (const [index, arg] of argv.entries()) {
+        const shared = /^--shared-dir=(.+)$/.exec(arg)?.[1] ?? (argv[index - 1] === '-o' ? /^source=(.+)$/.exec(arg)?.[1] : undefined);
+        if (shared) return shared;
+      }
+      throw new Error(`the process listening on ${socket} (pid ${pid}: ${argv.join(' ').trim()}) is not a virtiofsd sharing a directory`);
+    }
+  }
+  throw new Error(`no process holds the listening socket ${socket}`);
 }
 
 function fileUrlPath(url: string | undefined, action: string): string {
