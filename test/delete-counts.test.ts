@@ -10,6 +10,9 @@ import { DB_BACKENDS } from '../core/store/test-support.js';
 import { deleteCounted } from '../core/store/repositories/rows-deleted.js';
 import { imageRepository } from '../core/store/repositories/images.js';
 import { portRepository } from '../core/store/repositories/ports.js';
+import { organizationRepository } from '../core/store/repositories/organizations.js';
+import { hostRepository } from '../core/store/repositories/hosts.js';
+import { sandboxRepository } from '../core/store/repositories/sandboxes.js';
 import { startTestServer, type TestServer } from './harness.js';
 
 /** An OpenSSH `ssh-ed25519` public key line, made without ssh-keygen. */
@@ -45,9 +48,16 @@ describe.each(DB_BACKENDS)('deleteCounted on %s', (_name, open) => {
     expect(Number(((await db('delete_count_probe').count({ n: '*' }).first()) as { n: string | number }).n)).toBe(0);
   });
 
-  it('repositories say false for a row that is not there', async () => {
-    expect(await portRepository(db).remove('nosuchsandbox', 8080)).toBe(false);
-    expect(await imageRepository(db).removeTag('nosuchorg', 'img', 'latest')).toBe(false);
+  it('repositories say true for a row removed and false for one that is not there', async () => {
+    // A published port (an unpublish was 404 on PGlite for every port) on a sandbox of its own.
+    await organizationRepository(db).insert({ id: 'orgdc', name: 'delete-counts' });
+    await hostRepository(db).upsertHeartbeat({ id: 'hdc', url: 'http://127.0.0.1:1', driver: 'local', capabilities: {} }, new Date());
+    await sandboxRepository(db).insertCreating({ id: 'sdc', organizationId: 'orgdc', hostId: 'hdc', image: 'default', cpu: 1, memoryMiB: 256, env: {}, labels: {}, timeoutSeconds: 60, operationId: 'opdc', operationOwner: 'cp1', diskGiB: 1 });
+    await portRepository(db).upsert({ sandboxId: 'sdc', port: 8080, organizationId: 'orgdc', public: false, tokenHash: null, tokenApiKeyId: null });
+    expect(await portRepository(db).remove('sdc', 8081)).toBe(false);
+    expect(await portRepository(db).remove('sdc', 8080)).toBe(true);
+    expect(await portRepository(db).remove('sdc', 8080)).toBe(false);
+    expect(await imageRepository(db).removeTag('orgdc', 'img', 'latest')).toBe(false);
   });
 });
 
