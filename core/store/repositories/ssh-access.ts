@@ -1,6 +1,7 @@
 import type { DbOrTx } from '../db.js';
 import type { Scope } from '../../types.js';
 import { deleteCounted } from './rows-deleted.js';
+import { GRANT_COLUMNS } from './sandbox-credentials.js';
 
 /** A token row as the SSH gateway checks it: the token, its key, its sandbox and organisation, in one read. */
 export interface SshTokenGrant {
@@ -125,12 +126,7 @@ export function sshTokenRepository(db: DbOrTx) {
           't.api_key_id',
           't.expires_at',
           't.revoked_at',
-          'k.preset as key_preset',
-          'k.scopes as key_scopes',
-          'k.sandbox_ids as key_sandbox_ids',
-          'k.revoked_at as key_revoked_at',
-          's.state as sandbox_state',
-          'o.suspended_at as organization_suspended_at',
+          ...GRANT_COLUMNS,
         )) as GrantRow | undefined;
       if (!r) return undefined;
       return {
