@@ -79,7 +79,7 @@ export type WebhooksPort = Pick<WebhookService, 'list' | 'create' | 'get' | 'upd
 
 /** Which region each host is in (Daytona's `target` of a sandbox). */
 export type HostRegionsPort = Pick<HostService, 'regionsOf'>;
-export type SshAccessPort = Pick<SshAccessService, 'createAccess' | 'revokeAccess' | 'validate' | 'sshCommand'>;
+export type SshAccessPort = Pick<SshAccessService, 'createAccess' | 'revokeAccess' | 'validate'>;
 /** Request rate limits: every front door counts each authenticated request here before doing anything for it. */
 export type RequestRatesPort = Pick<RequestRateLimiter, 'admit'>;
 /** Sandboxes promised before their image is built, shared by every replica (services/pending-sandboxes.ts). */

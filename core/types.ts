@@ -26,6 +26,13 @@ export interface OrganizationLimitOverrides {
   requestBurst: number | null;
   keyRequestsPerSecond: number | null;
   keyRequestBurst: number | null;
+  /**
+   * Volumes (core/services/volumes.ts): live volumes, the GiB of their sizes in all, and the
+   * largest one may be, in GiB.
+   */
+  maxVolumes: number | null;
+  maxVolumeTotalGiB: number | null;
+  maxVolumeSizeGiB: number | null;
 }
 
 export interface Sandbox {

@@ -216,7 +216,7 @@ export async function startServer(config: Config, logger: Logger = createLogger(
     onLimited: (scope, api) => metrics.rateLimited.inc({ scope, api }),
   });
   const usageRecords = new UsageRecordService(db, { sampleSeconds: config.usage.sampleSeconds, logger: logger.child({ component: 'usage-records' }) });
-  const organizations = new OrganizationService(db, auth, config.orgLimits, usageRecords, requestRateDefaults);
+  const organizations = new OrganizationService(db, auth, config.orgLimits, usageRecords, requestRateDefaults, volumes.limits);
   const services: Services = {
     config,
     db,

@@ -3,6 +3,7 @@
 // Creating access revokes the sandbox's earlier tokens, as Daytona's server does.
 import type { Request, Response, Router } from 'express';
 import { errors } from '../../core/errors.js';
+import { renderSshAccess } from '../../core/services/ssh-access.js';
 import type { CompatPort } from '../../core/compat-port.js';
 import type { Principal, Sandbox } from '../../core/types.js';
 
@@ -39,16 +40,9 @@ export function registerSshAccessRoutes(
       if (!/^\d+$/.test(raw)) throw errors.validation('expiresInMinutes', 'must be a whole number of minutes');
     }
     const s = await resolve(principal, req);
-    const access = await core.sshAccess.createAccess(principal, s.id, { expiresInMinutes, revokeEarlier: true });
-    res.json({
-      id: access.id,
-      sandboxId: access.sandboxId,
-      token: access.token,
-      expiresAt: access.expiresAt.toISOString(),
-      createdAt: access.createdAt.toISOString(),
-      updatedAt: access.updatedAt.toISOString(),
-      sshCommand: core.sshAccess.sshCommand(access.token, req.headers.host),
-    });
+    // Daytona's SshAccessDto is the native answer's shape (core renders it once for both).
+    const access = await core.sshAccess.createAccess(principal, s.id, { expiresInMinutes, revokeEarlier: true, requestHost: req.headers.host });
+    res.json(renderSshAccess(access));
   }));
   router.delete('/sandbox/:sandboxId/ssh-access', api(async (req, res, principal) => {
     const token = queryString(req, 'token');

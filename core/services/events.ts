@@ -17,6 +17,7 @@ import type { SandboxStateChange, SandboxStateEvents } from '../sandbox-events.j
 import type { Principal } from '../types.js';
 import { canSeeSandbox, requireScope } from './auth.js';
 import { insertDeliveriesFor } from './webhooks.js';
+import { deleteCounted } from '../store/repositories/rows-deleted.js';
 
 export const EVENT_TYPES = [
   'sandbox.creating',
@@ -285,7 +286,7 @@ export class EventService {
     const cutoff = new Date(now.getTime() - this.opts.retentionDays * 86_400_000);
     let removed = 0;
     for (let i = 0; i < 20; i++) {
-      const n = await this.db('sandbox_events').whereIn('seq', this.db('sandbox_events').select('seq').where('created_at', '<', cutoff).orderBy('seq').limit(batch)).delete();
+      const n = await deleteCounted(this.db('sandbox_events').whereIn('seq', this.db('sandbox_events').select('seq').where('created_at', '<', cutoff).orderBy('seq').limit(batch)), 'seq');
       removed += n;
       if (n < batch) break;
     }

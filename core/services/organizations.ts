@@ -11,15 +11,26 @@ import type { Organization, OrganizationLimitOverrides, Principal } from '../typ
 import { DEFAULT_ORGANIZATION_NAME, requireScope, type AuthService, type CreatedApiKey, type KeyPreset } from './auth.js';
 import { effectiveLimits, organizationUsage, type LimitValues, type OrganizationLimits, type OrganizationUsage } from './org-limits.js';
 import type { UsageRecordService, UsageRecordView } from './usage-records.js';
+import { volumeLimitsInForce, type VolumeLimits } from './volumes.js';
 import { requestLimitsOf, requestRatesInForce, type RequestLimits, type RequestRatesInForce } from './rate-limits.js';
 
 /** Organisation names: like sandbox names, usable in a URL and a CLI argument as they are. */
 const ORGANIZATION_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/;
 /** The largest limit one may set (beyond it, a limit means nothing on one installation). */
 export const MAX_LIMIT_VALUE = 1_000_000_000;
-const LIMIT_FIELDS: (keyof OrganizationLimitOverrides)[] = ['maxSandboxes', 'maxCpu', 'maxMemoryMiB', 'maxDiskGiB', 'maxSnapshots', 'maxImages', 'requestsPerSecond', 'requestBurst', 'keyRequestsPerSecond', 'keyRequestBurst'];
-/** A burst of 0 would refuse every request: suspension is the way to do that. */
-const AT_LEAST_ONE: (keyof OrganizationLimitOverrides)[] = ['requestBurst', 'keyRequestBurst'];
+const LIMIT_FIELDS: (keyof OrganizationLimitOverrides)[] = [
+  'maxSandboxes', 'maxCpu', 'maxMemoryMiB', 'maxDiskGiB', 'maxSnapshots', 'maxImages',
+  'requestsPerSecond', 'requestBurst', 'keyRequestsPerSecond', 'keyRequestBurst',
+  'maxVolumes', 'maxVolumeTotalGiB', 'maxVolumeSizeGiB',
+];
+/**
+ * A burst of 0 would refuse every request: suspension is the way to do that. A largest volume
+ * of 0 GiB would refuse every volume with a size message: maxVolumes 0 says it plainly.
+ */
+const AT_LEAST_ONE: (keyof OrganizationLimitOverrides)[] = ['requestBurst', 'keyRequestBurst', 'maxVolumeSizeGiB'];
+/** Volume GiB are stored as integers of GiB; beyond this their bytes leave the safe integers of the checks' sums. */
+const MAX_VOLUME_GIB = 1_000_000;
+const VOLUME_GIB_FIELDS: (keyof OrganizationLimitOverrides)[] = ['maxVolumeTotalGiB', 'maxVolumeSizeGiB'];
 /** Rates may be fractions (one request every 4 s is 0.25); everything else counts whole things. */
 const FRACTIONAL: (keyof OrganizationLimitOverrides)[] = ['requestsPerSecond', 'keyRequestsPerSecond'];
 const MAX_LIST_LIMIT = 1000;
@@ -27,7 +38,7 @@ const MAX_LIST_LIMIT = 1000;
 export interface OrganizationView {
   organization: Organization;
   /** The limits in force: its own, else the server's default. */
-  limits: LimitValues & RequestRatesInForce;
+  limits: LimitValues & RequestRatesInForce & ReturnType<typeof volumeLimitsInForce>;
 }
 
 export interface UpdateOrganizationInput {
@@ -50,10 +61,18 @@ export class OrganizationService {
     private readonly defaults: OrganizationLimits,
     private readonly usageRecords: Pick<UsageRecordService, 'range'>,
     private readonly requestRateDefaults: RequestLimits = {},
+    private readonly volumeDefaults: VolumeLimits,
   ) {}
 
   private view(organization: Organization): OrganizationView {
-    return { organization, limits: { ...effectiveLimits(organization, this.defaults), ...requestRatesInForce(requestLimitsOf(organization.limits, this.requestRateDefaults)) } };
+    return {
+      organization,
+      limits: {
+        ...effectiveLimits(organization, this.defaults),
+        ...requestRatesInForce(requestLimitsOf(organization.limits, this.requestRateDefaults)),
+        ...volumeLimitsInForce(organization.limits, this.volumeDefaults),
+      },
+    };
   }
 
   async create(principal: Principal, input: { name: string; limits?: Partial<OrganizationLimitOverrides> }): Promise<OrganizationView> {
@@ -162,10 +181,11 @@ function validateLimits(limits: Partial<OrganizationLimitOverrides> | undefined)
   for (const [field, value] of Object.entries(limits)) {
     if (!(LIMIT_FIELDS as string[]).includes(field)) throw errors.validation(`limits.${field}`, `is not a known limit (${LIMIT_FIELDS.join(', ')})`);
     const least = (AT_LEAST_ONE as string[]).includes(field) ? 1 : 0;
+    const most = (VOLUME_GIB_FIELDS as string[]).includes(field) ? MAX_VOLUME_GIB : MAX_LIMIT_VALUE;
     const fractional = (FRACTIONAL as string[]).includes(field);
     const inForm = fractional ? typeof value === 'number' && Number.isFinite(value) : Number.isInteger(value);
-    if (value !== null && (!inForm || (value as number) < least || (value as number) > MAX_LIMIT_VALUE)) {
-      throw errors.validation(`limits.${field}`, `must be ${fractional ? 'a number' : 'an integer'} from ${least} to ${MAX_LIMIT_VALUE}, or null for the server's default`);
+    if (value !== null && (!inForm || (value as number) < least || (value as number) > most)) {
+      throw errors.validation(`limits.${field}`, `must be ${fractional ? 'a number' : 'an integer'} from ${least} to ${most}, or null for the server's default`);
     }
     out[field as keyof OrganizationLimitOverrides] = value as number | null;
   }

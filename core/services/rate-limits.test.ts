@@ -246,7 +246,7 @@ describe('buckets in PGlite', () => {
       const policy = organizationRequestLimits(async (id) => {
         reads++;
         if (id === 'org_broken') throw new Error('connection lost');
-        return id === 'org_gone' ? undefined : { limits: { maxSandboxes: null, maxCpu: null, maxMemoryMiB: null, maxDiskGiB: null, maxSnapshots: null, maxImages: null, ...own } };
+        return id === 'org_gone' ? undefined : { limits: { maxSandboxes: null, maxCpu: null, maxMemoryMiB: null, maxDiskGiB: null, maxSnapshots: null, maxImages: null, maxVolumes: null, maxVolumeTotalGiB: null, maxVolumeSizeGiB: null, ...own } };
       }, defaults, { cacheMs: 5000, now: () => clock });
       const caller = { organizationId: 'org_a', keyId: 'k' };
       const [first, second] = await Promise.all([policy.limitsFor(caller), policy.limitsFor(caller)]);
@@ -266,7 +266,7 @@ describe('buckets in PGlite', () => {
 
     it("limits a key by its organisation's burst rather than the server's (two limiters on one database)", async () => {
       const own = { ...none, keyRequestBurst: 4, keyRequestsPerSecond: 0.01 };
-      const find = async (id: string) => (id === 'org_own' ? { limits: { maxSandboxes: null, maxCpu: null, maxMemoryMiB: null, maxDiskGiB: null, maxSnapshots: null, maxImages: null, ...own } } : undefined);
+      const find = async (id: string) => (id === 'org_own' ? { limits: { maxSandboxes: null, maxCpu: null, maxMemoryMiB: null, maxDiskGiB: null, maxSnapshots: null, maxImages: null, maxVolumes: null, maxVolumeTotalGiB: null, maxVolumeSizeGiB: null, ...own } } : undefined);
       const replicas = [0, 1].map(() => new RequestRateLimiter(postgresBucketStore(db), organizationRequestLimits(find, { key: slow(50) }), { leaseTokens: 10 }));
       let passed = 0;
       let refusal: NestboxError | undefined;

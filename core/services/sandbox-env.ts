@@ -1,10 +1,11 @@
 // Changing a sandbox's default environment at run time (issue 19: Daytona's `updateEnv`, the
 // native `PATCH /sandboxes/{id}/env`): what every later exec, process, session and PTY starts
 // with. The sandbox row's `env` is the truth: it is changed in one UPDATE (unset, then set, so
-// two concurrent changes both land) and is what the host agent is given at every start, so the
+// two concurrent changes both land; sandboxRepository.changeEnv) and is what the host agent is given at every start, so the
 // change survives a stop/start; a running sandbox's guest agent gets it at once (`PUT /env`).
 // Processes already running keep the environment they started with.
 import type { Db } from '../store/db.js';
+import { sandboxRepository } from '../store/repositories/sandboxes.js';
 import { errors } from '../errors.js';
 import { isTransitional } from '../state-machine.js';
 import type { Principal, Sandbox } from '../types.js';
@@ -63,12 +64,8 @@ export class SandboxEnvService {
     const live = sandbox.state === 'running' || sandbox.state === 'paused';
     // Resolved first (a paused sandbox is woken), so a sandbox that cannot take it is refused before the row changes.
     const guest = live ? await this.sandboxes.guestFor(principal, id, 'change the environment of') : undefined;
-    const rows = (await this.db('sandboxes')
-      .where({ id: sandbox.id, organization_id: sandbox.organizationId })
-      .update({ env: this.db.raw('(env - ?::text[]) || ?::jsonb', [change.unset, JSON.stringify(change.set)]), updated_at: new Date() })
-      .returning(['env'])) as { env: Record<string, string> | string }[];
-    if (!rows[0]) throw errors.notFound('sandbox', id);
-    const env = typeof rows[0].env === 'string' ? (JSON.parse(rows[0].env) as Record<string, string>) : rows[0].env;
+    const env = await sandboxRepository(this.db).changeEnv(sandbox.id, sandbox.organizationId, change);
+    if (!env) throw errors.notFound('sandbox', id);
     if (guest) await guest.setEnv({ env: change.set, unset: change.unset });
     return { ...sandbox, env };
   }

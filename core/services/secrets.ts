@@ -22,6 +22,10 @@ import type { Logger } from '../logger.js';
 import type { Principal, Sandbox } from '../types.js';
 import { isTransitional } from '../state-machine.js';
 import { requireScope } from './auth.js';
+import { organizationRepository } from '../store/repositories/organizations.js';
+import { sandboxSecretRepository, secretRecordOf, secretRepository, type SealedSecret, type SecretRecord, type SecretRef, type SecretSortColumn } from '../store/repositories/secrets.js';
+
+export type { SecretRecord, SecretRef } from '../store/repositories/secrets.js';
 
 export interface SecretOptions {
   /** Secrets per organisation (429 limit_reached beyond). */
@@ -38,27 +42,6 @@ export interface SecretSandboxes {
   guestFor(principal: Principal, id: string, operation: string): Promise<GuestClient>;
 }
 
-export interface SecretRecord {
-  id: string;
-  organizationId: string;
-  name: string;
-  description: string;
-  hosts: string[];
-  metadata: Record<string, string>;
-  /** 1 at create; +1 at every change of the value. */
-  version: number;
-  createdAt: Date;
-  updatedAt: Date;
-}
-
-/** How a sandbox gets one secret: as an environment variable, a file, or both. */
-export interface SecretRef {
-  name: string;
-  env?: string;
-  /** Absolute path in the sandbox; written mode 0400, owned by root. */
-  file?: string;
-}
-
 export interface SecretInput {
   name?: unknown;
   value?: unknown;
@@ -67,41 +50,12 @@ export interface SecretInput {
   metadata?: unknown;
 }
 
-interface SecretRow {
-  id: string;
-  organization_id: string;
-  name: string;
-  description: string;
-  hosts: string[] | string;
-  metadata: Record<string, string> | string;
-  value_encrypted: string;
-  version: number;
-  created_at: Date;
-  updated_at: Date;
-}
-
 const SECRET_NAME = /^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$/;
 const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 const HOST_PATTERN = /^(\*\.)?[A-Za-z0-9]([A-Za-z0-9-]{0,62})(\.[A-Za-z0-9]([A-Za-z0-9-]{0,62}))*$/;
-const SORTS = { name: 'name', createdAt: 'created_at', updatedAt: 'updated_at' } as const;
+const SORTS: Record<string, SecretSortColumn> = { name: 'name', createdAt: 'created_at', updatedAt: 'updated_at' };
 
 export const newSecretId = (): string => `sec${randomId(20)}`;
-
-const json = <T>(v: T | string): T => (typeof v === 'string' ? (JSON.parse(v) as T) : v);
-
-function fromRow(r: SecretRow): SecretRecord {
-  return {
-    id: r.id,
-    organizationId: r.organization_id,
-    name: r.name,
-    description: r.description,
-    hosts: json(r.hosts),
-    metadata: json(r.metadata),
-    version: r.version,
-    createdAt: new Date(r.created_at),
-    updatedAt: new Date(r.updated_at),
-  };
-}
 
 /** AES-256-GCM under a key HKDF derives from the master secret; `aad` ties a ciphertext to its row. */
 class ValueBox {
@@ -196,40 +150,37 @@ export class SecretService {
     const hosts = input.hosts === undefined || input.hosts === null ? [] : this.hosts(input.hosts);
     const metadata = input.metadata === undefined || input.metadata === null ? {} : this.metadata(input.metadata);
     const id = newSecretId();
-    const row = await this.db.transaction(async (tx) => {
+    const created = await this.db.transaction(async (tx) => {
       // The cap is checked under a lock on the organisation, so two creates cannot both pass it.
-      await tx('organizations').where({ id: principal.organizationId }).forUpdate().first('id');
-      const [{ count }] = (await tx('secrets').where({ organization_id: principal.organizationId }).count('id as count')) as { count: string | number }[];
-      if (Number(count) >= this.opts.maxPerOrganization) throw new NestboxError('limit_reached', `an organisation may have at most ${this.opts.maxPerOrganization} secrets (NESTBOX_SECRET_MAX_PER_ORG)`, { limit: 'secrets', max: this.opts.maxPerOrganization });
-      if (await tx('secrets').where({ organization_id: principal.organizationId, name }).first('id')) throw new NestboxError('conflict', `name: a secret named "${name}" already exists`, { field: 'name' });
-      const [r] = (await tx('secrets')
-        .insert({ id, organization_id: principal.organizationId, name, description, hosts: JSON.stringify(hosts), metadata: JSON.stringify(metadata), value_encrypted: this.box.seal(value, `${principal.organizationId}/${id}`) })
-        .returning('*')) as SecretRow[];
-      return r!;
+      await organizationRepository(tx).lockById(principal.organizationId);
+      const secrets = secretRepository(tx);
+      if ((await secrets.count(principal.organizationId)) >= this.opts.maxPerOrganization) throw new NestboxError('limit_reached', `an organisation may have at most ${this.opts.maxPerOrganization} secrets (NESTBOX_SECRET_MAX_PER_ORG)`, { limit: 'secrets', max: this.opts.maxPerOrganization });
+      if (await secrets.nameTaken(principal.organizationId, name)) throw new NestboxError('conflict', `name: a secret named "${name}" already exists`, { field: 'name' });
+      return secrets.insert({ id, organizationId: principal.organizationId, name, description, hosts, metadata, valueEncrypted: this.box.seal(value, `${principal.organizationId}/${id}`) });
     }).catch((err: unknown) => {
       if (!(err instanceof NestboxError) && /unique|duplicate/i.test(String((err as Error)?.message))) throw new NestboxError('conflict', `name: a secret named "${name}" already exists`, { field: 'name' });
       throw err;
     });
-    return fromRow(row);
+    return secretRecordOf(created);
   }
 
-  private async row(principal: Principal, id: string): Promise<SecretRow> {
-    const row = (await this.db('secrets').where({ id, organization_id: principal.organizationId }).first()) as SecretRow | undefined;
-    if (!row) throw errors.notFound('secret', id);
-    return row;
+  private async sealed(principal: Principal, id: string): Promise<SealedSecret> {
+    const secret = await secretRepository(this.db).find(principal.organizationId, id);
+    if (!secret) throw errors.notFound('secret', id);
+    return secret;
   }
 
   async get(principal: Principal, id: string): Promise<SecretRecord> {
     requireScope(principal, 'secrets:manage');
-    return fromRow(await this.row(principal, id));
+    return secretRecordOf(await this.sealed(principal, id));
   }
 
   /** By id, else by name (E2B's `secretID` path parameter takes either). */
   async getByIdOrName(principal: Principal, idOrName: string): Promise<SecretRecord> {
     requireScope(principal, 'secrets:manage');
-    const row = (await this.db('secrets').where({ organization_id: principal.organizationId }).where((q) => q.where({ id: idOrName }).orWhere({ name: idOrName })).orderByRaw('(id = ?) desc', [idOrName]).first()) as SecretRow | undefined;
-    if (!row) throw errors.notFound('secret', idOrName);
-    return fromRow(row);
+    const secret = await secretRepository(this.db).findByIdOrName(principal.organizationId, idOrName);
+    if (!secret) throw errors.notFound('secret', idOrName);
+    return secretRecordOf(secret);
   }
 
   /** A page of the organisation's secrets; `cursor` is the offset this list gave. */
@@ -238,7 +189,7 @@ export class SecretService {
     const limit = q.limit ?? 100;
     if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw errors.validation('limit', 'must be an integer from 1 to 1000');
     const sort = q.sort ?? 'name';
-    if (!(sort in SORTS)) throw errors.validation('sort', `must be one of ${Object.keys(SORTS).join(', ')}`);
+    if (!Object.hasOwn(SORTS, sort)) throw errors.validation('sort', `must be one of ${Object.keys(SORTS).join(', ')}`);
     const order = q.order ?? 'asc';
     if (order !== 'asc' && order !== 'desc') throw errors.validation('order', 'must be asc or desc');
     let offset = 0;
@@ -247,41 +198,29 @@ export class SecretService {
       if (!/^o\d{1,9}$/.test(decoded)) throw errors.validation('cursor', 'is not a cursor this server gave');
       offset = Number(decoded.slice(1));
     }
-    const base = () => {
-      const b = this.db('secrets').where({ organization_id: principal.organizationId });
-      if (q.name) b.where('name', 'like', `%${q.name.replace(/[\\%_]/g, (c) => `\\${c}`)}%`);
-      return b;
-    };
-    const [{ count }] = (await base().count('id as count')) as { count: string | number }[];
-    const rows = (await base().orderBy(SORTS[sort as keyof typeof SORTS], order).orderBy('id', order).offset(offset).limit(limit).select('*')) as SecretRow[];
-    const total = Number(count);
+    const { rows, total } = await secretRepository(this.db).page(principal.organizationId, { nameContains: q.name, sort: SORTS[sort]!, order, offset, limit });
     const next = offset + rows.length < total && rows.length === limit ? Buffer.from(`o${offset + rows.length}`).toString('base64url') : null;
-    return { items: rows.map(fromRow), nextCursor: next, total };
+    return { items: rows.map(secretRecordOf), nextCursor: next, total };
   }
 
   async update(principal: Principal, id: string, input: SecretInput): Promise<SecretRecord> {
     requireScope(principal, 'secrets:manage');
-    const current = await this.row(principal, id);
+    const current = await this.sealed(principal, id);
     if (input.name !== undefined && input.name !== current.name) throw errors.validation('name', 'cannot be changed (create a new secret)');
-    const patch: Record<string, unknown> = { updated_at: new Date() };
-    if (input.value !== undefined) {
-      patch.value_encrypted = this.box.seal(this.value(input.value), `${current.organization_id}/${current.id}`);
-      patch.version = this.db.raw('version + 1');
-    }
-    if (input.description !== undefined) patch.description = input.description === null ? '' : this.description(input.description);
-    if (input.hosts !== undefined) patch.hosts = JSON.stringify(input.hosts === null ? [] : this.hosts(input.hosts));
-    if (input.metadata !== undefined) patch.metadata = JSON.stringify(input.metadata === null ? {} : this.metadata(input.metadata));
-    const [row] = (await this.db('secrets').where({ id: current.id, organization_id: principal.organizationId }).update(patch).returning('*')) as SecretRow[];
-    if (!row) throw errors.notFound('secret', id);
-    return fromRow(row);
+    const updated = await secretRepository(this.db).update(principal.organizationId, current.id, {
+      valueEncrypted: input.value === undefined ? undefined : this.box.seal(this.value(input.value), `${current.organizationId}/${current.id}`),
+      description: input.description === undefined ? undefined : input.description === null ? '' : this.description(input.description),
+      hosts: input.hosts === undefined ? undefined : input.hosts === null ? [] : this.hosts(input.hosts),
+      metadata: input.metadata === undefined ? undefined : input.metadata === null ? {} : this.metadata(input.metadata),
+    });
+    if (!updated) throw errors.notFound('secret', id);
+    return secretRecordOf(updated);
   }
 
   /** Sandboxes given it go on without it from their next start (the reference stays, resolved to nothing). */
   async remove(principal: Principal, id: string): Promise<void> {
     requireScope(principal, 'secrets:manage');
-    // RETURNING, not the count: knex-pglite answers delete() with a result object, never a number.
-    const gone = (await this.db('secrets').where({ id, organization_id: principal.organizationId }).delete().returning('id')) as unknown[];
-    if (gone.length === 0) throw errors.notFound('secret', id);
+    if (!(await secretRepository(this.db).remove(principal.organizationId, id))) throw errors.notFound('secret', id);
   }
 
   // ---- sandboxes' secrets --------------------------------------------------------------------
@@ -325,7 +264,7 @@ export class SecretService {
       refs.push(ref);
     });
     const names = [...new Set(refs.map((r) => r.name))];
-    const found = new Set(((await this.db('secrets').where({ organization_id: principal.organizationId }).whereIn('name', names).select('name')) as { name: string }[]).map((r) => r.name));
+    const found = await secretRepository(this.db).existingNames(principal.organizationId, names);
     const missing = refs.findIndex((r) => !found.has(r.name));
     if (missing >= 0) throw errors.validation(`${field}[${missing}].name`, `no secret named "${refs[missing]!.name}" in this organisation`);
     return refs;
@@ -333,27 +272,20 @@ export class SecretService {
 
   /** Records what a sandbox is given (in the create's transaction); an empty list removes the record. */
   async attach(db: DbOrTx, sandbox: Pick<Sandbox, 'id' | 'organizationId'>, refs: SecretRef[]): Promise<void> {
-    if (refs.length === 0) {
-      await db('sandbox_secrets').where({ sandbox_id: sandbox.id }).delete();
-      return;
-    }
-    await db('sandbox_secrets')
-      .insert({ sandbox_id: sandbox.id, organization_id: sandbox.organizationId, refs: JSON.stringify(refs), updated_at: new Date() })
-      .onConflict('sandbox_id')
-      .merge(['refs', 'updated_at']);
+    if (refs.length === 0) await sandboxSecretRepository(db).clear(sandbox.id);
+    else await sandboxSecretRepository(db).set(sandbox, refs);
   }
 
   /** A fork's children get what their source was given (in the fork's transaction). */
   async inherit(db: DbOrTx, source: Pick<Sandbox, 'id'>, children: Pick<Sandbox, 'id' | 'organizationId'>[]): Promise<boolean> {
-    const row = (await db('sandbox_secrets').where({ sandbox_id: source.id }).first('refs')) as { refs: SecretRef[] | string } | undefined;
-    if (!row) return false;
-    for (const child of children) await this.attach(db, child, json(row.refs));
+    const refs = await sandboxSecretRepository(db).refsOf(source.id);
+    if (!refs) return false;
+    for (const child of children) await this.attach(db, child, refs);
     return true;
   }
 
   async refsOf(sandboxId: string): Promise<SecretRef[]> {
-    const row = (await this.db('sandbox_secrets').where({ sandbox_id: sandboxId }).first('refs')) as { refs: SecretRef[] | string } | undefined;
-    return row ? json(row.refs) : [];
+    return (await sandboxSecretRepository(this.db).refsOf(sandboxId)) ?? [];
   }
 
   /**
@@ -381,8 +313,8 @@ export class SecretService {
 
   /** The values of `refs`, decrypted: for `deliver` only. A secret deleted since is left out. */
   private async resolve(organizationId: string, refs: SecretRef[]): Promise<Map<string, string>> {
-    const rows = (await this.db('secrets').where({ organization_id: organizationId }).whereIn('name', [...new Set(refs.map((r) => r.name))]).select('*')) as SecretRow[];
-    return new Map(rows.map((r) => [r.name, this.box.open(r.value_encrypted, `${r.organization_id}/${r.id}`)]));
+    const secrets = await secretRepository(this.db).findByNames(organizationId, [...new Set(refs.map((r) => r.name))]);
+    return new Map(secrets.map((r) => [r.name, this.box.open(r.valueEncrypted, `${r.organizationId}/${r.id}`)]));
   }
 
   /**

@@ -11,6 +11,8 @@
 import { createHash, randomBytes } from 'node:crypto';
 import ssh2 from 'ssh2';
 import type { Db } from '../store/db.js';
+import { organizationRepository } from '../store/repositories/organizations.js';
+import { sshKeyRepository, sshTokenRepository, type SshPublicKeyRecord } from '../store/repositories/ssh-access.js';
 import { errors, NestboxError } from '../errors.js';
 import { randomId } from '../ids.js';
 import type { Principal, Scope } from '../types.js';
@@ -45,6 +47,24 @@ export interface SshAccessToken {
   expiresAt: Date;
   createdAt: Date;
   updatedAt: Date;
+  /** What the client runs (`sshCommand` below), for the host the create request named. */
+  sshCommand: string;
+}
+
+/**
+ * The answer to a create, the one shape both front doors give: the native `createSshAccess`
+ * was modelled on Daytona's `SshAccessDto`, so compat/daytona answers this same object.
+ */
+export function renderSshAccess(access: SshAccessToken) {
+  return {
+    id: access.id,
+    sandboxId: access.sandboxId,
+    token: access.token,
+    expiresAt: access.expiresAt.toISOString(),
+    createdAt: access.createdAt.toISOString(),
+    updatedAt: access.updatedAt.toISOString(),
+    sshCommand: access.sshCommand,
+  };
 }
 
 export interface SshPublicKey {
@@ -99,35 +119,8 @@ export function parsePublicKeyLine(line: string): { keyType: string; blob: Buffe
   return { keyType: key.type, blob: key.getPublicSSH() as Buffer, comment: fields.slice(2).join(' ') };
 }
 
-interface TokenRow {
-  id: string;
-  sandbox_id: string;
-  organization_id: string;
-  api_key_id: string;
-  expires_at: Date | string;
-  revoked_at: Date | string | null;
-  key_preset: string;
-  key_scopes: string[] | string;
-  key_sandbox_ids: string[] | string | null;
-  key_revoked_at: Date | string | null;
-  sandbox_state: string | null;
-  organization_suspended_at: Date | string | null;
-}
-
-interface KeyRow {
-  id: string;
-  organization_id: string;
-  fingerprint: string;
-  key_type: string;
-  public_key: string;
-  comment: string;
-  created_at: Date | string;
-}
-
-const json = <T>(v: unknown): T => (typeof v === 'string' ? (JSON.parse(v) as T) : (v as T));
-
-function keyOf(r: KeyRow): SshPublicKey {
-  return { id: r.id, fingerprint: r.fingerprint, keyType: r.key_type, publicKey: r.public_key, comment: r.comment, createdAt: new Date(r.created_at) };
+function keyOf(r: SshPublicKeyRecord): SshPublicKey {
+  return { id: r.id, fingerprint: r.fingerprint, keyType: r.keyType, publicKey: r.publicKey, comment: r.comment, createdAt: r.createdAt };
 }
 
 export class SshAccessService {
@@ -146,7 +139,7 @@ export class SshAccessService {
    * The command a client runs: `ssh [-p <port>] <token>@<host>`, the host being
    * NESTBOX_SSH_PUBLIC_HOST or else the host the API request named (`Host` header).
    */
-  sshCommand(token: string, requestHost: string | undefined): string {
+  private sshCommand(token: string, requestHost: string | undefined): string {
     const port = this.options.publicPort ?? this.options.port;
     let host = this.options.publicHost;
     if (!host) {
@@ -170,7 +163,7 @@ export class SshAccessService {
    * sandbox's earlier tokens in the same transaction; otherwise a sandbox may hold at most
    * `maxTokensPerSandbox` live ones (429 beyond).
    */
-  async createAccess(principal: Principal, sandboxId: string, input: { expiresInMinutes?: number; revokeEarlier?: boolean } = {}): Promise<SshAccessToken> {
+  async createAccess(principal: Principal, sandboxId: string, input: { expiresInMinutes?: number; revokeEarlier?: boolean; requestHost?: string } = {}): Promise<SshAccessToken> {
     this.assertEnabled();
     if (principal.credentialId !== undefined) throw errors.forbidden('a sandbox credential cannot obtain SSH access; use the API key');
     requireScope(principal, 'sandboxes:exec');
@@ -181,15 +174,14 @@ export class SshAccessService {
     await this.sandboxes.get(principal, sandboxId);
     const token = newToken();
     const now = new Date();
-    const row = { id: `ssh${randomId(21)}`, token_hash: hashToken(token), sandbox_id: sandboxId, organization_id: principal.organizationId, api_key_id: principal.keyId, expires_at: new Date(now.getTime() + minutes * 60_000), created_at: now, updated_at: now };
+    const record = { id: `ssh${randomId(21)}`, tokenHash: hashToken(token), sandboxId, organizationId: principal.organizationId, apiKeyId: principal.keyId, expiresAt: new Date(now.getTime() + minutes * 60_000), createdAt: now };
     await this.db.transaction(async (tx) => {
-      // One sandbox's token writes take turns (its row locked), so the limit holds under concurrency.
-      await tx('sandboxes').where({ id: sandboxId }).forUpdate().first('id');
-      const live = tx('ssh_access_tokens').where({ sandbox_id: sandboxId }).whereNull('revoked_at').where('expires_at', '>', now);
+      const tokens = sshTokenRepository(tx);
+      await tokens.lockSandbox(sandboxId);
       if (input.revokeEarlier) {
-        await live.clone().update({ revoked_at: now, updated_at: now });
+        await tokens.revokeLive(sandboxId, now);
       } else {
-        const count = Number(((await live.clone().count({ n: '*' }).first()) as { n: string | number } | undefined)?.n ?? 0);
+        const count = await tokens.countLive(sandboxId, now);
         if (count >= this.options.maxTokensPerSandbox) {
           throw errors.quotaExceeded('sshTokensPerSandbox', `sandbox ${sandboxId} already has ${count} live SSH access tokens (at most ${this.options.maxTokensPerSandbox}); revoke some or wait for them to expire`, {
             max: this.options.maxTokensPerSandbox,
@@ -199,21 +191,18 @@ export class SshAccessService {
           });
         }
       }
-      await tx('ssh_access_tokens').insert(row);
+      await tokens.insert(record);
       // Housekeeping: rows a day past their expiry can never authenticate again.
-      await tx('ssh_access_tokens').where('expires_at', '<', new Date(now.getTime() - 86_400_000)).delete();
+      await tokens.deleteExpiredBefore(new Date(now.getTime() - 86_400_000));
     });
-    return { id: row.id, sandboxId, token, expiresAt: row.expires_at, createdAt: now, updatedAt: now };
+    return { id: record.id, sandboxId, token, expiresAt: record.expiresAt, createdAt: now, updatedAt: now, sshCommand: this.sshCommand(token, input.requestHost) };
   }
 
   /** Revoke one token of the sandbox (by its value) or, without one, all of them. Returns how many. */
   async revokeAccess(principal: Principal, sandboxId: string, token?: string): Promise<number> {
     requireScope(principal, 'sandboxes:exec');
     await this.sandboxes.get(principal, sandboxId);
-    const now = new Date();
-    let q = this.db('ssh_access_tokens').where({ sandbox_id: sandboxId, organization_id: principal.organizationId }).whereNull('revoked_at');
-    if (token !== undefined) q = q.where({ token_hash: hashToken(token) });
-    return q.update({ revoked_at: now, updated_at: now });
+    return sshTokenRepository(this.db).revoke(principal.organizationId, sandboxId, new Date(), token === undefined ? undefined : hashToken(token));
   }
 
   /** Daytona's validate: whether a token of the caller's organisation would open its sandbox now. */
@@ -230,38 +219,19 @@ export class SshAccessService {
   /** The identity a token username stands for; one 401 for every reason (the reason is in the message, never the token). */
   async authenticateToken(token: string): Promise<SshIdentity> {
     if (!SSH_TOKEN_PATTERN.test(token)) throw errors.unauthorized('not an SSH access token');
-    const row = (await this.db('ssh_access_tokens as t')
-      .join('api_keys as k', 'k.id', 't.api_key_id')
-      .leftJoin('sandboxes as s', 's.id', 't.sandbox_id')
-      .join('organizations as o', 'o.id', 't.organization_id')
-      .where('t.token_hash', hashToken(token))
-      .first(
-        't.id',
-        't.sandbox_id',
-        't.organization_id',
-        't.api_key_id',
-        't.expires_at',
-        't.revoked_at',
-        'k.preset as key_preset',
-        'k.scopes as key_scopes',
-        'k.sandbox_ids as key_sandbox_ids',
-        'k.revoked_at as key_revoked_at',
-        's.state as sandbox_state',
-        'o.suspended_at as organization_suspended_at',
-      )) as TokenRow | undefined;
-    if (!row) throw errors.unauthorized('unknown SSH access token');
-    if (row.revoked_at !== null) throw errors.unauthorized('SSH access token was revoked');
-    if (new Date(row.expires_at).getTime() <= Date.now()) throw errors.unauthorized('SSH access token has expired');
-    if (row.key_revoked_at !== null) throw errors.unauthorized('the API key this SSH access token was obtained with has been revoked');
-    if (row.sandbox_state === null || row.sandbox_state === 'deleted') throw errors.unauthorized('the sandbox of this SSH access token was deleted');
-    if (row.organization_suspended_at !== null) throw errors.organizationSuspended(row.organization_id);
-    const keySandboxes = json<string[] | null>(row.key_sandbox_ids);
-    const allowed = keySandboxes === null || keySandboxes.includes(row.sandbox_id);
-    const scopes = allowed ? scopesOfKey(row.key_preset, json<Scope[]>(row.key_scopes)).filter((s) => SSH_CEILING.has(s)) : [];
+    const grant = await sshTokenRepository(this.db).findGrant(hashToken(token));
+    if (!grant) throw errors.unauthorized('unknown SSH access token');
+    if (grant.revoked) throw errors.unauthorized('SSH access token was revoked');
+    if (grant.expiresAt.getTime() <= Date.now()) throw errors.unauthorized('SSH access token has expired');
+    if (grant.keyRevoked) throw errors.unauthorized('the API key this SSH access token was obtained with has been revoked');
+    if (grant.sandboxState === null || grant.sandboxState === 'deleted') throw errors.unauthorized('the sandbox of this SSH access token was deleted');
+    if (grant.organizationSuspended) throw errors.organizationSuspended(grant.organizationId);
+    const allowed = grant.keySandboxIds === null || grant.keySandboxIds.includes(grant.sandboxId);
+    const scopes = allowed ? scopesOfKey(grant.keyPreset, grant.keyScopes).filter((s) => SSH_CEILING.has(s)) : [];
     return {
       method: 'token',
-      sandboxId: row.sandbox_id,
-      principal: { organizationId: row.organization_id, keyId: row.api_key_id, scopes: new Set(scopes), sandboxIds: new Set([row.sandbox_id]), credentialId: row.id },
+      sandboxId: grant.sandboxId,
+      principal: { organizationId: grant.organizationId, keyId: grant.apiKeyId, scopes: new Set(scopes), sandboxIds: new Set([grant.sandboxId]), credentialId: grant.id },
     };
   }
 
@@ -269,8 +239,7 @@ export class SshAccessService {
 
   async listKeys(principal: Principal): Promise<SshPublicKey[]> {
     requireScope(principal, 'keys:manage');
-    const rows = (await this.db('ssh_public_keys').where({ organization_id: principal.organizationId }).orderBy('created_at', 'asc').orderBy('id', 'asc')) as KeyRow[];
-    return rows.map(keyOf);
+    return (await sshKeyRepository(this.db).list(principal.organizationId)).map(keyOf);
   }
 
   /** Register a public key for the caller's organisation (409 if it is already registered). */
@@ -281,11 +250,13 @@ export class SshAccessService {
     const comment = input.comment ?? lineComment;
     if (typeof comment !== 'string' || comment.length > MAX_COMMENT_CHARS) throw errors.validation('comment', `must be a string of at most ${MAX_COMMENT_CHARS} characters`);
     const fingerprint = sshFingerprint(blob);
-    const row: KeyRow = { id: `sshk${randomId(20)}`, organization_id: principal.organizationId, fingerprint, key_type: keyType, public_key: `${keyType} ${blob.toString('base64')}`, comment, created_at: new Date() };
+    const record: SshPublicKeyRecord = { id: `sshk${randomId(20)}`, organizationId: principal.organizationId, fingerprint, keyType, publicKey: `${keyType} ${blob.toString('base64')}`, comment, createdAt: new Date() };
     await this.db.transaction(async (tx) => {
-      await tx('organizations').where({ id: principal.organizationId }).forUpdate().first('id');
-      const existing = (await tx('ssh_public_keys').where({ organization_id: principal.organizationId }).select('fingerprint')) as { fingerprint: string }[];
-      if (existing.some((k) => k.fingerprint === fingerprint)) throw new NestboxError('conflict', `publicKey: the key ${fingerprint} is already registered for this organisation`, { field: 'publicKey', fingerprint });
+      // Under the organisation's row lock, so two concurrent adds cannot both pass the cap.
+      await organizationRepository(tx).lockById(principal.organizationId);
+      const keys = sshKeyRepository(tx);
+      const existing = await keys.fingerprints(principal.organizationId);
+      if (existing.includes(fingerprint)) throw new NestboxError('conflict', `publicKey: the key ${fingerprint} is already registered for this organisation`, { field: 'publicKey', fingerprint });
       if (existing.length >= this.options.maxKeysPerOrganization) {
         throw errors.quotaExceeded('sshKeys', `the organisation already has ${existing.length} SSH keys (at most ${this.options.maxKeysPerOrganization}); delete one first`, {
           max: this.options.maxKeysPerOrganization,
@@ -294,15 +265,14 @@ export class SshAccessService {
           retryAfterSeconds: 60,
         });
       }
-      await tx('ssh_public_keys').insert(row);
+      await keys.insert(record);
     });
-    return keyOf(row);
+    return keyOf(record);
   }
 
   async deleteKey(principal: Principal, id: string): Promise<void> {
     requireScope(principal, 'keys:manage');
-    const n = await this.db('ssh_public_keys').where({ id, organization_id: principal.organizationId }).delete();
-    if (n === 0) throw errors.notFound('ssh key', id);
+    if (!(await sshKeyRepository(this.db).remove(principal.organizationId, id))) throw errors.notFound('ssh key', id);
   }
 
   /**
@@ -312,18 +282,17 @@ export class SshAccessService {
    */
   async keyForSandbox(sandboxId: string, blob: Buffer): Promise<{ identity: SshIdentity; publicKey: string } | undefined> {
     if (!/^[a-z0-9]{1,32}$/.test(sandboxId)) return undefined;
-    const sandbox = (await this.db('sandboxes as s').join('organizations as o', 'o.id', 's.organization_id').where('s.id', sandboxId).whereNot('s.state', 'deleted').first('s.organization_id', 'o.suspended_at')) as
-      | { organization_id: string; suspended_at: Date | string | null }
-      | undefined;
-    if (!sandbox || sandbox.suspended_at !== null) return undefined;
-    const key = (await this.db('ssh_public_keys').where({ organization_id: sandbox.organization_id, fingerprint: sshFingerprint(blob) }).first()) as KeyRow | undefined;
+    const keys = sshKeyRepository(this.db);
+    const owner = await keys.ownerOfSandbox(sandboxId);
+    if (!owner || owner.suspended) return undefined;
+    const key = await keys.findByFingerprint(owner.organizationId, sshFingerprint(blob));
     if (!key) return undefined;
     return {
-      publicKey: key.public_key,
+      publicKey: key.publicKey,
       identity: {
         method: 'publickey',
         sandboxId,
-        principal: { organizationId: sandbox.organization_id, keyId: `ssh-key:${key.id}`, scopes: SSH_CEILING, sandboxIds: new Set([sandboxId]), credentialId: key.id },
+        principal: { organizationId: owner.organizationId, keyId: `ssh-key:${key.id}`, scopes: SSH_CEILING, sandboxIds: new Set([sandboxId]), credentialId: key.id },
       },
     };
   }

@@ -11,10 +11,11 @@ import { volumeRepository } from '../store/repositories/volumes.js';
 import { organizationRepository } from '../store/repositories/organizations.js';
 import { errors, NestboxError, toNestboxError } from '../errors.js';
 import { randomId } from '../ids.js';
-import type { Principal, SandboxVolumeMount, Volume } from '../types.js';
+import type { OrganizationLimitOverrides, Principal, SandboxVolumeMount, Volume } from '../types.js';
 import { requireScope } from './auth.js';
 import type { HostService } from './hosts.js';
 
+const GiB = 2 ** 30;
 const NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/;
 const MiB = 2 ** 20;
 export const MIN_VOLUME_BYTES = 64 * MiB;
@@ -30,6 +31,26 @@ export interface VolumeLimits {
   maxVolumesPerOrganization: number;
   maxTotalBytesPerOrganization: number;
   retryAfterSeconds: number;
+}
+
+/**
+ * An organisation's volume limits in force, in bytes: its own (PATCH /organizations/{id}
+ * `limits.maxVolumes`, `maxVolumeTotalGiB`, `maxVolumeSizeGiB`) over the server's defaults.
+ * `own` says which came from the organisation, so a refusal names what to raise.
+ */
+export function volumeLimitsOf(overrides: Pick<OrganizationLimitOverrides, 'maxVolumes' | 'maxVolumeTotalGiB' | 'maxVolumeSizeGiB'>, defaults: VolumeLimits) {
+  return {
+    maxVolumes: overrides.maxVolumes ?? defaults.maxVolumesPerOrganization,
+    maxTotalBytes: overrides.maxVolumeTotalGiB === null ? defaults.maxTotalBytesPerOrganization : overrides.maxVolumeTotalGiB * GiB,
+    maxSizeBytes: overrides.maxVolumeSizeGiB === null ? defaults.maxSizeBytes : overrides.maxVolumeSizeGiB * GiB,
+    own: { maxVolumes: overrides.maxVolumes !== null, maxVolumeTotalGiB: overrides.maxVolumeTotalGiB !== null, maxVolumeSizeGiB: overrides.maxVolumeSizeGiB !== null },
+  };
+}
+
+/** The same, as the organisation API shows its limits in force (GiB; a default not in whole GiB shows its fraction). */
+export function volumeLimitsInForce(overrides: Pick<OrganizationLimitOverrides, 'maxVolumes' | 'maxVolumeTotalGiB' | 'maxVolumeSizeGiB'>, defaults: VolumeLimits) {
+  const l = volumeLimitsOf(overrides, defaults);
+  return { maxVolumes: l.maxVolumes, maxVolumeTotalGiB: l.maxTotalBytes / GiB, maxVolumeSizeGiB: l.maxSizeBytes / GiB };
 }
 
 /** A mount as a request gives it: the volume by id or name. */
@@ -76,9 +97,14 @@ export class VolumeService {
   async create(principal: Principal, input: { name: string; sizeBytes?: number }): Promise<Volume> {
     requireScope(principal, 'volumes:write');
     if (typeof input.name !== 'string' || !NAME.test(input.name)) throw errors.validation('name', 'must be 1-63 letters, digits, "_", "." or "-", starting with a letter or digit');
-    const sizeBytes = input.sizeBytes ?? this.limits.defaultSizeBytes;
-    if (!Number.isSafeInteger(sizeBytes) || sizeBytes < MIN_VOLUME_BYTES || sizeBytes > this.limits.maxSizeBytes) {
-      throw errors.validation('sizeBytes', `must be an integer from ${MIN_VOLUME_BYTES} (64 MiB) to ${this.limits.maxSizeBytes}`);
+    const org = await organizationRepository(this.db).findById(principal.organizationId);
+    if (!org) throw errors.notFound('organization', principal.organizationId);
+    const limits = volumeLimitsOf(org.limits, this.limits);
+    // A volume created without a size (Daytona, E2B) gets the default, but no more than the organisation's largest.
+    const sizeBytes = input.sizeBytes ?? Math.max(MIN_VOLUME_BYTES, Math.min(this.limits.defaultSizeBytes, limits.maxSizeBytes));
+    if (!Number.isSafeInteger(sizeBytes) || sizeBytes < MIN_VOLUME_BYTES || sizeBytes > limits.maxSizeBytes) {
+      const whose = limits.own.maxVolumeSizeGiB ? ` (the organisation's maxVolumeSizeGiB is ${org.limits.maxVolumeSizeGiB})` : '';
+      throw errors.validation('sizeBytes', `must be an integer from ${MIN_VOLUME_BYTES} (64 MiB) to ${limits.maxSizeBytes}${whose}`);
     }
     // Rounded down to whole MiB (ext4 blocks); the limit the sandbox sees is a little less (metadata).
     const size = Math.floor(sizeBytes / MiB) * MiB;
@@ -106,16 +132,20 @@ export class VolumeService {
     }
   }
 
+  /** Under the organisation's row lock (a limit changed meanwhile is seen; two creates take turns). */
   private async checkLimits(tx: DbOrTx, organizationId: string, sizeBytes: number): Promise<void> {
     const org = await organizationRepository(tx).lockById(organizationId);
     if (!org) throw errors.notFound('organization', organizationId);
+    const limits = volumeLimitsOf(org.limits, this.limits);
     const used = await volumeRepository(tx).usageOf(organizationId);
     const retryAfterSeconds = this.limits.retryAfterSeconds;
-    if (used.count + 1 > this.limits.maxVolumesPerOrganization) {
-      throw errors.quotaExceeded('volumes', `organisation limit reached: ${used.count} of ${this.limits.maxVolumesPerOrganization} volumes in use (delete some, or raise NESTBOX_ORG_MAX_VOLUMES)`, { max: this.limits.maxVolumesPerOrganization, current: used.count, requested: 1, retryAfterSeconds });
+    if (used.count + 1 > limits.maxVolumes) {
+      const raise = limits.own.maxVolumes ? "the organisation's maxVolumes" : 'NESTBOX_ORG_MAX_VOLUMES';
+      throw errors.quotaExceeded('volumes', `organisation limit reached: ${used.count} of ${limits.maxVolumes} volumes in use (delete some, or raise ${raise})`, { max: limits.maxVolumes, current: used.count, requested: 1, retryAfterSeconds });
     }
-    if (used.bytes + sizeBytes > this.limits.maxTotalBytesPerOrganization) {
-      throw errors.quotaExceeded('volumeBytes', `organisation limit reached: volumes of ${used.bytes} bytes of ${this.limits.maxTotalBytesPerOrganization} exist, this one needs ${sizeBytes} more (delete some, or raise NESTBOX_ORG_MAX_VOLUME_GIB)`, { max: this.limits.maxTotalBytesPerOrganization, current: used.bytes, requested: sizeBytes, retryAfterSeconds });
+    if (used.bytes + sizeBytes > limits.maxTotalBytes) {
+      const raise = limits.own.maxVolumeTotalGiB ? "the organisation's maxVolumeTotalGiB" : 'NESTBOX_ORG_MAX_VOLUME_GIB';
+      throw errors.quotaExceeded('volumeBytes', `organisation limit reached: volumes of ${used.bytes} bytes of ${limits.maxTotalBytes} exist, this one needs ${sizeBytes} more (delete some, or raise ${raise})`, { max: limits.maxTotalBytes, current: used.bytes, requested: sizeBytes, retryAfterSeconds });
     }
   }
 

@@ -26,6 +26,7 @@ import { errors, NestboxError, toNestboxError } from '../errors.js';
 import type { Principal } from '../types.js';
 import type { Logger } from '../logger.js';
 import { requireScope } from './auth.js';
+import { deleteCounted } from '../store/repositories/rows-deleted.js';
 
 /** The fields of an event (services/events.ts, which inserts deliveries through here) a webhook body carries. */
 export interface DeliverableEvent {
@@ -369,8 +370,8 @@ export class WebhookService {
 
   async remove(principal: Principal, id: string): Promise<void> {
     requireScope(principal, 'webhooks:manage');
-    const n = await this.db('webhooks').where({ id, organization_id: principal.organizationId }).delete();
-    if (!n) throw errors.notFound('webhook', id);
+    const n = await deleteCounted(this.db('webhooks').where({ id, organization_id: principal.organizationId }));
+    if (n === 0) throw errors.notFound('webhook', id);
   }
 
   /** A new signing secret, shown in this answer only; the old one stops signing at once. */

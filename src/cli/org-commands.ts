@@ -19,6 +19,9 @@ const LIMIT_FLAGS: { flag: string; option: string; field: keyof OrganizationLimi
   { flag: '--request-burst <n>', option: 'requestBurst', field: 'requestBurst', what: "the organisation's request burst" },
   { flag: '--key-requests-per-second <n>', option: 'keyRequestsPerSecond', field: 'keyRequestsPerSecond', what: 'requests per second of each key, 0 = none' },
   { flag: '--key-request-burst <n>', option: 'keyRequestBurst', field: 'keyRequestBurst', what: "each key's request burst" },
+  { flag: '--max-volumes <n>', option: 'maxVolumes', field: 'maxVolumes', what: 'live volumes' },
+  { flag: '--max-volume-total-gib <n>', option: 'maxVolumeTotalGib', field: 'maxVolumeTotalGiB', what: 'GiB of volume sizes in all' },
+  { flag: '--max-volume-size-gib <n>', option: 'maxVolumeSizeGib', field: 'maxVolumeSizeGiB', what: 'GiB of the largest volume' },
 ];
 
 /**

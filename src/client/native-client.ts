@@ -246,6 +246,10 @@ export interface OrganizationLimits {
   requestBurst: number;
   keyRequestsPerSecond: number;
   keyRequestBurst: number;
+  /** Live volumes, the GiB of their sizes in all, and the GiB of the largest. */
+  maxVolumes: number;
+  maxVolumeTotalGiB: number;
+  maxVolumeSizeGiB: number;
 }
 
 /** An organisation's own limits: null = the server's default. */

@@ -16,6 +16,7 @@ import * as controlPlaneSettings from './20261204130001_control_plane_settings.j
 import * as hostCapacity from './20261204120000_host_capacity.js';
 import * as organizations from './20261204100000_organizations.js';
 import * as orgRequestLimits from './20261205100000_org_request_limits.js';
+import * as orgVolumeLimits from './20261207500000_org_volume_limits.js';
 import * as hostTransfers from './20261206100000_host_transfers.js';
 import * as sshAccess from './20261207200000_ssh_access.js';
 import * as secrets from './20261207400000_secrets.js';
@@ -45,6 +46,7 @@ const MIGRATIONS: Record<string, Knex.Migration> = {
   '20261207200000_ssh_access': sshAccess,
   '20261207400000_secrets': secrets,
   '20261207100000_volumes': volumes,
+  '20261207500000_org_volume_limits': orgVolumeLimits,
 };
 
 export const migrationSource: Knex.MigrationSource<string> = {

@@ -1,4 +1,5 @@
 import type { DbOrTx } from '../db.js';
+import { deleteCounted } from './rows-deleted.js';
 
 export interface IdempotencyRecord {
   organizationId: string;
@@ -58,7 +59,7 @@ export function idempotencyKeyRepository(db: DbOrTx) {
       await q.delete();
     },
     async removeExpired(now: Date): Promise<number> {
-      return db('idempotency_keys').where('expires_at', '<', now).delete();
+      return deleteCounted(db('idempotency_keys').where('expires_at', '<', now), 'key');
     },
   };
 }

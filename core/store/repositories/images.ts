@@ -1,6 +1,7 @@
 import type { DbOrTx } from '../db.js';
 import type { BuildError, BuildOptions, BuildState, Image, ImageBuild, ImageConfig, ImageSource, BuildLogLine } from '../../images/types.js';
 import type { BuildSpec } from '../../images/build-spec.js';
+import { deleteCounted } from './rows-deleted.js';
 
 // PGlite returns jsonb already parsed; pg too. A string means a driver returned raw text.
 const json = <T>(v: unknown): T => (typeof v === 'string' ? (JSON.parse(v) as T) : (v as T));
@@ -145,7 +146,7 @@ export function imageRepository(db: DbOrTx) {
       return previous && previous.image_id !== imageId ? previous.image_id : undefined;
     },
     async removeTag(organizationId: string, name: string, tag: string): Promise<boolean> {
-      return (await db('image_tags').where({ organization_id: organizationId, name, tag }).delete()) > 0;
+      return (await deleteCounted(db('image_tags').where({ organization_id: organizationId, name, tag }), 'tag')) > 0;
     },
     async tagCount(imageId: string): Promise<number> {
       const [{ count }] = (await db('image_tags').where({ image_id: imageId }).count<{ count: string | number }[]>('* as count')) as { count: string | number }[];

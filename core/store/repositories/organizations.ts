@@ -16,6 +16,9 @@ interface OrganizationRow {
   request_burst: number | null;
   key_requests_per_second: number | null;
   key_request_burst: number | null;
+  max_volumes: number | null;
+  max_volume_total_gib: number | null;
+  max_volume_size_gib: number | null;
 }
 
 /** Limit field → column. */
@@ -30,6 +33,9 @@ export const LIMIT_COLUMNS: Record<keyof OrganizationLimitOverrides, keyof Organ
   requestBurst: 'request_burst',
   keyRequestsPerSecond: 'key_requests_per_second',
   keyRequestBurst: 'key_request_burst',
+  maxVolumes: 'max_volumes',
+  maxVolumeTotalGiB: 'max_volume_total_gib',
+  maxVolumeSizeGiB: 'max_volume_size_gib',
 };
 
 const num = (v: number | string | null | undefined): number | null => (v === null || v === undefined ? null : Number(v));
@@ -50,6 +56,9 @@ const fromRow = (r: OrganizationRow): Organization => ({
     requestBurst: num(r.request_burst),
     keyRequestsPerSecond: num(r.key_requests_per_second),
     keyRequestBurst: num(r.key_request_burst),
+    maxVolumes: num(r.max_volumes),
+    maxVolumeTotalGiB: num(r.max_volume_total_gib),
+    maxVolumeSizeGiB: num(r.max_volume_size_gib),
   },
 });
 

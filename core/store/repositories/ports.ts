@@ -1,4 +1,5 @@
 import type { DbOrTx } from '../db.js';
+import { deleteCounted } from './rows-deleted.js';
 
 interface PortRow {
   sandbox_id: string;
@@ -88,7 +89,7 @@ export function portRepository(db: DbOrTx) {
     },
 
     async remove(sandboxId: string, port: number): Promise<boolean> {
-      return (await db('ports').where({ sandbox_id: sandboxId, port }).delete()) > 0;
+      return (await deleteCounted(db('ports').where({ sandbox_id: sandboxId, port }), 'port')) > 0;
     },
   };
 }

@@ -53,6 +53,19 @@ function fromRow(r: Row): SandboxCredentialRecord {
   };
 }
 
+/**
+ * What a credential derived from an API key is checked against at use, joined as `k` (its key),
+ * `s` (its sandbox) and `o` (its organisation): here and for SSH access tokens (ssh-access.ts).
+ */
+export const GRANT_COLUMNS = [
+  'k.preset as key_preset',
+  'k.scopes as key_scopes',
+  'k.sandbox_ids as key_sandbox_ids',
+  'k.revoked_at as key_revoked_at',
+  's.state as sandbox_state',
+  'o.suspended_at as organization_suspended_at',
+] as const;
+
 /** Rows of sandbox_credentials; the secrets themselves are derived, never stored. */
 export function sandboxCredentialRepository(db: DbOrTx) {
   const joined = () =>
@@ -67,12 +80,7 @@ export function sandboxCredentialRepository(db: DbOrTx) {
         'c.organization_id',
         'c.api_key_id',
         'c.expires_at',
-        'k.preset as key_preset',
-        'k.scopes as key_scopes',
-        'k.sandbox_ids as key_sandbox_ids',
-        'k.revoked_at as key_revoked_at',
-        's.state as sandbox_state',
-        'o.suspended_at as organization_suspended_at',
+        ...GRANT_COLUMNS,
       );
 
   return {

@@ -1,4 +1,5 @@
 import type { DbOrTx } from '../db.js';
+import { deleteCounted } from './rows-deleted.js';
 
 /** One stored usage sample (null = the host's driver could not know it). */
 export interface UsageRecord {
@@ -116,9 +117,7 @@ export function sandboxUsageRepository(db: DbOrTx) {
 
     /** Removes up to `limit` samples taken before `cutoff` (whatever became of their sandbox); returns how many. */
     async deleteOlderThan(cutoff: Date, limit: number): Promise<number> {
-      return db('sandbox_usage')
-        .whereIn(['sandbox_id', 'sampled_at'], db('sandbox_usage').select('sandbox_id', 'sampled_at').where('sampled_at', '<', cutoff).limit(limit))
-        .del();
+      return deleteCounted(db('sandbox_usage').whereIn(['sandbox_id', 'sampled_at'], db('sandbox_usage').select('sandbox_id', 'sampled_at').where('sampled_at', '<', cutoff).limit(limit)), 'sandbox_id');
     },
 
     /**
@@ -131,12 +130,13 @@ export function sandboxUsageRepository(db: DbOrTx) {
       for (const { sandbox_id } of over) {
         if (removed >= limit) break;
         const keepFrom = db('sandbox_usage').select('sampled_at').where({ sandbox_id }).orderBy('sampled_at', 'desc').offset(maxRows - 1).limit(1);
-        removed += await db('sandbox_usage')
-          .whereIn(
+        removed += await deleteCounted(
+          db('sandbox_usage').whereIn(
             ['sandbox_id', 'sampled_at'],
             db('sandbox_usage').select('sandbox_id', 'sampled_at').where({ sandbox_id }).where('sampled_at', '<', keepFrom).orderBy('sampled_at').limit(limit - removed),
-          )
-          .del();
+          ),
+          'sandbox_id',
+        );
       }
       return removed;
     },

@@ -409,6 +409,19 @@ export function sandboxRepository(db: DbOrTx) {
     },
 
     /**
+     * The sandbox's default environment changed in one UPDATE: `unset` removed, then `set`
+     * merged over (so two concurrent changes both land). The env as it now is; undefined if
+     * the organisation has no such sandbox.
+     */
+    async changeEnv(id: string, organizationId: string, change: { set: Record<string, string>; unset: string[] }): Promise<Record<string, string> | undefined> {
+      const [row] = (await db('sandboxes')
+        .where({ id, organization_id: organizationId })
+        .update({ env: db.raw('(env - ?::text[]) || ?::jsonb', [change.unset, JSON.stringify(change.set)]), updated_at: new Date() })
+        .returning(['env'])) as { env: Record<string, string> | string }[];
+      return row ? json(row.env) : undefined;
+    },
+
+    /**
      * Claim up to `limit` sandboxes that `due` selects, moving each to `patch(id)` (a
      * transitional state) in the same transaction. SKIP LOCKED lets several control-plane
      * replicas sweep at once without two of them claiming the same sandbox; the state check in

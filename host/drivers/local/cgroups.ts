@@ -14,7 +14,7 @@ export interface CgroupLimits {
   /** Whole or fractional vCPUs; turned into a CFS quota of cpus × period. */
   cpus: number;
   pidsMax: number;
-  /** v1 cpuset CPUs of the sandbox (e.g. "0-1"), so `nproc` shows its vCPUs; absent = no cpuset. */
+  /** cpuset CPUs of the sandbox (e.g. "0-1"), so `nproc` shows its vCPUs; absent = no cpuset. */
   cpusetCpus?: string;
 }
 
@@ -37,6 +37,12 @@ const V1_CPUACCT = 'cpuacct';
  * sched_getaffinity) and LXCFS's cpuinfo report; the CFS quota stays the real limit.
  */
 const V1_CPUSET = 'cpuset';
+/**
+ * v2 has no cpuset hierarchy of its own: when the unified tree offers the `cpuset` controller,
+ * it is enabled down to every sandbox group, which carries `cpuset.cpus`; `agent` and `work`
+ * inherit it (an empty v2 `cpuset.cpus` means the parent's), and v2 needs no `cpuset.mems`.
+ */
+const V2_CONTROLLERS = '+memory +cpu +pids';
 const CFS_PERIOD_US = 100_000;
 const DRAIN_TIMEOUT_MS = 5_000;
 const FREEZE_TIMEOUT_MS = 2_000;
@@ -50,15 +56,27 @@ export class Cgroups {
     private readonly root: string,
     /** Whether v1 memory accounting includes swap (memory.memsw.*), so swap can be capped too. */
     readonly swapLimit: boolean,
+    /** v2: whether the tree offers the cpuset controller (v1 looks for its hierarchy itself). */
+    private readonly v2Cpuset = false,
   ) {
     const separateCpuacct = version === 1 && !existsSync(join(root, 'cpu', 'cpuacct.usage')) && existsSync(join(root, V1_CPUACCT, 'cpuacct.usage'));
     const cpuset = version === 1 && existsSync(join(root, V1_CPUSET, 'cpuset.cpus'));
     this.v1Controllers = [...V1_CONTROLLERS, ...(separateCpuacct ? [V1_CPUACCT] : []), ...(cpuset ? [V1_CPUSET] : [])];
   }
 
-  /** Whether sandbox groups get a cpuset (v1 with a cpuset hierarchy). */
+  /** Whether sandbox groups get a cpuset (v1 with a cpuset hierarchy, v2 with the cpuset controller). */
   get hasCpuset(): boolean {
-    return this.v1Controllers.includes(V1_CPUSET);
+    return this.version === 1 ? this.v1Controllers.includes(V1_CPUSET) : this.v2Cpuset;
+  }
+
+  /** Where cpuset files live: the v1 cpuset hierarchy, or the unified tree. */
+  private get cpusetRoot(): string {
+    return this.version === 1 ? join(this.root, V1_CPUSET) : this.root;
+  }
+
+  /** The controllers a v2 group hands its children. */
+  private get v2Controllers(): string {
+    return this.v2Cpuset ? `${V2_CONTROLLERS} +cpuset` : V2_CONTROLLERS;
   }
 
   /** Finds a usable layout: v1 with our four controllers, or v2 with memory/cpu/pids delegated. */
@@ -70,7 +88,7 @@ export class Cgroups {
     const available = new Set(controllers.trim().split(/\s+/));
     if (['memory', 'cpu', 'pids'].every((name) => available.has(name))) {
       // v2 has memory.swap.max in every non-root group whenever swap accounting is compiled in.
-      return new Cgroups(2, root, true);
+      return new Cgroups(2, root, true, available.has('cpuset'));
     }
     throw new Error(
       `no usable cgroup layout under ${root}: need v1 hierarchies ${V1_CONTROLLERS.join(', ')} or a v2 tree with memory, cpu and pids (found "${controllers.trim()}")`,
@@ -106,7 +124,7 @@ export class Cgroups {
     const agent = this.groupFor(join(relativePath, 'agent'));
     const work = this.groupFor(join(relativePath, 'work'));
     for (const path of [...agent.paths, ...work.paths]) await mkdir(path, { recursive: true });
-    if (this.hasCpuset && limits.cpusetCpus) for (const child of [agent, work]) await this.writeCpuset(this.v1Dir(child, V1_CPUSET), limits.cpusetCpus);
+    if (this.version === 1 && this.hasCpuset && limits.cpusetCpus) for (const child of [agent, work]) await this.writeCpuset(this.v1Dir(child, V1_CPUSET), limits.cpusetCpus);
     const workMemory = String(limits.memoryBytes);
     const workPids = String(Math.max(1, limits.pidsMax - reserve.pids));
     if (this.version === 1) {
@@ -168,9 +186,12 @@ export class Cgroups {
     }
   }
 
-  /** The machine's CPUs a cpuset can use (v1 cpuset root), e.g. [0, 1]. */
+  /** The machine's CPUs a cpuset can use (the v1 cpuset root's, the v2 root's effective set), e.g. [0, 1]. */
   async machineCpus(): Promise<number[]> {
-    const text = await readFile(join(this.root, V1_CPUSET, 'cpuset.effective_cpus'), 'utf8').catch(() => readFile(join(this.root, V1_CPUSET, 'cpuset.cpus'), 'utf8'));
+    const text =
+      this.version === 1
+        ? await readFile(join(this.root, V1_CPUSET, 'cpuset.effective_cpus'), 'utf8').catch(() => readFile(join(this.root, V1_CPUSET, 'cpuset.cpus'), 'utf8'))
+        : await readFile(join(this.root, 'cpuset.cpus.effective'), 'utf8');
     return parseCpuList(text);
   }
 
@@ -185,7 +206,7 @@ export class Cgroups {
     const want = Math.max(1, Math.min(machine.length, count));
     if (keep.length >= want) return formatCpuList(keep.slice(0, want));
     const load = new Map(machine.map((cpu) => [cpu, 0]));
-    const base = join(this.root, V1_CPUSET, 'nestbox');
+    const base = join(this.cpusetRoot, 'nestbox');
     for (const owner of await readdir(base, { withFileTypes: true }).catch(() => [])) {
       if (!owner.isDirectory()) continue;
       for (const sandbox of await readdir(join(base, owner.name), { withFileTypes: true }).catch(() => [])) {
@@ -201,7 +222,7 @@ export class Cgroups {
   /** The cpuset of a sandbox group (empty when it has none). */
   async cpusetOf(relativePath: string): Promise<number[]> {
     if (!this.hasCpuset) return [];
-    return parseCpuList(await readFile(join(this.root, V1_CPUSET, relativePath, 'cpuset.cpus'), 'utf8').catch(() => ''));
+    return parseCpuList(await readFile(join(this.cpusetRoot, relativePath, 'cpuset.cpus'), 'utf8').catch(() => ''));
   }
 
   /**
@@ -229,6 +250,12 @@ export class Cgroups {
       else await writeFile(join(group.paths[0], 'cpu.max'), `${cpuQuotaUs(to.cpus)} ${CFS_PERIOD_US}`);
     }
     if (this.hasCpuset && to.cpusetCpus && to.cpusetCpus !== from.cpusetCpus) {
+      // v2: agent and work inherit the group's set, and a child may name CPUs its parent lacks
+      // (it gets the intersection), so one write in any order.
+      if (this.version === 2) {
+        await writeFile(join(group.paths[0], 'cpuset.cpus'), to.cpusetCpus);
+        return;
+      }
       const growing = parseCpuList(to.cpusetCpus).length >= parseCpuList(from.cpusetCpus ?? '').length;
       const dirs = [group, agent, work].map((g) => this.v1Dir(g, V1_CPUSET));
       for (const dir of growing ? dirs : dirs.reverse()) await this.writeCpuset(dir, to.cpusetCpus);
@@ -277,8 +304,11 @@ export class Cgroups {
     if (existsSync(join(path, 'memory.swap.max'))) await writeFile(join(path, 'memory.swap.max'), '0');
     await writeFile(join(path, 'cpu.max'), `${cpuQuotaUs(limits.cpus)} ${CFS_PERIOD_US}`);
     await writeFile(join(path, 'pids.max'), String(limits.pidsMax));
+    if (this.v2Cpuset && limits.cpusetCpus) await writeFile(join(path, 'cpuset.cpus'), limits.cpusetCpus);
     // Children (agent, work) get the controllers too; the sandbox group itself holds no process.
-    await writeFile(join(path, 'cgroup.subtree_control'), '+memory +cpu +pids').catch(() => {});
+    // With cpuset among them, agent and work have their own (inherited) effective set, which
+    // LXCFS reads for the reader's cgroup.
+    await writeFile(join(path, 'cgroup.subtree_control'), this.v2Controllers).catch(() => {});
   }
 
   /** v2 only hands a controller to a child when every ancestor lists it in subtree_control. */
@@ -286,11 +316,11 @@ export class Cgroups {
     const parts = relativePath.split('/').filter(Boolean);
     let current = this.root;
     for (const part of parts.slice(0, -1)) {
-      await writeFile(join(current, 'cgroup.subtree_control'), '+memory +cpu +pids').catch(() => {});
+      await writeFile(join(current, 'cgroup.subtree_control'), this.v2Controllers).catch(() => {});
       current = join(current, part);
       await mkdir(current, { recursive: true });
     }
-    await writeFile(join(current, 'cgroup.subtree_control'), '+memory +cpu +pids');
+    await writeFile(join(current, 'cgroup.subtree_control'), this.v2Controllers);
   }
 
   /** The files a process writes its own pid into to join the group (the launcher does this). */
