@@ -194,6 +194,12 @@ const ConfigSchema = z.object({
   NESTBOX_CH_BIN: z.string().min(1).default('/usr/local/bin/cloud-hypervisor'),
   // Guest memory on resume/fork: OnDemand (userfaultfd, pages on first touch) or Copy; auto = probe.
   NESTBOX_CH_MEMORY_RESTORE: z.enum(['auto', 'Copy', 'OnDemand']).default('auto'),
+  // Ceilings of a live resize (vm.resize): every VM is created with room to hotplug up to these
+  // vCPUs and this much memory. Unset = the host's CPU count and total memory.
+  NESTBOX_CH_MAX_VCPUS: positiveInt.optional(),
+  NESTBOX_CH_MAX_MEMORY_MIB: positiveInt.optional(),
+  // virtiofsd for volumes in VMs; unset = /usr/libexec/virtiofsd, else QEMU's /usr/lib/qemu/virtiofsd.
+  NESTBOX_CH_VIRTIOFSD: z.string().min(1).optional(),
   // Credentials minted from an API key for one sandbox (E2B envd tokens, Daytona signing keys)
   // live this long; connecting again (or the SDK's refetch) hands out a fresh one.
   NESTBOX_SANDBOX_TOKEN_TTL_SECONDS: positiveInt.min(120).default(86_400),
@@ -329,6 +335,9 @@ export interface Config {
     driver: 'local' | 'cloud-hypervisor';
     chBinary: string;
     chMemoryRestore: 'auto' | 'Copy' | 'OnDemand';
+    chMaxVcpus?: number;
+    chMaxMemoryMiB?: number;
+    chVirtiofsd?: string;
     slotPoolSize: number;
     egressRefreshSeconds: number;
     userNamespaceBase: number;
@@ -508,6 +517,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       driver: e.NESTBOX_DRIVER,
       chBinary: e.NESTBOX_CH_BIN,
       chMemoryRestore: e.NESTBOX_CH_MEMORY_RESTORE,
+      chMaxVcpus: e.NESTBOX_CH_MAX_VCPUS,
+      chMaxMemoryMiB: e.NESTBOX_CH_MAX_MEMORY_MIB,
+      chVirtiofsd: e.NESTBOX_CH_VIRTIOFSD,
       slotPoolSize: e.NESTBOX_SLOT_POOL_SIZE,
       egressRefreshSeconds: e.NESTBOX_EGRESS_REFRESH_SECONDS,
       userNamespaceBase: e.NESTBOX_USERNS_BASE,

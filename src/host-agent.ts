@@ -232,6 +232,9 @@ async function createCloudHypervisorDriver(config: Config, log: Logger): Promise
     chBinary: ha.chBinary,
     subnet: ha.subnet,
     memoryRestoreMode: ha.chMemoryRestore,
+    maxVcpus: ha.chMaxVcpus,
+    maxMemoryMiB: ha.chMaxMemoryMiB,
+    virtiofsdBinary: ha.chVirtiofsd,
     reflinkStore: ha.reflinkStore === 'auto' ? { imagePath: `${config.dataDir}/store.xfs`, sizeBytes: ha.reflinkStoreGiB * 1024 ** 3 } : 'off',
     logger: log,
   });
