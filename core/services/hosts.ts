@@ -129,7 +129,7 @@ export class HostService {
   ) {}
 
   /** Live = heartbeated within the timeout and within the lost grace period, and not marked lost. */
-  private get liveWithinMs(): number {
+  get liveWithinMs(): number {
     return Math.min(this.hostTimeoutMs, this.policy.hostLostAfterMs);
   }
 
