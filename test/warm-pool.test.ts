@@ -69,10 +69,15 @@ async function observed(id: string): Promise<Record<string, string>> {
   return {
     // The command itself (ps, and the sh the exec runs it in) aside, every process.
     processes: norm(ps).split('\n').filter((l) => l && !/\bps -eo\b/.test(l)).map((l) => l.replace(/\s+/g, ' ').trim()).sort().join('\n'),
-    tmp: (await run(id, 'ls -A /tmp /var/tmp /run 2>&1; find / -xdev -newer /etc/hostname -not -path "/proc/*" -not -path "/sys/*" -not -path "/dev/*" -not -path "/run/*" 2>/dev/null | sort | head -50')).stdout,
+    // Scratch directories, and every file written after launch wrote /etc/resolv.conf last (runtime.ts).
+    tmp: (await run(id, 'ls -A /tmp /var/tmp /run 2>&1; find / -xdev -newer /etc/resolv.conf -not -path "/proc/*" -not -path "/sys/*" -not -path "/dev/*" -not -path "/run/*" 2>/dev/null | sort | head -50')).stdout,
     hostname: norm((await run(id, 'hostname; cat /etc/hostname; cat /etc/hosts')).stdout),
     env: norm((await run(id, 'env | grep -v "^_=" | grep -v "^PWD=" | grep -v "^SHLVL=" | sort')).stdout),
     home: (await run(id, 'ls -A /root')).stdout,
+    // Every other process's environment as /proc shows it (the guest agent's, tini's too); the
+    // pipeline's own processes left out, and each list sorted (the launcher's order is a hash's).
+    environ: norm((await run(id, 'for p in /proc/[0-9]*; do n=${p#/proc/}; [ "$n" = "$$" ] && continue; c=$(cat $p/comm 2>/dev/null) || continue; e=$(tr "\\0" "\\n" < $p/environ 2>/dev/null | sort | tr "\\n" " "); echo "$c: $e"; done')).stdout)
+      .split('\n').filter((l) => l && !/^(cat|tr|sort|grep): /.test(l)).sort().join('\n'),
   };
 }
 
