@@ -2,7 +2,7 @@
 // create can be answered by one that is already up instead of a cold launch.
 //
 // Where it lives: a member is a real sandbox on its host (the host agent launched it like any
-// create, with `warm: true`: no environment beyond the image's, egress deny-all) and a row in
+// create, with `warm: true`: no environment beyond the image's, the default egress) and a row in
 // `warm_pool_sandboxes`, never in `sandboxes`. It belongs to no organisation until claimed, so
 // no list, usage sample, quota, event or bill can see it; placement does (allocationsByHost
 // adds the pool's rows), so the pool never hides load.
@@ -140,8 +140,10 @@ export class WarmPoolService {
     return this.options.targets.some((t) => keyOf(t) === keyOf(key));
   }
 
+  /** Starts (or, after stop(), restarts) the refill loop. */
   start(): void {
-    if (!this.enabled) return;
+    if (!this.enabled || this.timer) return;
+    this.stopped = false;
     this.timer = setInterval(() => this.kick(), this.options.intervalMs);
     this.timer.unref();
     this.kick();
@@ -151,6 +153,7 @@ export class WarmPoolService {
   async stop(): Promise<void> {
     this.stopped = true;
     if (this.timer) clearInterval(this.timer);
+    this.timer = undefined;
     await this.running;
   }
 
@@ -365,8 +368,10 @@ export class WarmPoolService {
         cpu: row.cpu,
         memoryMiB: row.memoryMiB,
         env: {},
-        // Nothing of anyone's runs in it yet; the claim puts the create's policy in force first.
-        egress: { mode: 'deny-all' },
+        // The default create's policy, so claiming it for a default create changes no rule (the
+        // host skips the nft transaction). Nothing of anyone's runs in it before a claim, and the
+        // claim puts the create's own policy in force before the create answers.
+        egress: { mode: 'allow-all' },
         diskGiB: row.diskGiB,
         diskInodes: Math.max(1024, row.diskGiB * this.options.diskInodesPerGiB),
         warm: true,

@@ -583,7 +583,7 @@ export class LocalDriver extends LocalRecovery implements Driver {
 
   /**
    * A warm member was launched like any create (runtime.ts), with no environment of its own
-   * beyond the image's and a deny-all egress policy, and nothing ran in it but its guest agent:
+   * beyond the image's and the default egress policy, and nothing ran in it but its guest agent:
    * what makes it someone's is the create's environment (the agent's base environment for
    * every later process, PUT /env) and egress policy (its slot's rules). The record keeps
    * `warm` until both are in force, so a host agent that dies in between is found with a
@@ -599,7 +599,7 @@ export class LocalDriver extends LocalRecovery implements Driver {
       }
       const { warm: _warm, ...claimed } = { ...was, env: spec.env, egress: spec.egress };
       // The egress rules first: the user's first process must never run under the pool's policy.
-      await this.applyEgress({ ...record, spec: claimed });
+      await this.applyEgressIfChanged({ ...record, spec: claimed });
       const key = this.agentKeys.get(spec.id);
       const client = new AgentClient(record.agentSocket, key ? { proofKey: key } : {});
       try {
