@@ -183,6 +183,20 @@ describe('warm pool', () => {
     await http.delete(`/api/v1/sandboxes/${claimed.id}`).set(auth()).expect(204);
   });
 
+  it('honours placement: a member on a host that satisfies it, none for a region no host is in', async () => {
+    await full();
+    const members = await readyIds();
+    const placed = await create({ ...POOLED, placement: { region: 'local' } });
+    expect(members).toContain(placed.id);
+    await full();
+    const before = await readyIds();
+    const nowhere = await http.post('/api/v1/sandboxes').set(auth()).send({ ...POOLED, placement: { region: 'mars' } });
+    expect(nowhere.status, JSON.stringify(nowhere.body)).toBe(400);
+    expect(nowhere.body.error.message).toContain('placement.region');
+    expect((await readyIds()).sort()).toEqual(before.sort());
+    await http.delete(`/api/v1/sandboxes/${placed.id}`).set(auth()).expect(204);
+  });
+
   it('never gives one member to two concurrent creates, and refills after claims', async () => {
     await full();
     const members = new Set(await readyIds());

@@ -347,6 +347,14 @@ export class HostService {
     return c;
   }
 
+  /**
+   * The live, ready hosts that satisfy `c` (the warm pool's claim takes a member only there, so a
+   * pooled create honours its placement as a cold one would).
+   */
+  async hostsSatisfying(c: PlacementConstraints): Promise<string[]> {
+    return (await hostRepository(this.db).listAlive(this.liveWithinMs)).filter((h) => h.adminState === 'ready' && this.unmet(h, c) === undefined).map((h) => h.id);
+  }
+
   /** Which constraint `host` fails, if any. */
   private unmet(host: HostRecord, c: PlacementConstraints | undefined): string | undefined {
     if (!c) return undefined;

@@ -331,12 +331,12 @@ export class SandboxService {
     }
     // The warm pool answers creates whose every difference from a pool member can be given
     // after the fact: labels, name, metadata, timeout and lifecycle policy (rows only), env and
-    // egress (the host's claim), secrets (delivered to the guest as after any create), ports.
-    // Anything decided at launch goes cold: a snapshot or an organisation's image (another
-    // disk), volumes (bind-mounted when the sandbox's mount namespace is made), placement
-    // constraints (the member's host was chosen for no one), image builds' sandboxes.
+    // egress (the host's claim), secrets (delivered to the guest as after any create), ports;
+    // placement constraints by claiming only on hosts that satisfy them. Anything decided at
+    // launch goes cold: a snapshot or an organisation's image (another disk), volumes
+    // (bind-mounted when the sandbox's mount namespace is made), image builds' sandboxes.
     const askedKey: WarmPoolKey = { image: source.image, cpu: spec.cpu, memoryMiB: spec.memoryMiB, diskGiB: spec.diskGiB };
-    const poolKey = this.warmPool?.serves(askedKey) && !snapshot && !input.internal && !volumeMounts && !constraints && source.imageId === null && source.hostImage === null && source.kind === 'user' ? askedKey : undefined;
+    const poolKey = this.warmPool?.serves(askedKey) && !snapshot && !input.internal && !volumeMounts && source.imageId === null && source.hostImage === null && source.kind === 'user' ? askedKey : undefined;
     let member: WarmPoolMember | undefined;
     let host!: HostRecord;
     const created = await this.withinQuota(principal.organizationId, { sandboxes: 1, cpu: spec.cpu, memoryMiB: spec.memoryMiB, diskGiB: spec.diskGiB }, async (tx) => {
@@ -349,7 +349,7 @@ export class SandboxService {
       if (volumeMounts) await this.requireVolumes().lockForMount(tx, principal.organizationId, volumeMounts);
       // A claim moves the member's resources from the pool's row to this one in this
       // transaction, so its host needs no new room; both commit or neither (warm-pool.ts).
-      member = poolKey ? await this.warmPool!.claim(tx, poolKey) : undefined;
+      member = poolKey ? await this.warmPool!.claim(tx, poolKey, constraints ? await this.hosts.hostsSatisfying(constraints) : undefined) : undefined;
       const claimedHost = member ? await hostRepository(tx).findById(member.hostId) : undefined;
       host = claimedHost ?? (await this.hosts.place(tx, { cpu: spec.cpu, memoryMiB: spec.memoryMiB, diskGiB: spec.diskGiB, constraints, ...where }));
       const inserted = await this.lifecycle.insert(tx, OPERATIONS.create, operationId, {

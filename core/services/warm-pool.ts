@@ -202,20 +202,22 @@ export class WarmPoolService {
 
   /**
    * A create's claim, inside its quota transaction: one ready member of `key` on a live, ready
-   * host, removed from the pool (the caller inserts the `sandboxes` row under its id in the same
+   * host (one of `onHosts` when given: those satisfying its placement), removed from the pool (the caller inserts the `sandboxes` row under its id in the same
    * transaction). Undefined when there is none: the create goes cold. Counted as a hit or miss.
    */
-  async claim(tx: DbOrTx, key: WarmPoolKey): Promise<WarmPoolMember | undefined> {
+  async claim(tx: DbOrTx, key: WarmPoolKey, onHosts?: string[]): Promise<WarmPoolMember | undefined> {
     if (!this.serves(key)) return undefined;
     this.noteAsked(key);
+    if (onHosts && onHosts.length === 0) return undefined;
     const result = (await tx.raw(
       `DELETE FROM warm_pool_sandboxes WHERE id = (
          SELECT w.id FROM warm_pool_sandboxes w JOIN hosts h ON h.id = w.host_id
          WHERE w.state = 'ready' AND w.image = ? AND w.cpu = ? AND w.memory_mib = ? AND w.disk_gib = ?
            AND h.lost_at IS NULL AND h.admin_state = 'ready' AND h.last_heartbeat_at >= now() - make_interval(secs => ?)
+           ${onHosts ? 'AND w.host_id = ANY(?)' : ''}
          ORDER BY w.ready_at, w.id LIMIT 1 FOR UPDATE OF w SKIP LOCKED)
        RETURNING *`,
-      [key.image, key.cpu, key.memoryMiB, key.diskGiB, this.where.hosts.liveWithinMs / 1000],
+      [key.image, key.cpu, key.memoryMiB, key.diskGiB, this.where.hosts.liveWithinMs / 1000, ...(onHosts ? [onHosts] : [])],
     )) as { rows: Row[] };
     const row = result.rows[0];
     if (!row) return undefined;
