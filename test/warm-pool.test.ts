@@ -282,6 +282,21 @@ describe('warm pool', () => {
     await http.delete(`/api/v1/sandboxes/${memberId}`).set(auth()).expect(204);
   });
 
+  it('empties on a cordoned host and fills again when it is uncordoned', async () => {
+    await full();
+    const hostId = (await pool()).items[0].hostId;
+    const members = await readyIds();
+    await http.post(`/api/v1/hosts/${hostId}/cordon`).set(auth()).expect(200);
+    try {
+      await waitFor('the pool of a cordoned host removed', async () => (await server.db('warm_pool_sandboxes').count<{ count: string }[]>('* as count'))[0].count === '0', 60_000);
+      const client = await server.services.hosts.clientFor(hostId);
+      for (const id of members) expect(await client.getSandbox(id)).toBeUndefined();
+    } finally {
+      await http.post(`/api/v1/hosts/${hostId}/uncordon`).set(auth()).expect(200);
+    }
+    await full();
+  });
+
   it('counts hits and misses in the metrics', async () => {
     const text = (await http.get('/metrics').set({ Authorization: `Bearer ${METRICS_TOKEN}` }).expect(200)).text;
     expect(text).toMatch(/nestbox_warm_pool_claims_total\{result="hit"\} [1-9]/);

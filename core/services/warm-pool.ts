@@ -283,7 +283,7 @@ export class WarmPoolService {
     await this.fill();
   }
 
-  /** Members nobody can finish (their filler died while warming), too old, or beyond the target. */
+  /** Members nobody can finish (their filler died while warming), too old, on a fenced host, or beyond the target. */
   private async reap(): Promise<void> {
     const alive = [...new Set([...(await controlPlaneInstanceRepository(this.db).aliveWithin(this.where.instanceTimeoutMs)), this.instanceId])];
     const orphaned = (await this.db.raw(
@@ -302,6 +302,13 @@ export class WarmPoolService {
       )) as { rows: Row[] };
       await this.destroyAll(old.rows, `older than ${this.options.maxAgeSeconds} s`);
     }
+    // A cordoned or draining host takes no new sandboxes, so its members would never be claimed: they go.
+    const fenced = (await this.db.raw(
+      `DELETE FROM warm_pool_sandboxes WHERE id IN (
+         SELECT w.id FROM warm_pool_sandboxes w JOIN hosts h ON h.id = w.host_id WHERE w.state = 'ready' AND h.admin_state <> 'ready' AND h.lost_at IS NULL FOR UPDATE OF w SKIP LOCKED)
+       RETURNING *`,
+    )) as { rows: Row[] };
+    await this.destroyAll(fenced.rows, 'their host is cordoned or draining');
     // Shrink: ready members beyond the key's target now (idle keys, or keys no longer configured), newest first.
     const ready = (await this.db('warm_pool_sandboxes').where({ state: 'ready' }).orderBy('ready_at', 'desc')) as Row[];
     const byHostKey = new Map<string, Row[]>();
