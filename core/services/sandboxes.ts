@@ -337,6 +337,8 @@ export class SandboxService {
     // (bind-mounted when the sandbox's mount namespace is made), image builds' sandboxes.
     const askedKey: WarmPoolKey = { image: source.image, cpu: spec.cpu, memoryMiB: spec.memoryMiB, diskGiB: spec.diskGiB };
     const poolKey = this.warmPool?.serves(askedKey) && !snapshot && !input.internal && !volumeMounts && source.imageId === null && source.hostImage === null && source.kind === 'user' ? askedKey : undefined;
+    // Read before the transaction, which must not wait on another connection (PGlite has one).
+    const poolHosts = poolKey && constraints ? await this.hosts.hostsSatisfying(constraints) : undefined;
     let member: WarmPoolMember | undefined;
     let host!: HostRecord;
     const created = await this.withinQuota(principal.organizationId, { sandboxes: 1, cpu: spec.cpu, memoryMiB: spec.memoryMiB, diskGiB: spec.diskGiB }, async (tx) => {
@@ -349,7 +351,7 @@ export class SandboxService {
       if (volumeMounts) await this.requireVolumes().lockForMount(tx, principal.organizationId, volumeMounts);
       // A claim moves the member's resources from the pool's row to this one in this
       // transaction, so its host needs no new room; both commit or neither (warm-pool.ts).
-      member = poolKey ? await this.warmPool!.claim(tx, poolKey, constraints ? await this.hosts.hostsSatisfying(constraints) : undefined) : undefined;
+      member = poolKey ? await this.warmPool!.claim(tx, poolKey, poolHosts) : undefined;
       const claimedHost = member ? await hostRepository(tx).findById(member.hostId) : undefined;
       host = claimedHost ?? (await this.hosts.place(tx, { cpu: spec.cpu, memoryMiB: spec.memoryMiB, diskGiB: spec.diskGiB, constraints, ...where }));
       const inserted = await this.lifecycle.insert(tx, OPERATIONS.create, operationId, {
