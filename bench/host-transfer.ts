@@ -41,6 +41,7 @@ export async function benchHostTransfer(o: HostTransferBenchOptions): Promise<vo
     NESTBOX_DATA_DIR: dataDir,
     NESTBOX_IMAGES_DIR: o.imagesDir,
     NESTBOX_BOOTSTRAP_API_KEY: key,
+    NESTBOX_WARM_POOL_SIZE: '0', // no warm pool: its refills would run beside what is measured
     NESTBOX_HOST_SECRET: master,
     NESTBOX_HOST_ID: 'bench-transfer-local',
     NESTBOX_SLOT_POOL_SIZE: '1',

@@ -59,6 +59,7 @@ async function startSide(name: string, o: ObservabilityBenchOptions, extra: Reco
     NESTBOX_DATA_DIR: dataDir,
     NESTBOX_IMAGES_DIR: o.imagesDir,
     NESTBOX_BOOTSTRAP_API_KEY: key,
+    NESTBOX_WARM_POOL_SIZE: '0', // no warm pool: its refills would run beside what is measured
     // Two host agents on one machine: each keeps its slots to itself.
     NESTBOX_HOST_ID: `bench-${name}`,
     NESTBOX_SLOT_POOL_SIZE: '1',

@@ -66,6 +66,7 @@ export async function benchPlacement(o: PlacementBenchOptions): Promise<void> {
       NESTBOX_DATA_DIR: dataDir,
       NESTBOX_IMAGES_DIR: o.imagesDir,
       NESTBOX_BOOTSTRAP_API_KEY: key,
+      NESTBOX_WARM_POOL_SIZE: '0', // no warm pool: its refills would run beside what is measured
       NESTBOX_DATABASE_URL: database.url,
       NESTBOX_HOST_SECRET: hostSecret,
       NESTBOX_LOCAL_HOST_AGENT: 'false',

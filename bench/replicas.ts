@@ -108,6 +108,7 @@ export async function benchReplicaThroughput(o: ReplicaBenchOptions): Promise<vo
         NESTBOX_HOST_SECRET: hostSecret,
         NESTBOX_OBJECT_STORE_DIR: objects,
         NESTBOX_BOOTSTRAP_API_KEY: key,
+        NESTBOX_WARM_POOL_SIZE: '0', // no warm pool: its refills would run beside what is measured
         NESTBOX_LOCAL_HOST_AGENT: 'false',
         NESTBOX_SERVER_SUPERVISOR: 'false',
         // Per-request info lines would be piped into this process, which also runs the load generator.

@@ -15,6 +15,7 @@
 // --only ssh (SSH exec round trips vs the API exec, --ssh-runs N each, default 20; bench/ssh.ts).
 // --only volumes: dd of --volume-mib MiB (default 256) conv=fsync into a volume vs the sandbox's own disk,
 // median of --volume-runs (default 3), inside one sandbox (bench/volumes.ts).
+// --only warm-pool: the cold creates (1) and the warm-pool creates beside them and the raw floor (1b, bench/warm-pool.ts).
 import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { createReadStream, createWriteStream, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -35,6 +36,7 @@ import { DEFAULT_BENCH_POSTGRES } from './nestbox-processes.js';
 import { benchHostTransfer } from './host-transfer.js';
 import { benchSsh } from './ssh.js';
 import { benchVolumes } from './volumes.js';
+import { benchWarmPool } from './warm-pool.js';
 import { call, ms, quantile, timed } from './measure.js';
 
 const { values } = parseArgs({
@@ -62,7 +64,7 @@ const { values } = parseArgs({
     'volume-mib': { type: 'string', default: '256' },
   },
 });
-const ALONE = ['code-interpreter', 'usage', 'observability', 'placement', 'replicas', 'transfer', 'ssh', 'volumes'];
+const ALONE = ['code-interpreter', 'usage', 'observability', 'placement', 'replicas', 'transfer', 'ssh', 'volumes', 'warm-pool'];
 if (values.only !== undefined && !ALONE.includes(values.only)) throw new Error(`--only: the parts that run alone are ${ALONE.join(', ')}, not ${values.only}`);
 const usageSampling = () => benchUsageSampling({ sandboxes: Number(values['usage-sandboxes']), rounds: Number(values['usage-rounds']), imagesDir: values['images-dir']! });
 const scaleOutPostgres = values.postgres ?? DEFAULT_BENCH_POSTGRES;
@@ -153,6 +155,10 @@ async function main(): Promise<void> {
     console.log(`Nestbox benchmark — ${new Date().toISOString()} — database: ${config.database.kind}, driver: local`);
     const codeInterpreter = () => benchCodeInterpreter({ base, key, runs: Number(values['code-runs']), image: values['code-image']!, track: (sid) => created.push(sid) });
     if (values.only === 'code-interpreter') return await codeInterpreter();
+    // The warm pool waits until its own part (1b): the cold creates must be cold, and its
+    // refills would compete with every figure for the CPUs.
+    await server.services.warmPool.stop();
+    await server.services.warmPool.drain();
 
     // 1. create → running
     const createTimes: number[] = [];
@@ -163,6 +169,10 @@ async function main(): Promise<void> {
       createTimes.push(t);
     }
     console.log(`create → running (n=${CREATES}): p50 ${ms(quantile(createTimes, 0.5))}, p95 ${ms(quantile(createTimes, 0.95))}`);
+
+    // 1b. warm-pool create vs the cold ones above and the raw floor (bench/warm-pool.ts)
+    await benchWarmPool({ server, base, key, creates: CREATES, coldTimes: createTimes, baseRootfs: `${values['images-dir']}/default/rootfs`, track: (sid) => created.push(sid) });
+    if (values.only === 'warm-pool') return;
 
     // 2. exec round trip of `true` vs spawning it on the host
     const id = created[0];
@@ -534,6 +544,8 @@ async function main(): Promise<void> {
     // 12. The host agent's usage sampling over idle sandboxes (bench/usage-sampling.ts).
     await usageSampling();
   } finally {
+    await server.services.warmPool.stop();
+    await server.services.warmPool.drain().catch(() => undefined);
     for (const id of created) await call(base, key, 'DELETE', `/sandboxes/${id}`).catch(() => undefined);
     await server.close();
     // The reflink store is a loop-mounted filesystem inside the data dir: release it first.

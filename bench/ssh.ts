@@ -56,6 +56,7 @@ export async function benchSsh(o: SshBenchOptions): Promise<void> {
     NESTBOX_DATA_DIR: dataDir,
     NESTBOX_IMAGES_DIR: o.imagesDir,
     NESTBOX_BOOTSTRAP_API_KEY: key,
+    NESTBOX_WARM_POOL_SIZE: '0', // no warm pool: its refills would run beside what is measured
     NESTBOX_SSH_PORT: String(sshPort),
     NESTBOX_SLOT_POOL_SIZE: '1',
     NESTBOX_REFLINK_STORE: 'off',

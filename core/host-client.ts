@@ -15,6 +15,8 @@ export interface HostSandboxSpec {
   snapshot?: string;
   /** Outbound network policy, applied before the sandbox's first process runs. */
   egress?: EgressPolicy;
+  /** Start it as a warm-pool member, for no one until claimWarm (core/services/warm-pool.ts). */
+  warm?: boolean;
 }
 
 // Declared with the sandbox it belongs to (types.ts); re-exported for the host-side callers.
@@ -40,6 +42,8 @@ export interface HostSandboxRuntime {
   id: string;
   /** `paused`: frozen with its memory kept; its agent cannot answer until unpaused. */
   status: 'running' | 'paused' | 'stopped';
+  /** An unclaimed warm-pool member (core/services/warm-pool.ts). */
+  warm?: boolean;
 }
 
 export interface HostForkResult {
@@ -88,6 +92,8 @@ export interface AgentWebSocketTarget {
 export interface HostClient {
   readonly hostId: string;
   createSandbox(spec: HostSandboxSpec): Promise<HostSandboxRuntime>;
+  /** Hands the warm-pool member `spec.id` its create's spec (environment, egress); idempotent. */
+  claimWarm(spec: HostSandboxSpec): Promise<HostSandboxRuntime>;
   stopSandbox(id: string): Promise<{ memorySaved: boolean }>;
   startSandbox(spec: HostSandboxSpec): Promise<HostStartResult>;
   destroySandbox(id: string): Promise<void>;

@@ -145,6 +145,13 @@ export class ControlPlaneMetrics {
     registers: [this.registry],
   });
 
+  readonly warmPoolClaims = new Counter({
+    name: 'nestbox_warm_pool_claims_total',
+    help: 'Creates of a pooled (image, size) on this instance, by result: hit (answered by a warm sandbox) or miss (none was ready; created cold).',
+    labelNames: ['result'] as const,
+    registers: [this.registry],
+  });
+
   constructor(sources: ScrapeSources) {
     if (sources.processMetrics !== false) collectDefaultMetrics({ register: this.registry, prefix: 'nestbox_' });
     const { db } = sources;
@@ -202,6 +209,17 @@ export class ControlPlaneMetrics {
           this.set({ host, resource: 'memory_bytes' }, t.memory);
           this.set({ host, resource: 'sandboxes' }, t.sandboxes);
         }
+      },
+    });
+    new Gauge({
+      name: 'nestbox_warm_pool_sandboxes',
+      help: 'Warm-pool members (ready sandboxes no one owns yet) by host, state (warming, ready) and image.',
+      labelNames: ['host', 'state', 'image'] as const,
+      registers: [this.registry],
+      async collect() {
+        const rows = (await db('warm_pool_sandboxes').select('host_id', 'state', 'image').count<unknown[]>('* as count').groupBy('host_id', 'state', 'image')) as { host_id: string; state: string; image: string; count: string | number }[];
+        this.reset();
+        for (const r of rows) this.set({ host: r.host_id, state: r.state, image: r.image }, Number(r.count));
       },
     });
     new Gauge({

@@ -207,6 +207,20 @@ const ConfigSchema = z.object({
   // signed preview URLs); "never expires" is refused. Must be below the token lifetime.
   NESTBOX_SIGNED_URL_MAX_SECONDS: positiveInt.default(43_200),
   NESTBOX_BACKGROUND_INTERVAL_MS: positiveInt.default(2000),
+  // Warm pool (ARCHITECTURE.md "Warm pool"): ready sandboxes each host keeps per (image, size),
+  // so a create of that image and size is answered by one already running. SIZE: members per
+  // host of the default image at the default size (0 = no pool); TARGETS replaces that with a
+  // list `image:cpu:memoryMiB:diskGiB=size,...` (images: default, code-interpreter). A key's
+  // target grows with its creates in the last minute up to MAX, drops to IDLE_SIZE after
+  // IDLE_SECONDS without one; members older than MAX_AGE_SECONDS are replaced (0 = never);
+  // a refill pass starts at most BATCH members at once.
+  NESTBOX_WARM_POOL_SIZE: nonNegativeInt.max(64).default(2),
+  NESTBOX_WARM_POOL_TARGETS: z.string().max(2000).regex(/^(?:[a-z0-9-]+:\d+:\d+:\d+=\d+)(?:,[a-z0-9-]+:\d+:\d+:\d+=\d+)*$/, 'must be image:cpu:memoryMiB:diskGiB=size, comma-separated').optional(),
+  NESTBOX_WARM_POOL_MAX: nonNegativeInt.max(256).default(8),
+  NESTBOX_WARM_POOL_IDLE_SECONDS: nonNegativeInt.default(600),
+  NESTBOX_WARM_POOL_IDLE_SIZE: nonNegativeInt.max(64).default(1),
+  NESTBOX_WARM_POOL_MAX_AGE_SECONDS: nonNegativeInt.default(3600),
+  NESTBOX_WARM_POOL_BATCH: positiveInt.max(64).default(2),
   // Replicas: a control-plane instance whose heartbeat (one per background interval) is older
   // than this, by the database's clock, is dead and another replica takes over its operations.
   // Default: 5 intervals, at least 15 s. Must be at least 2 intervals (one late heartbeat is not death).
@@ -407,6 +421,8 @@ export interface Config {
   events: { retentionDays: number };
   webhooks: { retrySeconds: number; timeoutMs: number; maxPerOrganization: number; allowPrivateTargets: boolean };
   secrets: { maxPerOrganization: number; maxValueBytes: number; maxPerSandbox: number };
+  /** The warm pool (core/services/warm-pool.ts); targets empty = no pool. */
+  warmPool: { targets: { image: string; cpu: number; memoryMiB: number; diskGiB: number; size: number }[]; max: number; idleSeconds: number; idleSize: number; maxAgeSeconds: number; batch: number };
 }
 
 export class ConfigError extends Error {}
@@ -431,6 +447,23 @@ function hostLabels(text: string | undefined): Record<string, string> {
     labels[key] = pair.slice(at + 1);
   }
   return labels;
+}
+
+/** The warm pool's keys: NESTBOX_WARM_POOL_TARGETS, else SIZE members of the default image at the default size. */
+function warmPoolTargets(text: string | undefined, size: number, defaults: { cpu: number; memoryMiB: number; diskGiB: number }, max: { cpu: number; memoryMiB: number; diskGiB: number }): Config['warmPool']['targets'] {
+  if (text === undefined) return size > 0 ? [{ image: 'default', ...defaults, size }] : [];
+  const seen = new Set<string>();
+  return text.split(',').map((entry) => {
+    const [key, n] = entry.split('=');
+    const [image, cpu, memoryMiB, diskGiB] = key.split(':');
+    const fail = (why: string) => new ConfigError(`invalid configuration:\n  NESTBOX_WARM_POOL_TARGETS: ${entry}: ${why}`);
+    if (image !== 'default' && image !== 'code-interpreter') throw fail('the image must be default or code-interpreter (built-in images; an organisation\'s images are not pooled)');
+    const t = { image, cpu: Number(cpu), memoryMiB: Number(memoryMiB), diskGiB: Number(diskGiB), size: Number(n) };
+    if (t.cpu < 1 || t.cpu > max.cpu || t.memoryMiB < 64 || t.memoryMiB > max.memoryMiB || t.diskGiB < 1 || t.diskGiB > max.diskGiB) throw fail('the size is outside the NESTBOX_MAX_* limits');
+    if (seen.has(key)) throw fail('this key is given twice');
+    seen.add(key);
+    return t;
+  });
 }
 
 /** Parse once at start-up; an invalid value stops the start with a message naming the variable. */
@@ -609,5 +642,13 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       allowPrivateTargets: e.NESTBOX_WEBHOOK_ALLOW_PRIVATE_TARGETS === 'true',
     },
     secrets: { maxPerOrganization: e.NESTBOX_SECRET_MAX_PER_ORG, maxValueBytes: e.NESTBOX_SECRET_MAX_VALUE_BYTES, maxPerSandbox: e.NESTBOX_SECRET_MAX_PER_SANDBOX },
+    warmPool: {
+      targets: warmPoolTargets(e.NESTBOX_WARM_POOL_TARGETS, e.NESTBOX_WARM_POOL_SIZE, { cpu: e.NESTBOX_DEFAULT_CPU, memoryMiB: e.NESTBOX_DEFAULT_MEMORY_MIB, diskGiB: e.NESTBOX_DEFAULT_DISK_GIB }, { cpu: e.NESTBOX_MAX_CPU, memoryMiB: e.NESTBOX_MAX_MEMORY_MIB, diskGiB: e.NESTBOX_MAX_DISK_GIB }),
+      max: Math.max(e.NESTBOX_WARM_POOL_MAX, e.NESTBOX_WARM_POOL_SIZE),
+      idleSeconds: e.NESTBOX_WARM_POOL_IDLE_SECONDS,
+      idleSize: e.NESTBOX_WARM_POOL_IDLE_SIZE,
+      maxAgeSeconds: e.NESTBOX_WARM_POOL_MAX_AGE_SECONDS,
+      batch: e.NESTBOX_WARM_POOL_BATCH,
+    },
   };
 }

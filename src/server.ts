@@ -16,6 +16,7 @@ import { CodeInterpreterService } from '../core/services/code-interpreter.js';
 import { Toolbox } from '../core/services/toolbox.js';
 import { SandboxService } from '../core/services/sandboxes.js';
 import { BackgroundJobs } from '../core/services/background.js';
+import { WarmPoolService } from '../core/services/warm-pool.js';
 import { VolumeService } from '../core/services/volumes.js';
 import { VolumeTokenService } from '../core/services/volume-tokens.js';
 import { SnapshotService } from '../core/services/snapshots.js';
@@ -162,6 +163,14 @@ export async function startServer(config: Config, logger: Logger = createLogger(
   const snapshots = new SnapshotService(db, hosts, sandboxes, config.orgLimits);
   const volumes = new VolumeService(db, hosts, { ...config.volumes, retryAfterSeconds: config.orgLimits.retryAfterSeconds });
   sandboxes.volumes = volumes;
+  // The warm pool (warm-pool.ts): refilled by a loop of its own, started below with the background jobs.
+  const warmPool = new WarmPoolService(db, { hosts, instanceTimeoutMs }, instanceId, {
+    ...config.warmPool,
+    intervalMs: config.backgroundIntervalMs,
+    diskInodesPerGiB: config.limits.diskInodesPerGiB,
+  }, logger.child({ component: 'warm-pool' }));
+  warmPool.counters.onClaim = (result) => metrics.warmPoolClaims.inc({ result });
+  if (warmPool.enabled) sandboxes.warmPool = warmPool;
   snapshots.transfer = transfers;
   const images = new ImageService(db, hosts, logger.child({ component: 'images' }), config.orgLimits);
   const secrets = new SecretService(db, hostSecret, config.secrets, logger.child({ component: 'secrets' }));
@@ -226,6 +235,7 @@ export async function startServer(config: Config, logger: Logger = createLogger(
     hosts,
     transfers,
     sandboxes,
+    warmPool,
     toolbox,
     codeInterpreter: new CodeInterpreterService(toolbox),
     snapshots,
@@ -314,6 +324,7 @@ export async function startServer(config: Config, logger: Logger = createLogger(
   // Suspending an organisation stops its sandboxes before the answer (the pass catches the rest).
   organizations.onSuspended = (organizationId) => background.stopSuspended(organizationId);
   await background.start();
+  warmPool.start();
   // Every replica sends webhook deliveries; each attempt is one replica's (SKIP LOCKED + lease).
   const webhookDispatcher = new WebhookDispatcher(db, webhooks, { ...config.webhooks, pollMs: Math.min(1000, config.backgroundIntervalMs) }, logger.child({ component: 'webhooks' }));
   webhookDispatcher.start();
@@ -339,6 +350,8 @@ export async function startServer(config: Config, logger: Logger = createLogger(
     generatedApiKey: bootstrap.generatedKey,
     async close() {
       await builds.stop();
+      // Members stay on their host: the next server (and host agent) adopts the pool as it is.
+      await warmPool.stop();
       await supervisor?.stop();
       await background.stop();
       await webhookDispatcher.stop();

@@ -6,6 +6,7 @@ import type { Db } from '../core/store/db.js';
 import type { AuthService } from '../core/services/auth.js';
 import type { HostService } from '../core/services/hosts.js';
 import type { SandboxService } from '../core/services/sandboxes.js';
+import type { WarmPoolService } from '../core/services/warm-pool.js';
 import type { SnapshotService } from '../core/services/snapshots.js';
 import type { Toolbox } from '../core/services/toolbox.js';
 import type { IdempotencyService } from '../core/services/idempotency.js';
@@ -47,6 +48,8 @@ export interface Services extends CompatPort {
   /** Snapshot copies and sandbox moves between hosts (operators). */
   transfers: HostTransferService;
   sandboxes: SandboxService;
+  /** Ready sandboxes per (image, size) creates are answered from (operators see its levels). */
+  warmPool: WarmPoolService;
   /** Every operation inside a sandbox (commands, sessions, files, watches), typed. */
   toolbox: Toolbox;
   snapshots: SnapshotService;

@@ -248,6 +248,7 @@ export class Cluster {
       NESTBOX_HOST_SECRET: this.hostSecret,
       NESTBOX_BOOTSTRAP_API_KEY: this.apiKey,
       NESTBOX_LOCAL_HOST_AGENT: 'false',
+      NESTBOX_WARM_POOL_SIZE: '0',
       NESTBOX_SERVER_SUPERVISOR: 'false',
       ...this.options.replicaEnv,
     }));

@@ -123,6 +123,8 @@ export function testEnv(dataDir: string, extra: Record<string, string> = {}): Re
     NESTBOX_IMAGES_DIR: TEST_IMAGES_DIR,
     NESTBOX_HEARTBEAT_INTERVAL_MS: '500',
     NESTBOX_BACKGROUND_INTERVAL_MS: '500',
+    // No warm pool unless a test asks for one (its members would be every test's residue).
+    NESTBOX_WARM_POOL_SIZE: '0',
     ...extra,
   };
 }
@@ -147,6 +149,14 @@ export async function waitFor<T>(what: string, fn: () => Promise<T | undefined |
  * server must remove its sandboxes itself before it goes, or they keep running on the machine.
  */
 export async function destroyAllSandboxes(server: RunningServer): Promise<void> {
+  // The warm pool first: stopped, so it refills nothing behind the cleanup, then emptied.
+  await server.services.warmPool.stop();
+  const pooled = (await server.db('warm_pool_sandboxes').select('id', 'host_id')) as { id: string; host_id: string }[];
+  for (const row of pooled) {
+    const client = await server.services.hosts.clientFor(row.host_id).catch(() => undefined);
+    await client?.destroySandbox(row.id).catch((err) => console.error(`cleanup of warm sandbox ${row.id} failed: ${String(err)}`));
+    await server.db('warm_pool_sandboxes').where({ id: row.id }).delete();
+  }
   const rows = (await server.db('sandboxes').whereNot({ state: 'deleted' }).select('id', 'host_id')) as { id: string; host_id: string | null }[];
   for (const row of rows) {
     if (!row.host_id) continue;
@@ -289,8 +299,9 @@ export interface TestServerProcess {
 async function removeLeftSandboxes(dataDir: string, databaseUrl: string): Promise<void> {
   const db = knexFactory({ client: 'pg', connection: databaseUrl, pool: { min: 0, max: 1 } });
   const left = (await db('sandboxes').whereNot({ state: 'deleted' }).count<{ count: string }[]>('id as count'))[0];
+  const pooled = (await db('warm_pool_sandboxes').count<{ count: string }[]>('id as count'))[0];
   await db.destroy();
-  if (Number(left.count) === 0) return;
+  if (Number(left.count) === 0 && Number(pooled.count) === 0) return;
   const server = await startServer(loadConfig(testEnv(dataDir, { NESTBOX_DATABASE_URL: databaseUrl })), silentLogger);
   try {
     const started = new Date();

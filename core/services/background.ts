@@ -333,7 +333,13 @@ export class BackgroundJobs {
     let view: HostView;
     let interrupted = `the ${name} operation was interrupted by a control-plane restart`;
     try {
-      view = sandbox.hostId ? hostViewOf(await (await this.hosts.clientFor(sandbox.hostId)).getSandbox(sandbox.id)) : 'absent';
+      const client = sandbox.hostId ? await this.hosts.clientFor(sandbox.hostId) : undefined;
+      let runtime = client ? await client.getSandbox(sandbox.id) : undefined;
+      // A create that claimed a warm-pool member and died before the host applied its spec:
+      // the member is still warm there, so it is claimed again now (warm-pool.ts), never left
+      // running with the pool's environment and egress policy.
+      if (client && runtime?.warm && operation.name === 'create') runtime = await client.claimWarm(this.sandboxes.hostSpec(sandbox));
+      view = hostViewOf(runtime);
     } catch (err) {
       view = 'unreachable';
       interrupted = `interrupted ${sandbox.state} and the host is unreachable: ${toNestboxError(err).message}`;

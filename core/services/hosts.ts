@@ -129,7 +129,7 @@ export class HostService {
   ) {}
 
   /** Live = heartbeated within the timeout and within the lost grace period, and not marked lost. */
-  private get liveWithinMs(): number {
+  get liveWithinMs(): number {
     return Math.min(this.hostTimeoutMs, this.policy.hostLostAfterMs);
   }
 
@@ -345,6 +345,14 @@ export class HostService {
     }
     if (c.hostId !== undefined && !principal.scopes.has('platform:hosts')) throw errors.forbidden('placement.hostId: choosing a host needs the platform:hosts scope (operators)');
     return c;
+  }
+
+  /**
+   * The live, ready hosts that satisfy `c` (the warm pool's claim takes a member only there, so a
+   * pooled create honours its placement as a cold one would).
+   */
+  async hostsSatisfying(c: PlacementConstraints): Promise<string[]> {
+    return (await hostRepository(this.db).listAlive(this.liveWithinMs)).filter((h) => h.adminState === 'ready' && this.unmet(h, c) === undefined).map((h) => h.id);
   }
 
   /** Which constraint `host` fails, if any. */

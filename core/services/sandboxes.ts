@@ -19,6 +19,8 @@ import type { HostService, PlacementConstraints } from './hosts.js';
 import type { SecretService } from './secrets.js';
 import { checkWithinLimits, NO_ORGANIZATION_LIMITS, type OrganizationLimits } from './org-limits.js';
 import { resizeSandbox, type ResizeSandboxInput } from './sandbox-resize.js';
+import type { WarmPoolKey, WarmPoolMember, WarmPoolService } from './warm-pool.js';
+import { hostRepository } from '../store/repositories/hosts.js';
 
 export interface SandboxLimits {
   defaultImage: string;
@@ -240,6 +242,8 @@ export class SandboxService {
   transfer?: HostTransferService;
   /** Volumes mounted at create (volumes.ts); set by the composition root. */
   volumes?: VolumeService;
+  /** Ready sandboxes creates are answered from when they can be (warm-pool.ts); set by the composition root. */
+  warmPool?: WarmPoolService;
 
   private requireVolumes(): VolumeService {
     if (!this.volumes) throw new NestboxError('not_supported', 'volumes are not available on this server');
@@ -325,6 +329,17 @@ export class SandboxService {
     if (volumeMounts && source.hostId && !snapshotHolders && source.hostId !== volumeMounts.hostId) {
       throw errors.validation('volumes', `${volumeMounts.what} is on host ${volumeMounts.hostId}, but ${snapshot ? `snapshot ${snapshot.name ?? snapshot.id}` : `image ${source.image}`} is on host ${source.hostId}; a sandbox runs where both are`);
     }
+    // The warm pool answers creates whose every difference from a pool member can be given
+    // after the fact: labels, name, metadata, timeout and lifecycle policy (rows only), env and
+    // egress (the host's claim), secrets (delivered to the guest as after any create), ports;
+    // placement constraints by claiming only on hosts that satisfy them. Anything decided at
+    // launch goes cold: a snapshot or an organisation's image (another disk), volumes
+    // (bind-mounted when the sandbox's mount namespace is made), image builds' sandboxes.
+    const askedKey: WarmPoolKey = { image: source.image, cpu: spec.cpu, memoryMiB: spec.memoryMiB, diskGiB: spec.diskGiB };
+    const poolKey = this.warmPool?.serves(askedKey) && !snapshot && !input.internal && !volumeMounts && source.imageId === null && source.hostImage === null && source.kind === 'user' ? askedKey : undefined;
+    // Read before the transaction, which must not wait on another connection (PGlite has one).
+    const poolHosts = poolKey && constraints ? await this.hosts.hostsSatisfying(constraints) : undefined;
+    let member: WarmPoolMember | undefined;
     let host!: HostRecord;
     const created = await this.withinQuota(principal.organizationId, { sandboxes: 1, cpu: spec.cpu, memoryMiB: spec.memoryMiB, diskGiB: spec.diskGiB }, async (tx) => {
       // A snapshot's disk (and an image's layers) live on the host that made them, so their
@@ -334,9 +349,13 @@ export class SandboxService {
       const what = snapshot ? `snapshot ${snapshot.name ?? snapshot.id}` : `the layers of image ${source.image}`;
       const where = volumeMounts ? { fixed: { hostId: volumeMounts.hostId, what: volumeMounts.what } } : snapshotHolders ? { preferred: { hostIds: snapshotHolders } } : source.hostId ? { fixed: { hostId: source.hostId, what } } : {};
       if (volumeMounts) await this.requireVolumes().lockForMount(tx, principal.organizationId, volumeMounts);
-      host = await this.hosts.place(tx, { cpu: spec.cpu, memoryMiB: spec.memoryMiB, diskGiB: spec.diskGiB, constraints, ...where });
+      // A claim moves the member's resources from the pool's row to this one in this
+      // transaction, so its host needs no new room; both commit or neither (warm-pool.ts).
+      member = poolKey ? await this.warmPool!.claim(tx, poolKey, poolHosts) : undefined;
+      const claimedHost = member ? await hostRepository(tx).findById(member.hostId) : undefined;
+      host = claimedHost ?? (await this.hosts.place(tx, { cpu: spec.cpu, memoryMiB: spec.memoryMiB, diskGiB: spec.diskGiB, constraints, ...where }));
       const inserted = await this.lifecycle.insert(tx, OPERATIONS.create, operationId, {
-        id: newSandboxId(),
+        id: member?.id ?? newSandboxId(),
         organizationId: principal.organizationId,
         hostId: host.id,
         name,
@@ -361,10 +380,12 @@ export class SandboxService {
     }).catch((err) => {
       throw nameConflict(err, name);
     });
+    if (poolKey) this.warmPool!.counted(member);
     const client = this.hosts.clientForRecord(host);
     try {
       if (snapshot && snapshotHolders && !snapshotHolders.includes(host.id)) await this.transfer!.ensureSnapshotOn(snapshot, host);
-      await client.createSandbox({ ...this.hostSpec(created), ...(snapshot ? { snapshot: snapshot.id } : {}) });
+      if (member) await client.claimWarm(this.hostSpec(created));
+      else await client.createSandbox({ ...this.hostSpec(created), ...(snapshot ? { snapshot: snapshot.id } : {}) });
       // Before the image's start command, which may need them; values never go in the host spec.
       if (secretRefs.length) await this.secrets!.deliver(created, client.guest(created.id));
     } catch (err) {

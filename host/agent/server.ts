@@ -229,6 +229,7 @@ export class HostAgentServer {
       if (req.method === 'POST') {
         const spec = await readJson(req, HostSandboxSpec);
         if (await driver.get(spec.id)) throw new HttpError(409, 'conflict', `sandbox ${spec.id} already exists on host ${this.opts.hostId}`);
+        if (spec.warm && !driver.claimWarm) throw new HttpError(501, 'not_supported', `the ${driver.name} driver keeps no warm pool`);
         const runtime = await this.withLock(spec.id, () => this.driverCall('create', spec.id, () => driver.create(spec as SandboxSpec, (line) => this.opts.logger.info({ sandboxId: spec.id, operation: 'create' }, line))));
         return sendJson(res, 201, { id: runtime.id, status: runtime.status });
       }
@@ -248,6 +249,18 @@ export class HostAgentServer {
       return sendJson(res, 200, result);
     }
 
+    if (parts.length === 4 && parts[3] === 'claim') {
+      // Warm pool (issue 20): the create that claimed this member in the database hands it its
+      // spec (environment, egress policy); idempotent, so a takeover may send it again.
+      if (req.method !== 'POST') throw new HttpError(405, 'method_not_allowed', `${req.method} not allowed on ${url.pathname}`);
+      const spec = await readJson(req, HostSandboxSpec);
+      if (spec.id !== sandboxId) throw new HttpError(400, 'validation_failed', 'id: does not match the sandbox in the path');
+      if (!driver.claimWarm) throw new HttpError(501, 'not_supported', `the ${driver.name} driver keeps no warm pool`);
+      if (!(await driver.get(sandboxId))) throw new HttpError(404, 'not_found', `sandbox ${sandboxId} not found on host ${this.opts.hostId}`);
+      const runtime = await this.withLock(sandboxId, () => this.driverCall('claim', sandboxId, () => driver.claimWarm!(spec as SandboxSpec)));
+      return sendJson(res, 200, { id: runtime.id, status: runtime.status });
+    }
+
     if (parts.length === 4 && parts[3] === 'egress') {
       if (req.method !== 'POST') throw new HttpError(405, 'method_not_allowed', `${req.method} not allowed on ${url.pathname}`);
       const egress = await readJson(req, EgressPolicy);
@@ -261,7 +274,7 @@ export class HostAgentServer {
       if (req.method === 'GET') {
         const runtime = await driver.get(sandboxId);
         if (!runtime) throw new HttpError(404, 'not_found', `sandbox ${sandboxId} not found on host ${this.opts.hostId}`);
-        return sendJson(res, 200, { id: runtime.id, status: runtime.status });
+        return sendJson(res, 200, { id: runtime.id, status: runtime.status, ...(runtime.warm ? { warm: true } : {}) });
       }
       if (req.method === 'DELETE') {
         await this.guestSpans?.flush(sandboxId);

@@ -44,6 +44,11 @@ export interface SandboxSpec {
   diskInodes?: number;
   /** Volumes of this host (issue 19) mounted into the sandbox at every start; they must exist here. */
   volumes?: SandboxVolumeMount[];
+  /**
+   * A warm-pool member (issue 20): started before anyone asked, for no one, until claimWarm()
+   * hands it to a create. Kept in the sandbox's record, so a host agent restart adopts it as one.
+   */
+  warm?: boolean;
 }
 
 export interface SandboxVolumeMount {
@@ -152,6 +157,8 @@ export interface SandboxRuntime {
   agentProofKey?: Buffer;
   /** Network addresses of the sandbox's slot, while running. */
   network?: { hostAddress: string; sandboxAddress: string; netns: string };
+  /** An unclaimed warm-pool member (SandboxSpec.warm). */
+  warm?: boolean;
 }
 
 export interface StartResult extends SandboxRuntime {
@@ -264,6 +271,13 @@ export interface Driver {
   resize?(id: string, change: ResizeSpec): Promise<ResizeResult>;
   /** Change the egress policy of a sandbox, live if it runs (optional: drivers without it answer 501). */
   setEgress?(id: string, egress: EgressPolicySpec): Promise<EgressResult>;
+  /**
+   * Hands the running warm-pool member `spec.id` to its new owner: the create's environment and
+   * egress policy are put in force, then the member stops being one (warm cleared in its
+   * record). Idempotent: a sandbox claimed already gets the same spec again. Its size and image
+   * must be the member's. Optional: drivers without it keep no warm pool.
+   */
+  claimWarm?(spec: SandboxSpec): Promise<SandboxRuntime>;
   /**
    * Pulls an OCI image into the host's store (an image already there is answered at once).
    * Errors carry core's codes: validation_failed, not_found, unauthorized, timeout,

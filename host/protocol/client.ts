@@ -113,6 +113,10 @@ export class HttpHostClient implements HostClient {
     return this.json({ method: 'POST', path: this.sandboxPath(id, '/resize'), json: change, timeoutMs: 600_000 }, Schemas.HostResizeResult);
   }
 
+  claimWarm(spec: HostSandboxSpec): Promise<HostSandboxRuntime> {
+    return this.json({ method: 'POST', path: this.sandboxPath(spec.id, '/claim'), json: spec, timeoutMs: 60_000 }, Schemas.HostSandboxRuntime);
+  }
+
   setEgress(id: string, egress: EgressPolicy): Promise<HostEgressResult> {
     return this.json({ method: 'POST', path: this.sandboxPath(id, '/egress'), json: egress, timeoutMs: 60_000 }, Schemas.HostEgressResult);
   }

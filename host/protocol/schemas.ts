@@ -74,6 +74,8 @@ export const HostSandboxSpec = z
     diskGiB: z.number().int().min(1).max(16_384).optional(),
     diskInodes: z.number().int().min(1024).max(2 ** 32 - 1).optional(),
     volumes: z.array(HostVolumeMount).max(16).optional(),
+    // A warm-pool member, started for no one until POST /v1/sandboxes/{id}/claim (issue 20).
+    warm: z.boolean().optional(),
   })
   .strict();
 export type HostSandboxSpec = z.infer<typeof HostSandboxSpec>;
@@ -81,6 +83,8 @@ export type HostSandboxSpec = z.infer<typeof HostSandboxSpec>;
 export const HostSandboxRuntime = z.object({
   id: z.string(),
   status: z.enum(['running', 'paused', 'stopped']),
+  /** An unclaimed warm-pool member (issue 20). */
+  warm: z.boolean().optional(),
 });
 
 /** Whether the stop kept the sandbox's memory (a snapshot to resume from). */

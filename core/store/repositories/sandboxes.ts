@@ -562,7 +562,19 @@ export function sandboxRepository(db: DbOrTx) {
         .whereIn('host_id', hostIds as string[])
         .whereNot('state', 'deleted')
         .groupBy('host_id')) as { host_id: string; cpu: string | number; memory_mib: string | number; disk_gib: string | number; sandboxes: string | number }[];
-      return new Map(rows.map((r) => [r.host_id, { cpu: Number(r.cpu), memoryMiB: Number(r.memory_mib), diskGiB: Number(r.disk_gib), sandboxes: Number(r.sandboxes) }]));
+      const out = new Map(rows.map((r) => [r.host_id, { cpu: Number(r.cpu), memoryMiB: Number(r.memory_mib), diskGiB: Number(r.disk_gib), sandboxes: Number(r.sandboxes) }]));
+      // Warm-pool members (core/services/warm-pool.ts) run and hold their vCPUs, memory and disk
+      // like any sandbox, so placement counts them: the pool never hides load from it.
+      const pooled = (await db('warm_pool_sandboxes')
+        .select('host_id')
+        .select(db.raw('coalesce(sum(cpu), 0) as cpu'), db.raw('coalesce(sum(memory_mib), 0) as memory_mib'), db.raw('coalesce(sum(disk_gib), 0) as disk_gib'), db.raw('count(*) as sandboxes'))
+        .whereIn('host_id', hostIds as string[])
+        .groupBy('host_id')) as { host_id: string; cpu: string | number; memory_mib: string | number; disk_gib: string | number; sandboxes: string | number }[];
+      for (const r of pooled) {
+        const a = out.get(r.host_id) ?? { cpu: 0, memoryMiB: 0, diskGiB: 0, sandboxes: 0 };
+        out.set(r.host_id, { cpu: a.cpu + Number(r.cpu), memoryMiB: a.memoryMiB + Number(r.memory_mib), diskGiB: a.diskGiB + Number(r.disk_gib), sandboxes: a.sandboxes + Number(r.sandboxes) });
+      }
+      return out;
     },
 
     async countActiveByHost(): Promise<Map<string, number>> {

@@ -21,6 +21,7 @@ import { packEntries, unpackInto } from '../../storage/transfer.js';
 import { assertSnapshotId, SnapshotStore } from '../../storage/snapshots.js';
 import { assertSandboxId, SANDBOX_ID } from '../base/driver-base.js';
 import { DriverError } from '../errors.js';
+import { AgentClient } from '../../agent-protocol/client.js';
 import type { Driver, DriverCapabilities, EgressPolicySpec, EgressResult, FileView, ForkResult, SandboxDiskInfo, ResizeResult, ResizeSpec, SandboxRuntime, SandboxSpec, SnapshotInfo, SandboxUsageCounters, SnapshotResult, StartResult } from '../types.js';
 import { Cgroups } from './cgroups.js';
 import { FileViews } from './file-view.js';
@@ -575,6 +576,46 @@ export class LocalDriver extends LocalRecovery implements Driver {
       if (!isLive(record) || !record.slot) return { egress, addresses: [], denied: [], unresolved: [], applied: false };
       const applied = await this.applyEgress(record);
       return { egress, addresses: applied.addresses, denied: applied.denied, unresolved: applied.unresolved, applied: true };
+    });
+  }
+
+  // ---- Driver: warm pool (issue 20) -------------------------------------------------------------
+
+  /**
+   * A warm member was launched like any create (runtime.ts), with no environment of its own
+   * beyond the image's and the default egress policy, and nothing ran in it but its guest agent:
+   * what makes it someone's is the create's environment (the agent's base environment for
+   * every later process, PUT /env) and egress policy (its slot's rules). The record keeps
+   * `warm` until both are in force, so a host agent that dies in between is found with a
+   * member still warm and the control plane's takeover claims it again.
+   */
+  async claimWarm(spec: SandboxSpec): Promise<SandboxRuntime> {
+    this.validateSpec(spec);
+    return this.withRecord(spec.id, async (record) => {
+      const was = record.spec;
+      if (record.status !== 'running') throw new DriverError('invalid_state', `sandbox ${spec.id} is ${record.status}; only a running warm sandbox can be claimed`);
+      if (was.image !== spec.image || was.cpu !== spec.cpu || was.memoryMiB !== spec.memoryMiB || (was.diskGiB ?? null) !== (spec.diskGiB ?? null) || spec.snapshot || spec.volumes?.length) {
+        throw new DriverError('validation_failed', `sandbox ${spec.id} is a warm ${was.image} sandbox of ${was.cpu} vCPU, ${was.memoryMiB} MiB, ${was.diskGiB ?? '-'} GiB; a claim cannot change its image, size, snapshot or volumes`);
+      }
+      const { warm: _warm, ...claimed } = { ...was, env: spec.env, egress: spec.egress };
+      // The egress rules first: the user's first process must never run under the pool's policy.
+      await this.applyEgressIfChanged({ ...record, spec: claimed });
+      const key = this.agentKeys.get(spec.id);
+      const client = new AgentClient(record.agentSocket, key ? { proofKey: key } : {});
+      try {
+        // HOSTNAME is the sandbox id in any sandbox (launch sets it last); the rest replaces the
+        // pool-era environment, which had only the image's.
+        const { HOSTNAME: _hostname, ...env } = spec.env;
+        const response = await client.request({ method: 'PUT', path: '/env', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ env, unset: Object.keys(was.env).filter((name) => !(name in env) && name !== 'HOSTNAME') }) });
+        response.resume();
+        if (response.statusCode !== 204) throw new Error(`sandbox ${spec.id}: its guest agent refused the environment of the claim (HTTP ${response.statusCode})`);
+      } finally {
+        client.close();
+      }
+      record.spec = claimed;
+      await writeRecord(this.sandboxDir(spec.id), record);
+      this.log.info({ sandboxId: spec.id, operation: 'claim' }, 'warm sandbox claimed');
+      return this.runtimeOf(record);
     });
   }
 

@@ -198,6 +198,18 @@ export abstract class LocalRuntime extends LocalSandboxes {
     return { addresses: resolved.rules.addresses, denied: resolved.rules.denied ?? [], unresolved: resolved.unresolved };
   }
 
+  /**
+   * applyEgress, skipped when the rules `record`'s policy resolves to are those in force already
+   * (a warm-pool member claimed with the policy it was started with: no nft transaction).
+   */
+  protected async applyEgressIfChanged(record: SandboxRecord): Promise<void> {
+    if (!record.slot) throw new Error(`sandbox ${record.id} has no network slot`);
+    const applied = this.egressApplied.get(record.id);
+    const resolved = await resolveEgress(record.spec.egress, this.options.egressResolver ?? systemResolver);
+    if (applied && !resolved.hasDomains && egressRulesKey(resolved.rules) === applied.rulesKey) return;
+    await this.applyEgress(record);
+  }
+
   /** Resolves the domains of every live allow and deny list again; applies those whose addresses changed. */
   async refreshEgress(): Promise<number> {
     let changed = 0;

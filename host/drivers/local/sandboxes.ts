@@ -153,7 +153,8 @@ export abstract class LocalSandboxes extends DriverBase<SandboxRecord> {
 
   protected runtimeOf(record: SandboxRecord): SandboxRuntime {
     if (!isLive(record)) return { id: record.id, status: 'stopped' };
-    return this.liveRuntime(record, record.status === 'paused' ? 'paused' : 'running', record.agentSocket);
+    const runtime = this.liveRuntime(record, record.status === 'paused' ? 'paused' : 'running', record.agentSocket);
+    return record.spec.warm ? { ...runtime, warm: true } : runtime;
   }
 
   protected readRecord(sandboxDir: string): Promise<SandboxRecord | undefined> {

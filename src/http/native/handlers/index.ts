@@ -8,6 +8,7 @@ import { deleteSecret } from './deleteSecret.js';
 import { updateSandboxEnv } from './updateSandboxEnv.js';
 import { listHosts } from './listHosts.js';
 import { getHost } from './getHost.js';
+import { getWarmPool } from './getWarmPool.js';
 import { cordonHost } from './cordonHost.js';
 import { uncordonHost } from './uncordonHost.js';
 import { drainHost } from './drainHost.js';
@@ -229,6 +230,7 @@ export const nativeHandlers: Record<string, NativeHandler> = {
   replayWebhookEvent,
   listHosts,
   getHost,
+  getWarmPool,
   cordonHost,
   uncordonHost,
   drainHost,
