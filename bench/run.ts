@@ -16,7 +16,8 @@
 // --only volumes: dd of --volume-mib MiB (default 256) conv=fsync into a volume vs the sandbox's own disk,
 // median of --volume-runs (default 3), inside one sandbox (bench/volumes.ts).
 // --only data: create, exec, --mib up/down, hosted ports, --burst-creates N (default 50) at
-// --burst-concurrency N (default 8), and PSS per idle sandbox with --pss-sandboxes N running (default 20).
+// --burst-concurrency N (default 8), and PSS per idle sandbox with --pss-sandboxes N running (default 20),
+// read --pss-settle-seconds after the last create (default 20: V8 shrinks an idle heap after some seconds).
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { createReadStream, createWriteStream, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -64,6 +65,7 @@ const { values } = parseArgs({
     'burst-creates': { type: 'string', default: '50' },
     'burst-concurrency': { type: 'string', default: '8' },
     'pss-sandboxes': { type: 'string', default: '20' },
+    'pss-settle-seconds': { type: 'string', default: '20' },
     'volume-runs': { type: 'string', default: '3' },
     'volume-mib': { type: 'string', default: '256' },
   },
@@ -229,7 +231,7 @@ async function main(): Promise<void> {
       for (const sid of created.splice(0)) await call(base, key, 'DELETE', `/sandboxes/${sid}`);
       await benchConcurrentCreates(api, { total: Number(values['burst-creates']), concurrency: Number(values['burst-concurrency']), serialP50: quantile(createTimes, 0.5) }, (sid) => created.push(sid));
       for (const sid of created.splice(0)) await call(base, key, 'DELETE', `/sandboxes/${sid}`);
-      await benchIdlePss(api, { count: Number(values['pss-sandboxes']), settleMs: 5_000 }, (sid) => created.push(sid));
+      await benchIdlePss(api, { count: Number(values['pss-sandboxes']), settleMs: Number(values['pss-settle-seconds']) * 1000 }, (sid) => created.push(sid));
       return;
     }
 
@@ -561,7 +563,7 @@ async function main(): Promise<void> {
       for (const sid of created.splice(0)) await call(base, key, 'DELETE', `/sandboxes/${sid}`);
       await benchConcurrentCreates(api, { total: Number(values['burst-creates']), concurrency: Number(values['burst-concurrency']), serialP50: quantile(createTimes, 0.5) }, (sid) => created.push(sid));
       for (const sid of created.splice(0)) await call(base, key, 'DELETE', `/sandboxes/${sid}`);
-      await benchIdlePss(api, { count: Number(values['pss-sandboxes']), settleMs: 5_000 }, (sid) => created.push(sid));
+      await benchIdlePss(api, { count: Number(values['pss-sandboxes']), settleMs: Number(values['pss-settle-seconds']) * 1000 }, (sid) => created.push(sid));
       for (const sid of created.splice(0)) await call(base, key, 'DELETE', `/sandboxes/${sid}`);
     }
     // 11. The code interpreter (bench/code-interpreter.ts).
