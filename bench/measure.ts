@@ -1,6 +1,8 @@
 // What every benchmark part shares: a JSON call to the native API, timing, and how figures are
 // printed (quantiles of a sample, milliseconds).
+import { spawn } from 'node:child_process';
 import http from 'node:http';
+import { fileURLToPath } from 'node:url';
 
 export interface Call {
   status: number;
@@ -35,3 +37,16 @@ export const quantile = (xs: number[], q: number): number => {
 };
 
 export const ms = (n: number): string => `${n.toFixed(1)} ms`;
+
+/** Runs one job of bench/http-client.ts in a process of its own and returns what it measured. */
+export function clientJob(job: import('./http-client.js').ClientJob): Promise<import('./http-client.js').ClientResult> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [fileURLToPath(new URL('./http-client.js', import.meta.url)), JSON.stringify(job)], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (c: Buffer) => (out += c.toString()));
+    child.stderr.on('data', (c: Buffer) => (err += c.toString()));
+    child.on('error', reject);
+    child.on('exit', (code) => (code === 0 ? resolve(JSON.parse(out) as import('./http-client.js').ClientResult) : reject(new Error(`bench client (${job.kind} ${job.url}) failed: ${err.trim()}`))));
+  });
+}

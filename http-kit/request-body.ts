@@ -14,7 +14,7 @@ import { IncomingMessage } from 'node:http';
 import { Transform, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream';
 import { NestboxError } from '../core/errors.js';
-import { discardableBody } from '../host/agent-protocol/request-body.js';
+import { discardableBody, STREAM_BUFFER_BYTES } from '../host/agent-protocol/request-body.js';
 
 export { clientGoneSignal } from '../host/protocol/client-gone.js';
 
@@ -28,6 +28,8 @@ const ignoreError = (): void => {};
 export function streamedBody(source: Readable, maxBytes: number): Readable {
   let seen = 0;
   const limiter = new Transform({
+    // The same buffering as the hop behind it (see STREAM_BUFFER_BYTES).
+    highWaterMark: STREAM_BUFFER_BYTES,
     transform(chunk: Buffer, _enc, done) {
       seen += chunk.length;
       if (seen > maxBytes) return done(new NestboxError('payload_too_large', `body: exceeds the upload limit of ${maxBytes} bytes`));

@@ -270,6 +270,9 @@ export async function startServer(config: Config, logger: Logger = createLogger(
     nativeSpecText: readFileSync(projectPath('openapi/native.yaml'), 'utf8'),
     logger: log,
   };
+  // The hosted-port proxy believes a running sandbox's row for a second; any state change it
+  // hears of (this replica's writes, other replicas' through the relay) ends that at once.
+  sandboxEvents.subscribe((change) => services.ports.forgetSandbox(change.sandbox.id));
   const server = http.createServer(createApp(services));
   // Slow clients: header, request and upgrade deadlines (bodies stalling: createApp).
   applyServerTimeouts(server, config.http);

@@ -64,6 +64,16 @@ describe('pause and wake on use', () => {
     expect((await t.http.patch(`/api/v1/sandboxes/${stopper.id}`).set(t.auth).send({ idleTimeoutSeconds: 0 })).body.idleTimeoutSeconds).toBe(0);
   });
 
+  it('a call counts as activity when the last one noted is older than the granularity', async () => {
+    const s = await create();
+    // As if the sandbox had been quiet for a minute.
+    const quiet = new Date(Date.now() - 60_000);
+    await t.server.db('sandboxes').where({ id: s.id }).update({ last_activity_at: quiet });
+    expect((await sh(s.id, 'true')).exitCode).toBe(0);
+    const noted = new Date((await get(s.id)).lastActivityAt).getTime();
+    expect(noted).toBeGreaterThan(quiet.getTime());
+  });
+
   it('a user stop is not undone by a call, and auto-delete removes a stopped sandbox', async () => {
     const s = await create({ autoDeleteSeconds: 1 });
     await post(`/sandboxes/${s.id}/stop`);

@@ -565,6 +565,8 @@ describe('hosted ports', () => {
   });
 
   it('wakes a paused sandbox on traffic and counts it as activity', async () => {
+    // Cached as running by this request; the pause must be seen by the next one (it wakes it).
+    expect((await t.http.get(pathOf(8000)).set('X-Nestbox-Port-Token', token)).status).toBe(200);
     expect((await t.http.post(`/api/v1/sandboxes/${a}/pause`).set(t.auth)).body.state).toBe('paused');
     const woken = await t.http.get(pathOf(8000)).set('X-Nestbox-Port-Token', token);
     expect(woken.status).toBe(200);
@@ -575,6 +577,9 @@ describe('hosted ports', () => {
   });
 
   it('answers 503 while the sandbox is stopped', async () => {
+    // A request just before the stop: the proxy's short cache of the running sandbox holds it,
+    // and the stop (a state change) must end that at once.
+    expect((await t.http.get(pathOf(8000)).set('X-Nestbox-Port-Token', token)).status).toBe(200);
     expect((await t.http.post(`/api/v1/sandboxes/${a}/stop`).set(t.auth)).body.state).toBe('stopped');
     const stopped = await t.http.get(pathOf(8000)).set('X-Nestbox-Port-Token', token);
     expect(stopped.status).toBe(503);

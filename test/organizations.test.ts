@@ -227,6 +227,12 @@ describe('suspension', () => {
     expect(envdBefore.status, envdBefore.text).toBe(200);
     // Usage samples of it exist before it stops (the usage case below reads them).
     await waitFor('usage samples of the sandbox', async () => Number((await t.server.db('sandbox_usage').where({ sandbox_id: id }).count('* as n'))[0].n) >= 3, 30_000);
+    // The port proxy caches an organisation's state and a running sandbox's row for a second:
+    // a request now fills both (nothing listens there: 502 from the sandbox's side, past every
+    // check), and the refusal below must still come at once after the suspension.
+    const warm = await t.http.get(`/p/${id}/8080/`).set('accept', 'application/json');
+    expect(warm.status, warm.text).toBe(502);
+    expect(JSON.parse(warm.text).error.code).toBe('port_not_listening');
 
     const suspended = await t.http.patch(`/api/v1/organizations/${acme.id}`).set(t.auth).send({ suspended: true });
     expect(suspended.status, JSON.stringify(suspended.body)).toBe(200);

@@ -34,6 +34,13 @@ const VOLUME_GIB_FIELDS: (keyof OrganizationLimitOverrides)[] = ['maxVolumeTotal
 /** Rates may be fractions (one request every 4 s is 0.25); everything else counts whole things. */
 const FRACTIONAL: (keyof OrganizationLimitOverrides)[] = ['requestsPerSecond', 'keyRequestsPerSecond'];
 const MAX_LIST_LIMIT = 1000;
+/**
+ * How long assertActive believes "not suspended" (hosted-port requests ask it on every request).
+ * This replica's own suspend forgets its entry at once; another replica's is seen within this
+ * long, and the sandboxes it stops change state, which the port proxy hears at once anyway.
+ */
+export const ORGANIZATION_STATE_CACHE_MS = 1_000;
+const ORGANIZATION_STATE_CACHE_MAX = 10_000;
 
 export interface OrganizationView {
   organization: Organization;
@@ -54,6 +61,7 @@ export class OrganizationService {
    * pass does the same for any it missed). Set by the composition root.
    */
   onSuspended: ((organizationId: string) => Promise<unknown>) | undefined;
+  private readonly suspendedCache = new Map<string, { at: number; suspended: boolean }>();
 
   constructor(
     private readonly db: Db,
@@ -136,6 +144,7 @@ export class OrganizationService {
     } catch (err) {
       throw nameConflict(err, patch.name ?? org.name);
     }
+    this.suspendedCache.delete(id);
     if (updated.suspendedAt !== null && this.onSuspended) await this.onSuspended(id);
     return this.view(updated);
   }
@@ -165,7 +174,17 @@ export class OrganizationService {
 
   /** For front doors that reach a sandbox without a key (hosted ports): 403 when its organisation is suspended. */
   async assertActive(organizationId: string): Promise<void> {
-    if (await organizationRepository(this.db).isSuspended(organizationId)) throw errors.organizationSuspended(organizationId);
+    if (await this.isSuspended(organizationId)) throw errors.organizationSuspended(organizationId);
+  }
+
+  /** Read at most every ORGANIZATION_STATE_CACHE_MS per organisation (and at once after this replica's own update). */
+  private async isSuspended(organizationId: string): Promise<boolean> {
+    const cached = this.suspendedCache.get(organizationId);
+    if (cached && Date.now() - cached.at < ORGANIZATION_STATE_CACHE_MS) return cached.suspended;
+    const suspended = await organizationRepository(this.db).isSuspended(organizationId);
+    if (this.suspendedCache.size >= ORGANIZATION_STATE_CACHE_MAX) this.suspendedCache.clear();
+    this.suspendedCache.set(organizationId, { at: Date.now(), suspended });
+    return suspended;
   }
 }
 

@@ -89,11 +89,16 @@ export function hashPortToken(token: string): string {
  */
 const LOOKUP_CACHE_MS = 1_000;
 const LOOKUP_CACHE_MAX = 10_000;
+/** How long a running sandbox's row is believed by the proxy (see sandboxRow). */
+export const SANDBOX_CACHE_MS = 1_000;
 
 export class PortService {
   private readonly activityNoted = new Map<string, number>();
   private readonly lookupCache = new Map<string, { at: number; record: PortRecord | undefined }>();
   private readonly keyStateCache = new Map<string, { at: number; active: boolean }>();
+  private readonly sandboxCache = new Map<string, { at: number; sandbox: Sandbox }>();
+  /** Bumped by every forgetSandbox, so a read that raced a change is not cached. */
+  private sandboxGeneration = 0;
 
   constructor(
     private readonly db: Db,
@@ -179,11 +184,36 @@ export class PortService {
   /** The published port and its sandbox, whoever owns them (the proxy authorises by token). */
   async lookup(sandboxId: string, port: number): Promise<PortLookup> {
     if (!/^[a-z0-9]{1,32}$/.test(sandboxId) || !Number.isInteger(port) || port < 1 || port > 65535) return { found: false };
-    // The sandbox is always read fresh: its state decides whether to wake it or answer 503.
-    const [record, everyPort, sandbox] = await Promise.all([this.portRecord(sandboxId, port), this.portRecord(sandboxId, EVERY_PORT), sandboxRepository(this.db).findById(sandboxId)]);
+    const [record, everyPort, sandbox] = await Promise.all([this.portRecord(sandboxId, port), this.portRecord(sandboxId, EVERY_PORT), this.sandboxRow(sandboxId)]);
     const chosen = record ?? everyPort;
     if (!chosen || !sandbox || sandbox.state === 'deleted') return { found: false };
     return { found: true, port: chosen, ...(everyPort ? { everyPort } : {}), sandbox };
+  }
+
+  /**
+   * The sandbox's row, from a short cache while it runs. Its state decides whether a request is
+   * proxied, woken or answered 503, so a cached row is believed only while it says `running`,
+   * for at most SANDBOX_CACHE_MS, and any state change of the sandbox that this replica hears of
+   * (its own writes at once, other replicas' through the bus relay) forgets it (`forgetSandbox`,
+   * wired to SandboxStateEvents by the composition root). Any other state is read fresh.
+   */
+  private async sandboxRow(sandboxId: string): Promise<Sandbox | undefined> {
+    const cached = this.sandboxCache.get(sandboxId);
+    if (cached && Date.now() - cached.at < SANDBOX_CACHE_MS) return cached.sandbox;
+    const generation = this.sandboxGeneration;
+    const sandbox = await sandboxRepository(this.db).findById(sandboxId);
+    // A change heard while the read was under way may be newer than what it returned.
+    if (sandbox?.state === 'running' && generation === this.sandboxGeneration) {
+      if (this.sandboxCache.size >= LOOKUP_CACHE_MAX) this.sandboxCache.clear();
+      this.sandboxCache.set(sandboxId, { at: Date.now(), sandbox });
+    } else this.sandboxCache.delete(sandboxId);
+    return sandbox;
+  }
+
+  /** A state change of the sandbox (SandboxStateEvents): its next request reads the row again. */
+  forgetSandbox(sandboxId: string): void {
+    this.sandboxGeneration++;
+    this.sandboxCache.delete(sandboxId);
   }
 
   /** May the request pass: by the port's own rule, or by the sandbox's every-port rule. */

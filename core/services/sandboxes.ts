@@ -727,7 +727,7 @@ export class SandboxService {
     if (sandbox.state !== 'running' && isWakeable(sandbox)) sandbox = await this.wake(sandbox);
     assertNotHostLost(sandbox, operation);
     assertRunning(sandbox.id, sandbox.state, operation);
-    await this.noteActivity(sandbox.id);
+    await this.noteActivityOf(sandbox);
     return { sandbox, client: await this.hosts.clientFor(sandbox.hostId!) };
   }
 
@@ -748,6 +748,17 @@ export class SandboxService {
   /** Counts toward the idle timeout (see README "Idle policy" for what is activity). */
   async noteActivity(id: string): Promise<void> {
     await this.repo().touchActivity(id, new Date(), ACTIVITY_GRANULARITY_MS);
+  }
+
+  /**
+   * noteActivity for a row just read: the update's own condition (nothing newer than the
+   * granularity) is checked against the row first, so most calls (an exec, a file read every
+   * few seconds or more often) cost no write at all.
+   */
+  private async noteActivityOf(sandbox: Sandbox): Promise<void> {
+    const now = new Date();
+    if (sandbox.lastActivityAt && now.getTime() - sandbox.lastActivityAt.getTime() < ACTIVITY_GRANULARITY_MS) return;
+    await this.repo().touchActivity(sandbox.id, now, ACTIVITY_GRANULARITY_MS);
   }
 
   /** Bring a paused or idle-stopped sandbox back; concurrent callers wait for the one that acts. */

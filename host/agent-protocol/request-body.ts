@@ -18,8 +18,17 @@
 import type { ClientRequest, IncomingMessage } from 'node:http';
 import { PassThrough, finished, type Readable } from 'node:stream';
 
+/**
+ * How much of a streamed body each hop buffers before it pauses the socket it reads from.
+ * Streams default to 16 KiB: a 64 KiB socket read then fills the buffer at once, the socket is
+ * paused and resumed for every read (a readStop/readStart pair per chunk on every hop), and
+ * each hop waits on the next one's drain. A few hundred KiB lets a hop keep reading while the
+ * next writes, at a bounded cost per open upload.
+ */
+export const STREAM_BUFFER_BYTES = 512 * 1024;
+
 export function discardableBody(req: IncomingMessage): Readable {
-  const body = new PassThrough();
+  const body = new PassThrough({ highWaterMark: STREAM_BUFFER_BYTES });
   // Already read to its end (pipe would then never end the stream): an empty body.
   if (req.readableEnded) return body.end();
   req.pipe(body);
