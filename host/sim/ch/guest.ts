@@ -262,14 +262,7 @@ function ext4Bytes(diskPath: string): number {
 
 /** An ext4 (magic 0xEF53 at byte 1080) holding /.nestbox/agent-start: a disk of an OCI image. */
 async function isImageDisk(diskPath: string): Promise<boolean> {
-  const handle = await open(diskPath, 'r');
-  const magic = Buffer.alloc(2);
-  try {
-    await handle.read(magic, 0, 2, 1080);
-  } finally {
-    await handle.close();
-  }
-  if (magic.readUInt16LE(0) !== 0xef53) return false;
+  if (!(await isExt4(diskPath))) return false;
   try {
     const out = execFileSync('debugfs', ['-R', `stat ${IMAGE_AGENT_START}`, diskPath], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: 30_000 });
     return /Inode:/.test(out);
