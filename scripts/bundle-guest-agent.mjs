@@ -124,6 +124,16 @@ for (const output of outputs) {
     throw new Error(`the guest agent bundle (${output}) imports ${imported.path}, which is not one of its own files`);
   }
 }
+// A CommonJS package that is import()ed lazily becomes a chunk whose only export is `default`
+// (its module.exports), unlike in the one-file bundle, where named imports of it worked: the
+// importing code must read `default` (lsp.ts does); any other such chunk fails the build here.
+const CJS_DYNAMIC_IMPORTS_READ_AS_DEFAULT = ['node_modules/vscode-languageserver-protocol/'];
+for (const [path, output] of Object.entries(result.metafile.outputs)) {
+  if (!output.entryPoint?.includes('node_modules/') || output.exports.join() !== 'default') continue;
+  if (!CJS_DYNAMIC_IMPORTS_READ_AS_DEFAULT.some((allowed) => output.entryPoint.includes(allowed))) {
+    throw new Error(`${path} (${output.entryPoint}) is CommonJS imported with import(): its chunk exports only \`default\`; read it from there and list it in CJS_DYNAMIC_IMPORTS_READ_AS_DEFAULT`);
+  }
+}
 console.log(`guest agent bundled to ${outfile} (${readFileSync(outfile).length} bytes at boot) and ${outputs.length - 1} chunks in ${chunksDir}`);
 
 // The PTY helper (host/guest-agent/pty-helper/nestbox-pty.c): static, so it runs in any sandbox
