@@ -7,7 +7,7 @@
 // stand-in) is just its entry.
 import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { chmod, copyFile, mkdir, readdir, readFile } from 'node:fs/promises';
+import { chmod, copyFile, mkdir, readdir, readFile, rm } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 
 /** Must match CHUNKS_DIR in scripts/bundle-guest-agent.mjs, which writes the entry's imports. */
@@ -37,11 +37,12 @@ export async function guestAgentBundleSha256(entry: string): Promise<string> {
 
 /**
  * Copies the bundle to `targetEntry` and its chunks into the chunk directory beside it (always
- * made, empty for a bundle without chunks, so a mount point for it exists): files 0644, the
- * directory 0755.
+ * made, empty for a bundle without chunks, so a mount point for it exists; an earlier bundle's
+ * chunks there are removed): files 0644, the directory 0755.
  */
 export async function copyGuestAgentBundle(entry: string, targetEntry: string): Promise<void> {
   const targetChunks = guestAgentChunksOf(targetEntry);
+  await rm(targetChunks, { recursive: true, force: true });
   await mkdir(targetChunks, { recursive: true, mode: 0o755 });
   await chmod(targetChunks, 0o755);
   await copyFile(entry, targetEntry);
