@@ -44,9 +44,12 @@ let jsonRpc: Promise<JsonRpc> | undefined;
 /**
  * The JSON-RPC library, loaded by the first language server's start: evaluating it cost every
  * sandbox start about 30 ms of agent start-up (measured), and most sandboxes never start one.
- * esbuild keeps it in the one bundle and runs it only when this import runs.
+ * It is CommonJS: in the bundle's chunk (scripts/bundle-guest-agent.mjs splits) its
+ * `module.exports` is the namespace's `default` only, as it also is (beside named exports) when
+ * Node imports it from the sources; so the library is read from `default` in both.
  */
-const loadJsonRpc = (): Promise<JsonRpc> => (jsonRpc ??= import('vscode-languageserver-protocol/node'));
+const loadJsonRpc = (): Promise<JsonRpc> =>
+  (jsonRpc ??= import('vscode-languageserver-protocol/node').then((namespace) => (namespace as { default?: JsonRpc }).default ?? namespace));
 
 export interface LanguageServerProgram {
   file: string;

@@ -17,9 +17,8 @@ import { ProcessService, type ProcessServiceOptions } from './processes/service.
 import { DEFAULT_WORKLOAD_OOM_SCORE_ADJ, WorkloadLauncher } from './workload.js';
 import { createUpgradeDispatcher, type UpgradeRoute } from './websocket.js';
 import { tcpForwardRoute } from './tcp-forward.js';
-import { createLspRoutes, LspService } from './lsp.js';
+import type { LspService } from './lsp.js';
 import { ARCHIVE_EXTRACT_ROUTE, ARCHIVE_ROUTE } from '../agent-protocol/archive.js';
-import { extractArchive, resolveArchiveOwner, sendArchive } from './files-archive.js';
 import { GUEST_SPANS_ROUTE } from '../agent-protocol/telemetry.js';
 import { GuestTracing } from './tracing.js';
 
@@ -59,6 +58,13 @@ type Handler = (context: RequestContext) => Promise<void>;
 type RouteTable = Record<string, Partial<Record<string, Handler>>>;
 
 const MiB = 1024 * 1024;
+
+// Loaded at first use (issue 20): every module the agent imports at boot is parsed and evaluated
+// before it can answer its first request, and these are large (tar; vscode-languageserver-
+// protocol) and rarely needed. The bundle keeps them in chunk files beside it, as read-only as
+// the bundle itself (scripts/bundle-guest-agent.mjs).
+const loadArchives = (): Promise<typeof import('./files-archive.js')> => import('./files-archive.js');
+const LSP_ROUTE_PREFIX = '/lsp/';
 
 function splitTarget(url: string | undefined): { pathname: string; query: URLSearchParams } {
   // Not `new URL()`: a target such as `//files/list` would be read as a host name.
@@ -162,6 +168,7 @@ function buildRoutes(options: Required<Omit<AgentServerOptions, 'log' | 'process
         const signal = clientGoneSignal(res);
         const path = resolveSandboxPath(query.get('path'), home);
         const mode = parseFileMode(query.get('mode'));
+        const { extractArchive, resolveArchiveOwner } = await loadArchives();
         const owner = await resolveArchiveOwner(query.get('owner'));
         // As PUT /files/content: a refusal or a full disk answers before the body is all sent.
         const result = await extractArchive(discardableBody(req), path, { owner, mode, signal });
@@ -170,7 +177,9 @@ function buildRoutes(options: Required<Omit<AgentServerOptions, 'log' | 'process
     },
     [ARCHIVE_ROUTE]: {
       GET: async ({ res, query }) => {
-        await sendArchive(res, resolveSandboxPath(query.get('path'), home));
+        const path = resolveSandboxPath(query.get('path'), home);
+        const { sendArchive } = await loadArchives();
+        await sendArchive(res, path);
       },
     },
     '/files/list': {
@@ -236,7 +245,18 @@ export function createAgentServer(options: AgentServerOptions): Server {
   );
   // File metadata rides on the pty helper's --xattr mode (pty-helper/nestbox-xattr.c).
   const fileRoutes = createFileRoutes({ ...resolvedOptions, metadataHelper: options.processes?.ptyHelper ?? '/.nestbox/bin/nestbox-pty' });
-  const languageServers = new LspService({ home: resolvedOptions.home, baseEnv: resolvedOptions.env, launcher, passwdPath: options.processes?.passwdPath });
+  // The language servers' routes (lsp.ts) and their service, made at the first /lsp/ request.
+  let languageServers: LspService | undefined;
+  let lspRoutes: Promise<RouteTable> | undefined;
+  const loadLspRoutes = (): Promise<RouteTable> =>
+    (lspRoutes ??= import('./lsp.js').then(({ createLspRoutes, LspService }) => {
+      languageServers = new LspService({ home: resolvedOptions.home, baseEnv: resolvedOptions.env, launcher, passwdPath: options.processes?.passwdPath });
+      return createLspRoutes(languageServers, resolvedOptions.maxJsonBodyBytes);
+    }));
+  const lspHandler: Handler = async (context) => {
+    const { pathname } = splitTarget(context.req.url);
+    await routeFor(await loadLspRoutes(), context.req, pathname)(context);
+  };
   // Spans of traced requests, drained by the host agent (agent-protocol/telemetry.ts).
   const tracing = new GuestTracing();
   const telemetryRoutes: RouteTable = {
@@ -252,7 +272,7 @@ export function createAgentServer(options: AgentServerOptions): Server {
       },
     },
   };
-  const routes = { ...buildRoutes(resolvedOptions, Date.now(), launcher), ...fileRoutes.routes, ...createLspRoutes(languageServers, resolvedOptions.maxJsonBodyBytes), ...telemetryRoutes };
+  const routes = { ...buildRoutes(resolvedOptions, Date.now(), launcher), ...fileRoutes.routes, ...telemetryRoutes };
 
   const server = createServer(
     {
@@ -266,16 +286,17 @@ export function createAgentServer(options: AgentServerOptions): Server {
     (req, res) => {
       attachProof(req, res, resolvedOptions.keys);
       const { pathname, query } = splitTarget(req.url);
-      tracing.traceRequest(req, res, pathname);
+      const tracingLoaded = tracing.traceRequest(req, res, pathname);
       const what = `${req.method} ${pathname}`;
       let handler: Handler;
       try {
-        handler = processes.route(req.method, pathname) ?? routeFor(routes, req, pathname, fileRoutes.matchDynamic);
+        handler = processes.route(req.method, pathname) ?? (pathname.startsWith(LSP_ROUTE_PREFIX) ? lspHandler : routeFor(routes, req, pathname, fileRoutes.matchDynamic));
       } catch (error) {
         answerFailure(res, error, log, what);
         return;
       }
-      handler({ req, res, query }).catch((error: unknown) => answerFailure(res, error, log, what));
+      // Only the first traced request waits, for OpenTelemetry to load (tracing.ts).
+      (tracingLoaded ? tracingLoaded.then(() => handler({ req, res, query })) : handler({ req, res, query })).catch((error: unknown) => answerFailure(res, error, log, what));
     },
   );
   // WebSocket routes by path; other features add their UpgradeRoute to this table.
@@ -292,7 +313,7 @@ export function createAgentServer(options: AgentServerOptions): Server {
   };
   server.on('close', () => processes.shutdown());
   server.on('close', () => fileRoutes.close());
-  server.on('close', () => languageServers.close());
+  server.on('close', () => languageServers?.close());
   server.on('clientError', (error, socket) => {
     // Malformed HTTP: answer 400 if the socket can still take it, never crash. (No proof: the
     // request could not be parsed, so there is no nonce to answer; the host never sends these.)

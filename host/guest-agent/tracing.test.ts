@@ -64,12 +64,12 @@ describe('guest agent spans', () => {
     expect((await drain()).status).toBe(204);
   });
 
-  it('keeps only the newest spans when nobody drains them', () => {
+  it('keeps only the newest spans when nobody drains them', async () => {
     const tracing = new GuestTracing(3);
     for (let i = 0; i < 5; i++) {
       const req = { method: 'GET', headers: { traceparent: `00-${TRACE_ID}-${PARENT_ID}-01` } } as unknown as IncomingMessage;
       const res = Object.assign(new EventEmitter(), { statusCode: 200, writableFinished: true }) as unknown as ServerResponse;
-      tracing.traceRequest(req, res, `/files/${i}`);
+      await tracing.traceRequest(req, res, `/files/${i}`);
       res.emit('close');
     }
     const body = JSON.parse(Buffer.from(tracing.drain()!).toString('utf8')) as OtlpBody;

@@ -4,7 +4,7 @@
 // as a plain HTTP error before any upgrade; only then does it accept() the WebSocket.
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
-import { WebSocketServer, type WebSocket } from 'ws';
+import type { WebSocket, WebSocketServer } from 'ws';
 import { AGENT_PROOF_HEADER } from '../agent-protocol/auth.js';
 import { AgentHttpError } from './errors.js';
 
@@ -49,14 +49,22 @@ export interface UpgradeDispatcher {
  * `routes` is read on every upgrade, so routes pushed into the array after creation count too.
  */
 export function createUpgradeDispatcher(routes: readonly UpgradeRoute[], log: (message: string) => void, prove: UpgradeProver = () => undefined): UpgradeDispatcher {
-  // Large frames are not expected from clients (terminal input, control JSON); 16 MiB is a
-  // generous ceiling that still stops a client from making us buffer without bound.
-  const wss = new WebSocketServer({ noServer: true, maxPayload: 16 * 1024 * 1024 });
-  // The 101 carries the proof too, so the host agent knows who it is about to relay frames from.
-  wss.on('headers', (headers: string[], req: IncomingMessage) => {
-    const proof = prove(req, 101);
-    if (proof) headers.push(`${AGENT_PROOF_HEADER}: ${proof}`);
-  });
+  // ws is imported at the first upgrade (issue 20: fewer modules to parse before the agent can
+  // answer; most requests never upgrade).
+  let wss: WebSocketServer | undefined;
+  let loading: Promise<WebSocketServer> | undefined;
+  const webSocketServer = (): Promise<WebSocketServer> =>
+    (loading ??= import('ws').then(({ WebSocketServer }) => {
+      // Large frames are not expected from clients (terminal input, control JSON); 16 MiB is a
+      // generous ceiling that still stops a client from making us buffer without bound.
+      const server = new WebSocketServer({ noServer: true, maxPayload: 16 * 1024 * 1024 });
+      // The 101 carries the proof too, so the host agent knows who it is about to relay frames from.
+      server.on('headers', (headers: string[], req: IncomingMessage) => {
+        const proof = prove(req, 101);
+        if (proof) headers.push(`${AGENT_PROOF_HEADER}: ${proof}`);
+      });
+      return (wss = server);
+    }));
   const handle = (req: IncomingMessage, socket: Duplex, head: Buffer): void => {
     const rejectUpgrade = (socket: Duplex, error: AgentHttpError): void => rejectUpgradeWithProof(socket, error, prove(req, error.status));
     socket.on('error', () => socket.destroy());
@@ -75,10 +83,13 @@ export function createUpgradeDispatcher(routes: readonly UpgradeRoute[], log: (m
     }
     let accepted = false;
     const accept = (): Promise<WebSocket> =>
-      new Promise((resolve) => {
-        accepted = true;
-        wss.handleUpgrade(req, socket, head, (ws) => resolve(ws));
-      });
+      webSocketServer().then(
+        (server) =>
+          new Promise((resolve) => {
+            accepted = true;
+            server.handleUpgrade(req, socket, head, (ws) => resolve(ws));
+          }),
+      );
     handler({ req, pathname, query, accept }).catch((error: unknown) => {
       if (!accepted) {
         if (error instanceof AgentHttpError) {
@@ -93,7 +104,7 @@ export function createUpgradeDispatcher(routes: readonly UpgradeRoute[], log: (m
   return {
     handle,
     closeAll: () => {
-      for (const client of wss.clients) client.terminate();
+      for (const client of wss?.clients ?? []) client.terminate();
     },
   };
 }

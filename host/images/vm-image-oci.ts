@@ -30,6 +30,7 @@ import { acquireBuildLock } from './base-image.js';
 import { imageEnvironment, ENV_NAME } from './oci/image-environment.js';
 import { hexOf, IMAGE_ID, OciImageStore } from './oci/store.js';
 import { removeTree, writeFileAtomic } from '../util/fs.js';
+import { copyGuestAgentBundle, guestAgentBundleSha256 } from '../util/guest-agent-bundle.js';
 import { GUEST_AGENT_SOCKET, VIRTIO_SERIAL_PORT_NAME, writeTreeFile } from './vm-image.js';
 
 export const OCI_VM_DISKS_DIR = 'vm-oci';
@@ -250,7 +251,9 @@ async function installRuntime(tree: string, runtime: GuestRuntimeFiles, env: Rec
   for (const dir of ['proc', 'sys', 'dev', 'run', 'tmp', 'etc']) await mkdir(join(tree, dir), { recursive: true });
   await chmod(join(tree, 'tmp'), 0o1777);
   await copy(runtime.nodeBinary, '.nestbox/bin/node', 0o755);
-  await copy(runtime.guestAgentBundle, '.nestbox/lib/guest-agent.mjs', 0o644);
+  // With its lazily imported chunks, in .nestbox/lib/guest-agent-chunks (util/guest-agent-bundle.ts).
+  await mkdir(join(tree, '.nestbox/lib'), { recursive: true });
+  await copyGuestAgentBundle(runtime.guestAgentBundle, join(tree, '.nestbox/lib/guest-agent.mjs'));
   await copy(runtime.busyboxBinary, OCI_VM_BUSYBOX, 0o755);
   await copy(runtime.socatBinary, '.nestbox/bin/socat', 0o755);
   if (runtime.ptyHelperBinary && existsSync(runtime.ptyHelperBinary)) await copy(runtime.ptyHelperBinary, '.nestbox/bin/nestbox-pty', 0o755);
@@ -344,7 +347,7 @@ async function runtimeKeyOf(runtime: GuestRuntimeFiles): Promise<string> {
 async function hashRuntime(runtime: GuestRuntimeFiles): Promise<string> {
   const hash = createHash('sha256').update(`layout ${OCI_VM_LAYOUT_VERSION}\0${INIT_SCRIPT}\0${RESYNC_SCRIPT}\0${agentStartScript({})}\0${OCI_VM_KERNEL_MODULES.join(',')}\0`);
   for (const file of [runtime.nodeBinary, runtime.guestAgentBundle, runtime.busyboxBinary, runtime.socatBinary, runtime.ptyHelperBinary]) {
-    if (file && existsSync(file)) hash.update(await readFile(file));
+    if (file && existsSync(file)) hash.update(file === runtime.guestAgentBundle ? await guestAgentBundleSha256(file) : await readFile(file));
     hash.update('\0');
   }
   hash.update(runtime.kernelModulesDir ?? '');

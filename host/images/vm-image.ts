@@ -18,6 +18,7 @@ import { aptInstall } from './chroot.js';
 import { removeTree, writeFileAtomic } from '../util/fs.js';
 import { installLanguageServers, LANGUAGE_SERVERS_IMAGE_KEY } from './language-servers.js';
 import { installNodeRuntime, NODE_RUNTIME_IMAGE_KEY } from './node-runtime.js';
+import { copyGuestAgentBundle, guestAgentBundleSha256 } from '../util/guest-agent-bundle.js';
 
 export const VM_IMAGE_NAME = 'vm-default';
 
@@ -99,7 +100,7 @@ export async function ensureVmImage(options: EnsureVmImageOptions): Promise<VmIm
   const progress = options.onProgress ?? (() => {});
   // The agent bundle and everything else we add: a change to either rebuilds the image files.
   const guestFilesSha256 = createHash('sha256')
-    .update(await sha256File(options.guestAgentBundle))
+    .update(await guestAgentBundleSha256(options.guestAgentBundle))
     .update([GUEST_AGENT_UNIT, VSOCK_BRIDGE_UNIT, SERIAL_BRIDGE_UNIT, KVM_UNIT, RESYNC_SCRIPT].join('\0'))
     .digest('hex');
   const cached = await readCompleteVmImage(imageDir);
@@ -250,7 +251,8 @@ export async function installGuestFiles(tree: string, options: Pick<EnsureVmImag
   await mkdir(join(tree, '.nestbox/lib'), { recursive: true });
   await copyFile(options.nodeBinary ?? process.execPath, join(tree, '.nestbox/bin/node'));
   await chmod(join(tree, '.nestbox/bin/node'), 0o755);
-  await copyFile(options.guestAgentBundle, join(tree, '.nestbox/lib/guest-agent.mjs'));
+  // With its lazily imported chunks, in .nestbox/lib/guest-agent-chunks (util/guest-agent-bundle.ts).
+  await copyGuestAgentBundle(options.guestAgentBundle, join(tree, '.nestbox/lib/guest-agent.mjs'));
   if (options.ptyHelperBinary && existsSync(options.ptyHelperBinary)) {
     await copyFile(options.ptyHelperBinary, join(tree, '.nestbox/bin/nestbox-pty'));
     await chmod(join(tree, '.nestbox/bin/nestbox-pty'), 0o755);
@@ -364,10 +366,6 @@ while [ $# -gt 0 ]; do
   esac
 done
 `;
-
-async function sha256File(path: string): Promise<string> {
-  return createHash('sha256').update(await readFile(path)).digest('hex');
-}
 
 function run(file: string, args: string[], timeoutMs = 60_000): Promise<string> {
   return new Promise((resolve, reject) => {

@@ -28,7 +28,7 @@ import { FileViews } from './file-view.js';
 import { LxcfsDaemon, lxcfsAvailable } from './lxcfs.js';
 import { readRecord, writeRecord, type SandboxRecord } from './records.js';
 import { LocalRecovery } from './recovery.js';
-import { DEFAULT_RUNTIME_DIR, executeOnlyCopy, hostLoaderFor, runtimeCopy } from './runtime-binaries.js';
+import { DEFAULT_RUNTIME_DIR, executeOnlyCopy, hostLoaderFor, runtimeAgentBundleCopy, runtimeCopy } from './runtime-binaries.js';
 import { DEFAULT_PIDS_MAX, isLive, snapshotLockKey } from './sandboxes.js';
 import { resizeRecord, type ResizeContext } from './resize.js';
 import { lastCapability, syscallNumbers } from './spawn.js';
@@ -56,7 +56,7 @@ export class LocalDriver extends LocalRecovery implements Driver {
     this.ptyHelperBinary = await executeOnlyCopy(this.ptyHelperBinary, runtimeDir, 'nestbox-pty');
     this.enterHelperBinary = await executeOnlyCopy(this.enterHelperBinary, runtimeDir, 'nestbox-enter');
     this.seccompHelperBinary = await executeOnlyCopy(this.seccompHelperBinary, runtimeDir, 'nestbox-seccomp');
-    this.agentBundle = await runtimeCopy(resolve(this.options.guestAgentBundle), runtimeDir, 'guest-agent.mjs', 0o644);
+    this.agentBundle = await runtimeAgentBundleCopy(resolve(this.options.guestAgentBundle), runtimeDir);
     await enableIpForwarding();
     this.dnsServers = await sandboxDnsServers(this.options.dnsServers);
     await applyNftRuleset(renderNftRuleset({ subnet: this.subnet, vethPrefix: VETH_PREFIX, dnsServers: this.dnsServers }));

@@ -393,6 +393,56 @@ pkill -KILL -u 1000 -f '^nestbox-victim' && echo "victim killed"`);
       expect(check.stdout.trim()).toBe('0');
     });
 
+    it("the agent's lazily imported chunks cannot be written, replaced or covered from inside, and load unchanged after an attempt", async () => {
+      const id = uniqueId('chk');
+      created.add(id);
+      const runtime = await driver.create(spec(id));
+      const hostChunks = readdirSync(join(REPO, 'dist', 'guest-agent-chunks')).sort();
+      expect(hostChunks.length).toBeGreaterThan(0);
+      const listed = await sh(runtime.agentSocket!, 'ls /.nestbox/lib/guest-agent-chunks');
+      expect(listed.stdout.trim().split('\n')).toEqual(hostChunks);
+      // Every way in as the sandbox's root: write, append, truncate, chmod, rename, delete, plant a
+      // new chunk, mount over the directory, and the same on the entry.
+      const attack = await sh(runtime.agentSocket!, [
+        'cd /.nestbox/lib/guest-agent-chunks; for f in *.mjs; do',
+        '  (printf "x" >> "$f") 2>/dev/null && echo "appended $f"',
+        '  (: > "$f") 2>/dev/null && echo "truncated $f"',
+        '  chmod 666 "$f" 2>/dev/null && echo "chmod $f"',
+        '  mv "$f" "$f.x" 2>/dev/null && echo "moved $f"',
+        '  rm -f "$f" 2>/dev/null; [ -e "$f" ] || echo "removed $f"',
+        'done',
+        'touch planted.mjs 2>/dev/null && echo planted',
+        'mount -t tmpfs none /.nestbox/lib/guest-agent-chunks 2>/dev/null && echo mounted',
+        'mount --bind /tmp /.nestbox/lib/guest-agent-chunks 2>/dev/null && echo bound',
+        '(printf "x" >> /.nestbox/lib/guest-agent.mjs) 2>/dev/null && echo "appended entry"',
+        'rm -f /.nestbox/lib/guest-agent.mjs 2>/dev/null; [ -e /.nestbox/lib/guest-agent.mjs ] || echo "removed entry"',
+        'echo done',
+      ].join('\n'));
+      expect(attack.stdout).toBe('done\n');
+      const hashes = await sh(runtime.agentSocket!, 'cd /.nestbox/lib/guest-agent-chunks && sha256sum *.mjs');
+      const expected = hostChunks.map((name) => `${execFileSync('sha256sum', [join(REPO, 'dist', 'guest-agent-chunks', name)], { encoding: 'utf8' }).split(' ')[0]}  ${name}`);
+      expect(hashes.stdout.trim().split('\n')).toEqual(expected);
+      // The agent imports chunks now, after the attempt: the code interpreter's, the language
+      // servers', OpenTelemetry's (a traced request) — and they work.
+      const client = new AgentClient(runtime.agentSocket!);
+      try {
+        const languages = await client.request({ method: 'GET', path: '/kernels/languages' });
+        languages.resume();
+        expect(languages.statusCode).toBe(200);
+        const lsp = await client.request({ method: 'POST', path: '/lsp/stop', headers: { 'content-type': 'application/json' }, body: '{}' });
+        lsp.resume();
+        expect(lsp.statusCode).toBe(400);
+        const traced = await client.request({ method: 'GET', path: '/health', headers: { traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01' } });
+        traced.resume();
+        expect(traced.statusCode).toBe(200);
+        const spans = await client.request({ method: 'GET', path: '/telemetry/spans' });
+        spans.resume();
+        expect(spans.statusCode).toBe(200);
+      } finally {
+        client.close();
+      }
+    });
+
     it("the agent uses no library of the sandbox's: a replaced libstdc++ and an /etc/ld.so.preload never run in it", async () => {
       const id = uniqueId('lib');
       created.add(id);

@@ -20,6 +20,7 @@
 // data dir's path (sandbox ids, layout) is none of the sandbox's business.
 import { chmod, copyFile, mkdir, rename, rm, stat, utimes } from 'node:fs/promises';
 import { basename, join } from 'node:path';
+import { copyGuestAgentBundle, guestAgentBundleSha256 } from '../../util/guest-agent-bundle.js';
 
 export const EXECUTE_ONLY_MODE = 0o711;
 export const DEFAULT_RUNTIME_DIR = '/var/lib/nestbox/runtime';
@@ -47,6 +48,34 @@ export async function runtimeCopy(source: string, dir: string, name: string, mod
   // Atomic: a sandbox starting right now execs either the old copy or the new one.
   await rename(temp, target);
   return target;
+}
+
+/**
+ * A copy of the guest agent bundle (its entry and its chunk directory, util/guest-agent-bundle.ts)
+ * in a directory of its own under `dir`, named after the bundle's digest; returns the copy's
+ * entry. Owned by host root, files 0644 and directories 0755: readable inside the sandbox,
+ * writable by no sandbox uid, even before spawn.ts binds them read-only.
+ */
+export async function runtimeAgentBundleCopy(entry: string, dir: string): Promise<string> {
+  await mkdir(dir, { recursive: true, mode: 0o711 });
+  const target = join(dir, `guest-agent-${(await guestAgentBundleSha256(entry)).slice(0, 32)}`);
+  const targetEntry = join(target, 'guest-agent.mjs');
+  const existing = await stat(target).catch(() => undefined);
+  if (existing?.isDirectory() && existing.uid === 0 && (existing.mode & 0o7777) === 0o755) return targetEntry;
+  // Not ours (wrong owner or mode): never used, replaced.
+  if (existing) await rm(target, { recursive: true, force: true });
+  const temp = `${target}.tmp-${process.pid}`;
+  await rm(temp, { recursive: true, force: true });
+  await mkdir(temp, { mode: 0o755 });
+  await chmod(temp, 0o755);
+  await copyGuestAgentBundle(entry, join(temp, 'guest-agent.mjs'));
+  // Atomic: a sandbox starting right now binds either no copy or the whole of this one. Another
+  // host agent may have made the same copy meanwhile (same digest, same content): keep theirs.
+  await rename(temp, target).catch(async (error: NodeJS.ErrnoException) => {
+    await rm(temp, { recursive: true, force: true });
+    if (error.code !== 'ENOTEMPTY' && error.code !== 'EEXIST') throw error;
+  });
+  return targetEntry;
 }
 
 /** The host's dynamic loader and the shared libraries a host program needs (from `ldd`). */

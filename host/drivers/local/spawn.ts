@@ -53,6 +53,7 @@ import type { Socket } from 'node:net';
 import { encodeAgentKey } from '../../agent-protocol/auth.js';
 import { IDS_PER_SANDBOX } from './id-ranges.js';
 import { assertSafeHostPath } from '../../util/fs.js';
+import { GUEST_AGENT_CHUNKS_DIR } from '../../util/guest-agent-bundle.js';
 import { volumePathProblem } from '../../storage/volumes.js';
 import { basename, dirname, join } from 'node:path';
 
@@ -224,6 +225,9 @@ mount --bind -o ro,nosuid,nodev "$node" "$root/.nestbox/bin/node"
 mount --bind -o ro,nosuid,nodev "$tini" "$root/.nestbox/bin/tini"
 mount --bind -o ro,nosuid,nodev "$NESTBOX_SECCOMP" "$root/.nestbox/bin/nestbox-seccomp"
 mount --bind -o ro,nosuid,nodev "$agent" "$root/.nestbox/lib/guest-agent.mjs"
+# The chunks the agent imports lazily (util/guest-agent-bundle.ts), beside its entry.
+mkdir "$root/.nestbox/lib/${GUEST_AGENT_CHUNKS_DIR}"
+mount --bind -o ro,nosuid,nodev "\${agent%/*}/${GUEST_AGENT_CHUNKS_DIR}" "$root/.nestbox/lib/${GUEST_AGENT_CHUNKS_DIR}"
 if [ -n "\${NESTBOX_HOST_LIBS:-}" ]; then
   mkdir "$root/.nestbox/lib/host"
   chown "$ids:$ids" "$root/.nestbox/lib/host"

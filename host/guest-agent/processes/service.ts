@@ -26,7 +26,7 @@ import { commandView, SessionManager, type SessionSettings } from './sessions.js
 import { prepareStart, startPipeProcess, startPtyProcess } from './spawn.js';
 import { eventsWebSocketSink, ptyWebSocketSink, pumpOutput, serverSentEventsSink } from './streams.js';
 import { discardableBody } from '../../agent-protocol/request-body.js';
-import { CodeInterpreterGuest } from '../code-interpreter/kernels.js';
+import type { CodeInterpreterGuest } from '../code-interpreter/kernels.js';
 
 const MiB = 1024 * 1024;
 
@@ -118,7 +118,7 @@ export class ProcessService {
   private readonly settings: SessionSettings;
   private readonly keepaliveIntervalMs: number;
   private readonly routes: PatternRoute[];
-  private readonly codeInterpreter: CodeInterpreterGuest;
+  private codeInterpreterLoading?: Promise<CodeInterpreterGuest>;
 
   constructor(
     private readonly context: ProcessServiceContext,
@@ -138,8 +138,16 @@ export class ProcessService {
     this.keepaliveIntervalMs = options.keepaliveIntervalMs ?? 15_000;
     this.registry = new ProcessRegistry(options.maxFinishedProcesses ?? 50);
     this.sessions = new SessionManager(this.registry, this.settings);
-    this.codeInterpreter = new CodeInterpreterGuest(this.settings, this.registry);
     this.routes = this.buildRoutes();
+  }
+
+  /**
+   * The code interpreter (kernels.ts, with its Python programs as text) is imported at its first
+   * request, not at boot (issue 20): most sandboxes never start a kernel.
+   */
+  private codeInterpreter(): Promise<CodeInterpreterGuest> {
+    this.codeInterpreterLoading ??= import('../code-interpreter/kernels.js').then(({ CodeInterpreterGuest }) => new CodeInterpreterGuest(this.settings, this.registry));
+    return this.codeInterpreterLoading;
   }
 
   /** The handler for a process/session route, or undefined when the path is not ours. */
@@ -202,12 +210,12 @@ export class ProcessService {
       }),
       route('/kernels', {
         POST: async ({ req, res }) => {
-          const process = await this.codeInterpreter.startKernel(await json(req, StartKernelRequest));
+          const process = await (await this.codeInterpreter()).startKernel(await json(req, StartKernelRequest));
           sendJson(res, 201, process.info());
         },
       }),
       route('/kernels/languages', {
-        GET: async ({ res }) => sendJson(res, 200, await this.codeInterpreter.languages()),
+        GET: async ({ res }) => sendJson(res, 200, await (await this.codeInterpreter()).languages()),
       }),
       route('/scripts', {
         POST: async ({ req, res }) => {
@@ -217,7 +225,7 @@ export class ProcessService {
           res.once('close', () => {
             if (!res.writableEnded) gone.abort();
           });
-          const result = await this.codeInterpreter.runScript(request, gone.signal);
+          const result = await (await this.codeInterpreter()).runScript(request, gone.signal);
           if (!gone.signal.aborted) sendJson(res, 200, result);
         },
       }),

@@ -4,7 +4,8 @@
 // slow client costs at most that much memory and never slows the process down. A client that
 // falls out of the retention window sees a gap (the next chunk's offset jumps).
 import type { ServerResponse } from 'node:http';
-import { WebSocket } from 'ws';
+// Type only: ws itself is loaded at the first upgrade (websocket.ts).
+import type { WebSocket } from 'ws';
 import type { ProcessEvent } from '../../agent-protocol/processes.js';
 import type { ManagedProcess, StreamName } from './managed-process.js';
 
@@ -77,7 +78,7 @@ class WebSocketWriter {
   }
 
   get closed(): boolean {
-    return this.ws.readyState !== WebSocket.OPEN;
+    return this.ws.readyState !== this.ws.OPEN;
   }
 
   send(data: string | Buffer, binary: boolean): void {
@@ -100,7 +101,7 @@ class WebSocketWriter {
   }
 
   close(): void {
-    if (this.ws.readyState === WebSocket.OPEN) this.ws.close(1000);
+    if (this.ws.readyState === this.ws.OPEN) this.ws.close(1000);
   }
 
   private release(): void {
