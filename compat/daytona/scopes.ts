@@ -62,8 +62,8 @@ export const DAYTONA_API_SCOPES: ScopeTable = [
   ['DELETE /secret/:secretId', 'secrets:manage'],
   // Warm pools (warm-pools.ts): reading them is reading sandboxes to come; keeping some is creating them.
   ['GET /warm-pools', 'sandboxes:read'],
-  ['GET /warm-pools/:id', 'sandboxes:read'],
   ['POST /warm-pools', 'sandboxes:create'],
+  ['GET /warm-pools/:id', 'sandboxes:read'],
   ['PATCH /warm-pools/:id', 'sandboxes:create'],
   ['DELETE /warm-pools/:id', 'sandboxes:create'],
   // Contexts are uploaded for builds (snapshot.create, or create({image})): both need this scope.

@@ -4,7 +4,7 @@
 // in GET /api/v1/warm-pool), another organisation neither sees nor claims it, `pool: 0` drains,
 // delete removes it; conflicts, 404s and bad input are the SDK's errors naming the field.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Daytona, DaytonaConflictError, DaytonaNotFoundError, type Sandbox } from '@daytonaio/sdk';
+import { Daytona, DaytonaConflictError, DaytonaNotFoundError, Image, type Sandbox } from '@daytonaio/sdk';
 import { waitFor } from '../../test/harness.js';
 import { startDaytonaEnv, type DaytonaTestEnv } from './helpers.js';
 
@@ -124,4 +124,19 @@ describe('daytona.warmPool', () => {
     await expect(env.daytona.warmPool.delete(poolId)).rejects.toBeInstanceOf(DaytonaNotFoundError);
     for (const s of created) await s.delete();
   }, 180_000);
+
+  it('a pool of a built snapshot: members start from its layers at its resources, and a claimed one has its files and env', async () => {
+    const image = Image.base('default').runCommands('echo built > /built.txt').env({ GREETING: 'hello pool' });
+    await env.daytona.snapshot.create({ name: 'pooled-img', image, resources: { cpu: 1, memory: 1, disk: 1 } });
+    const pool = await env.daytona.warmPool.create({ snapshot: 'pooled-img', pool: 1 });
+    expect(pool).toMatchObject({ snapshot: 'pooled-img', cpu: 1, mem: 1, disk: 1, pool: 1 });
+    await waitFor('the built snapshot\'s pool full', async () => (await poolNamed(env.daytona, pool.id))?.currentSize === 1, 120_000, 200);
+    const members = await membersOf(pool.id);
+    const sb = await env.daytona.create({ snapshot: 'pooled-img' });
+    expect(members).toContain(sb.id);
+    expect((await sb.process.executeCommand('cat /built.txt')).result.trim()).toBe('built');
+    expect((await sb.process.executeCommand('printf %s "$GREETING"')).result).toBe('hello pool');
+    await env.daytona.warmPool.delete(pool.id);
+    await sb.delete();
+  }, 300_000);
 });
