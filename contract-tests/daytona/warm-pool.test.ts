@@ -10,11 +10,13 @@ import { startDaytonaEnv, type DaytonaTestEnv } from './helpers.js';
 
 let env: DaytonaTestEnv;
 let other: Daytona;
+let otherOrgId: string;
 const CAP = 3;
 
 beforeAll(async () => {
   env = await startDaytonaEnv({ NESTBOX_ORG_WARM_POOL_MAX: String(CAP), NESTBOX_DEFAULT_DISK_GIB: '1' });
   const org = await env.server.http.post('/api/v1/organizations').set(env.server.auth).send({ name: 'daytona-warm-pool-other' });
+  otherOrgId = org.body.id;
   const key = await env.server.http.post(`/api/v1/organizations/${org.body.id}/api-keys`).set(env.server.auth).send({});
   other = new Daytona({ apiUrl: env.apiUrl, apiKey: key.body.key });
 }, 180_000);
@@ -84,6 +86,18 @@ describe('daytona.warmPool', () => {
     expect(mine).not.toContain(sb.id);
     expect(await membersOf(poolId)).toEqual(expect.arrayContaining(mine));
     expect(await hits()).toBe(before + 1);
+    await other.warmPool.delete(theirs.id);
+    await waitFor('the other organisation\'s members removed', async () => ((await db()('warm_pool_sandboxes').where({ pool_id: theirs.id })) as unknown[]).length === 0, 60_000, 200);
+  }, 240_000);
+
+  it('members count against no quota until claimed, and a claim is refused by the quota like any create (the member stays)', async () => {
+    // The other organisation runs one sandbox (its claim above) and may run one: its pool still fills.
+    expect((await env.server.http.patch(`/api/v1/organizations/${otherOrgId}`).set(env.server.auth).send({ limits: { maxSandboxes: 1 } })).status).toBe(200);
+    const theirs = await other.warmPool.create({ snapshot: 'default', pool: 2 });
+    await waitFor('the other organisation\'s pool full past its sandbox limit', async () => (await poolNamed(other, theirs.id))?.currentSize === 2, 120_000, 200);
+    const members = await membersOf(theirs.id);
+    await expect(other.create({ snapshot: 'default' })).rejects.toThrow(/limit|quota/i);
+    expect((await membersOf(theirs.id)).sort()).toEqual([...members].sort());
     await other.warmPool.delete(theirs.id);
     await waitFor('the other organisation\'s members removed', async () => ((await db()('warm_pool_sandboxes').where({ pool_id: theirs.id })) as unknown[]).length === 0, 60_000, 200);
   }, 240_000);
