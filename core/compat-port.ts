@@ -32,6 +32,7 @@ import type { RequestRateLimiter } from './services/rate-limits.js';
 import type { PendingSandboxService } from './services/pending-sandboxes.js';
 import type { SecretService } from './services/secrets.js';
 import type { SandboxEnvService } from './services/sandbox-env.js';
+import type { OrganizationWarmPoolService } from './services/organization-warm-pools.js';
 
 /** Every toolbox method (the class has no other public members). */
 export type ToolboxPort = Pick<Toolbox, keyof Toolbox>;
@@ -87,6 +88,8 @@ export type PendingSandboxesPort = Pick<PendingSandboxService, 'insert' | 'get' 
 
 /** Organisation secrets (never their values) and what a sandbox is given (services/secrets.ts). */
 export type SecretsPort = Pick<SecretService, 'create' | 'get' | 'getByIdOrName' | 'list' | 'update' | 'remove' | 'replaceRefs' | 'refsOf'>;
+/** An organisation's warm pools: list, read, create, resize, delete. */
+export type OrganizationWarmPoolsPort = Pick<OrganizationWarmPoolService, 'list' | 'get' | 'create' | 'update' | 'delete'>;
 /** A sandbox's default environment changed at run time (services/sandbox-env.ts). */
 export type SandboxEnvPort = Pick<SandboxEnvService, 'update'>;
 
@@ -118,4 +121,6 @@ export interface CompatPort {
   sshAccess: SshAccessPort;
   secrets: SecretsPort;
   sandboxEnv: SandboxEnvPort;
+  /** An organisation's own warm pools (Daytona's warmPool; services/organization-warm-pools.ts). */
+  organizationWarmPools: OrganizationWarmPoolsPort;
 }

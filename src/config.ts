@@ -221,6 +221,10 @@ const ConfigSchema = z.object({
   NESTBOX_WARM_POOL_IDLE_SIZE: nonNegativeInt.max(64).default(1),
   NESTBOX_WARM_POOL_MAX_AGE_SECONDS: nonNegativeInt.default(3600),
   NESTBOX_WARM_POOL_BATCH: positiveInt.max(64).default(2),
+  // Organisation warm pools (Daytona's `daytona.warmPool`, core/services/organization-warm-pools.ts):
+  // the most warm sandboxes one organisation may ask for over all its pools (0 = none). Members
+  // count against no quota until claimed, so this is what bounds what an organisation keeps warm.
+  NESTBOX_ORG_WARM_POOL_MAX: nonNegativeInt.max(256).default(10),
   // Replicas: a control-plane instance whose heartbeat (one per background interval) is older
   // than this, by the database's clock, is dead and another replica takes over its operations.
   // Default: 5 intervals, at least 15 s. Must be at least 2 intervals (one late heartbeat is not death).
@@ -422,7 +426,7 @@ export interface Config {
   webhooks: { retrySeconds: number; timeoutMs: number; maxPerOrganization: number; allowPrivateTargets: boolean };
   secrets: { maxPerOrganization: number; maxValueBytes: number; maxPerSandbox: number };
   /** The warm pool (core/services/warm-pool.ts); targets empty = no pool. */
-  warmPool: { targets: { image: string; cpu: number; memoryMiB: number; diskGiB: number; size: number }[]; max: number; idleSeconds: number; idleSize: number; maxAgeSeconds: number; batch: number };
+  warmPool: { targets: { image: string; cpu: number; memoryMiB: number; diskGiB: number; size: number }[]; max: number; idleSeconds: number; idleSize: number; maxAgeSeconds: number; batch: number; organizationMax: number };
 }
 
 export class ConfigError extends Error {}
@@ -649,6 +653,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       idleSize: e.NESTBOX_WARM_POOL_IDLE_SIZE,
       maxAgeSeconds: e.NESTBOX_WARM_POOL_MAX_AGE_SECONDS,
       batch: e.NESTBOX_WARM_POOL_BATCH,
+      organizationMax: e.NESTBOX_ORG_WARM_POOL_MAX,
     },
   };
 }

@@ -17,6 +17,7 @@ import { Toolbox } from '../core/services/toolbox.js';
 import { SandboxService } from '../core/services/sandboxes.js';
 import { BackgroundJobs } from '../core/services/background.js';
 import { WarmPoolService } from '../core/services/warm-pool.js';
+import { OrganizationWarmPoolService } from '../core/services/organization-warm-pools.js';
 import { VolumeService } from '../core/services/volumes.js';
 import { VolumeTokenService } from '../core/services/volume-tokens.js';
 import { SnapshotService } from '../core/services/snapshots.js';
@@ -129,24 +130,25 @@ export async function startServer(config: Config, logger: Logger = createLogger(
     { ...config.placement, defaultRegion: config.region, defaultDiskGiB: config.limits.defaultDiskGiB },
   );
   hosts.onPlacementFailure = (reason) => metrics.placementFailures.inc({ reason });
+  const sandboxLimits = {
+    defaultImage: 'default',
+    defaultCpu: config.limits.defaultCpu,
+    maxCpu: config.limits.maxCpu,
+    defaultMemoryMiB: config.limits.defaultMemoryMiB,
+    minMemoryMiB: 128,
+    maxMemoryMiB: config.limits.maxMemoryMiB,
+    defaultTimeoutSeconds: config.limits.defaultTimeoutSeconds,
+    maxTimeoutSeconds: config.limits.maxTimeoutSeconds,
+    maxListLimit: 1000,
+    maxForkCount: config.limits.maxForkCount,
+    defaultDiskGiB: config.limits.defaultDiskGiB,
+    maxDiskGiB: config.limits.maxDiskGiB,
+    diskInodesPerGiB: config.limits.diskInodesPerGiB,
+  };
   const sandboxes = new SandboxService(
     db,
     hosts,
-    {
-      defaultImage: 'default',
-      defaultCpu: config.limits.defaultCpu,
-      maxCpu: config.limits.maxCpu,
-      defaultMemoryMiB: config.limits.defaultMemoryMiB,
-      minMemoryMiB: 128,
-      maxMemoryMiB: config.limits.maxMemoryMiB,
-      defaultTimeoutSeconds: config.limits.defaultTimeoutSeconds,
-      maxTimeoutSeconds: config.limits.maxTimeoutSeconds,
-      maxListLimit: 1000,
-      maxForkCount: config.limits.maxForkCount,
-      defaultDiskGiB: config.limits.defaultDiskGiB,
-      maxDiskGiB: config.limits.maxDiskGiB,
-      diskInodesPerGiB: config.limits.diskInodesPerGiB,
-    },
+    sandboxLimits,
     instanceId,
     config.orgLimits,
     sandboxEvents,
@@ -170,7 +172,7 @@ export async function startServer(config: Config, logger: Logger = createLogger(
     diskInodesPerGiB: config.limits.diskInodesPerGiB,
   }, logger.child({ component: 'warm-pool' }));
   warmPool.counters.onClaim = (result) => metrics.warmPoolClaims.inc({ result });
-  if (warmPool.enabled) sandboxes.warmPool = warmPool;
+  if (warmPool.enabled || warmPool.organizationMax > 0) sandboxes.warmPool = warmPool;
   snapshots.transfer = transfers;
   const images = new ImageService(db, hosts, logger.child({ component: 'images' }), config.orgLimits);
   const secrets = new SecretService(db, hostSecret, config.secrets, logger.child({ component: 'secrets' }));
@@ -236,6 +238,7 @@ export async function startServer(config: Config, logger: Logger = createLogger(
     transfers,
     sandboxes,
     warmPool,
+    organizationWarmPools: new OrganizationWarmPoolService(db, images, sandboxLimits, warmPool),
     toolbox,
     codeInterpreter: new CodeInterpreterService(toolbox),
     snapshots,

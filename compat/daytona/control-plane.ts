@@ -10,6 +10,7 @@ import type { Principal, Sandbox, Snapshot } from '../../core/types.js';
 import type { CompatPort } from '../../core/compat-port.js';
 import { handle, principalOf, toolboxProxyUrl, type DaytonaOptions } from './context.js';
 import { daytonaSecretRefs, registerSecretRoutes } from './secrets.js';
+import { registerWarmPoolRoutes } from './warm-pools.js';
 import { notSupported } from './errors.js';
 import { DAYTONA_METRICS_MAX_POINTS, instantOf as metricsInstantOf, metricNamesOf, metricSeries } from './metrics.js';
 import { registerWebhookRoutes } from './webhooks.js';
@@ -278,7 +279,7 @@ function listInput(req: Request): ListSandboxesInput {
   return input;
 }
 
-export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 'snapshots' | 'sandboxTokens' | 'ports' | 'images' | 'builds' | 'usage' | 'webhooks' | 'pendingSandboxes' | 'hostRegions' | 'sshAccess' | 'secrets' | 'volumes'>, options: Pick<DaytonaOptions, 'log' | 'maxTimeoutSeconds' | 'region' | 'objectStorage' | 'defaultSnapshot'>): Router {
+export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 'snapshots' | 'sandboxTokens' | 'ports' | 'images' | 'builds' | 'usage' | 'webhooks' | 'pendingSandboxes' | 'hostRegions' | 'sshAccess' | 'secrets' | 'volumes' | 'organizationWarmPools'>, options: Pick<DaytonaOptions, 'log' | 'maxTimeoutSeconds' | 'region' | 'objectStorage' | 'defaultSnapshot'>): Router {
   const router = express.Router();
   const { sandboxes, snapshots } = core;
   const pending = new PendingBuildSandboxes(core, options.log);
@@ -735,7 +736,7 @@ export function createControlPlaneRouter(core: Pick<CompatPort, 'sandboxes' | 's
   }));
   registerVolumeRoutes(router, core.volumes, api);
   registerSecretRoutes(router, core.secrets, api);
-  unsupportedArea(/^\/warm-pools(\/.*)?$/ as unknown as string, 'warm pools');
+  registerWarmPoolRoutes(router, core, api, options.region);
   // daytona-wave2 §2.1: S3 credentials for this organisation's build contexts (object-storage.ts).
   router.get('/object-storage/push-access', api(async (req, res, principal) => {
     res.json(issueStorageAccess(req, principal, options.objectStorage));

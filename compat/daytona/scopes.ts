@@ -60,7 +60,12 @@ export const DAYTONA_API_SCOPES: ScopeTable = [
   ['GET /secret/:secretId', 'secrets:manage'],
   ['PATCH /secret/:secretId', 'secrets:manage'],
   ['DELETE /secret/:secretId', 'secrets:manage'],
-  ['ALL /^\\/warm-pools(\\/.*)?$/', 'authenticated'],
+  // Warm pools (warm-pools.ts): reading them is reading sandboxes to come; keeping some is creating them.
+  ['GET /warm-pools', 'sandboxes:read'],
+  ['POST /warm-pools', 'sandboxes:create'],
+  ['GET /warm-pools/:id', 'sandboxes:read'],
+  ['PATCH /warm-pools/:id', 'sandboxes:create'],
+  ['DELETE /warm-pools/:id', 'sandboxes:create'],
   // Contexts are uploaded for builds (snapshot.create, or create({image})): both need this scope.
   ['GET /object-storage/push-access', 'snapshots:write'],
   ['ALL /^\\/object-storage(\\/.*)?$/', 'authenticated'],

@@ -34,5 +34,5 @@ export interface E2bOptions {
 /** The E2B layer's dependencies: core's port plus the settings above. */
 export interface E2bDeps extends E2bOptions {
   /** Daytona's pending (build-on-demand) sandboxes are not E2B's. */
-  core: Omit<CompatPort, 'pendingSandboxes' | 'hostRegions' | 'sshAccess' | 'sandboxEnv'>;
+  core: Omit<CompatPort, 'pendingSandboxes' | 'hostRegions' | 'sshAccess' | 'sandboxEnv' | 'organizationWarmPools'>;
 }

@@ -337,8 +337,16 @@ export class SandboxService {
     // (bind-mounted when the sandbox's mount namespace is made), image builds' sandboxes.
     const askedKey: WarmPoolKey = { image: source.image, cpu: spec.cpu, memoryMiB: spec.memoryMiB, diskGiB: spec.diskGiB };
     const poolKey = this.warmPool?.serves(askedKey) && !snapshot && !input.internal && !volumeMounts && source.imageId === null && source.hostImage === null && source.kind === 'user' ? askedKey : undefined;
+    // The organisation's own pools (organization-warm-pools.ts) also serve its images, built
+    // ones included (their members were launched from the same base and layers), but only
+    // creates with nothing of their own a member lacks: Daytona's rule of no custom env or
+    // secrets, and as above no named snapshot, volumes or builds. Read before the transaction.
+    const orgPoolIds = this.warmPool && input.snapshot === undefined && !input.internal && !volumeMounts && source.kind === 'user' && Object.keys(spec.env).length === 0 && secretRefs.length === 0
+      ? await this.warmPool.organizationPoolsFor(principal.organizationId, { image: source.imageId ?? source.image, cpu: spec.cpu, memoryMiB: spec.memoryMiB, diskGiB: spec.diskGiB })
+      : [];
+    const pooled = poolKey !== undefined || orgPoolIds.length > 0;
     // Read before the transaction, which must not wait on another connection (PGlite has one).
-    const poolHosts = poolKey && constraints ? await this.hosts.hostsSatisfying(constraints) : undefined;
+    const poolHosts = pooled && constraints ? await this.hosts.hostsSatisfying(constraints) : undefined;
     let member: WarmPoolMember | undefined;
     let host!: HostRecord;
     const created = await this.withinQuota(principal.organizationId, { sandboxes: 1, cpu: spec.cpu, memoryMiB: spec.memoryMiB, diskGiB: spec.diskGiB }, async (tx) => {
@@ -351,7 +359,8 @@ export class SandboxService {
       if (volumeMounts) await this.requireVolumes().lockForMount(tx, principal.organizationId, volumeMounts);
       // A claim moves the member's resources from the pool's row to this one in this
       // transaction, so its host needs no new room; both commit or neither (warm-pool.ts).
-      member = poolKey ? await this.warmPool!.claim(tx, poolKey, poolHosts) : undefined;
+      member = orgPoolIds.length ? await this.warmPool!.claimForOrganization(tx, orgPoolIds, poolHosts) : undefined;
+      member ??= poolKey ? await this.warmPool!.claim(tx, poolKey, poolHosts) : undefined;
       const claimedHost = member ? await hostRepository(tx).findById(member.hostId) : undefined;
       host = claimedHost ?? (await this.hosts.place(tx, { cpu: spec.cpu, memoryMiB: spec.memoryMiB, diskGiB: spec.diskGiB, constraints, ...where }));
       const inserted = await this.lifecycle.insert(tx, OPERATIONS.create, operationId, {
@@ -380,7 +389,7 @@ export class SandboxService {
     }).catch((err) => {
       throw nameConflict(err, name);
     });
-    if (poolKey) this.warmPool!.counted(member);
+    if (pooled) this.warmPool!.counted(member);
     const client = this.hosts.clientForRecord(host);
     try {
       if (snapshot && snapshotHolders && !snapshotHolders.includes(host.id)) await this.transfer!.ensureSnapshotOn(snapshot, host);

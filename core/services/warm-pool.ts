@@ -23,6 +23,13 @@
 // ARCHITECTURE.md "Warm pool"). Two replicas filling at once serialise on the host's row
 // (placement's lock), so they never overshoot a target or the host's capacity. A member
 // whose filler died while it was warming is removed by the next pass of any replica.
+//
+// Organisation pools (Daytona's `daytona.warmPool`, organization-warm-pools.ts): rows of
+// `organization_warm_pools`, each a desired count of members of one image and size for one
+// organisation. Their members are rows here with `pool_id` set: the operator's claim never takes
+// them and an organisation's claim takes only its own pools' members (claimForOrganization).
+// Unlike a configured key, an organisation pool's count is over all hosts, not per host: its
+// members are placed like creates (any host with room, the image's host for built images).
 import type { Db, DbOrTx } from '../store/db.js';
 import { controlPlaneInstanceRepository } from '../store/repositories/control-plane-instances.js';
 import { hostRepository } from '../store/repositories/hosts.js';
@@ -61,6 +68,8 @@ export interface WarmPoolOptions {
   batch: number;
   /** Inode limit of a member's disk per GiB (the same as any sandbox's). */
   diskInodesPerGiB: number;
+  /** Warm sandboxes one organisation may ask for over all its pools (0 = no organisation pools). */
+  organizationMax?: number;
 }
 
 /** The hosts members run on (placement's notion of a live host), and when a replica is dead. */
@@ -80,11 +89,42 @@ interface Row {
   owner_instance_id: string;
   created_at: Date | string;
   ready_at: Date | string | null;
+  pool_id: string | null;
+}
+
+/** A row of `organization_warm_pools` (organization-warm-pools.ts renders it). */
+export interface OrganizationPoolRow {
+  id: string;
+  organization_id: string;
+  snapshot: string;
+  region: string;
+  image: string;
+  host_image: string | null;
+  image_id: string | null;
+  layers_snapshot_id: string | null;
+  host_id: string | null;
+  env: Record<string, string> | string;
+  cpu: number;
+  memory_mib: number;
+  disk_gib: number;
+  pool: number;
+  error_reason: string | null;
+  created_at: Date | string;
+  updated_at: Date | string;
 }
 
 export interface WarmPoolMember extends WarmPoolKey {
   id: string;
   hostId: string;
+  /** The organisation pool it belongs to (undefined: the operator's). */
+  poolId?: string;
+}
+
+/** How an organisation pool's member is launched (its image may be a built one: a base and layers on a host). */
+interface MemberLaunch {
+  hostImage: string;
+  layersSnapshotId: string | null;
+  env: Record<string, string>;
 }
 
 export interface WarmPoolKeyStats extends WarmPoolKey {
@@ -135,14 +175,36 @@ export class WarmPoolService {
     return this.options.targets.some((t) => t.size > 0 || this.options.max > 0);
   }
 
+  /** Warm sandboxes one organisation may ask for over all its pools. */
+  get organizationMax(): number {
+    return this.options.organizationMax ?? 0;
+  }
+
   /** Whether creates of `key` are pooled at all (a configured key). */
   serves(key: WarmPoolKey): boolean {
     return this.options.targets.some((t) => keyOf(t) === keyOf(key));
   }
 
-  /** Starts (or, after stop(), restarts) the refill loop. */
+  /**
+   * Starts (or, after stop(), restarts) the refill loop: at once for configured keys, and for
+   * organisation pools when there is one (a server without either runs no loop at all; creating
+   * an organisation pool calls this again).
+   */
   start(): void {
-    if (!this.enabled || this.timer) return;
+    if (this.timer) return;
+    if (!this.enabled) {
+      if (this.organizationMax <= 0) return;
+      this.stopped = false;
+      void this.db('organization_warm_pools').first('id').then(
+        (row) => { if (row && !this.timer && !this.stopped) this.startLoop(); },
+        (err) => this.logger.warn({ err: toNestboxError(err).message }, 'warm pool: organisation pools could not be read'),
+      );
+      return;
+    }
+    this.startLoop();
+  }
+
+  private startLoop(): void {
     this.stopped = false;
     this.timer = setInterval(() => this.kick(), this.options.intervalMs);
     this.timer.unref();
@@ -212,7 +274,7 @@ export class WarmPoolService {
     const result = (await tx.raw(
       `DELETE FROM warm_pool_sandboxes WHERE id = (
          SELECT w.id FROM warm_pool_sandboxes w JOIN hosts h ON h.id = w.host_id
-         WHERE w.state = 'ready' AND w.image = ? AND w.cpu = ? AND w.memory_mib = ? AND w.disk_gib = ?
+         WHERE w.state = 'ready' AND w.pool_id IS NULL AND w.image = ? AND w.cpu = ? AND w.memory_mib = ? AND w.disk_gib = ?
            AND h.lost_at IS NULL AND h.admin_state = 'ready' AND h.last_heartbeat_at >= now() - make_interval(secs => ?)
            ${onHosts ? 'AND w.host_id = ANY(?)' : ''}
          ORDER BY w.ready_at, w.id LIMIT 1 FOR UPDATE OF w SKIP LOCKED)
@@ -222,6 +284,46 @@ export class WarmPoolService {
     const row = result.rows[0];
     if (!row) return undefined;
     return { id: row.id, hostId: row.host_id, image: row.image, cpu: row.cpu, memoryMiB: row.memory_mib, diskGiB: row.disk_gib };
+  }
+
+  /**
+   * The organisation's pools that answer a create of `key` (`image` is the image's row id, or a
+   * built-in image's name): read before the create's transaction (PGlite has one connection).
+   */
+  async organizationPoolsFor(organizationId: string, key: WarmPoolKey): Promise<string[]> {
+    if (this.organizationMax <= 0) return [];
+    const rows = (await this.db('organization_warm_pools')
+      .where({ organization_id: organizationId, image: key.image, cpu: key.cpu, memory_mib: key.memoryMiB, disk_gib: key.diskGiB })
+      .where('pool', '>', 0)
+      .select('id')) as { id: string }[];
+    return rows.map((r) => r.id);
+  }
+
+  /** claim() for an organisation's own pools (`poolIds` from organizationPoolsFor): nobody else's members. */
+  async claimForOrganization(tx: DbOrTx, poolIds: string[], onHosts?: string[]): Promise<WarmPoolMember | undefined> {
+    if (poolIds.length === 0 || (onHosts && onHosts.length === 0)) return undefined;
+    const result = (await tx.raw(
+      `DELETE FROM warm_pool_sandboxes WHERE id = (
+         SELECT w.id FROM warm_pool_sandboxes w JOIN hosts h ON h.id = w.host_id
+         WHERE w.state = 'ready' AND w.pool_id = ANY(?)
+           AND h.lost_at IS NULL AND h.admin_state = 'ready' AND h.last_heartbeat_at >= now() - make_interval(secs => ?)
+           ${onHosts ? 'AND w.host_id = ANY(?)' : ''}
+         ORDER BY w.ready_at, w.id LIMIT 1 FOR UPDATE OF w SKIP LOCKED)
+       RETURNING *`,
+      [poolIds, this.where.hosts.liveWithinMs / 1000, ...(onHosts ? [onHosts] : [])],
+    )) as { rows: Row[] };
+    const row = result.rows[0];
+    if (!row) return undefined;
+    return { id: row.id, hostId: row.host_id, image: row.image, cpu: row.cpu, memoryMiB: row.memory_mib, diskGiB: row.disk_gib, poolId: row.pool_id ?? undefined };
+  }
+
+  /** Ready members of each of `poolIds` (Daytona's currentSize). */
+  async readyOf(poolIds: string[]): Promise<Map<string, number>> {
+    const out = new Map<string, number>();
+    if (poolIds.length === 0) return out;
+    const rows = (await this.db('warm_pool_sandboxes').whereIn('pool_id', poolIds).where({ state: 'ready' }).select('pool_id').count<unknown[]>('* as count').groupBy('pool_id')) as { pool_id: string; count: string | number }[];
+    for (const r of rows) out.set(r.pool_id, Number(r.count));
+    return out;
   }
 
   /** Counts a claim's result once its transaction committed (a rolled-back claim counts nothing). */
@@ -242,7 +344,8 @@ export class WarmPoolService {
 
   /** Members per host and key (with each configured key's target on every live host). */
   async levels(hostId?: string): Promise<WarmPoolKeyStats[]> {
-    const q = this.db('warm_pool_sandboxes').select('host_id', 'image', 'cpu', 'memory_mib', 'disk_gib', 'state').count<unknown[]>('* as count').groupBy('host_id', 'image', 'cpu', 'memory_mib', 'disk_gib', 'state');
+    // The operator's keys only: organisations' pools are theirs to read (organization-warm-pools.ts).
+    const q = this.db('warm_pool_sandboxes').whereNull('pool_id').select('host_id', 'image', 'cpu', 'memory_mib', 'disk_gib', 'state').count<unknown[]>('* as count').groupBy('host_id', 'image', 'cpu', 'memory_mib', 'disk_gib', 'state');
     if (hostId) q.where({ host_id: hostId });
     const rows = (await q) as (Pick<Row, 'host_id' | 'image' | 'cpu' | 'memory_mib' | 'disk_gib' | 'state'> & { count: string | number })[];
     const out = new Map<string, WarmPoolKeyStats>();
@@ -310,7 +413,7 @@ export class WarmPoolService {
     )) as { rows: Row[] };
     await this.destroyAll(fenced.rows, 'their host is cordoned or draining');
     // Shrink: ready members beyond the key's target now (idle keys, or keys no longer configured), newest first.
-    const ready = (await this.db('warm_pool_sandboxes').where({ state: 'ready' }).orderBy('ready_at', 'desc')) as Row[];
+    const ready = (await this.db('warm_pool_sandboxes').where({ state: 'ready' }).whereNull('pool_id').orderBy('ready_at', 'desc')) as Row[];
     const byHostKey = new Map<string, Row[]>();
     for (const r of ready) {
       const id = `${r.host_id}|${keyOf({ image: r.image, cpu: r.cpu, memoryMiB: r.memory_mib, diskGiB: r.disk_gib })}`;
@@ -325,6 +428,28 @@ export class WarmPoolService {
       const removed = (await this.db.raw(`DELETE FROM warm_pool_sandboxes WHERE id IN (SELECT id FROM warm_pool_sandboxes WHERE id = ANY(?) AND state = 'ready' FOR UPDATE SKIP LOCKED) RETURNING *`, [ids])) as { rows: Row[] };
       await this.destroyAll(removed.rows, 'the pool shrank (idle)');
     }
+    await this.reapOrganizationPools();
+  }
+
+  /** Members of deleted organisation pools (any state: a warming one's launch then finds no row), and ready ones beyond their pool's count. */
+  private async reapOrganizationPools(): Promise<void> {
+    const gone = (await this.db.raw(
+      `DELETE FROM warm_pool_sandboxes WHERE id IN (
+         SELECT w.id FROM warm_pool_sandboxes w WHERE w.pool_id IS NOT NULL
+           AND NOT EXISTS (SELECT 1 FROM organization_warm_pools p WHERE p.id = w.pool_id) FOR UPDATE OF w SKIP LOCKED)
+       RETURNING *`,
+    )) as { rows: Row[] };
+    await this.destroyAll(gone.rows, 'their organisation pool was deleted');
+    // Newest first beyond the count (`pool: 0` drains all of them).
+    const excess = (await this.db.raw(
+      `DELETE FROM warm_pool_sandboxes WHERE id IN (
+         SELECT x.id FROM (
+           SELECT w.id, p.pool, row_number() OVER (PARTITION BY w.pool_id ORDER BY w.ready_at, w.id) AS n
+           FROM warm_pool_sandboxes w JOIN organization_warm_pools p ON p.id = w.pool_id WHERE w.state = 'ready') x
+         WHERE x.n > x.pool)
+       RETURNING *`,
+    )) as { rows: Row[] };
+    await this.destroyAll(excess.rows, 'their organisation pool shrank');
   }
 
   private async fill(): Promise<void> {
@@ -343,7 +468,53 @@ export class WarmPoolService {
         for (const row of rows) started.push({ row, host });
       }
     }
-    await Promise.all(started.map(({ row, host }) => this.launch(row, host)));
+    const organization = started.length < this.options.batch && this.organizationMax > 0 ? await this.reserveForOrganizations(this.options.batch - started.length) : [];
+    await Promise.all([...started.map(({ row, host }) => this.launch(row, host)), ...organization.map(({ row, host, launch }) => this.launch(row, host, launch))]);
+  }
+
+  /**
+   * Members organisation pools lack, up to `upTo` in all: each pool's reservation holds its own
+   * row (two fillers of one pool serialise there and count each other's rows) and places each
+   * member like a create (hosts.place: the host's lock and room; the image's host for a built one).
+   */
+  private async reserveForOrganizations(upTo: number): Promise<{ row: WarmPoolMember; host: HostRecord; launch: MemberLaunch }[]> {
+    const pools = (await this.db.raw(
+      `SELECT p.id, p.pool - (SELECT count(*) FROM warm_pool_sandboxes w WHERE w.pool_id = p.id) AS missing
+       FROM organization_warm_pools p WHERE p.pool > 0 ORDER BY p.updated_at`,
+    )) as { rows: { id: string; missing: string | number }[] };
+    const out: { row: WarmPoolMember; host: HostRecord; launch: MemberLaunch }[] = [];
+    for (const candidate of pools.rows) {
+      if (out.length >= upTo) break;
+      if (Number(candidate.missing) <= 0) continue;
+      try {
+        out.push(...(await this.db.transaction(async (tx) => {
+          const pool = (await tx('organization_warm_pools').where({ id: candidate.id }).forUpdate().first()) as OrganizationPoolRow | undefined;
+          if (!pool) return [];
+          const have = Number(((await tx('warm_pool_sandboxes').where({ pool_id: pool.id }).count<{ count: string | number }[]>('* as count'))[0]).count);
+          const n = Math.min(upTo - out.length, pool.pool - have);
+          const rows: { row: WarmPoolMember; host: HostRecord; launch: MemberLaunch }[] = [];
+          for (let i = 0; i < n; i++) {
+            // In the pool's region (Daytona's target), as a create with that target would be.
+            const host = await this.where.hosts.place(tx, { cpu: pool.cpu, memoryMiB: pool.memory_mib, diskGiB: pool.disk_gib, constraints: { region: pool.region }, ...(pool.host_id ? { fixed: { hostId: pool.host_id, what: `the layers of image ${pool.snapshot}` } } : {}) });
+            const row = { id: newSandboxId(), hostId: host.id, image: pool.image, cpu: pool.cpu, memoryMiB: pool.memory_mib, diskGiB: pool.disk_gib, poolId: pool.id };
+            await tx('warm_pool_sandboxes').insert({ id: row.id, host_id: host.id, image: pool.image, cpu: pool.cpu, memory_mib: pool.memory_mib, disk_gib: pool.disk_gib, state: 'warming', owner_instance_id: this.instanceId, pool_id: pool.id });
+            const env = typeof pool.env === 'string' ? (JSON.parse(pool.env) as Record<string, string>) : pool.env;
+            rows.push({ row, host, launch: { hostImage: pool.host_image ?? pool.image, layersSnapshotId: pool.layers_snapshot_id, env } });
+          }
+          return rows;
+        })));
+      } catch (err) {
+        // No room (or the image's host is gone): the pool says so (Daytona's errorReason) and waits.
+        const e = toNestboxError(err);
+        if (e.code !== 'capacity_exhausted' && e.code !== 'host_unavailable') throw err;
+        await this.poolFailed(candidate.id, e.message);
+      }
+    }
+    return out;
+  }
+
+  private async poolFailed(poolId: string, reason: string): Promise<void> {
+    await this.db('organization_warm_pools').where({ id: poolId }).whereRaw('error_reason IS DISTINCT FROM ?', [reason]).update({ error_reason: reason });
   }
 
   /**
@@ -368,15 +539,16 @@ export class WarmPoolService {
     });
   }
 
-  private async launch(row: WarmPoolMember, host: HostRecord): Promise<void> {
+  private async launch(row: WarmPoolMember, host: HostRecord, organization?: MemberLaunch): Promise<void> {
     const client = this.where.hosts.clientForRecord(host);
     try {
       await client.createSandbox({
         id: row.id,
-        image: row.image,
+        image: organization?.hostImage ?? row.image,
+        ...(organization?.layersSnapshotId ? { snapshot: organization.layersSnapshotId } : {}),
         cpu: row.cpu,
         memoryMiB: row.memoryMiB,
-        env: {},
+        env: organization?.env ?? {},
         // The default create's policy, so claiming it for a default create changes no rule (the
         // host skips the nft transaction). Nothing of anyone's runs in it before a claim, and the
         // claim puts the create's own policy in force before the create answers.
@@ -389,6 +561,7 @@ export class WarmPoolService {
       const e = toNestboxError(err);
       if (e.code === 'not_supported') this.unsupportedHosts.add(host.id);
       this.logger.warn({ hostId: host.id, sandboxId: row.id, err: e.message }, 'warm pool: a member could not be started');
+      if (row.poolId) await this.poolFailed(row.poolId, `a warm sandbox could not be started: ${e.message}`);
       await this.db('warm_pool_sandboxes').where({ id: row.id, state: 'warming' }).delete();
       await client.destroySandbox(row.id).catch(() => undefined);
       return;
@@ -396,6 +569,7 @@ export class WarmPoolService {
     const marked = await this.db('warm_pool_sandboxes').where({ id: row.id, state: 'warming' }).update({ state: 'ready', ready_at: this.db.fn.now() });
     // Its row went meanwhile (a drain, or another replica took it for orphaned): nobody will claim it.
     if (marked === 0) await client.destroySandbox(row.id).catch(() => undefined);
+    else if (row.poolId) await this.db('organization_warm_pools').where({ id: row.poolId }).whereNotNull('error_reason').update({ error_reason: null });
   }
 
   private async destroyAll(rows: Row[], why: string): Promise<void> {

@@ -22,6 +22,7 @@ import * as sshAccess from './20261207200000_ssh_access.js';
 import * as secrets from './20261207400000_secrets.js';
 import * as volumes from './20261207100000_volumes.js';
 import * as warmPool from './20261208100000_warm_pool.js';
+import * as organizationWarmPools from './20261209100000_organization_warm_pools.js';
 
 // Migrations are imported modules rather than files knex discovers at run time, so the same
 // list works from TypeScript sources (tests) and compiled JavaScript (the server).
@@ -49,6 +50,7 @@ const MIGRATIONS: Record<string, Knex.Migration> = {
   '20261207100000_volumes': volumes,
   '20261207500000_org_volume_limits': orgVolumeLimits,
   '20261208100000_warm_pool': warmPool,
+  '20261209100000_organization_warm_pools': organizationWarmPools,
 };
 
 export const migrationSource: Knex.MigrationSource<string> = {
