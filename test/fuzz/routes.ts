@@ -233,6 +233,11 @@ const DAYTONA_API: RouteSpec[] = [
   { method: 'GET', path: '/volumes' },
   { method: 'POST', path: '/secret/:name' },
   { method: 'GET', path: '/warm-pools' },
+  { method: 'GET', path: '/warm-pools/:pool' },
+  // Guarded (a read-only key): a valid pool would keep sandboxes running for the rest of the run.
+  { method: 'POST', path: '/warm-pools', guarded: true, body: obj({ snapshot: fuzzText, pool: small, target: fuzzText, cpu: small, memory: small, disk: small }) },
+  { method: 'PATCH', path: '/warm-pools/:pool', guarded: true, body: obj({ pool: small }) },
+  { method: 'DELETE', path: '/warm-pools/:pool', guarded: true },
   { method: 'GET', path: '/object-storage/push-access' },
   { method: 'GET', path: '/:unknown' },
 ];
