@@ -23,6 +23,7 @@ import { buildSpecOf, countsWithoutImage, findImageSnapshot, hideBuild, imageOfS
 import { PendingBuildSandboxes, renderPendingSandbox, streamBuildLog } from './builds.js';
 import { publicOrigin } from './context.js';
 import { FINISHED_BUILD_STATES } from '../../core/images/types.js';
+import { parseBody } from './parse-body.js';
 
 const Minutes = z.number().int();
 
@@ -61,15 +62,6 @@ const CreateBody = z
   .passthrough();
 type CreateBody = z.infer<typeof CreateBody>;
 
-function parseBody<T>(schema: z.ZodType<T>, body: unknown): T {
-  const parsed = schema.safeParse(body ?? {});
-  if (!parsed.success) {
-    const issue = parsed.error.issues[0];
-    const field = issue.path.join('.') || 'body';
-    throw new NestboxError('validation_failed', `${field}: ${issue.message}`, { field });
-  }
-  return parsed.data;
-}
 
 /** Daytona's default auto-stop: 15 minutes without activity. */
 const DEFAULT_AUTO_STOP_MINUTES = 15;

@@ -11,12 +11,13 @@
 // sets it "only while it is an unclaimed member", and a claimed sandbox is an ordinary one.
 import type { Request, RequestHandler, Response, Router } from 'express';
 import { z } from 'zod';
-import { errors, NestboxError } from '../../core/errors.js';
+import { errors } from '../../core/errors.js';
 import type { CompatPort } from '../../core/compat-port.js';
 import type { OrganizationWarmPool } from '../../core/services/organization-warm-pools.js';
 import type { Principal } from '../../core/types.js';
 import { findImageSnapshot, imageOfSnapshotName, imageSnapshotState, RESOURCE_LABELS } from './images.js';
 import { SANDBOX_USER } from './sandbox-dto.js';
+import { parseBody } from './parse-body.js';
 
 type Api = (fn: (req: Request, res: Response, principal: Principal) => Promise<void>) => RequestHandler;
 type Core = Pick<CompatPort, 'organizationWarmPools' | 'snapshots' | 'images' | 'builds'>;
@@ -28,15 +29,6 @@ const CreateWarmPoolBody = z.object({
 }).strict();
 const UpdateWarmPoolBody = z.object({ pool: z.number().int().min(0) }).strict();
 
-function parse<T>(schema: z.ZodType<T>, body: unknown): T {
-  const parsed = schema.safeParse(body ?? {});
-  if (!parsed.success) {
-    const issue = parsed.error.issues[0];
-    const field = issue.path.join('.') || 'body';
-    throw new NestboxError('validation_failed', `${field}: ${issue.message}`, { field });
-  }
-  return parsed.data;
-}
 
 /** Daytona's WarmPool DTO (mem and disk in GiB). */
 export function renderDaytonaWarmPool(p: OrganizationWarmPool) {
@@ -64,7 +56,7 @@ export function registerWarmPoolRoutes(router: Router, core: Core, api: Api, reg
     res.json((await pools.list(principal)).map(renderDaytonaWarmPool));
   }));
   router.post('/warm-pools', api(async (req, res, principal) => {
-    const body = parse(CreateWarmPoolBody, req.body);
+    const body = parseBody(CreateWarmPoolBody, req.body);
     const target = body.target === undefined || body.target === '' ? region : body.target;
     // Every host of this server is in one region (control-plane.ts checkTarget): another name would be a pool nobody's create could use.
     if (target !== region) throw errors.validation('target', `no host of this server is in region "${target}"; its region is "${region}" (NESTBOX_REGION): leave target unset or use "${region}"`);
@@ -95,7 +87,7 @@ export function registerWarmPoolRoutes(router: Router, core: Core, api: Api, reg
     res.json(renderDaytonaWarmPool(await pools.get(principal, String(req.params.id))));
   }));
   router.patch('/warm-pools/:id', api(async (req, res, principal) => {
-    const body = parse(UpdateWarmPoolBody, req.body);
+    const body = parseBody(UpdateWarmPoolBody, req.body);
     res.json(renderDaytonaWarmPool(await pools.update(principal, String(req.params.id), body)));
   }));
   router.delete('/warm-pools/:id', api(async (req, res, principal) => {
