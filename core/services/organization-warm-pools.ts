@@ -16,11 +16,13 @@
 // NESTBOX_ORG_WARM_POOL_MAX (its pools' counts together) and by host room (members take room
 // like the operator's, and a pool that finds none says so in `errorReason`).
 import { randomId } from '../ids.js';
-import type { Db } from '../store/db.js';
+import type { Db, DbOrTx } from '../store/db.js';
 import { errors, NestboxError } from '../errors.js';
 import type { Principal } from '../types.js';
 import { requireScope } from './auth.js';
 import { snapshotRepository } from '../store/repositories/snapshots.js';
+import { organizationRepository } from '../store/repositories/organizations.js';
+import { organizationWarmPoolRepository } from '../store/repositories/warm-pool.js';
 import type { ImageService } from './images.js';
 import type { SandboxLimits } from './sandboxes.js';
 import type { OrganizationPoolRow, WarmPoolService } from './warm-pool.js';
@@ -68,8 +70,7 @@ export class OrganizationWarmPoolService {
 
   async list(principal: Principal): Promise<OrganizationWarmPool[]> {
     requireScope(principal, 'sandboxes:read');
-    const rows = (await this.db('organization_warm_pools').where({ organization_id: principal.organizationId }).orderBy([{ column: 'created_at' }, { column: 'id' }])) as OrganizationPoolRow[];
-    return this.render(rows);
+    return this.render(await organizationWarmPoolRepository(this.db).list(principal.organizationId));
   }
 
   async get(principal: Principal, id: string): Promise<OrganizationWarmPool> {
@@ -88,22 +89,12 @@ export class OrganizationWarmPoolService {
     const id = newWarmPoolId();
     await this.db.transaction(async (tx) => {
       // The organisation's row serialises its pool writes, so two creates cannot both pass the cap.
-      await tx('organizations').where({ id: principal.organizationId }).forUpdate().first();
+      await organizationRepository(tx).lockById(principal.organizationId);
       await this.checkCap(tx, principal.organizationId, pool);
-      const clash = await tx('organization_warm_pools').where({ organization_id: principal.organizationId, snapshot: input.snapshot, region: input.region }).first();
-      if (clash) throw new NestboxError('conflict', `a warm pool for snapshot "${input.snapshot}" in region "${input.region}" already exists (${(clash as OrganizationPoolRow).id})`, { kind: 'warm pool', id: (clash as OrganizationPoolRow).id });
-      await tx('organization_warm_pools').insert({
-        id,
-        organization_id: principal.organizationId,
-        snapshot: input.snapshot,
-        region: input.region,
-        ...launch,
-        env: JSON.stringify(launch.env),
-        cpu: size.cpu,
-        memory_mib: size.memoryMiB,
-        disk_gib: size.diskGiB,
-        pool,
-      });
+      const pools = organizationWarmPoolRepository(tx);
+      const clash = await pools.findBySnapshot(principal.organizationId, input.snapshot, input.region);
+      if (clash) throw new NestboxError('conflict', `a warm pool for snapshot "${input.snapshot}" in region "${input.region}" already exists (${clash.id})`, { kind: 'warm pool', id: clash.id });
+      await pools.insert({ id, organizationId: principal.organizationId, snapshot: input.snapshot, region: input.region, launch, cpu: size.cpu, memoryMiB: size.memoryMiB, diskGiB: size.diskGiB, pool });
     });
     this.warmPool.start();
     this.warmPool.kick();
@@ -116,9 +107,9 @@ export class OrganizationWarmPoolService {
     await this.load(principal, id);
     const pool = this.validatePool(input.pool);
     await this.db.transaction(async (tx) => {
-      await tx('organizations').where({ id: principal.organizationId }).forUpdate().first();
+      await organizationRepository(tx).lockById(principal.organizationId);
       await this.checkCap(tx, principal.organizationId, pool, id);
-      await tx('organization_warm_pools').where({ id, organization_id: principal.organizationId }).update({ pool, updated_at: tx.fn.now(), ...(pool === 0 ? { error_reason: null } : {}) });
+      await organizationWarmPoolRepository(tx).setCount(principal.organizationId, id, pool);
     });
     this.warmPool.kick();
     return this.get(principal, id);
@@ -128,7 +119,7 @@ export class OrganizationWarmPoolService {
   async delete(principal: Principal, id: string): Promise<void> {
     requireScope(principal, 'sandboxes:create');
     await this.load(principal, id);
-    await this.db('organization_warm_pools').where({ id, organization_id: principal.organizationId }).delete();
+    await organizationWarmPoolRepository(this.db).remove(principal.organizationId, id);
     this.warmPool.kick();
   }
 
@@ -138,7 +129,7 @@ export class OrganizationWarmPoolService {
 
   /** Another organisation's pool is simply not found. */
   private async load(principal: Principal, id: string): Promise<OrganizationPoolRow> {
-    const row = (await this.db('organization_warm_pools').where({ id, organization_id: principal.organizationId }).first()) as OrganizationPoolRow | undefined;
+    const row = await organizationWarmPoolRepository(this.db).find(principal.organizationId, id);
     if (!row) throw errors.notFound('warm pool', id);
     return row;
   }
@@ -160,10 +151,8 @@ export class OrganizationWarmPoolService {
     return { cpu, memoryMiB, diskGiB };
   }
 
-  private async checkCap(tx: Parameters<Parameters<Db['transaction']>[0]>[0], organizationId: string, pool: number, excludeId?: string): Promise<void> {
-    const q = tx('organization_warm_pools').where({ organization_id: organizationId }).sum<{ sum: string | number | null }[]>('pool as sum');
-    if (excludeId) q.whereNot({ id: excludeId });
-    const others = Number((await q)[0]?.sum ?? 0);
+  private async checkCap(tx: DbOrTx, organizationId: string, pool: number, excludeId?: string): Promise<void> {
+    const others = await organizationWarmPoolRepository(tx).desiredTotal(organizationId, excludeId);
     const max = this.warmPool.organizationMax;
     if (others + pool > max) throw errors.validation('pool', `an organisation keeps at most ${max} warm sandboxes over all its pools (NESTBOX_ORG_WARM_POOL_MAX); its other pools ask for ${others}`);
   }

@@ -33,12 +33,15 @@
 import type { Db, DbOrTx } from '../store/db.js';
 import { controlPlaneInstanceRepository } from '../store/repositories/control-plane-instances.js';
 import { hostRepository } from '../store/repositories/hosts.js';
+import { warmPoolRepository, type OrganizationPoolRow, type WarmPoolRow as Row } from '../store/repositories/warm-pool.js';
 import { newSandboxId } from '../ids.js';
 import { NestboxError, toNestboxError, errors } from '../errors.js';
 import type { Logger } from '../logger.js';
 import type { HostRecord, Principal } from '../types.js';
 import type { HostService } from './hosts.js';
 import { requireScope } from './auth.js';
+
+export type { OrganizationPoolRow } from '../store/repositories/warm-pool.js';
 
 /** What a create must ask for to be answered by a member: the image and the whole size. */
 export interface WarmPoolKey {
@@ -78,40 +81,6 @@ export interface WarmPoolHosts {
   instanceTimeoutMs: number;
 }
 
-interface Row {
-  id: string;
-  host_id: string;
-  image: string;
-  cpu: number;
-  memory_mib: number;
-  disk_gib: number;
-  state: 'warming' | 'ready';
-  owner_instance_id: string;
-  created_at: Date | string;
-  ready_at: Date | string | null;
-  pool_id: string | null;
-}
-
-/** A row of `organization_warm_pools` (organization-warm-pools.ts renders it). */
-export interface OrganizationPoolRow {
-  id: string;
-  organization_id: string;
-  snapshot: string;
-  region: string;
-  image: string;
-  host_image: string | null;
-  image_id: string | null;
-  layers_snapshot_id: string | null;
-  host_id: string | null;
-  env: Record<string, string> | string;
-  cpu: number;
-  memory_mib: number;
-  disk_gib: number;
-  pool: number;
-  error_reason: string | null;
-  created_at: Date | string;
-  updated_at: Date | string;
-}
 
 export interface WarmPoolMember extends WarmPoolKey {
   id: string;
@@ -195,8 +164,8 @@ export class WarmPoolService {
     if (!this.enabled) {
       if (this.organizationMax <= 0) return;
       this.stopped = false;
-      void this.db('organization_warm_pools').first('id').then(
-        (row) => { if (row && !this.timer && !this.stopped) this.startLoop(); },
+      void warmPoolRepository(this.db).anyOrganizationPool().then(
+        (any) => { if (any && !this.timer && !this.stopped) this.startLoop(); },
         (err) => this.logger.warn({ err: toNestboxError(err).message }, 'warm pool: organisation pools could not be read'),
       );
       return;
@@ -271,17 +240,7 @@ export class WarmPoolService {
     if (!this.serves(key)) return undefined;
     this.noteAsked(key);
     if (onHosts && onHosts.length === 0) return undefined;
-    const result = (await tx.raw(
-      `DELETE FROM warm_pool_sandboxes WHERE id = (
-         SELECT w.id FROM warm_pool_sandboxes w JOIN hosts h ON h.id = w.host_id
-         WHERE w.state = 'ready' AND w.pool_id IS NULL AND w.image = ? AND w.cpu = ? AND w.memory_mib = ? AND w.disk_gib = ?
-           AND h.lost_at IS NULL AND h.admin_state = 'ready' AND h.last_heartbeat_at >= now() - make_interval(secs => ?)
-           ${onHosts ? 'AND w.host_id = ANY(?)' : ''}
-         ORDER BY w.ready_at, w.id LIMIT 1 FOR UPDATE OF w SKIP LOCKED)
-       RETURNING *`,
-      [key.image, key.cpu, key.memoryMiB, key.diskGiB, this.where.hosts.liveWithinMs / 1000, ...(onHosts ? [onHosts] : [])],
-    )) as { rows: Row[] };
-    const row = result.rows[0];
+    const row = await warmPoolRepository(tx).claimOperatorMember(key, this.where.hosts.liveWithinMs / 1000, onHosts);
     if (!row) return undefined;
     return { id: row.id, hostId: row.host_id, image: row.image, cpu: row.cpu, memoryMiB: row.memory_mib, diskGiB: row.disk_gib };
   }
@@ -292,38 +251,20 @@ export class WarmPoolService {
    */
   async organizationPoolsFor(organizationId: string, key: WarmPoolKey): Promise<string[]> {
     if (this.organizationMax <= 0) return [];
-    const rows = (await this.db('organization_warm_pools')
-      .where({ organization_id: organizationId, image: key.image, cpu: key.cpu, memory_mib: key.memoryMiB, disk_gib: key.diskGiB })
-      .where('pool', '>', 0)
-      .select('id')) as { id: string }[];
-    return rows.map((r) => r.id);
+    return warmPoolRepository(this.db).organizationPoolIdsFor(organizationId, key);
   }
 
   /** claim() for an organisation's own pools (`poolIds` from organizationPoolsFor): nobody else's members. */
   async claimForOrganization(tx: DbOrTx, poolIds: string[], onHosts?: string[]): Promise<WarmPoolMember | undefined> {
     if (poolIds.length === 0 || (onHosts && onHosts.length === 0)) return undefined;
-    const result = (await tx.raw(
-      `DELETE FROM warm_pool_sandboxes WHERE id = (
-         SELECT w.id FROM warm_pool_sandboxes w JOIN hosts h ON h.id = w.host_id
-         WHERE w.state = 'ready' AND w.pool_id = ANY(?)
-           AND h.lost_at IS NULL AND h.admin_state = 'ready' AND h.last_heartbeat_at >= now() - make_interval(secs => ?)
-           ${onHosts ? 'AND w.host_id = ANY(?)' : ''}
-         ORDER BY w.ready_at, w.id LIMIT 1 FOR UPDATE OF w SKIP LOCKED)
-       RETURNING *`,
-      [poolIds, this.where.hosts.liveWithinMs / 1000, ...(onHosts ? [onHosts] : [])],
-    )) as { rows: Row[] };
-    const row = result.rows[0];
+    const row = await warmPoolRepository(tx).claimPoolMember(poolIds, this.where.hosts.liveWithinMs / 1000, onHosts);
     if (!row) return undefined;
     return { id: row.id, hostId: row.host_id, image: row.image, cpu: row.cpu, memoryMiB: row.memory_mib, diskGiB: row.disk_gib, poolId: row.pool_id ?? undefined };
   }
 
   /** Ready members of each of `poolIds` (Daytona's currentSize). */
   async readyOf(poolIds: string[]): Promise<Map<string, number>> {
-    const out = new Map<string, number>();
-    if (poolIds.length === 0) return out;
-    const rows = (await this.db('warm_pool_sandboxes').whereIn('pool_id', poolIds).where({ state: 'ready' }).select('pool_id').count<unknown[]>('* as count').groupBy('pool_id')) as { pool_id: string; count: string | number }[];
-    for (const r of rows) out.set(r.pool_id, Number(r.count));
-    return out;
+    return warmPoolRepository(this.db).readyCountsOf(poolIds);
   }
 
   /** Counts a claim's result once its transaction committed (a rolled-back claim counts nothing). */
@@ -345,9 +286,7 @@ export class WarmPoolService {
   /** Members per host and key (with each configured key's target on every live host). */
   async levels(hostId?: string): Promise<WarmPoolKeyStats[]> {
     // The operator's keys only: organisations' pools are theirs to read (organization-warm-pools.ts).
-    const q = this.db('warm_pool_sandboxes').whereNull('pool_id').select('host_id', 'image', 'cpu', 'memory_mib', 'disk_gib', 'state').count<unknown[]>('* as count').groupBy('host_id', 'image', 'cpu', 'memory_mib', 'disk_gib', 'state');
-    if (hostId) q.where({ host_id: hostId });
-    const rows = (await q) as (Pick<Row, 'host_id' | 'image' | 'cpu' | 'memory_mib' | 'disk_gib' | 'state'> & { count: string | number })[];
+    const rows = await warmPoolRepository(this.db).operatorLevels(hostId);
     const out = new Map<string, WarmPoolKeyStats>();
     const entry = (h: string, k: WarmPoolKey) => {
       const id = `${h}|${keyOf(k)}`;
@@ -373,9 +312,7 @@ export class WarmPoolService {
    * tests before they end. Members being claimed are not members any more and stay.
    */
   async drain(hostId?: string): Promise<number> {
-    const q = this.db('warm_pool_sandboxes').delete().returning('*');
-    if (hostId) q.where({ host_id: hostId });
-    const rows = (await q) as Row[];
+    const rows = await warmPoolRepository(this.db).removeAll(hostId);
     await this.destroyAll(rows, 'drained');
     return rows.length;
   }
@@ -389,31 +326,15 @@ export class WarmPoolService {
   /** Members nobody can finish (their filler died while warming), too old, on a fenced host, or beyond the target. */
   private async reap(): Promise<void> {
     const alive = [...new Set([...(await controlPlaneInstanceRepository(this.db).aliveWithin(this.where.instanceTimeoutMs)), this.instanceId])];
-    const orphaned = (await this.db.raw(
-      `DELETE FROM warm_pool_sandboxes WHERE id IN (
-         SELECT id FROM warm_pool_sandboxes WHERE state = 'warming' AND NOT (owner_instance_id = ANY(?)) FOR UPDATE SKIP LOCKED)
-       RETURNING *`,
-      [alive],
-    )) as { rows: Row[] };
-    await this.destroyAll(orphaned.rows, 'its filler died while it was warming');
+    const pool = warmPoolRepository(this.db);
+    await this.destroyAll(await pool.removeOrphanedWarming(alive), 'its filler died while it was warming');
     if (this.options.maxAgeSeconds > 0) {
-      const old = (await this.db.raw(
-        `DELETE FROM warm_pool_sandboxes WHERE id IN (
-           SELECT id FROM warm_pool_sandboxes WHERE state = 'ready' AND ready_at < now() - make_interval(secs => ?) FOR UPDATE SKIP LOCKED)
-         RETURNING *`,
-        [this.options.maxAgeSeconds],
-      )) as { rows: Row[] };
-      await this.destroyAll(old.rows, `older than ${this.options.maxAgeSeconds} s`);
+      await this.destroyAll(await pool.removeReadyOlderThan(this.options.maxAgeSeconds), `older than ${this.options.maxAgeSeconds} s`);
     }
     // A cordoned or draining host takes no new sandboxes, so its members would never be claimed: they go.
-    const fenced = (await this.db.raw(
-      `DELETE FROM warm_pool_sandboxes WHERE id IN (
-         SELECT w.id FROM warm_pool_sandboxes w JOIN hosts h ON h.id = w.host_id WHERE w.state = 'ready' AND h.admin_state <> 'ready' AND h.lost_at IS NULL FOR UPDATE OF w SKIP LOCKED)
-       RETURNING *`,
-    )) as { rows: Row[] };
-    await this.destroyAll(fenced.rows, 'their host is cordoned or draining');
+    await this.destroyAll(await pool.removeReadyOnFencedHosts(), 'their host is cordoned or draining');
     // Shrink: ready members beyond the key's target now (idle keys, or keys no longer configured), newest first.
-    const ready = (await this.db('warm_pool_sandboxes').where({ state: 'ready' }).whereNull('pool_id').orderBy('ready_at', 'desc')) as Row[];
+    const ready = await pool.readyOperatorMembers();
     const byHostKey = new Map<string, Row[]>();
     for (const r of ready) {
       const id = `${r.host_id}|${keyOf({ image: r.image, cpu: r.cpu, memoryMiB: r.memory_mib, diskGiB: r.disk_gib })}`;
@@ -425,31 +346,17 @@ export class WarmPoolService {
       const excess = rows.length - (t ? this.targetOf(t) : 0);
       if (excess <= 0) continue;
       const ids = rows.slice(0, excess).map((r) => r.id);
-      const removed = (await this.db.raw(`DELETE FROM warm_pool_sandboxes WHERE id IN (SELECT id FROM warm_pool_sandboxes WHERE id = ANY(?) AND state = 'ready' FOR UPDATE SKIP LOCKED) RETURNING *`, [ids])) as { rows: Row[] };
-      await this.destroyAll(removed.rows, 'the pool shrank (idle)');
+      await this.destroyAll(await pool.removeReady(ids), 'the pool shrank (idle)');
     }
     await this.reapOrganizationPools();
   }
 
   /** Members of deleted organisation pools (any state: a warming one's launch then finds no row), and ready ones beyond their pool's count. */
   private async reapOrganizationPools(): Promise<void> {
-    const gone = (await this.db.raw(
-      `DELETE FROM warm_pool_sandboxes WHERE id IN (
-         SELECT w.id FROM warm_pool_sandboxes w WHERE w.pool_id IS NOT NULL
-           AND NOT EXISTS (SELECT 1 FROM organization_warm_pools p WHERE p.id = w.pool_id) FOR UPDATE OF w SKIP LOCKED)
-       RETURNING *`,
-    )) as { rows: Row[] };
-    await this.destroyAll(gone.rows, 'their organisation pool was deleted');
+    const pool = warmPoolRepository(this.db);
+    await this.destroyAll(await pool.removeOfDeletedPools(), 'their organisation pool was deleted');
     // Newest first beyond the count (`pool: 0` drains all of them).
-    const excess = (await this.db.raw(
-      `DELETE FROM warm_pool_sandboxes WHERE id IN (
-         SELECT x.id FROM (
-           SELECT w.id, p.pool, row_number() OVER (PARTITION BY w.pool_id ORDER BY w.ready_at, w.id) AS n
-           FROM warm_pool_sandboxes w JOIN organization_warm_pools p ON p.id = w.pool_id WHERE w.state = 'ready') x
-         WHERE x.n > x.pool)
-       RETURNING *`,
-    )) as { rows: Row[] };
-    await this.destroyAll(excess.rows, 'their organisation pool shrank');
+    await this.destroyAll(await pool.removeBeyondPoolCounts(), 'their organisation pool shrank');
   }
 
   private async fill(): Promise<void> {
@@ -478,26 +385,24 @@ export class WarmPoolService {
    * member like a create (hosts.place: the host's lock and room; the image's host for a built one).
    */
   private async reserveForOrganizations(upTo: number): Promise<{ row: WarmPoolMember; host: HostRecord; launch: MemberLaunch }[]> {
-    const pools = (await this.db.raw(
-      `SELECT p.id, p.pool - (SELECT count(*) FROM warm_pool_sandboxes w WHERE w.pool_id = p.id) AS missing
-       FROM organization_warm_pools p WHERE p.pool > 0 ORDER BY p.updated_at`,
-    )) as { rows: { id: string; missing: string | number }[] };
+    const pools = await warmPoolRepository(this.db).poolsMissingMembers();
     const out: { row: WarmPoolMember; host: HostRecord; launch: MemberLaunch }[] = [];
-    for (const candidate of pools.rows) {
+    for (const candidate of pools) {
       if (out.length >= upTo) break;
-      if (Number(candidate.missing) <= 0) continue;
+      if (candidate.missing <= 0) continue;
       try {
         out.push(...(await this.db.transaction(async (tx) => {
-          const pool = (await tx('organization_warm_pools').where({ id: candidate.id }).forUpdate().first()) as OrganizationPoolRow | undefined;
+          const members = warmPoolRepository(tx);
+          const pool = await members.lockOrganizationPool(candidate.id);
           if (!pool) return [];
-          const have = Number(((await tx('warm_pool_sandboxes').where({ pool_id: pool.id }).count<{ count: string | number }[]>('* as count'))[0]).count);
+          const have = await members.countOfPool(pool.id);
           const n = Math.min(upTo - out.length, pool.pool - have);
           const rows: { row: WarmPoolMember; host: HostRecord; launch: MemberLaunch }[] = [];
           for (let i = 0; i < n; i++) {
             // In the pool's region (Daytona's target), as a create with that target would be.
             const host = await this.where.hosts.place(tx, { cpu: pool.cpu, memoryMiB: pool.memory_mib, diskGiB: pool.disk_gib, constraints: { region: pool.region }, ...(pool.host_id ? { fixed: { hostId: pool.host_id, what: `the layers of image ${pool.snapshot}` } } : {}) });
             const row = { id: newSandboxId(), hostId: host.id, image: pool.image, cpu: pool.cpu, memoryMiB: pool.memory_mib, diskGiB: pool.disk_gib, poolId: pool.id };
-            await tx('warm_pool_sandboxes').insert({ id: row.id, host_id: host.id, image: pool.image, cpu: pool.cpu, memory_mib: pool.memory_mib, disk_gib: pool.disk_gib, state: 'warming', owner_instance_id: this.instanceId, pool_id: pool.id });
+            await members.insertWarming({ ...row, ownerInstanceId: this.instanceId });
             const env = typeof pool.env === 'string' ? (JSON.parse(pool.env) as Record<string, string>) : pool.env;
             rows.push({ row, host, launch: { hostImage: pool.host_image ?? pool.image, layersSnapshotId: pool.layers_snapshot_id, env } });
           }
@@ -514,7 +419,7 @@ export class WarmPoolService {
   }
 
   private async poolFailed(poolId: string, reason: string): Promise<void> {
-    await this.db('organization_warm_pools').where({ id: poolId }).whereRaw('error_reason IS DISTINCT FROM ?', [reason]).update({ error_reason: reason });
+    await warmPoolRepository(this.db).setPoolError(poolId, reason);
   }
 
   /**
@@ -525,14 +430,15 @@ export class WarmPoolService {
     return this.db.transaction(async (tx) => {
       // The host's row first: a second filler (this replica's next pass, another replica) waits here and then counts these rows.
       await hostRepository(tx).lockAlive(this.where.hosts.liveWithinMs, [host.id]);
-      const have = Number(((await tx('warm_pool_sandboxes').where({ host_id: host.id, image: t.image, cpu: t.cpu, memory_mib: t.memoryMiB, disk_gib: t.diskGiB }).count<{ count: string | number }[]>('* as count'))[0]).count);
+      const members = warmPoolRepository(tx);
+      const have = await members.countOnHost(host.id, t);
       const n = Math.min(upTo, this.targetOf(t) - have);
       if (n <= 0) return [];
       await this.where.hosts.place(tx, { cpu: t.cpu * n, memoryMiB: t.memoryMiB * n, diskGiB: t.diskGiB * n, fixed: { hostId: host.id, what: 'the warm pool' } });
       const rows: WarmPoolMember[] = [];
       for (let i = 0; i < n; i++) {
         const row = { id: newSandboxId(), hostId: host.id, image: t.image, cpu: t.cpu, memoryMiB: t.memoryMiB, diskGiB: t.diskGiB };
-        await tx('warm_pool_sandboxes').insert({ id: row.id, host_id: host.id, image: t.image, cpu: t.cpu, memory_mib: t.memoryMiB, disk_gib: t.diskGiB, state: 'warming', owner_instance_id: this.instanceId });
+        await members.insertWarming({ ...row, ownerInstanceId: this.instanceId });
         rows.push(row);
       }
       return rows;
@@ -562,14 +468,13 @@ export class WarmPoolService {
       if (e.code === 'not_supported') this.unsupportedHosts.add(host.id);
       this.logger.warn({ hostId: host.id, sandboxId: row.id, err: e.message }, 'warm pool: a member could not be started');
       if (row.poolId) await this.poolFailed(row.poolId, `a warm sandbox could not be started: ${e.message}`);
-      await this.db('warm_pool_sandboxes').where({ id: row.id, state: 'warming' }).delete();
+      await warmPoolRepository(this.db).removeWarming(row.id);
       await client.destroySandbox(row.id).catch(() => undefined);
       return;
     }
-    const marked = await this.db('warm_pool_sandboxes').where({ id: row.id, state: 'warming' }).update({ state: 'ready', ready_at: this.db.fn.now() });
     // Its row went meanwhile (a drain, or another replica took it for orphaned): nobody will claim it.
-    if (marked === 0) await client.destroySandbox(row.id).catch(() => undefined);
-    else if (row.poolId) await this.db('organization_warm_pools').where({ id: row.poolId }).whereNotNull('error_reason').update({ error_reason: null });
+    if (!(await warmPoolRepository(this.db).markReady(row.id))) await client.destroySandbox(row.id).catch(() => undefined);
+    else if (row.poolId) await warmPoolRepository(this.db).clearPoolError(row.poolId);
   }
 
   private async destroyAll(rows: Row[], why: string): Promise<void> {
